@@ -1,0 +1,51 @@
+# infercept: the two set-up commands are `make run` and `make test`; everything else they need
+# (Debian packages, the default model) is installed here, so a fresh machine needs nothing more.
+
+BUILD ?= build
+WERROR ?= OFF
+JOBS ?= $(shell nproc)
+MODEL_DIR := models
+MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+BIN := $(BUILD)/infercept
+DEB_PACKAGES := cmake g++ make python3 python3-pip nlohmann-json3-dev libgtest-dev unzip
+
+.PHONY: all deps model build run test format format-check bench clean
+
+all: build
+
+deps: $(BUILD)/.deps-ok
+$(BUILD)/.deps-ok:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+	@mkdir -p $(BUILD) && touch $@
+
+model: $(MODEL)
+$(MODEL):
+	@bash scripts/fetch_model.sh $(MODEL_DIR)
+
+build: deps
+	cmake -S . -B $(BUILD) -DINFERCEPT_WERROR=$(WERROR) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build model
+	$(BIN) generate --chat --max-tokens 96 \
+	  --prompt "In two sentences, what is a KV cache in an LLM server?"
+
+test: build model
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
+format:
+	clang-format -i $(FORMAT_FILES)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+bench: build model
+	bash bench/cpu_bench.sh
+
+clean:
+	rm -rf $(BUILD)
