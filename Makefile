@@ -9,7 +9,7 @@ MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip nlohmann-json3-dev libgtest-dev unzip
 
-.PHONY: all deps model build run test format format-check bench clean
+.PHONY: all deps model build run test format format-check bench fuzz clean
 
 all: build
 
@@ -46,6 +46,16 @@ format-check:
 
 bench: build model
 	bash bench/cpu_bench.sh
+
+# libFuzzer over both file parsers, 60 s each, in a separate clang build (needs clang and
+# libclang-rt-14-dev: installed here if missing).
+fuzz: deps
+	@dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1 || apt-get install -y -q clang-14 libclang-rt-14-dev
+	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DINFERCEPT_TESTS=OFF >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf fuzz_safetensors
+	mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-st
+	build-fuzz/fuzz/fuzz_gguf -max_total_time=60 build-fuzz/corpus-gguf fuzz/corpus
+	build-fuzz/fuzz/fuzz_safetensors -max_total_time=60 build-fuzz/corpus-st fuzz/corpus
 
 clean:
 	rm -rf $(BUILD)

@@ -16,7 +16,7 @@
 namespace infercept {
 
 namespace {
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 4000;
 }
 
 int default_thread_count() {
@@ -43,7 +43,11 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
     for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      INFERCEPT_PAUSE();
+      if (spin < kSpinIterations / 2) {
+        INFERCEPT_PAUSE();
+      } else {
+        std::this_thread::yield();
+      }
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -73,12 +77,25 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   cv_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) INFERCEPT_PAUSE();
+  // Spin briefly (the workers usually finish together with us), then yield: on a loaded
+  // machine a descheduled worker needs this core more than our spinning does.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      INFERCEPT_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                              int64_t grain) {
   if (n <= 0) return;
+  if (n <= grain || n_threads_ == 1) {
+    fn(0, n);
+    return;
+  }
   run([&](int i, int nt) {
     const int64_t chunk = (n + nt - 1) / nt;
     const int64_t b = std::min<int64_t>(n, (int64_t)i * chunk);

@@ -23,15 +23,22 @@ struct GgufValue {
       v;
 };
 
+// What a GGUF must hold to load: a Llama-family model (config derived from `<arch>.*` keys,
+// tensors validated against it), or just a well-formed container (metadata and tensor
+// table; config() stays default). Tests and tools that only read metadata use the latter.
+enum class GgufLoad { model, container_only };
+
 class GgufFile : public ModelSource {
  public:
   // Parses the header, metadata and tensor table of `path` and derives the ModelConfig from
   // the `<arch>.*` keys. Unknown tensor types, misaligned or out-of-file tensors are errors.
-  static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+  static Result<std::unique_ptr<GgufFile>> open(const std::string& path,
+                                                GgufLoad load = GgufLoad::model);
   // Parses from memory (used by the fuzz target): `path` only names it in messages. The
   // bytes must outlive the object.
   static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size,
-                                                 const std::string& path);
+                                                 const std::string& path,
+                                                 GgufLoad load = GgufLoad::model);
 
   const ModelConfig& config() const override { return config_; }
   const TensorInfo* find(const std::string& name) const override;
@@ -40,6 +47,9 @@ class GgufFile : public ModelSource {
   std::string format() const override { return "gguf"; }
 
   uint32_t version() const { return version_; }
+  // Byte offset of the (aligned) tensor data section, and the alignment in use.
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t alignment() const { return alignment_; }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const GgufValue* get(const std::string& key) const;
   // Typed getters: nullopt when absent or of another type (integers convert between widths).
@@ -58,6 +68,8 @@ class GgufFile : public ModelSource {
   std::shared_ptr<MappedFile> file_;  // null when parsed from memory
   std::string path_;
   uint32_t version_ = 0;
+  uint64_t data_offset_ = 0;
+  uint64_t alignment_ = 32;
   std::map<std::string, GgufValue> metadata_;
   std::map<std::string, TensorInfo> tensors_;
   ModelConfig config_;

@@ -21,6 +21,10 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int64_t original_max_position = 8192;
+  // GGUF llama3 checkpoints carry the per-dimension divisors precomputed in a
+  // `rope_freqs.weight` tensor [head_dim / 2]; when set, use that tensor instead of
+  // computing the factors above.
+  bool has_freq_factors_tensor = false;
 };
 
 struct ModelConfig {
@@ -41,7 +45,9 @@ struct ModelConfig {
   bool tied_embeddings = false;  // output projection reuses the token embedding
   bool qkv_bias = false;         // Qwen2 has biases on q/k/v projections
 
-  // Checks the numbers are positive and consistent (heads divide, head_dim fits).
+  // Checks the numbers are positive and consistent (heads divide, head_dim even) and within
+  // sane bounds, so shape products computed from them cannot overflow. The message does not
+  // name a file: callers prefix it.
   Status validate() const;
 };
 

@@ -35,19 +35,19 @@ enum class TokenType : int32_t {
 
 struct TokenizerSpec {
   TokenizerKind kind = TokenizerKind::byte_bpe;
-  std::string pre = "gpt2";          // pre-tokenizer name (byte_bpe only)
-  std::vector<std::string> tokens;   // id -> piece (as stored: GPT-2 byte chars / "▁" form)
-  std::vector<float> scores;         // spm merge priorities (may be empty for byte_bpe)
-  std::vector<TokenType> types;      // may be empty: then all normal
-  std::vector<std::string> merges;   // "a b" pairs in rank order (byte_bpe)
+  std::string pre = "gpt2";         // pre-tokenizer name (byte_bpe only)
+  std::vector<std::string> tokens;  // id -> piece (as stored: GPT-2 byte chars / "▁" form)
+  std::vector<float> scores;        // spm merge priorities (may be empty for byte_bpe)
+  std::vector<TokenType> types;     // may be empty: then all normal
+  std::vector<std::string> merges;  // "a b" pairs in rank order (byte_bpe)
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
-  std::vector<int32_t> eot_ids;      // extra end-of-turn ids (e.g. <|eot_id|>, <|im_end|>)
+  std::vector<int32_t> eot_ids;  // extra end-of-turn ids (e.g. <|eot_id|>, <|im_end|>)
   bool add_bos = false;
-  bool add_space_prefix = false;     // spm: prepend "▁" to the text
-  std::string chat_template;         // Jinja source as shipped (may be empty)
+  bool add_space_prefix = false;  // spm: prepend "▁" to the text
+  std::string chat_template;      // Jinja source as shipped (may be empty)
 };
 
 Result<TokenizerSpec> tokenizer_spec_from_gguf(const GgufFile& gguf);
@@ -70,6 +70,8 @@ class Tokenizer {
   // The bytes of one token (GPT-2 byte chars and "▁" undone, <0xNN> to the byte). Control
   // tokens give their text only when render_special is set.
   std::string token_to_bytes(int32_t id, bool render_special = false) const;
+  // spm with add_space_prefix: the leading space the encoder added is removed, so
+  // decode(encode(s)) == s (StreamingDetokenizer keeps it: generated text continues a prompt).
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   int32_t vocab_size() const;

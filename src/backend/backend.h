@@ -1,0 +1,120 @@
+// The op-level backend interface. The model (model/llama.cpp) is written once against it;
+// the CPU implementation is the correctness oracle, the CUDA one must match it.
+//
+// Contracts common to all ops:
+//   - tensors are views into memory owned by this backend (alloc_activation),
+//   - shapes are checked with CHECK: a mismatch is a bug in the model code, not user input,
+//   - ops are synchronous from the caller's point of view on the CPU; a device backend may
+//     queue them on its stream, and sync() waits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "core/result.h"
+
+namespace infercept {
+
+// Geometry of the paged KV storage. Storage is per layer: K and V arrays of
+// [n_blocks, block_size, n_kv_heads, head_dim].
+struct KvGeometry {
+  int64_t n_layers = 0;
+  int64_t n_blocks = 0;
+  int64_t block_size = 16;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::f16;
+
+  size_t bytes_per_block_per_layer() const;  // K or V alone
+  size_t total_bytes() const;
+};
+
+// Backend-owned KV storage. Bookkeeping (which block belongs to whom) lives in kv/, not here.
+class KvStorage {
+ public:
+  virtual ~KvStorage() = default;
+  virtual const KvGeometry& geometry() const = 0;
+};
+
+// Describes, for one forward pass, which query rows belong to which sequence and where that
+// sequence's KV lives. Row i of q belongs to sequence s with q_start[s] <= i <
+// q_start[s] + q_len[s]; its position is ctx_len[s] - q_len[s] + (i - q_start[s]) and it
+// attends causally to positions [0, its position]. block_tables is [n_seqs, max_blocks].
+struct AttentionBatch {
+  int32_t n_seqs = 0;
+  std::span<const int32_t> q_start;
+  std::span<const int32_t> q_len;
+  std::span<const int32_t> ctx_len;
+  std::span<const int32_t> block_tables;
+  int32_t max_blocks = 0;
+};
+
+struct RopeParams {
+  int64_t head_dim = 0;
+  int64_t rot_dim = 0;  // dimensions rotated (== head_dim for Llama)
+  bool neox = false;    // pair i with i + rot_dim/2 instead of (2i, 2i+1)
+  float theta_base = 10000.0f;
+  // [rot_dim / 2] divisors of each frequency (llama3 scaling); empty = all 1.
+  std::span<const float> freq_factors;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Element type of activations this backend computes in (f32 on the CPU).
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory ----
+  // A [rows, cols] activation buffer owned by the backend, valid until the backend dies.
+  // Called at start-up only (nothing is allocated inside a step).
+  virtual Tensor alloc_activation(int64_t rows, int64_t cols, DType dtype) = 0;
+  // Makes a weight usable by this backend (the CPU keeps the mapped bytes as they are).
+  virtual Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows,
+                                       int64_t cols) = 0;
+  virtual Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) = 0;
+  // Copies rows of a tensor to host floats (logits for sampling).
+  virtual void to_host_f32(const Tensor& t, float* dst) = 0;
+  // Copies token ids / positions / metadata from the host before a step.
+  virtual void sync() = 0;
+
+  // ---- ops ----
+  // out[i] = table[tokens[i]]      out: [n, d]
+  virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
+  // out = x / rms(x) * w           x, out: [n, d]; w: [d]
+  virtual void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) = 0;
+  // residual += x; out = rmsnorm(residual) * w  (the fused pre-norm of the next sub-layer)
+  virtual void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
+                           Tensor out) = 0;
+  // out = x @ w^T (+ bias)          x: [n, k]; w: [m, k]; out: [n, m]
+  virtual void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) = 0;
+  // Rotates q and k in place. q: [n, n_heads*head_dim]; k: [n, n_kv_heads*head_dim].
+  virtual void rope(Tensor q, Tensor k, std::span<const int32_t> positions,
+                    const RopeParams& p) = 0;
+  // Writes k, v rows [n, n_kv_heads*head_dim] to the cache slots (block*block_size+offset).
+  virtual void store_kv(KvStorage& kv, int64_t layer, const Tensor& k, const Tensor& v,
+                        std::span<const int32_t> slots) = 0;
+  // Causal attention of q over the paged cache of `layer` (which already holds this step's
+  // k and v).  q, out: [n, n_heads*head_dim].
+  virtual void attention(const Tensor& q, const KvStorage& kv, int64_t layer,
+                         const AttentionBatch& batch, int64_t n_heads, float scale,
+                         Tensor out) = 0;
+  // out = silu(gate) * up           gate, up, out: [n, f]
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // a += b
+  virtual void add(Tensor a, const Tensor& b) = 0;
+  // out[i] = x[rows[i]]              x: [n, d]; out: [rows.size(), d]
+  virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor out) = 0;
+  // Copies whole blocks (all layers, K and V) inside the storage: dst[i] = src[i].
+  virtual void copy_blocks(KvStorage& kv, std::span<const int32_t> src,
+                           std::span<const int32_t> dst) = 0;
+};
+
+// The CPU backend with n_threads threads (0 = all cores).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace infercept

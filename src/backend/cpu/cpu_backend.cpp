@@ -1,0 +1,291 @@
+// The CPU backend: the correctness oracle for every other backend, and fast enough to serve
+// a small model on a laptop. Activations are f32; weights stay in their file format
+// (quantized blocks included) and meet activations quantized to the paired format
+// (core/quant.h), the same pairing llama.cpp uses, so our logits track that reference.
+// The KV cache is f16 by default: half the memory, and what llama.cpp keeps as well.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/quant_dot.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+
+namespace infercept {
+namespace {
+
+class CpuKvStorage final : public KvStorage {
+ public:
+  explicit CpuKvStorage(const KvGeometry& g) : g_(g) {
+    const size_t layer_bytes = g.bytes_per_block_per_layer() * (size_t)g.n_blocks;
+    k_.resize((size_t)g.n_layers);
+    v_.resize((size_t)g.n_layers);
+    for (int64_t l = 0; l < g.n_layers; ++l) {
+      k_[(size_t)l].assign(layer_bytes, 0);
+      v_[(size_t)l].assign(layer_bytes, 0);
+    }
+  }
+  const KvGeometry& geometry() const override { return g_; }
+  uint8_t* k(int64_t layer) { return k_[(size_t)layer].data(); }
+  uint8_t* v(int64_t layer) { return v_[(size_t)layer].data(); }
+  const uint8_t* k(int64_t layer) const { return k_[(size_t)layer].data(); }
+  const uint8_t* v(int64_t layer) const { return v_[(size_t)layer].data(); }
+
+ private:
+  KvGeometry g_;
+  std::vector<std::vector<uint8_t>> k_, v_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads)
+      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {}
+
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::f32; }
+
+  Tensor alloc_activation(int64_t rows, int64_t cols, DType dtype) override {
+    CHECK(!dtype_is_quantized(dtype));
+    const size_t bytes = (size_t)(rows * cols) * dtype_block_bytes(dtype);
+    // 64-byte aligned so SIMD loads of row starts are aligned when cols allows it.
+    auto& buf = buffers_.emplace_back(new (std::align_val_t(64)) uint8_t[bytes + 64]);
+    std::memset(buf.get(), 0, bytes);
+    return Tensor{buf.get(), dtype, rows, cols, cols};
+  }
+
+  Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows,
+                               int64_t cols) override {
+    if (cols % dtype_block_elems(dtype) != 0)
+      return make_error("weight row of ", std::to_string(cols), " elements is not a multiple of ",
+                        std::string(dtype_name(dtype)), "'s block size");
+    Weight w;
+    w.data = data;
+    w.dtype = dtype;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = dtype_row_bytes(dtype, cols);
+    return w;
+  }
+
+  Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) override {
+    if (g.dtype != DType::f16 && g.dtype != DType::f32)
+      return make_error("the CPU backend keeps the KV cache in f16 or f32, not ",
+                        std::string(dtype_name(g.dtype)));
+    return std::unique_ptr<KvStorage>(new CpuKvStorage(g));
+  }
+
+  void to_host_f32(const Tensor& t, float* dst) override {
+    CHECK(t.dtype == DType::f32);
+    for (int64_t r = 0; r < t.rows; ++r)
+      std::memcpy(dst + r * t.cols, t.row<float>(r), (size_t)t.cols * sizeof(float));
+  }
+
+  void sync() override {}
+
+  void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override {
+    CHECK(out.dtype == DType::f32 && out.rows == (int64_t)tokens.size() && out.cols == table.cols);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      CHECK(tokens[i] >= 0 && tokens[i] < table.rows);
+      const auto* src = static_cast<const uint8_t*>(table.data) + (size_t)tokens[i] * table.row_bytes;
+      dequantize_row(table.dtype, src, out.row<float>((int64_t)i), table.cols);
+    }
+  }
+
+  void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) override {
+    CHECK(x.rows == out.rows && x.cols == out.cols && w.cols == x.cols && w.dtype == DType::f32);
+    const auto* wv = static_cast<const float*>(w.data);
+    for (int64_t r = 0; r < x.rows; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+  }
+
+  void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
+                   Tensor out) override {
+    CHECK(residual.rows == x.rows && residual.cols == x.cols && out.rows == x.rows);
+    const auto* wv = static_cast<const float*>(w.data);
+    for (int64_t r = 0; r < x.rows; ++r) {
+      float* res = residual.row<float>(r);
+      const float* xr = x.row<float>(r);
+      for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
+      rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
+    }
+  }
+
+  void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
+    CHECK(x.dtype == DType::f32 && out.dtype == DType::f32);
+    CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows);
+    const int64_t n = x.rows, k = x.cols;
+    const DType act_t = activation_dtype_for(w.dtype);
+    const void* acts = x.data;
+    size_t act_row_bytes = (size_t)x.stride * sizeof(float);
+    if (act_t != DType::f32) {
+      act_row_bytes = dtype_row_bytes(act_t, k);
+      if (act_scratch_.size() < act_row_bytes * (size_t)n) act_scratch_.resize(act_row_bytes * (size_t)n);
+      uint8_t* dst = act_scratch_.data();
+      pool_.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) quantize_row(act_t, x.row<float>(r), dst + (size_t)r * act_row_bytes, k);
+      }, /*grain=*/4);
+      acts = dst;
+    }
+    // Split the weight rows across threads in multiples of 16 so tiles stay whole.
+    const int64_t m = w.rows;
+    pool_.run([&](int t, int nt) {
+      const int64_t per = ((m + nt - 1) / nt + 15) / 16 * 16;
+      const int64_t b = std::min<int64_t>(m, per * t), e = std::min<int64_t>(m, b + per);
+      if (b < e)
+        matmul_rows(w.dtype, w.data, w.row_bytes, b, e, acts, act_row_bytes, n, k,
+                    static_cast<float*>(out.data), out.stride);
+    });
+    if (bias != nullptr && bias->present()) {
+      CHECK(bias->dtype == DType::f32 && bias->cols == out.cols);
+      const auto* bv = static_cast<const float*>(bias->data);
+      for (int64_t r = 0; r < n; ++r) {
+        float* o = out.row<float>(r);
+        for (int64_t c = 0; c < out.cols; ++c) o[c] += bv[c];
+      }
+    }
+  }
+
+  void rope(Tensor q, Tensor k, std::span<const int32_t> positions, const RopeParams& p) override {
+    CHECK(q.rows == (int64_t)positions.size() && k.rows == q.rows);
+    CHECK(q.cols % p.head_dim == 0 && k.cols % p.head_dim == 0);
+    const int64_t half = p.rot_dim / 2;
+    CHECK(p.freq_factors.empty() || (int64_t)p.freq_factors.size() == half);
+    // theta_i = pos * base^(-2i/rot_dim), built by repeated float multiplication: that is
+    // how llama.cpp rounds it, and near-ties in greedy decoding are sensitive to the last bit.
+    const float theta_scale = std::pow(p.theta_base, -2.0f / (float)p.rot_dim);
+    pool_.parallel_for(q.rows, [&](int64_t b, int64_t e) {
+      std::vector<float> cs((size_t)half), sn((size_t)half);
+      for (int64_t r = b; r < e; ++r) {
+        float theta = (float)positions[(size_t)r];
+        for (int64_t i = 0; i < half; ++i) {
+          const float t = p.freq_factors.empty() ? theta : theta / p.freq_factors[(size_t)i];
+          cs[(size_t)i] = std::cos(t);
+          sn[(size_t)i] = std::sin(t);
+          theta *= theta_scale;
+        }
+        rotate_heads(q.row<float>(r), q.cols / p.head_dim, p, cs.data(), sn.data());
+        rotate_heads(k.row<float>(r), k.cols / p.head_dim, p, cs.data(), sn.data());
+      }
+    }, /*grain=*/4);
+  }
+
+  void store_kv(KvStorage& kv_base, int64_t layer, const Tensor& k, const Tensor& v,
+                std::span<const int32_t> slots) override {
+    auto& kv = static_cast<CpuKvStorage&>(kv_base);
+    const KvGeometry& g = kv.geometry();
+    const int64_t width = g.n_kv_heads * g.head_dim;
+    CHECK(k.cols == width && v.cols == width && k.rows == (int64_t)slots.size());
+    const size_t es = dtype_block_bytes(g.dtype);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      CHECK(slots[i] >= 0 && slots[i] < g.n_blocks * g.block_size);
+      uint8_t* kd = kv.k(layer) + (size_t)slots[i] * (size_t)width * es;
+      uint8_t* vd = kv.v(layer) + (size_t)slots[i] * (size_t)width * es;
+      store_row(k.row<float>((int64_t)i), kd, width, g.dtype);
+      store_row(v.row<float>((int64_t)i), vd, width, g.dtype);
+    }
+  }
+
+  void attention(const Tensor& q, const KvStorage& kv_base, int64_t layer,
+                 const AttentionBatch& batch, int64_t n_heads, float scale,
+                 Tensor out) override {
+    const auto& kv = static_cast<const CpuKvStorage&>(kv_base);
+    PagedKvView view{kv.k(layer), kv.v(layer), kv.geometry()};
+    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out);
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    CHECK(gate.rows == up.rows && gate.cols == up.cols && out.rows == gate.rows);
+    pool_.parallel_for(gate.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const float* g = gate.row<float>(r);
+        const float* u = up.row<float>(r);
+        float* o = out.row<float>(r);
+        for (int64_t c = 0; c < gate.cols; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
+      }
+    }, /*grain=*/4);
+  }
+
+  void add(Tensor a, const Tensor& b) override {
+    CHECK(a.rows == b.rows && a.cols == b.cols);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      float* ar = a.row<float>(r);
+      const float* br = b.row<float>(r);
+      for (int64_t c = 0; c < a.cols; ++c) ar[c] += br[c];
+    }
+  }
+
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor out) override {
+    CHECK(out.rows >= (int64_t)rows.size() && out.cols == x.cols);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      CHECK(rows[i] >= 0 && rows[i] < x.rows);
+      std::memcpy(out.row<float>((int64_t)i), x.row<float>(rows[i]), (size_t)x.cols * sizeof(float));
+    }
+  }
+
+  void copy_blocks(KvStorage& kv_base, std::span<const int32_t> src,
+                   std::span<const int32_t> dst) override {
+    auto& kv = static_cast<CpuKvStorage&>(kv_base);
+    const KvGeometry& g = kv.geometry();
+    CHECK(src.size() == dst.size());
+    const size_t bb = g.bytes_per_block_per_layer();
+    for (int64_t l = 0; l < g.n_layers; ++l)
+      for (size_t i = 0; i < src.size(); ++i) {
+        CHECK(src[i] >= 0 && src[i] < g.n_blocks && dst[i] >= 0 && dst[i] < g.n_blocks);
+        std::memcpy(kv.k(l) + (size_t)dst[i] * bb, kv.k(l) + (size_t)src[i] * bb, bb);
+        std::memcpy(kv.v(l) + (size_t)dst[i] * bb, kv.v(l) + (size_t)src[i] * bb, bb);
+      }
+  }
+
+ private:
+  static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += (double)x[i] * (double)x[i];
+    const float s = 1.0f / std::sqrt((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s * w[i];
+  }
+
+  static void rotate_heads(float* x, int64_t n_heads, const RopeParams& p, const float* cs,
+                           const float* sn) {
+    const int64_t half = p.rot_dim / 2;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* hx = x + h * p.head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = p.neox ? i : 2 * i;
+        const int64_t b = p.neox ? i + half : 2 * i + 1;
+        const float x0 = hx[a], x1 = hx[b];
+        hx[a] = x0 * cs[i] - x1 * sn[i];
+        hx[b] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+
+  static void store_row(const float* src, uint8_t* dst, int64_t n, DType t) {
+    if (t == DType::f32) {
+      std::memcpy(dst, src, (size_t)n * sizeof(float));
+    } else {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+    }
+  }
+
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+
+  ThreadPool pool_;
+  std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
+  std::vector<uint8_t> act_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<CpuBackend>(n_threads);
+}
+
+}  // namespace infercept

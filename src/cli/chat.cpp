@@ -1,0 +1,65 @@
+// `infercept chat`: an interactive chat in the terminal. Each turn is rendered with the
+// model's chat template and streamed token by token; /reset clears the history, /quit or
+// end of input leaves.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/common.h"
+
+namespace infercept::cli {
+
+int run_chat(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, {"system"}}), {});
+  if (!args.ok()) return fail(args.error());
+  auto cfg = engine_config_from(*args);
+  if (!cfg.ok()) return fail(cfg.error());
+  auto params = sampling_params_from(*args, 0.7f);
+  if (!params.ok()) return fail(params.error());
+  auto engine = EngineCore::create(*cfg);
+  if (!engine.ok()) return fail(engine.error());
+  EngineCore& e = **engine;
+
+  std::vector<ChatMessage> history;
+  if (args->has("system")) history.push_back({"system", args->get("system"), {}, "", ""});
+  const size_t base = history.size();
+  std::fprintf(stderr, "infercept chat (%s). /reset clears, /quit leaves.\n",
+               e.model_config().name.empty() ? e.model_config().arch.c_str()
+                                             : e.model_config().name.c_str());
+  std::string line;
+  for (;;) {
+    std::fprintf(stdout, "> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line == "/quit") break;
+    if (line == "/reset") {
+      history.resize(base);
+      continue;
+    }
+    if (line.empty()) continue;
+    history.push_back({"user", line, {}, "", ""});
+    auto ids = e.encode_chat(history, {});
+    if (!ids.ok()) return fail(ids.error());
+    GenerateRequest req{std::move(*ids), *params};
+    auto id = e.add_request(std::move(req));
+    if (!id.ok()) {
+      std::fprintf(stderr, "error: %s\n", id.error().message.c_str());
+      history.pop_back();
+      continue;
+    }
+    std::string reply;
+    bool done = false;
+    while (!done && e.has_work()) {
+      for (const RequestOutput& o : e.step()) {
+        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+        std::fflush(stdout);
+        reply += o.text;
+        done = done || o.finished();
+      }
+    }
+    std::fprintf(stdout, "\n");
+    history.push_back({"assistant", reply, {}, "", ""});
+  }
+  return 0;
+}
+
+}  // namespace infercept::cli

@@ -1,0 +1,41 @@
+// infercept: one binary, one subcommand per file (generate, chat, info, bench-decode).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace infercept::cli {
+int run_generate(int argc, char** argv);
+int run_chat(int argc, char** argv);
+int run_info(int argc, char** argv);
+int run_bench_decode(int argc, char** argv);
+}  // namespace infercept::cli
+
+namespace {
+void usage() {
+  std::fprintf(stderr,
+               "usage: infercept <command> [flags]\n"
+               "commands:\n"
+               "  generate      generate text for one prompt (--prompt TEXT | --prompt-file F)\n"
+               "  chat          interactive chat in the terminal, streaming tokens\n"
+               "  info          print the model's architecture and sizes\n"
+               "  bench-decode  measure prefill and batched decode throughput\n"
+               "Without --model the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf) is "
+               "used.\n");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    usage();
+    return argc < 2 ? 1 : 0;
+  }
+  const std::string cmd = argv[1];
+  using namespace infercept::cli;
+  if (cmd == "generate") return run_generate(argc - 2, argv + 2);
+  if (cmd == "chat") return run_chat(argc - 2, argv + 2);
+  if (cmd == "info") return run_info(argc - 2, argv + 2);
+  if (cmd == "bench-decode") return run_bench_decode(argc - 2, argv + 2);
+  std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
+  usage();
+  return 1;
+}

@@ -1,0 +1,153 @@
+// The engine: one thread owns the model and the KV cache and runs steps
+//   schedule -> build step input -> forward -> sample -> postprocess -> outputs.
+// EngineCore is that loop, single-threaded and step-driven (tests and the CLI drive it
+// directly); Engine wraps it with a thread, a request inbox and per-request callbacks so
+// that other threads (HTTP workers, the terminal chat) only enqueue and receive outputs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/result.h"
+#include "engine/sampling.h"
+#include "engine/stop_matcher.h"
+#include "io/tensor_source.h"
+#include "kv/block_allocator.h"
+#include "model/llama.h"
+#include "sched/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace infercept {
+
+struct EngineConfig {
+  std::string model_path;
+  int n_threads = 0;  // 0 = all cores
+  int64_t block_size = 16;
+  int64_t kv_cache_tokens = 0;  // 0 = derived from kv_cache_mb
+  double kv_cache_mb = 256.0;
+  DType kv_dtype = DType::f16;
+  int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
+  int64_t max_seqs = 64;              // sequences per step
+  int64_t max_context = 0;            // 0 = the model's
+  std::string chat_template;          // empty = detect from the model
+  uint64_t seed = 0x5eed;             // base for requests without their own seed
+  bool check_invariants = false;      // run the KV invariants after every step (tests)
+};
+
+enum class FinishReason { none, stop, length, abort };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  uint64_t id = 0;
+  std::vector<int32_t> new_tokens;  // tokens sampled this step (0 or 1)
+  std::string text;                 // newly completed text (stop strings held back)
+  FinishReason finish = FinishReason::none;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  bool finished() const { return finish != FinishReason::none; }
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens_computed = 0;  // prefill rows run, recomputation included
+  int64_t decode_tokens = 0;           // tokens sampled
+  int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;
+  double forward_seconds = 0.0;
+};
+
+class EngineCore {
+ public:
+  static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config);
+  ~EngineCore();
+
+  // Validates and queues a request; returns its id. Errors: empty prompt, prompt longer than
+  // the context or the cache, bad sampling parameters.
+  Result<uint64_t> add_request(GenerateRequest req);
+  // The checks of add_request alone; const and safe from any thread.
+  Status validate(const GenerateRequest& req) const;
+  // Queues an already validated request under a caller-chosen, unused id.
+  void add_validated(GenerateRequest req, uint64_t id);
+  // Stops a request; its KV is released. Unknown ids are ignored.
+  void abort(uint64_t id);
+  // Runs one step. Returns the outputs of the requests that sampled or finished.
+  std::vector<RequestOutput> step();
+  bool has_work() const { return scheduler_->has_work(); }
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& model_config() const { return source_->config(); }
+  const ModelSource& model_source() const { return *source_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+  const EngineConfig& config() const { return config_; }
+  const EngineStats& stats() const { return stats_; }
+  int64_t max_context() const { return max_context_; }
+  int64_t kv_capacity_tokens() const { return scheduler_->capacity_tokens(); }
+  const BlockAllocator& allocator() const { return *allocator_; }
+  // Renders a chat with the model's template and tokenizes it (special tokens parsed).
+  Result<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
+                                           const std::vector<ToolDefinition>& tools) const;
+
+ private:
+  struct Active;
+  EngineCore() = default;
+  void build_step_input(const StepPlan& plan);
+
+  EngineConfig config_;
+  std::unique_ptr<ModelSource> source_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ChatTemplate chat_template_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<BlockAllocator> allocator_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;
+  uint64_t next_id_ = 1;
+  int64_t max_context_ = 0;
+  StepInput step_input_;
+  std::vector<float> logits_;  // [max_seqs, vocab]
+  EngineStats stats_;
+};
+
+// EngineCore on its own thread. Callbacks run on the engine thread: keep them short.
+class Engine {
+ public:
+  using Callback = std::function<void(const RequestOutput&)>;
+  explicit Engine(std::unique_ptr<EngineCore> core);
+  ~Engine();  // stops the thread; pending requests are aborted
+
+  // Queues a request; the callback receives every output, the last one with finished().
+  Result<uint64_t> submit(GenerateRequest req, Callback cb);
+  void abort(uint64_t id);
+  const EngineCore& core() const { return *core_; }
+
+ private:
+  void loop();
+
+  std::unique_ptr<EngineCore> core_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<uint64_t, GenerateRequest>> inbox_;
+  std::vector<uint64_t> aborts_;
+  std::unordered_map<uint64_t, Callback> callbacks_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace infercept

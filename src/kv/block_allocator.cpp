@@ -1,0 +1,69 @@
+#include "kv/block_allocator.h"
+
+#include <numeric>
+
+#include "core/check.h"
+
+namespace infercept {
+
+BlockAllocator::BlockAllocator(int32_t n_blocks) : refcount_((size_t)n_blocks, 0) {
+  CHECK_GE(n_blocks, 0);
+  free_.resize((size_t)n_blocks);
+  // Hand out low ids first: the stack pops from the back.
+  for (int32_t i = 0; i < n_blocks; ++i) free_[(size_t)i] = n_blocks - 1 - i;
+}
+
+std::optional<int32_t> BlockAllocator::allocate() {
+  if (free_.empty()) return std::nullopt;
+  const int32_t b = free_.back();
+  free_.pop_back();
+  CHECK_EQ(refcount_[(size_t)b], 0);
+  refcount_[(size_t)b] = 1;
+  return b;
+}
+
+void BlockAllocator::retain(int32_t block) {
+  CHECK(block >= 0 && block < n_blocks());
+  CHECK_GT(refcount_[(size_t)block], 0);
+  ++refcount_[(size_t)block];
+}
+
+void BlockAllocator::release(int32_t block) {
+  CHECK(block >= 0 && block < n_blocks());
+  CHECK_GT(refcount_[(size_t)block], 0);
+  if (--refcount_[(size_t)block] == 0) free_.push_back(block);
+}
+
+int32_t BlockAllocator::refcount(int32_t block) const {
+  CHECK(block >= 0 && block < n_blocks());
+  return refcount_[(size_t)block];
+}
+
+void BlockAllocator::check_invariants() const {
+  std::vector<char> seen(refcount_.size(), 0);
+  for (int32_t b : free_) {
+    CHECK(b >= 0 && b < n_blocks());
+    CHECK_MSG(!seen[(size_t)b], "block is on the free list twice");
+    seen[(size_t)b] = 1;
+    CHECK_MSG(refcount_[(size_t)b] == 0, "free block has owners");
+  }
+  int32_t used = 0;
+  for (size_t b = 0; b < refcount_.size(); ++b) {
+    CHECK(refcount_[b] >= 0);
+    if (refcount_[b] > 0) {
+      CHECK(!seen[b]);
+      ++used;
+    } else {
+      CHECK_MSG(seen[b], "block with no owner is not on the free list (leak)");
+    }
+  }
+  CHECK_EQ(used + n_free(), n_blocks());
+}
+
+int32_t BlockTable::slot(int64_t pos, int64_t block_size) const {
+  const size_t bi = (size_t)(pos / block_size);
+  CHECK_LT(bi, blocks.size());
+  return blocks[bi] * (int32_t)block_size + (int32_t)(pos % block_size);
+}
+
+}  // namespace infercept

@@ -1,0 +1,62 @@
+// The Llama-family forward pass (Llama 2/3, Mistral, SmolLM2, Qwen2) over a paged KV cache,
+// written once against the Backend interface. One call runs one engine step: any mix of
+// prefill chunks and decode tokens from many sequences, flattened into rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/tensor_source.h"
+#include "model/weights.h"
+
+namespace infercept {
+
+// Everything one forward step needs, prepared by the engine on the host.
+struct StepInput {
+  std::vector<int32_t> tokens;     // [n] query tokens, sequence after sequence
+  std::vector<int32_t> positions;  // [n]
+  std::vector<int32_t> slots;      // [n] KV slot each token's K/V is written to
+  std::vector<int32_t> q_start;    // [n_seqs] first row of each sequence
+  std::vector<int32_t> q_len;      // [n_seqs]
+  std::vector<int32_t> ctx_len;    // [n_seqs] tokens in the cache after this step
+  std::vector<int32_t> block_tables;  // [n_seqs, max_blocks], padded with 0
+  int32_t max_blocks = 0;
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted
+
+  void clear();
+  int32_t n_seqs() const { return (int32_t)q_start.size(); }
+};
+
+class LlamaModel {
+ public:
+  // max_rows: most query tokens in one step; max_logit_rows: most sequences sampled per step.
+  static Result<std::unique_ptr<LlamaModel>> create(const ModelSource& src, Backend& backend,
+                                                    int64_t max_rows, int64_t max_logit_rows);
+
+  const ModelConfig& config() const { return config_; }
+  int64_t max_rows() const { return max_rows_; }
+  int64_t max_logit_rows() const { return max_logit_rows_; }
+
+  // Runs one step and writes logits [in.logit_rows.size(), vocab] to `logits`.
+  void forward(const StepInput& in, KvStorage& kv, float* logits);
+
+ private:
+  LlamaModel(Backend& backend, const ModelConfig& c) : backend_(backend), config_(c) {}
+
+  Backend& backend_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  int64_t max_rows_ = 0;
+  int64_t max_logit_rows_ = 0;
+  std::vector<float> freq_factors_;  // [head_dim / 2], empty without rope scaling
+  // Activation buffers, allocated once: [max_rows, width].
+  Tensor x_, h_, q_, k_, v_, attn_, o_, gate_, up_, logits_in_, logits_;
+};
+
+// Per-frequency divisors of RoPE scaling (llama3: long wavelengths slowed by `factor`,
+// short ones kept, a smooth band between); empty when the config has no scaling.
+std::vector<float> rope_freq_factors(const ModelConfig& c);
+
+}  // namespace infercept

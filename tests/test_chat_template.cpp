@@ -1,0 +1,226 @@
+// Chat template tests: ChatML against the default model's own Jinja template rendered by
+// jinja2 (tests/fixtures/tokenizer_smollm2.json, from scripts/make_tokenizer_fixtures.py),
+// and hand-written expectations for the tool cases and the Llama families, written from the
+// structure of each family's reference template (Qwen2.5 for ChatML tools, Llama 3.1,
+// Llama 2 chat).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
+
+namespace infercept {
+namespace {
+
+using json = nlohmann::json;
+
+const char* kSmolSystem = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+std::string render(const ChatTemplate& t, const std::vector<ChatMessage>& m,
+                   const std::vector<ToolDefinition>& tools = {}, bool gen = true) {
+  auto r = render_chat(t, m, tools, gen);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : std::string();
+}
+
+ToolDefinition weather_tool() {
+  return ToolDefinition{"get_weather", "Get the weather",
+                        R"({"type":"object","properties":{"city":{"type":"string"}},)"
+                        R"("required":["city"]})"};
+}
+
+std::vector<ChatMessage> tool_conversation() {
+  ChatMessage user{"user", "What's the weather in Paris?", {}, "", ""};
+  ChatMessage call{
+      "assistant", "", {ToolCall{"call_1", "get_weather", R"({"city":"Paris"})"}}, "", ""};
+  ChatMessage result{"tool", R"({"temp": 21})", {}, "call_1", "get_weather"};
+  return {user, call, result};
+}
+
+TEST(ChatTemplate, ResolvesFamilies) {
+  const json fx = json::parse(testing::read_file(testing::fixture_path("tokenizer_smollm2.json")));
+  auto smol = resolve_chat_template("", fx["chat_template"].get<std::string>());
+  ASSERT_TRUE(smol.ok()) << smol.error().message;
+  EXPECT_EQ(smol->kind, ChatTemplateKind::chatml);
+  EXPECT_EQ(smol->default_system, kSmolSystem);
+  // A ChatML template whose system text is not a literal has no default system.
+  auto plain = resolve_chat_template(
+      "", "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->default_system, "");
+  auto l3 = resolve_chat_template("", "{{ '<|start_header_id|>' + role }}");
+  ASSERT_TRUE(l3.ok());
+  EXPECT_EQ(l3->kind, ChatTemplateKind::llama3);
+  auto l2 = resolve_chat_template("", "{{ bos_token + '[INST] ' + content }}");
+  ASSERT_TRUE(l2.ok());
+  EXPECT_EQ(l2->kind, ChatTemplateKind::llama2);
+  auto named = resolve_chat_template("llama3", "anything");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->kind, ChatTemplateKind::llama3);
+  auto unknown = resolve_chat_template("", "{{ messages }}");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("--chat-template chatml|llama3|llama2"),
+            std::string::npos);
+  auto bad_name = resolve_chat_template("vicuna", "");
+  ASSERT_FALSE(bad_name.ok());
+  EXPECT_NE(bad_name.error().message.find("vicuna"), std::string::npos);
+  EXPECT_FALSE(resolve_chat_template("", "").ok());
+}
+
+TEST(ChatTemplate, ChatmlMatchesModelJinja) {
+  const json fx = json::parse(testing::read_file(testing::fixture_path("tokenizer_smollm2.json")));
+  auto t = resolve_chat_template("", fx["chat_template"].get<std::string>());
+  ASSERT_TRUE(t.ok());
+  size_t n = 0;
+  for (const json& c : fx["chat_cases"]) {
+    std::vector<ChatMessage> msgs;
+    for (const json& m : c["messages"]) {
+      msgs.push_back(ChatMessage{m["role"], m["content"], {}, "", ""});
+    }
+    EXPECT_EQ(render(*t, msgs, {}, c["add_generation_prompt"].get<bool>()),
+              c["rendered"].get<std::string>())
+        << c.dump();
+    ++n;
+  }
+  EXPECT_GE(n, 10u);
+}
+
+TEST(ChatTemplate, ChatmlPlainCases) {
+  ChatTemplate t{ChatTemplateKind::chatml, kSmolSystem};
+  EXPECT_EQ(render(t, {{"user", "Hi", {}, "", ""}}),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  ChatTemplate bare{ChatTemplateKind::chatml, ""};
+  EXPECT_EQ(render(bare,
+                   {{"system", "S", {}, "", ""},
+                    {"user", "a", {}, "", ""},
+                    {"assistant", "b", {}, "", ""},
+                    {"user", "c", {}, "", ""}},
+                   {}, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\na<|im_end|>\n"
+            "<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n");
+  EXPECT_EQ(render(bare, {{"user", "x", {}, "", ""}}),
+            "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ChatmlTools) {
+  ChatTemplate t{ChatTemplateKind::chatml, kSmolSystem};
+  std::vector<ChatMessage> msgs = tool_conversation();
+  // Two results in a row share one user turn.
+  msgs.push_back(ChatMessage{"tool", "second", {}, "call_2", ""});
+  const std::string expected =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+      "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>\n\n"
+      "For each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n"
+      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n<tool_response>\n"
+      "second\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(render(t, msgs, {weather_tool()}), expected);
+
+  // With a system message it replaces the default; content before tool calls is kept.
+  std::vector<ChatMessage> m2 = {{"system", "Be brief.", {}, "", ""},
+                                 {"user", "Weather?", {}, "", ""},
+                                 {"assistant",
+                                  "Checking.",
+                                  {ToolCall{"a", "get_weather", R"({"city":"Köln"})"},
+                                   ToolCall{"b", "get_weather", R"({"city":"Bonn"})"}},
+                                  "",
+                                  ""}};
+  const std::string r2 = render(t, m2, {weather_tool()}, false);
+  EXPECT_EQ(r2.rfind("<|im_start|>system\nBe brief.\n\n# Tools\n", 0), 0u) << r2;
+  EXPECT_NE(r2.find("<|im_start|>assistant\nChecking.\n<tool_call>\n{\"name\": "
+                    "\"get_weather\", \"arguments\": {\"city\": \"Köln\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                    "\"Bonn\"}}\n</tool_call><|im_end|>\n"),
+            std::string::npos)
+      << r2;
+  EXPECT_EQ(r2.find("SmolLM"), std::string::npos);
+}
+
+TEST(ChatTemplate, Llama3) {
+  ChatTemplate t{ChatTemplateKind::llama3, ""};
+  EXPECT_EQ(render(t, {{"user", "Hi", {}, "", ""}}),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render(t,
+                   {{"system", "You are kind.", {}, "", ""},
+                    {"user", " a ", {}, "", ""},
+                    {"assistant", "b", {}, "", ""},
+                    {"user", "c", {}, "", ""}},
+                   {}, false),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are kind."
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\na<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nb<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nc<|eot_id|>");
+  const std::string expected_tools =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n\n"
+      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+      "Given the following functions, please respond with a JSON for a function call with its "
+      "proper arguments that best answers the given prompt.\n\nRespond in the format "
+      "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+      "Do not use variables.\n\n"
+      "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n"
+      "        \"description\": \"Get the weather\",\n        \"parameters\": {\n"
+      "            \"type\": \"object\",\n            \"properties\": {\n"
+      "                \"city\": {\n                    \"type\": \"string\"\n"
+      "                }\n            },\n            \"required\": [\n"
+      "                \"city\"\n            ]\n        }\n    }\n}\n\n"
+      "What's the weather in Paris?<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", "
+      "\"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+      "<|start_header_id|>ipython<|end_header_id|>\n\n{\"temp\": 21}<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(render(t, tool_conversation(), {weather_tool()}), expected_tools);
+  // Tools with no user message to carry them are an error, not a crash.
+  EXPECT_FALSE(render_chat(t, {}, {weather_tool()}, true).ok());
+}
+
+TEST(ChatTemplate, Llama2) {
+  ChatTemplate t{ChatTemplateKind::llama2, ""};
+  EXPECT_EQ(render(t, {{"user", "Hi", {}, "", ""}}), "<s>[INST] Hi [/INST]");
+  EXPECT_EQ(render(t, {{"system", "Be kind.", {}, "", ""},
+                       {"user", "Hi", {}, "", ""},
+                       {"assistant", "Hello!", {}, "", ""},
+                       {"user", "Bye", {}, "", ""}}),
+            "<s>[INST] <<SYS>>\nBe kind.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] Bye "
+            "[/INST]");
+  const std::string with_tools = render(t, tool_conversation(), {weather_tool()});
+  EXPECT_EQ(with_tools,
+            "<s>[INST] <<SYS>>\nYou can call these functions. To call one, answer with only a "
+            "JSON object {\"name\": function name, \"arguments\": dictionary of arguments}.\n"
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+            "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": "
+            "{\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n<</SYS>>\n\n"
+            "What's the weather in Paris? [/INST] {\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\": \"Paris\"}} </s><s>[INST] {\"temp\": 21} [/INST]");
+  auto bad = render_chat(t, {{"user", "a", {}, "", ""}, {"user", "b", {}, "", ""}}, {}, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("alternate"), std::string::npos);
+}
+
+TEST(ChatTemplate, Errors) {
+  ChatTemplate t{ChatTemplateKind::chatml, ""};
+  auto role = render_chat(t, {{"wizard", "x", {}, "", ""}}, {}, true);
+  ASSERT_FALSE(role.ok());
+  EXPECT_NE(role.error().message.find("wizard"), std::string::npos);
+  ToolDefinition bad{"f", "", "{not json"};
+  auto r = render_chat(t, {{"user", "x", {}, "", ""}}, {bad}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("tool 'f'"), std::string::npos);
+  // Arguments that are not JSON are passed through as a JSON string rather than dropped.
+  ChatMessage call{"assistant", "", {ToolCall{"1", "f", "oops"}}, "", ""};
+  const std::string s = render(t, {{"user", "x", {}, "", ""}, call});
+  EXPECT_NE(s.find("\"arguments\": \"oops\""), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace infercept

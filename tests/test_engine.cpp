@@ -1,0 +1,233 @@
+// The engine end to end on the default model: batch invariance (a request yields the same
+// tokens alone and inside a batch of 16 others), preemption under memory pressure (every
+// request finishes, with the tokens it would have produced alone), stop conditions, and
+// clear errors for bad requests.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/engine.h"
+#include "test_util.h"
+
+namespace infercept {
+namespace {
+
+EngineConfig base_config() {
+  EngineConfig c;
+  c.model_path = testing::default_model_path();
+  c.check_invariants = true;
+  return c;
+}
+
+std::unique_ptr<EngineCore> make_engine(const EngineConfig& c) {
+  auto e = EngineCore::create(c);
+  EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Runs every request to completion; returns generated tokens per request id.
+std::map<uint64_t, std::vector<int32_t>> run_all(EngineCore& e) {
+  std::map<uint64_t, std::vector<int32_t>> out;
+  for (int guard = 0; e.has_work() && guard < 100000; ++guard)
+    for (const RequestOutput& o : e.step())
+      out[o.id].insert(out[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+  EXPECT_FALSE(e.has_work());
+  return out;
+}
+
+std::vector<std::string> varied_prompts() {
+  return {"The capital of France is",
+          "def fibonacci(n):\n    ",
+          "Once upon a time, in a kingdom far away, there lived a",
+          "1, 2, 3, 4, 5,",
+          "The three laws of thermodynamics are",
+          "Q: What is the boiling point of water?\nA:",
+          "東京は日本の首都です。",
+          "A KV cache stores the keys and values computed for previous tokens so that attention "
+          "does not recompute them at every step. When a request pauses for a tool call, the "
+          "server decides whether to keep, swap or drop its cache. The trade-off is",
+          "SELECT name FROM users WHERE",
+          "Dear team,\n\nI am writing to",
+          "The quick brown fox",
+          "In 1969, humans first",
+          "Photosynthesis converts",
+          "<html><body><h1>",
+          "Rust's borrow checker ensures that",
+          "The recipe calls for two cups of flour and",
+          "Hi"};
+}
+
+TEST(Engine, BatchInvarianceSameTokensAloneAndInABatchOf17) {
+  auto e = make_engine(base_config());
+  ASSERT_TRUE(e);
+  const auto prompts = varied_prompts();
+  ASSERT_EQ(prompts.size(), 17u);
+  auto make_req = [&](const std::string& p) {
+    GenerateRequest r;
+    r.prompt = e->tokenizer().encode(p, true, false);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto id = e->add_request(make_req(p));
+    ASSERT_TRUE(id.ok());
+    alone.push_back(run_all(*e)[*id]);
+    ASSERT_EQ(alone.back().size(), 24u);
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(*e->add_request(make_req(p)));
+  auto together = run_all(*e);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(together[ids[i]], alone[i]) << "prompt " << i << ": " << prompts[i];
+  EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
+}
+
+TEST(Engine, PreemptionUnderMemoryPressureStillFinishesEveryRequestIdentically) {
+  EngineConfig c = base_config();
+  c.kv_cache_tokens = 192;  // 12 blocks: far less than 8 requests need at once
+  c.max_tokens_per_step = 64;
+  auto e = make_engine(c);
+  ASSERT_TRUE(e);
+  const auto prompts = varied_prompts();
+  auto make_req = [&](size_t i) {
+    GenerateRequest r;
+    r.prompt = e->tokenizer().encode(prompts[i], true, false);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 40;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < 8; ++i) {
+    auto id = e->add_request(make_req(i));
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    alone.push_back(run_all(*e)[*id]);
+  }
+  const int64_t preemptions_before = e->stats().preemptions;
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < 8; ++i) ids.push_back(*e->add_request(make_req(i)));
+  auto together = run_all(*e);
+  EXPECT_GT(e->stats().preemptions, preemptions_before) << "the cache was meant to run out";
+  EXPECT_GT(e->stats().recomputed_tokens, 0);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(together[ids[i]], alone[i]) << prompts[i];
+  EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
+}
+
+TEST(Engine, MaxTokensStopStringsAndStopTokens) {
+  auto e = make_engine(base_config());
+  ASSERT_TRUE(e);
+  GenerateRequest r;
+  r.prompt = e->tokenizer().encode("1, 2, 3, 4, 5,", true, false);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = 30;
+  r.params.ignore_eos = true;
+  // Greedy text without stops, to derive a stop string that must cut it.
+  auto id = *e->add_request(r);
+  std::string full;
+  FinishReason fr = FinishReason::none;
+  int64_t n_tokens = 0;
+  while (e->has_work())
+    for (auto& o : e->step()) {
+      full += o.text;
+      n_tokens += (int64_t)o.new_tokens.size();
+      if (o.finished()) fr = o.finish;
+    }
+  (void)id;
+  EXPECT_EQ(fr, FinishReason::length);
+  EXPECT_EQ(n_tokens, 30);
+  ASSERT_NE(full.find(" 8,"), std::string::npos) << full;
+
+  r.params.stop = {" 8,"};
+  e->add_request(r).value();
+  std::string cut;
+  while (e->has_work())
+    for (auto& o : e->step()) {
+      cut += o.text;
+      if (o.finished()) fr = o.finish;
+    }
+  EXPECT_EQ(fr, FinishReason::stop);
+  EXPECT_EQ(cut, full.substr(0, full.find(" 8,")));
+
+  // The first generated token as a stop token ends the request after one token.
+  r.params.stop.clear();
+  const auto first = e->tokenizer().encode(full, false, false)[0];
+  r.params.stop_token_ids = {first};
+  e->add_request(r).value();
+  n_tokens = 0;
+  while (e->has_work())
+    for (auto& o : e->step()) {
+      n_tokens += (int64_t)o.new_tokens.size();
+      if (o.finished()) fr = o.finish;
+    }
+  EXPECT_EQ(fr, FinishReason::stop);
+  EXPECT_EQ(n_tokens, 1);
+}
+
+TEST(Engine, BadRequestsAreClearErrors) {
+  EngineConfig c = base_config();
+  c.kv_cache_tokens = 64;
+  auto e = make_engine(c);
+  ASSERT_TRUE(e);
+  GenerateRequest empty;
+  auto r1 = e->add_request(empty);
+  ASSERT_FALSE(r1.ok());
+  EXPECT_NE(r1.error().message.find("empty"), std::string::npos);
+
+  GenerateRequest too_long;
+  too_long.prompt.assign(100, 42);
+  auto r2 = e->add_request(too_long);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error().message.find("100 tokens"), std::string::npos) << r2.error().message;
+
+  GenerateRequest bad_id;
+  bad_id.prompt = {1, 2, 999999};
+  EXPECT_FALSE(e->add_request(bad_id).ok());
+
+  GenerateRequest bad_params;
+  bad_params.prompt = {1, 2, 3};
+  bad_params.params.top_p = 0.0f;
+  EXPECT_FALSE(e->add_request(bad_params).ok());
+  EXPECT_FALSE(e->has_work());
+}
+
+TEST(Engine, MissingModelIsAnErrorNamingThePath) {
+  EngineConfig c = base_config();
+  c.model_path = "/nonexistent/model.gguf";
+  auto e = EngineCore::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("/nonexistent/model.gguf"), std::string::npos);
+}
+
+TEST(Engine, ThreadedEngineStreamsToCallbacks) {
+  auto core = make_engine(base_config());
+  ASSERT_TRUE(core);
+  auto prompt = core->tokenizer().encode("The capital of France is", true, false);
+  Engine engine(std::move(core));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> got;
+  bool done = false;
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = 8;
+  r.params.ignore_eos = true;
+  auto id = engine.submit(r, [&](const RequestOutput& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    got.insert(got.end(), o.new_tokens.begin(), o.new_tokens.end());
+    if (o.finished()) {
+      done = true;
+      cv.notify_all();
+    }
+  });
+  ASSERT_TRUE(id.ok());
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  EXPECT_EQ(got.size(), 8u);
+}
+
+}  // namespace
+}  // namespace infercept
