@@ -7,6 +7,7 @@
 
 #include "kv/block_allocator.h"
 #include "sched/scheduler.h"
+#include "sched/policy.h"
 
 namespace infercept {
 namespace {
@@ -45,8 +46,9 @@ struct Harness {
   Scheduler sched;
   std::vector<std::unique_ptr<Sequence>> seqs;
   std::vector<int64_t> max_new;
+  double now = 0.0;
   explicit Harness(int32_t blocks, int64_t budget = 64, int64_t block_size = 4)
-      : cfg{block_size, budget, 16}, alloc(blocks), sched(cfg, alloc) {}
+      : cfg{block_size, budget, 16, 0.05}, alloc(blocks), sched(cfg, alloc) {}
 
   Sequence* add(int64_t prompt_len, int64_t new_tokens, double arrival) {
     auto s = std::make_unique<Sequence>();
@@ -62,7 +64,7 @@ struct Harness {
 
   // One step of the fake executor. Returns the plan for inspection.
   StepPlan step() {
-    StepPlan plan = sched.schedule();
+    StepPlan plan = sched.schedule(now += 0.01);
     EXPECT_LE(plan.n_tokens, cfg.max_tokens_per_step);
     sched.commit(plan);
     for (const ScheduledSeq& ss : plan.scheduled) {
@@ -164,6 +166,151 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
   EXPECT_FALSE(h.sched.has_work());
   for (size_t i = 0; i < h.seqs.size(); ++i) EXPECT_EQ(h.seqs[i]->n_generated(), h.max_new[i]);
   EXPECT_EQ(h.alloc.n_free(), 20);
+}
+
+
+// A scripted policy: decides what the test says, so the scheduler's mechanics (moves,
+// budgets, queues) are tested apart from the waste model.
+class ScriptedPolicy : public Policy {
+ public:
+  KvAction action = KvAction::preserve;
+  int64_t tokens = 0;  // swap_out_tokens per request and step
+  PolicyKind k = PolicyKind::minwaste;
+  PolicyKind kind() const override { return k; }
+  bool keeps_arrival_on_resume() const override { return true; }
+  std::vector<PausedDecision> decide(const PolicyInput& in) override {
+    std::vector<PausedDecision> out;
+    for (const auto& p : in.paused)
+      out.push_back({p.id, action, action == KvAction::swap_out ? std::min(tokens, p.device_tokens) : 0});
+    return out;
+  }
+};
+
+struct TieredHarness {
+  SchedulerConfig cfg{4, 64, 16, 0.05};
+  BlockAllocator device{16};
+  BlockAllocator host{16};
+  ScriptedPolicy policy;
+  Scheduler sched{cfg, device, &host, &policy, nullptr};
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  double now = 0.0;
+
+  Sequence* add(int64_t prompt_len, double arrival) {
+    auto s = std::make_unique<Sequence>();
+    s->id = seqs.size();
+    s->arrival_time = arrival;
+    s->tokens.assign((size_t)prompt_len, 7);
+    s->n_prompt = prompt_len;
+    sched.add(s.get());
+    seqs.push_back(std::move(s));
+    return seqs.back().get();
+  }
+  StepPlan step() {
+    StepPlan plan = sched.schedule(now += 0.01);
+    sched.commit(plan);
+    for (const ScheduledSeq& ss : plan.scheduled)
+      if (ss.sample) ss.seq->tokens.push_back(1);
+    sched.check_invariants();
+    return plan;
+  }
+};
+
+TEST(SchedulerInterception, PreservedRequestResumesWithoutRecomputation) {
+  TieredHarness h;
+  Sequence* s = h.add(10, 0.0);
+  h.step();  // prefill 10, sample 1 -> 11 tokens, 10 computed
+  h.sched.intercept(s, {"calc", h.now, std::nullopt, false, 0.0, false});
+  EXPECT_EQ(h.sched.n_paused(), 1u);
+  h.step();
+  h.step();
+  EXPECT_EQ(s->n_computed, 10);  // kept on the device
+  h.sched.resume(s, {5, 5, 5}, h.now);
+  auto p = h.step();
+  ASSERT_EQ(p.scheduled.size(), 1u);
+  EXPECT_EQ(p.scheduled[0].n_tokens, 4);  // the sampled token + 3 returned ones
+  EXPECT_EQ(s->n_recomputed, 0);
+  EXPECT_GT(s->preserved_token_seconds, 0.0);
+}
+
+TEST(SchedulerInterception, SwapOutFromTheBackAndInFromTheFront) {
+  TieredHarness h;
+  Sequence* s = h.add(15, 0.0);  // 4 blocks of 4
+  h.step();
+  ASSERT_EQ(s->blocks.blocks.size(), 4u);
+  const std::vector<int32_t> dev = s->blocks.blocks;
+  h.sched.intercept(s, {"search", h.now, std::nullopt, false, 0.0, false});
+  h.policy.action = KvAction::swap_out;
+  h.policy.tokens = 8;  // two blocks per step
+  auto p1 = h.step();
+  ASSERT_EQ(p1.swap_out.size(), 2u);
+  EXPECT_EQ(p1.swap_out[0].from, dev[3]);  // the back first
+  EXPECT_EQ(p1.swap_out[1].from, dev[2]);
+  EXPECT_EQ(s->blocks.blocks.size(), 2u);
+  EXPECT_EQ(s->host_blocks.size(), 2u);
+  EXPECT_EQ(s->host_blocks[0], p1.swap_out[1].to);  // host suffix stays in position order
+  auto p2 = h.step();
+  EXPECT_EQ(p2.swap_out.size(), 2u);
+  EXPECT_TRUE(s->blocks.blocks.empty());
+  EXPECT_EQ(s->n_computed, 15);  // all of it still exists, on the host
+  h.policy.action = KvAction::preserve;
+  const int32_t first_host = s->host_blocks.front();
+  h.sched.resume(s, {9}, h.now);
+  EXPECT_EQ(h.sched.n_resuming(), 1u);
+  auto p3 = h.step();
+  ASSERT_FALSE(p3.swap_in.empty());
+  EXPECT_EQ(p3.swap_in[0].from, first_host);  // the front first
+  EXPECT_EQ(h.sched.n_resuming(), 0u);  // no cost model: unbounded budget, all back at once
+  // Runs again in the same step: the sampled token + the returned one.
+  ASSERT_EQ(p3.scheduled.size(), 1u);
+  EXPECT_EQ(p3.scheduled[0].n_tokens, 2);
+  EXPECT_EQ(s->n_recomputed, 0);
+  EXPECT_EQ(h.host.n_free(), 16);
+}
+
+TEST(SchedulerInterception, DiscardedRequestRecomputesThroughTheWaitingQueue) {
+  TieredHarness h;
+  Sequence* s = h.add(12, 0.0);
+  h.step();
+  h.sched.intercept(s, {"human", h.now, std::nullopt, false, 0.0, false});
+  h.policy.action = KvAction::discard;
+  auto p = h.step();
+  EXPECT_EQ(p.n_discards, 1);
+  EXPECT_EQ(s->n_computed, 0);
+  EXPECT_EQ(h.device.n_free(), 16);
+  h.sched.resume(s, {3, 3}, h.now);
+  EXPECT_EQ(h.sched.n_waiting(), 1u);
+  auto p2 = h.step();
+  ASSERT_EQ(p2.scheduled.size(), 1u);
+  EXPECT_EQ(p2.scheduled[0].n_tokens, 15);  // everything: 12 + sampled + 2 returned
+  EXPECT_EQ(s->n_recomputed, 12);
+  EXPECT_EQ(s->arrival_time, 0.0);  // kept (this scripted policy keeps arrival)
+}
+
+TEST(SchedulerInterception, RunningRequestTakesBlocksFromPausedOnesFirst) {
+  TieredHarness h;  // 16 device blocks of 4 tokens
+  Sequence* paused = h.add(40, 0.0);  // 10 blocks
+  h.step();
+  h.sched.intercept(paused, {"t", h.now, std::nullopt, false, 0.0, false});
+  Sequence* runner = h.add(30, 1.0);  // needs 8 blocks, only 6 free
+  auto p = h.step();
+  ASSERT_EQ(p.scheduled.size(), 1u);
+  EXPECT_EQ(p.scheduled[0].seq, runner);
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(paused->n_computed, 0);  // its KV made room
+}
+
+TEST(SchedulerInterception, ReleasedPausedRequestStillResumesByRecomputation) {
+  TieredHarness h;
+  Sequence* s = h.add(8, 0.0);
+  h.step();
+  h.sched.intercept(s, {"t", h.now, std::nullopt, false, 0.0, false});
+  h.sched.release_paused(s);
+  EXPECT_EQ(h.device.n_free(), 16);
+  EXPECT_EQ(s->tokens.size(), 9u);  // history kept
+  h.sched.resume(s, {4}, h.now);
+  auto p = h.step();
+  ASSERT_EQ(p.scheduled.size(), 1u);
+  EXPECT_EQ(p.scheduled[0].n_tokens, 10);
 }
 
 }  // namespace

@@ -112,6 +112,14 @@ class Backend {
   // Copies whole blocks (all layers, K and V) inside the storage: dst[i] = src[i].
   virtual void copy_blocks(KvStorage& kv, std::span<const int32_t> src,
                            std::span<const int32_t> dst) = 0;
+  // Copies whole blocks between two storages of the same geometry but their block count
+  // (the device pool and the host swap pool): to[dst[i]] = from[src[i]].
+  virtual void copy_blocks_between(const KvStorage& from, KvStorage& to,
+                                   std::span<const int32_t> src,
+                                   std::span<const int32_t> dst) = 0;
+  // Host memory for swapped-out KV (pinned on a GPU; on the CPU a second bounded pool, so
+  // every swap path runs in CI).
+  virtual Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) = 0;
 };
 
 // The CPU backend with n_threads threads (0 = all cores).

@@ -5,6 +5,8 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
+#include "engine/profiler.h"
 #include "io/gguf.h"
 
 namespace infercept {
@@ -26,6 +28,14 @@ struct EngineCore::Active {
   Sampler sampler;
   StreamingDetokenizer detok;
   StopMatcher stops;
+  std::vector<ScriptedInterception> script;
+  size_t next_script = 0;
+  int64_t sampled_since_resume = 0;
+  int64_t n_sampled = 0;  // tokens the model generated (tool results excluded)
+  std::vector<std::string> intercept_strings;
+  bool detect_tool_calls = false;
+  std::string recent_text;  // generated text since the last interception (trigger search)
+  int64_t max_computed = 0;  // high-water mark of n_computed: below it, prefill recomputes
   Active(const SamplingParams& p, uint64_t seed, const Tokenizer& tok)
       : params(p), sampler(p, seed), detok(tok), stops(p.stop) {}
 };
@@ -90,11 +100,58 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   g.n_blocks = n_blocks;
   TRY_ASSIGN(e->kv_, e->backend_->create_kv_storage(g));
   e->allocator_ = std::make_unique<BlockAllocator>((int32_t)n_blocks);
+  KvGeometry hg = g;
+  hg.n_blocks = config.swap_space_tokens > 0
+                    ? BlockTable::blocks_for(config.swap_space_tokens, config.block_size)
+                    : (int64_t)(config.swap_space_mb * 1024.0 * 1024.0 / (double)block_bytes);
+  hg.n_blocks = std::max<int64_t>(hg.n_blocks, 1);
+  TRY_ASSIGN(e->host_kv_, e->backend_->create_host_kv_storage(hg));
+  e->host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
+
+  // The cost model: given, cached, or measured now (and cached for the next start).
+  if (config.cost_model) {
+    e->cost_ = *config.cost_model;
+  } else {
+    const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
+    const std::string cache = config.profile_path.empty()
+                                  ? profile_cache_path(config.model_path, "cpu", threads)
+                                  : config.profile_path;
+    auto cached = MappedFile::open(cache);
+    std::optional<CostModel> loaded;
+    if (cached.ok()) {
+      auto cm = CostModel::from_json(
+          std::string(reinterpret_cast<const char*>((*cached)->data()), (*cached)->size()), cache);
+      if (cm.ok()) loaded = *cm;
+      else LOG_WARN("ignoring profile %s: %s", cache.c_str(), cm.error().message.c_str());
+    }
+    if (loaded) {
+      e->cost_ = *loaded;
+    } else {
+      LOG_INFO("profiling the forward pass and the swap bandwidth (cached in %s)", cache.c_str());
+      ProfileOptions po;
+      for (int64_t x : {1, 16, 64, 128, 256, 512})
+        if (x <= config.max_tokens_per_step) po.token_counts.push_back(x);
+      po.repeats = 1;
+      TRY_ASSIGN(e->cost_, profile_cost_model(*e->model_, *e->backend_, *e->kv_, *e->host_kv_,
+                                              config.block_size, po));
+      if (FILE* f = std::fopen(cache.c_str(), "w")) {
+        const std::string text = e->cost_.to_json();
+        std::fwrite(text.data(), 1, text.size(), f);
+        std::fclose(f);
+      }
+    }
+  }
+  TRY(e->cost_.validate());
+  TRY_ASSIGN(e->estimator_, make_duration_estimator(config.estimator));
+  TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
+  e->policy_ = make_policy(kind, e->cost_, *e->estimator_);
   SchedulerConfig sc;
   sc.block_size = config.block_size;
   sc.max_tokens_per_step = config.max_tokens_per_step;
   sc.max_seqs_per_step = config.max_seqs;
-  e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_);
+  e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_, e->host_allocator_.get(),
+                                              e->policy_.get(), &e->cost_);
+  e->t0_ = now_seconds();
   e->max_context_ = config.max_context > 0 ? std::min(config.max_context, mc.max_context)
                                            : mc.max_context;
   e->logits_.resize((size_t)(config.max_seqs * mc.vocab_size));
@@ -132,8 +189,11 @@ void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   next_id_ = std::max(next_id_, id + 1);
   auto a = std::make_unique<Active>(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull,
                                     *tokenizer_);
+  a->script = std::move(req.script);
+  a->intercept_strings = std::move(req.intercept_strings);
+  a->detect_tool_calls = req.detect_tool_calls;
   a->seq.id = id;
-  a->seq.arrival_time = now_seconds();
+  a->seq.arrival_time = now();
   a->seq.n_prompt = (int64_t)req.prompt.size();
   a->seq.tokens = std::move(req.prompt);
   scheduler_->add(&a->seq);
@@ -183,17 +243,152 @@ void EngineCore::build_step_input(const StepPlan& plan) {
   }
 }
 
+double EngineCore::now() const { return now_seconds() - t0_; }
+
+Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  Sequence& s = it->second->seq;
+  if (!s.is_paused() || !s.interception || s.interception->resumed)
+    return make_error("request ", std::to_string(id), " is not paused for a tool");
+  const int32_t vocab = (int32_t)model_config().vocab_size;
+  for (int32_t t : returned)
+    if (t < 0 || t >= vocab) return make_error("returned token id ", std::to_string(t), " is outside the vocabulary");
+  const int64_t limit = std::min(max_context_, kv_capacity_tokens());
+  if ((int64_t)(s.tokens.size() + returned.size()) >= limit)
+    return make_error("the tool result does not fit the context (", std::to_string(limit), " tokens)");
+  const double t = now();
+  estimator_->observe(s.interception->tool, t - s.interception->call_time);
+  scheduler_->resume(&s, returned, t);
+  it->second->sampled_since_resume = 0;
+  it->second->recent_text.clear();
+  stats_.resumes++;
+  return ok_status();
+}
+
+Status EngineCore::release(uint64_t id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  if (!it->second->seq.is_paused()) return make_error("request ", std::to_string(id), " is not paused");
+  scheduler_->release_paused(&it->second->seq);
+  return ok_status();
+}
+
+void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
+  if (plan.swap_out.empty() && plan.swap_in.empty()) return;
+  const double t = now_seconds();
+  std::vector<int32_t> src, dst;
+  auto run = [&](const std::vector<BlockMove>& moves, const KvStorage& from, KvStorage& to) {
+    if (moves.empty()) return;
+    src.clear();
+    dst.clear();
+    for (const BlockMove& m : moves) {
+      src.push_back(m.from);
+      dst.push_back(m.to);
+    }
+    backend_->copy_blocks_between(from, to, src, dst);
+  };
+  // Swap-ins first: a host block a swap-in frees may be refilled by a swap-out of the same
+  // step (the device blocks each side uses are disjoint).
+  run(plan.swap_in, *host_kv_, *kv_);
+  run(plan.swap_out, *kv_, *host_kv_);
+  backend_->sync();
+  const double dt = now_seconds() - t;
+  stats_.swap_seconds += dt;
+  stats_.swapped_out_tokens += (int64_t)plan.swap_out.size() * config_.block_size;
+  stats_.swapped_in_tokens += (int64_t)plan.swap_in.size() * config_.block_size;
+  // The CPU backend copies on the engine thread: every copy is a stall for the batch.
+  stats_.waste_swap_stall += dt * (double)batch_tokens * cost_.kv_bytes_per_token;
+}
+
+// Pauses the request when one of its interception triggers fired on the token just sampled.
+bool EngineCore::check_interception(Active& a, RequestOutput& out) {
+  std::string tool;
+  std::optional<double> hint;
+  bool fire = false;
+  if (a.next_script < a.script.size() &&
+      a.sampled_since_resume >= a.script[a.next_script].after_generated) {
+    tool = a.script[a.next_script].tool;
+    hint = a.script[a.next_script].hint;
+    ++a.next_script;
+    fire = true;
+  }
+  if (!fire) {
+    for (const std::string& str : a.intercept_strings)
+      if (!str.empty() && a.recent_text.find(str) != std::string::npos) {
+        tool = str;
+        fire = true;
+        break;
+      }
+  }
+  if (!fire && a.detect_tool_calls) {
+    const size_t open = a.recent_text.find("<tool_call>");
+    const size_t close = open == std::string::npos ? open : a.recent_text.find("</tool_call>", open);
+    if (close != std::string::npos) {
+      const std::string body = a.recent_text.substr(open + 11, close - open - 11);
+      const size_t k = body.find("\"name\"");
+      const size_t q1 = k == std::string::npos ? k : body.find('"', body.find(':', k) + 1);
+      const size_t q2 = q1 == std::string::npos ? q1 : body.find('"', q1 + 1);
+      tool = q2 == std::string::npos ? "tool" : body.substr(q1 + 1, q2 - q1 - 1);
+      fire = true;
+    }
+  }
+  if (!fire) return false;
+  // Whatever text was held back belongs to the call: emit it with the pause.
+  out.text += a.stops.flush();
+  out.intercepted = true;
+  out.tool = tool;
+  a.recent_text.clear();
+  a.sampled_since_resume = 0;
+  InterceptionInfo info;
+  info.tool = tool;
+  info.call_time = now();
+  info.hint = hint;
+  scheduler_->intercept(&a.seq, std::move(info));
+  stats_.interceptions++;
+  return true;
+}
+
 std::vector<RequestOutput> EngineCore::step() {
   std::vector<RequestOutput> outputs;
-  StepPlan plan = scheduler_->schedule();
+  const double t_now = now();
+  // Paused requests nobody answered in time give their KV back (their tokens stay).
+  for (Sequence* s : std::vector<Sequence*>(scheduler_->paused()))
+    if (s->interception && !s->interception->expired && s->n_computed > 0 &&
+        t_now - s->interception->call_time > config_.interception_timeout_s) {
+      scheduler_->release_paused(s);
+      stats_.expirations++;
+    }
+  StepPlan plan = scheduler_->schedule(t_now);
   stats_.preemptions += (int64_t)plan.preempted.size();
   stats_.recomputed_tokens += plan.dropped_tokens;
-  if (plan.empty()) return outputs;
+  stats_.discard_decisions += plan.n_discards;
+  stats_.swap_decisions += plan.n_swap_decisions;
+  stats_.preserve_decisions += plan.n_preserve_decisions;
+  int64_t batch_tokens = 0;
+  for (const ScheduledSeq& ss : plan.scheduled) batch_tokens += ss.seq->n_computed + ss.n_tokens;
+  execute_swaps(plan, batch_tokens);
+  if (plan.scheduled.empty()) {
+    if (config_.check_invariants) scheduler_->check_invariants();
+    return outputs;
+  }
   build_step_input(plan);
   const double t0 = now_seconds();
   model_->forward(step_input_, *kv_, logits_.data());
-  stats_.forward_seconds += now_seconds() - t0;
+  const double step_s = now_seconds() - t0;
+  stats_.forward_seconds += step_s;
   stats_.steps++;
+  // Recompute waste: the share of this step spent on tokens whose KV had existed before,
+  // times the KV memory the batch holds meanwhile.
+  int64_t recompute_rows = 0;
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    const Active& a = *active_.at(ss.seq->id);
+    recompute_rows += std::max<int64_t>(
+        0, std::min(a.max_computed, ss.seq->n_computed + ss.n_tokens) - ss.seq->n_computed);
+  }
+  if (recompute_rows > 0)
+    stats_.waste_recompute += step_s * (double)recompute_rows / (double)plan.n_tokens *
+                              (double)batch_tokens * cost_.kv_bytes_per_token;
   scheduler_->commit(plan);
 
   const int64_t vocab = model_config().vocab_size;
@@ -201,37 +396,44 @@ std::vector<RequestOutput> EngineCore::step() {
   std::vector<uint64_t> done;
   for (const ScheduledSeq& ss : plan.scheduled) {
     Sequence& s = *ss.seq;
+    Active& a = *active_.at(s.id);
+    a.max_computed = std::max(a.max_computed, s.n_computed);
     const bool is_prefill_row = ss.n_tokens > 1 || s.n_generated() == 0;
     if (is_prefill_row) stats_.prompt_tokens_computed += ss.n_tokens;
     if (!ss.sample) continue;
-    Active& a = *active_.at(s.id);
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     ++logit_index;
     const std::span<const int32_t> all(s.tokens);
     const int32_t tok = a.sampler.sample(row, all.first((size_t)s.n_prompt),
                                          all.subspan((size_t)s.n_prompt));
     s.tokens.push_back(tok);
+    a.sampled_since_resume++;
+    a.n_sampled++;
     stats_.decode_tokens++;
 
     RequestOutput out;
     out.id = s.id;
     out.new_tokens.push_back(tok);
     out.prompt_tokens = s.n_prompt;
-    out.completion_tokens = s.n_generated();
+    out.completion_tokens = a.n_sampled;
     FinishReason reason = FinishReason::none;
     const bool is_stop_token =
         (!a.params.ignore_eos && tokenizer_->is_eog(tok)) ||
         std::find(a.params.stop_token_ids.begin(), a.params.stop_token_ids.end(), tok) !=
             a.params.stop_token_ids.end();
     if (is_stop_token) reason = FinishReason::stop;
-    auto piece = a.stops.push(is_stop_token ? std::string() : a.detok.push(tok));
+    const std::string piece_text = is_stop_token ? std::string() : a.detok.push(tok);
+    if (!a.intercept_strings.empty() || a.detect_tool_calls) a.recent_text += piece_text;
+    auto piece = a.stops.push(piece_text);
     out.text = std::move(piece.text);
     if (piece.stopped) reason = FinishReason::stop;
     const int64_t limit = std::min(max_context_, kv_capacity_tokens());
     if (reason == FinishReason::none &&
-        (s.n_generated() >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
+        (a.n_sampled >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
       reason = FinishReason::length;
-    if (reason != FinishReason::none) {
+    if (reason == FinishReason::none) {
+      check_interception(a, out);
+    } else {
       if (!a.stops.stopped()) {
         // Held-back bytes and text turned out not to be a stop string: release them.
         auto rest = a.stops.push(a.detok.flush());
@@ -244,7 +446,11 @@ std::vector<RequestOutput> EngineCore::step() {
     }
     outputs.push_back(std::move(out));
   }
-  for (uint64_t id : done) active_.erase(id);
+  for (uint64_t id : done) {
+    const Sequence& s = active_.at(id)->seq;
+    stats_.waste_preserve += s.preserved_token_seconds * cost_.kv_bytes_per_token;
+    active_.erase(id);
+  }
   if (config_.check_invariants) scheduler_->check_invariants();
   return outputs;
 }
@@ -280,18 +486,32 @@ void Engine::abort(uint64_t id) {
   cv_.notify_all();
 }
 
+void Engine::post(std::function<void(EngineCore&)> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  posted_.push_back(std::move(fn));
+  cv_.notify_all();
+}
+
 void Engine::loop() {
   for (;;) {
     std::vector<std::pair<uint64_t, GenerateRequest>> inbox;
     std::vector<uint64_t> aborts;
+    std::vector<std::function<void(EngineCore&)>> posted;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || core_->has_work(); });
+      // With paused requests around, wake up now and then: expiry and the policy's
+      // re-decisions run inside step().
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] {
+        return stop_ || !inbox_.empty() || !aborts_.empty() || !posted_.empty() ||
+               core_->has_work();
+      });
       if (stop_) return;
       inbox.swap(inbox_);
       aborts.swap(aborts_);
+      posted.swap(posted_);
     }
     for (auto& [id, req] : inbox) core_->add_validated(std::move(req), id);
+    for (auto& fn : posted) fn(*core_);
     for (uint64_t id : aborts) {
       core_->abort(id);
       Callback cb;

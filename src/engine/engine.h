@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -22,6 +23,9 @@
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
 #include "model/llama.h"
+#include "sched/cost_model.h"
+#include "sched/duration_estimator.h"
+#include "sched/policy.h"
 #include "sched/scheduler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -41,14 +45,36 @@ struct EngineConfig {
   std::string chat_template;          // empty = detect from the model
   uint64_t seed = 0x5eed;             // base for requests without their own seed
   bool check_invariants = false;      // run the KV invariants after every step (tests)
+
+  // Interception (docs/DESIGN.md).
+  std::string policy = "minwaste";     // discard|improved-discard|preserve|swap|ttl|minwaste
+  std::string estimator = "learned";   // oracle|elapsed|learned
+  double swap_space_mb = 256.0;        // host tier for swapped-out KV
+  int64_t swap_space_tokens = 0;       // overrides swap_space_mb when > 0
+  double interception_timeout_s = 600.0;  // paused longer: KV released, tokens kept
+  // Cost model: measured by the profiler. Empty path = a quick profile at start-up unless
+  // `cost_model` is given directly (tests).
+  std::string profile_path;
+  std::optional<CostModel> cost_model;
 };
 
 enum class FinishReason { none, stop, length, abort };
 const char* finish_reason_name(FinishReason r);
 
+// Pause after `after_generated` tokens sampled since the start or the last resume
+// (benchmarks and tests: scripted tool calls).
+struct ScriptedInterception {
+  int64_t after_generated = 0;
+  std::string tool;
+  std::optional<double> hint;  // expected duration (seconds), for the oracle estimator
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
+  std::vector<ScriptedInterception> script;
+  std::vector<std::string> intercept_strings;  // generated text containing one pauses it
+  bool detect_tool_calls = false;  // ChatML/Hermes <tool_call>...</tool_call> pauses it
 };
 
 // What one step produced for one request.
@@ -57,6 +83,8 @@ struct RequestOutput {
   std::vector<int32_t> new_tokens;  // tokens sampled this step (0 or 1)
   std::string text;                 // newly completed text (stop strings held back)
   FinishReason finish = FinishReason::none;
+  bool intercepted = false;  // the request paused for a tool; resume() continues it
+  std::string tool;          // the tool it waits for
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   bool finished() const { return finish != FinishReason::none; }
@@ -64,6 +92,16 @@ struct RequestOutput {
 
 struct EngineStats {
   int64_t steps = 0;
+  int64_t interceptions = 0;
+  int64_t resumes = 0;
+  int64_t expirations = 0;
+  int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
+  int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks
+  double swap_seconds = 0.0;          // time copying between tiers (a stall on the CPU)
+  // Waste in byte-seconds of KV memory, by cause (docs/DESIGN.md):
+  double waste_recompute = 0.0;  // share of step time spent recomputing x context held
+  double waste_preserve = 0.0;   // device KV held by paused requests x time
+  double waste_swap_stall = 0.0; // copy time not hidden under a forward x context held
   int64_t prompt_tokens_computed = 0;  // prefill rows run, recomputation included
   int64_t decode_tokens = 0;           // tokens sampled
   int64_t preemptions = 0;
@@ -85,6 +123,11 @@ class EngineCore {
   void add_validated(GenerateRequest req, uint64_t id);
   // Stops a request; its KV is released. Unknown ids are ignored.
   void abort(uint64_t id);
+  // The tool answered: `returned` tokens are appended and the request continues. Errors:
+  // unknown id, a request that is not paused.
+  Status resume(uint64_t id, const std::vector<int32_t>& returned);
+  // Drops the KV of a paused request; a later resume recomputes it.
+  Status release(uint64_t id);
   // Runs one step. Returns the outputs of the requests that sampled or finished.
   std::vector<RequestOutput> step();
   bool has_work() const { return scheduler_->has_work(); }
@@ -98,6 +141,12 @@ class EngineCore {
   int64_t max_context() const { return max_context_; }
   int64_t kv_capacity_tokens() const { return scheduler_->capacity_tokens(); }
   const BlockAllocator& allocator() const { return *allocator_; }
+  const BlockAllocator& host_allocator() const { return *host_allocator_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const CostModel& cost_model() const { return cost_; }
+  const DurationEstimator& estimator() const { return *estimator_; }
+  const Policy& policy() const { return *policy_; }
+  double now() const;
   // Renders a chat with the model's template and tokenizes it (special tokens parsed).
   Result<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
                                            const std::vector<ToolDefinition>& tools) const;
@@ -115,7 +164,15 @@ class EngineCore {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvStorage> kv_;
   std::unique_ptr<BlockAllocator> allocator_;
+  std::unique_ptr<KvStorage> host_kv_;
+  std::unique_ptr<BlockAllocator> host_allocator_;
+  CostModel cost_;
+  std::unique_ptr<DurationEstimator> estimator_;
+  std::unique_ptr<Policy> policy_;
   std::unique_ptr<Scheduler> scheduler_;
+  double t0_ = 0.0;
+  void execute_swaps(const StepPlan& plan, int64_t batch_tokens);
+  bool check_interception(Active& a, RequestOutput& out);
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;
   uint64_t next_id_ = 1;
   int64_t max_context_ = 0;
@@ -134,6 +191,8 @@ class Engine {
   // Queues a request; the callback receives every output, the last one with finished().
   Result<uint64_t> submit(GenerateRequest req, Callback cb);
   void abort(uint64_t id);
+  // Runs `fn` on the engine thread between steps (resume, release, inspection).
+  void post(std::function<void(EngineCore&)> fn);
   const EngineCore& core() const { return *core_; }
 
  private:
@@ -144,6 +203,7 @@ class Engine {
   std::condition_variable cv_;
   std::vector<std::pair<uint64_t, GenerateRequest>> inbox_;
   std::vector<uint64_t> aborts_;
+  std::vector<std::function<void(EngineCore&)>> posted_;
   std::unordered_map<uint64_t, Callback> callbacks_;
   uint64_t next_id_ = 1;
   bool stop_ = false;

@@ -1,76 +1,284 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 
 namespace infercept {
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& allocator)
-    : config_(config), allocator_(allocator) {
+namespace {
+bool by_arrival(const Sequence* a, const Sequence* b) { return a->arrival_time < b->arrival_time; }
+template <typename Q>
+void erase_from(Q& q, Sequence* s) {
+  q.erase(std::remove(q.begin(), q.end(), s), q.end());
+}
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, BlockAllocator* host,
+                     Policy* policy, const CostModel* cost)
+    : config_(config), device_(device), host_(host), policy_(policy), cost_(cost) {
   CHECK_GT(config.block_size, 0);
   CHECK_GT(config.max_tokens_per_step, 0);
   CHECK_GT(config.max_seqs_per_step, 0);
 }
 
 int64_t Scheduler::capacity_tokens() const {
-  return (int64_t)allocator_.n_blocks() * config_.block_size;
+  return (int64_t)device_.n_blocks() * config_.block_size;
 }
 
-void Scheduler::insert_waiting(Sequence* s) {
-  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), s, [](Sequence* a, Sequence* b) {
-    return a->arrival_time < b->arrival_time;
-  });
-  waiting_.insert(it, s);
+void Scheduler::insert_by_arrival(std::deque<Sequence*>& q, Sequence* s) {
+  q.insert(std::upper_bound(q.begin(), q.end(), s, by_arrival), s);
+}
+void Scheduler::insert_by_arrival(std::vector<Sequence*>& q, Sequence* s) {
+  q.insert(std::upper_bound(q.begin(), q.end(), s, by_arrival), s);
 }
 
 void Scheduler::add(Sequence* seq) {
   CHECK(seq->state == SeqState::waiting && seq->blocks.blocks.empty());
-  insert_waiting(seq);
+  insert_by_arrival(waiting_, seq);
 }
 
-void Scheduler::release_blocks(Sequence& s) {
-  for (int32_t b : s.blocks.blocks) allocator_.release(b);
+void Scheduler::release_device_blocks(Sequence& s) {
+  for (int32_t b : s.blocks.blocks) device_.release(b);
   s.blocks.blocks.clear();
+}
+
+void Scheduler::release_host_blocks(Sequence& s) {
+  for (int32_t b : s.host_blocks) host_->release(b);
+  s.host_blocks.clear();
+}
+
+void Scheduler::drop_kv(Sequence& s, StepPlan& plan) {
+  release_device_blocks(s);
+  if (!s.host_blocks.empty()) release_host_blocks(s);
+  plan.dropped_tokens += s.n_computed;
+  s.n_recomputed += s.n_computed;
+  s.n_computed = 0;
   s.blocks.n_tokens = 0;
 }
 
 void Scheduler::finish(Sequence* seq) {
-  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
-  release_blocks(*seq);
+  erase_from(running_, seq);
+  erase_from(waiting_, seq);
+  erase_from(paused_, seq);
+  erase_from(resuming_, seq);
+  release_device_blocks(*seq);
+  if (!seq->host_blocks.empty()) release_host_blocks(*seq);
   seq->state = SeqState::finished;
 }
 
-bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total) {
-  const int64_t need = BlockTable::blocks_for(n_tokens_total, config_.block_size) -
-                       (int64_t)s.blocks.blocks.size();
+void Scheduler::intercept(Sequence* seq, InterceptionInfo info) {
+  CHECK(seq->state == SeqState::running);
+  erase_from(running_, seq);
+  seq->state = SeqState::intercepted;
+  seq->interception = std::move(info);
+  seq->n_interceptions++;
+  insert_by_arrival(paused_, seq);
+}
+
+void Scheduler::resume(Sequence* seq, const std::vector<int32_t>& returned, double now) {
+  CHECK(seq->state == SeqState::intercepted && seq->interception.has_value());
+  erase_from(paused_, seq);
+  seq->tokens.insert(seq->tokens.end(), returned.begin(), returned.end());
+  seq->interception.reset();
+  const bool keep_arrival = policy_ == nullptr || policy_->keeps_arrival_on_resume();
+  if (seq->n_computed == 0) {
+    // Nothing cached (discarded or expired): back through the waiting queue, recomputed by
+    // chunked prefill. vLLM's `discard` also sends it to the back of the queue.
+    if (!keep_arrival) seq->arrival_time = now;
+    seq->state = SeqState::waiting;
+    release_device_blocks(*seq);
+    insert_by_arrival(waiting_, seq);
+  } else if (!seq->host_blocks.empty()) {
+    seq->state = SeqState::intercepted;  // still not runnable: its KV is coming back
+    insert_by_arrival(resuming_, seq);
+  } else {
+    seq->state = SeqState::running;
+    insert_by_arrival(running_, seq);
+  }
+}
+
+void Scheduler::release_paused(Sequence* seq) {
+  CHECK(seq->state == SeqState::intercepted);
+  StepPlan ignored;
+  drop_kv(*seq, ignored);
+  if (seq->interception) seq->interception->expired = true;
+  if (std::find(resuming_.begin(), resuming_.end(), seq) != resuming_.end()) {
+    // Already answered but its KV was still coming back: it now recomputes instead.
+    erase_from(resuming_, seq);
+    seq->state = SeqState::waiting;
+    insert_by_arrival(waiting_, seq);
+  }
+}
+
+bool Scheduler::memory_pressure() const {
+  if (!waiting_.empty() || !resuming_.empty()) return true;
+  return (double)device_.n_free() < config_.pressure_watermark * (double)device_.n_blocks();
+}
+
+// Takes one device block from a paused request (newest first) by dropping its KV. Used
+// when a running request needs a block and none is free: a paused request can afford the
+// recomputation better than a running one can afford to stall.
+bool Scheduler::free_a_paused_block(StepPlan& plan) {
+  for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
+    Sequence* s = *it;
+    if (s->blocks.blocks.empty()) continue;
+    drop_kv(*s, plan);
+    plan.n_discards++;
+    return true;
+  }
+  return false;
+}
+
+bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now) {
+  (void)now;
+  const int64_t need =
+      BlockTable::blocks_for(n_tokens_total, config_.block_size) - (int64_t)s.blocks.blocks.size();
   if (need <= 0) return true;
-  if (!allocator_.can_allocate((int32_t)need)) return false;
-  for (int64_t i = 0; i < need; ++i) s.blocks.blocks.push_back(*allocator_.allocate());
+  while (!device_.can_allocate((int32_t)need))
+    if (!free_a_paused_block(plan)) return false;
+  for (int64_t i = 0; i < need; ++i) s.blocks.blocks.push_back(*device_.allocate());
   return true;
 }
 
 void Scheduler::preempt(Sequence& s, StepPlan& plan) {
   // Recompute-style preemption: the KV is dropped and the whole context (prompt and what was
   // generated so far) is prefilled again when the sequence is readmitted.
-  release_blocks(s);
-  plan.dropped_tokens += s.n_computed;
-  s.n_recomputed += s.n_computed;
-  s.n_computed = 0;
+  drop_kv(s, plan);
   s.n_preemptions++;
   s.state = SeqState::waiting;
-  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
-  insert_waiting(&s);
+  erase_from(running_, &s);
+  insert_by_arrival(waiting_, &s);
   plan.preempted.push_back(&s);
 }
 
-StepPlan Scheduler::schedule() {
-  StepPlan plan;
-  int64_t budget = config_.max_tokens_per_step;
+void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
+  if (paused_.empty()) return;
+  const int64_t bs = config_.block_size;
+  if (policy_ == nullptr) {
+    plan.n_preserve_decisions += (int64_t)paused_.size();
+    return;
+  }
+  PolicyInput in;
+  in.block_size = bs;
+  in.free_device_blocks = device_.n_free();
+  in.free_host_blocks = host_ != nullptr ? host_->n_free() : 0;
+  in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
+  in.memory_pressure = memory_pressure();
+  for (const Sequence* s : running_) {
+    in.running_context_tokens += (int64_t)s->tokens.size();
+    if (s->n_uncomputed() <= 1) in.decode_tokens++;
+  }
+  std::vector<Sequence*> with_kv;
+  for (Sequence* s : paused_) {
+    if (s->n_computed == 0) continue;
+    PausedView v;
+    v.id = s->id;
+    v.tool = s->interception->tool;
+    v.context_tokens = s->n_computed;
+    v.device_tokens = s->device_tokens(bs);
+    v.host_tokens = s->host_tokens(bs);
+    v.elapsed = std::max(0.0, now - s->interception->call_time);
+    v.hint = s->interception->hint;
+    in.paused.push_back(v);
+    with_kv.push_back(s);
+  }
+  if (in.paused.empty()) return;
+  const std::vector<PausedDecision> decisions = policy_->decide(in);
+  CHECK_EQ(decisions.size(), in.paused.size());
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    Sequence& s = *with_kv[i];
+    const PausedDecision& d = decisions[i];
+    CHECK_EQ(d.id, s.id);
+    switch (d.action) {
+      case KvAction::preserve:
+        plan.n_preserve_decisions++;
+        break;
+      case KvAction::discard:
+        drop_kv(s, plan);
+        plan.n_discards++;
+        break;
+      case KvAction::swap_out: {
+        if (host_ == nullptr || d.swap_out_tokens <= 0) break;
+        plan.n_swap_decisions++;
+        const bool sync = policy_->kind() == PolicyKind::swap;
+        plan.sync_swap = plan.sync_swap || sync;
+        // Whole blocks from the back of the device table to the front of the host suffix.
+        int64_t blocks = BlockTable::blocks_for(d.swap_out_tokens, bs);
+        blocks = std::min<int64_t>(blocks, (int64_t)s.blocks.blocks.size());
+        std::vector<int32_t> moved;
+        for (int64_t b = 0; b < blocks; ++b) {
+          auto hb = host_->allocate();
+          if (!hb) break;
+          const int32_t db = s.blocks.blocks.back();
+          s.blocks.blocks.pop_back();
+          plan.swap_out.push_back({db, *hb});
+          moved.push_back(*hb);
+          device_.release(db);  // the copy runs before anything reuses it this step
+        }
+        std::reverse(moved.begin(), moved.end());
+        s.host_blocks.insert(s.host_blocks.begin(), moved.begin(), moved.end());
+        s.n_swapped_out += (int64_t)moved.size() * bs;  // whole blocks move
+        if (!sync) swap_budget = std::max<int64_t>(0, swap_budget - (int64_t)moved.size() * bs);
+        break;
+      }
+    }
+  }
+}
 
-  // 1. Running sequences, oldest first. When the cache is full, the newest running sequence
-  //    is preempted to make room for older ones.
+void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
+  const int64_t bs = config_.block_size;
+  const bool sync = policy_ != nullptr && policy_->kind() == PolicyKind::swap;
+  for (size_t i = 0; i < resuming_.size();) {
+    Sequence& s = *resuming_[i];
+    // From the front of the host suffix, block by block, while budget and blocks allow.
+    while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && device_.n_free() > 0) {
+      const auto db = device_.allocate();
+      const int32_t hb = s.host_blocks.front();
+      s.host_blocks.erase(s.host_blocks.begin());
+      plan.swap_in.push_back({hb, *db});
+      s.blocks.blocks.push_back(*db);
+      host_->release(hb);  // the copy runs before the host block is reused (next step)
+      s.n_swapped_in += bs;
+      if (sync) plan.sync_swap = true;
+      else swap_budget -= bs;
+    }
+    if (s.host_blocks.empty()) {
+      resuming_.erase(resuming_.begin() + (ptrdiff_t)i);
+      s.state = SeqState::running;
+      insert_by_arrival(running_, &s);
+    } else {
+      ++i;
+    }
+  }
+}
+
+StepPlan Scheduler::schedule(double now) {
+  StepPlan plan;
+  const int64_t bs = config_.block_size;
+  // Paused requests hold device tokens over time: the preserve waste, measured.
+  if (last_now_ >= 0.0) {
+    const double dt = std::max(0.0, now - last_now_);
+    for (Sequence* s : paused_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+    for (Sequence* s : resuming_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+  }
+  last_now_ = now;
+
+  // What can be copied while this step's forward pass runs (N_i), estimated from the last
+  // step's size. Without a cost model the budget is unbounded.
+  int64_t swap_budget = std::numeric_limits<int64_t>::max() / 4;
+  if (cost_ != nullptr && cost_->swap_bytes_per_second > 0)
+    swap_budget = std::max<int64_t>(bs, cost_->swap_budget_tokens(cost_->t_fwd(last_step_tokens_)));
+
+  // 1. Resumed requests bring their KV back first (they are the oldest work waiting); then
+  //    the policy moves or drops the KV of the requests still paused.
+  swap_in_resuming(plan, swap_budget);
+  apply_policy(plan, now, swap_budget);
+
+  int64_t budget = config_.max_tokens_per_step;
+  // 2. Running sequences, oldest first. When the cache is full, paused requests give up
+  //    their blocks first, then the newest running sequence is preempted.
   for (size_t i = 0; i < running_.size() && budget > 0 &&
                      (int64_t)plan.scheduled.size() < config_.max_seqs_per_step;) {
     Sequence* s = running_[i];
@@ -79,10 +287,10 @@ StepPlan Scheduler::schedule() {
       ++i;
       continue;
     }
-    bool fits = ensure_blocks(*s, s->n_computed + n);
+    bool fits = ensure_blocks(*s, s->n_computed + n, plan, now);
     while (!fits && running_.back() != s) {
       preempt(*running_.back(), plan);
-      fits = ensure_blocks(*s, s->n_computed + n);
+      fits = ensure_blocks(*s, s->n_computed + n, plan, now);
     }
     if (!fits) {
       preempt(*s, plan);  // nothing younger to take from: this one waits
@@ -93,24 +301,22 @@ StepPlan Scheduler::schedule() {
     ++i;
   }
 
-  // 2. Waiting sequences in arrival order, as long as budget and blocks allow. A preempted
-  //    sequence is not readmitted in the same step it was preempted in.
+  // 3. Waiting sequences in arrival order while budget and blocks allow. A sequence
+  //    preempted in this step is not readmitted in the same step.
   while (!waiting_.empty() && budget > 0 &&
          (int64_t)plan.scheduled.size() < config_.max_seqs_per_step) {
     Sequence* s = waiting_.front();
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
     const int64_t n = std::min(s->n_uncomputed(), budget);
-    if (!ensure_blocks(*s, s->n_computed + n)) break;
+    if (!ensure_blocks(*s, s->n_computed + n, plan, now)) break;
     waiting_.pop_front();
     s->state = SeqState::running;
-    running_.push_back(s);
+    insert_by_arrival(running_, s);
     plan.scheduled.push_back({s, n, s->n_computed + n == (int64_t)s->tokens.size()});
     budget -= n;
   }
-  // Keep running_ in arrival order (a readmitted old sequence goes before younger ones).
-  std::stable_sort(running_.begin(), running_.end(),
-                   [](Sequence* a, Sequence* b) { return a->arrival_time < b->arrival_time; });
   plan.n_tokens = config_.max_tokens_per_step - budget;
+  if (plan.n_tokens > 0) last_step_tokens_ = plan.n_tokens;
   return plan;
 }
 
@@ -123,21 +329,43 @@ void Scheduler::commit(const StepPlan& plan) {
 }
 
 void Scheduler::check_invariants() const {
-  allocator_.check_invariants();
-  int64_t owned = 0;
+  device_.check_invariants();
+  if (host_ != nullptr) host_->check_invariants();
+  const int64_t bs = config_.block_size;
+  int64_t dev_owned = 0, host_owned = 0;
+  auto count = [&](const Sequence* s) {
+    dev_owned += (int64_t)s->blocks.blocks.size();
+    host_owned += (int64_t)s->host_blocks.size();
+    // The KV that exists is covered by the blocks that hold it.
+    CHECK_LE(s->n_computed, (int64_t)(s->blocks.blocks.size() + s->host_blocks.size()) * bs);
+    CHECK_LE(s->n_computed, (int64_t)s->tokens.size());
+  };
   for (const Sequence* s : running_) {
     CHECK(s->state == SeqState::running);
-    CHECK_GE((int64_t)s->blocks.blocks.size() * config_.block_size, s->n_computed);
-    owned += (int64_t)s->blocks.blocks.size();
+    CHECK(s->host_blocks.empty());
+    CHECK_GE((int64_t)s->blocks.blocks.size() * bs, s->n_computed);
+    count(s);
   }
   for (const Sequence* s : waiting_) {
     CHECK(s->state == SeqState::waiting);
-    CHECK(s->blocks.blocks.empty());
+    CHECK(s->blocks.blocks.empty() && s->host_blocks.empty());
     CHECK_EQ(s->n_computed, 0);
   }
-  CHECK_EQ(owned, (int64_t)allocator_.n_used());
+  for (const Sequence* s : paused_) {
+    CHECK(s->state == SeqState::intercepted && s->interception.has_value());
+    count(s);
+  }
+  for (const Sequence* s : resuming_) {
+    CHECK(s->state == SeqState::intercepted);
+    CHECK(!s->host_blocks.empty());
+    count(s);
+  }
+  CHECK_EQ(dev_owned, (int64_t)device_.n_used());
+  if (host_ != nullptr) CHECK_EQ(host_owned, (int64_t)host_->n_used());
   for (size_t i = 1; i < waiting_.size(); ++i)
     CHECK_LE(waiting_[i - 1]->arrival_time, waiting_[i]->arrival_time);
+  for (size_t i = 1; i < running_.size(); ++i)
+    CHECK_LE(running_[i - 1]->arrival_time, running_[i]->arrival_time);
 }
 
 }  // namespace infercept

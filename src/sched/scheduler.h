@@ -1,10 +1,12 @@
 // The step planner: continuous batching with chunked prefill under a per-step token budget,
-// and preemption by recomputation when the KV cache runs out (a request never fails for lack
-// of memory: it gives its blocks back and is prefilled again later).
+// preemption by recomputation when the KV cache runs out (a request never fails for lack of
+// memory), and the KV of paused (intercepted) requests moved between the device and host
+// tiers as the interception policy decides, under a per-step swap budget.
 //
-// Pure logic: input is the sequences and the block allocator; output is a plan (which
-// sequences run, how many of their tokens, which were preempted). The engine executes the
-// plan and then reports back with commit().
+// Pure logic: input is the sequences, the block allocators of both tiers, the policy and
+// the clock; output is a plan (which sequences run, how many of their tokens, which blocks
+// move between tiers, which KV was dropped). The engine executes the plan (copies first,
+// then the forward pass) and reports back with commit().
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "sched/cost_model.h"
+#include "sched/policy.h"
 #include "sched/sequence.h"
 
 namespace infercept {
@@ -20,6 +24,8 @@ struct SchedulerConfig {
   int64_t block_size = 16;
   int64_t max_tokens_per_step = 512;  // token budget of one step (prefill chunks + decodes)
   int64_t max_seqs_per_step = 64;
+  // Free device blocks below this fraction count as memory pressure for the policy.
+  double pressure_watermark = 0.05;
 };
 
 struct ScheduledSeq {
@@ -28,48 +34,88 @@ struct ScheduledSeq {
   bool sample = false;   // this step reaches the end of the known tokens: sample the next one
 };
 
+// One block copy between the tiers: swap_out moves device -> host, swap_in host -> device.
+struct BlockMove {
+  int32_t from = 0;
+  int32_t to = 0;
+};
+
 struct StepPlan {
   std::vector<ScheduledSeq> scheduled;
   std::vector<Sequence*> preempted;
   int64_t n_tokens = 0;
-  int64_t dropped_tokens = 0;  // computed tokens whose KV the preemptions threw away
-  bool empty() const { return scheduled.empty(); }
+  int64_t dropped_tokens = 0;      // computed tokens whose KV was thrown away this step
+  // Copies run before the forward pass, swap_in first: a host block freed by a swap-in may be
+  // the destination of a swap-out in the same step, and device blocks freed by a swap-out
+  // may be written by this step's forward pass.
+  std::vector<BlockMove> swap_in;
+  std::vector<BlockMove> swap_out;
+  bool sync_swap = false;  // a whole-context synchronous swap (the `swap` policy) is in it
+  int64_t n_discards = 0, n_swap_decisions = 0, n_preserve_decisions = 0;
+  bool empty() const { return scheduled.empty() && swap_out.empty() && swap_in.empty(); }
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, BlockAllocator& allocator);
+  // `host` may be null (no swap space); `policy` may be null (paused requests are preserved).
+  Scheduler(const SchedulerConfig& config, BlockAllocator& device, BlockAllocator* host = nullptr,
+            Policy* policy = nullptr, const CostModel* cost = nullptr);
 
   const SchedulerConfig& config() const { return config_; }
   // Adds a new sequence to the waiting queue (ordered by arrival time).
   void add(Sequence* seq);
-  // Removes a sequence wherever it is and frees its blocks (finish, abort).
+  // Removes a sequence wherever it is and frees its blocks in both tiers (finish, abort).
   void finish(Sequence* seq);
+  // A running sequence stops for a tool (between steps). Its KV stays where it is until the
+  // policy decides otherwise.
+  void intercept(Sequence* seq, InterceptionInfo info);
+  // The tool answered: `returned` tokens are appended and the sequence queues to run again
+  // (straight to running when its KV is on the device; through swap-in when some is on the
+  // host; through the waiting queue when it was dropped).
+  void resume(Sequence* seq, const std::vector<int32_t>& returned, double now);
+  // Drops the KV of a paused sequence (expiry, or the client let it go) but keeps its tokens,
+  // so a late resume still works by recomputation.
+  void release_paused(Sequence* seq);
 
-  // Plans the next step. Running sequences keep their place; waiting ones are admitted in
-  // arrival order while the budget and the cache allow.
-  StepPlan schedule();
-  // Records that the plan ran: n_computed advances. Sampled tokens are appended by the
-  // engine before the next schedule().
+  // Plans the next step at time `now` (seconds).
+  StepPlan schedule(double now);
+  // Records that the plan ran: n_computed advances.
   void commit(const StepPlan& plan);
 
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  // Capacity of the cache in tokens: what a single sequence can ever hold.
+  size_t n_paused() const { return paused_.size(); }
+  size_t n_resuming() const { return resuming_.size(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !resuming_.empty(); }
+  const std::vector<Sequence*>& paused() const { return paused_; }
+  // Capacity of the device cache in tokens: what a single sequence can ever hold.
   int64_t capacity_tokens() const;
   void check_invariants() const;
 
  private:
-  bool ensure_blocks(Sequence& s, int64_t n_tokens_total);
-  void release_blocks(Sequence& s);
+  bool ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now);
+  void release_device_blocks(Sequence& s);
+  void release_host_blocks(Sequence& s);
+  void drop_kv(Sequence& s, StepPlan& plan);
   void preempt(Sequence& s, StepPlan& plan);
-  void insert_waiting(Sequence* s);
+  void insert_by_arrival(std::deque<Sequence*>& q, Sequence* s);
+  void insert_by_arrival(std::vector<Sequence*>& q, Sequence* s);
+  void apply_policy(StepPlan& plan, double now, int64_t& swap_budget);
+  void swap_in_resuming(StepPlan& plan, int64_t& swap_budget);
+  bool free_a_paused_block(StepPlan& plan);
+  bool memory_pressure() const;
 
   SchedulerConfig config_;
-  BlockAllocator& allocator_;
-  std::vector<Sequence*> running_;  // arrival order
-  std::deque<Sequence*> waiting_;   // arrival order
+  BlockAllocator& device_;
+  BlockAllocator* host_;
+  Policy* policy_;
+  const CostModel* cost_;
+  std::vector<Sequence*> running_;   // arrival order
+  std::deque<Sequence*> waiting_;    // arrival order
+  std::vector<Sequence*> paused_;    // intercepted, tool not yet answered; arrival order
+  std::vector<Sequence*> resuming_;  // answered, KV partly on the host; arrival order
+  int64_t last_step_tokens_ = 1;
+  double last_now_ = -1.0;
 };
 
 }  // namespace infercept

@@ -1,9 +1,17 @@
-// A sequence as the scheduler sees it: its tokens (prompt, then generated), how many of them
-// have their KV in the cache, its blocks, and where it is in its life cycle. No model, no
-// backend: the scheduler only plans which tokens run and which blocks they use.
+// A sequence as the scheduler sees it: its tokens (prompt, then generated and returned
+// tool tokens), how many of them have their KV somewhere, where that KV lives, and where the
+// sequence is in its life cycle. No model, no backend: the scheduler only plans which tokens
+// run and which blocks they use and move.
+//
+// Life cycle: waiting -> running -> intercepted (paused for a tool) -> resumed (the tool
+// answered, its tokens appended) -> running ... -> finished. While intercepted, the KV is a
+// prefix on the device (`blocks`) and the rest on the host (`host_blocks`), or gone; the
+// policy moves it between the two every step.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,22 +19,44 @@
 
 namespace infercept {
 
-enum class SeqState { waiting, running, finished };
+enum class SeqState { waiting, running, intercepted, finished };
+
+struct InterceptionInfo {
+  std::string tool;
+  double call_time = 0.0;       // seconds (engine clock)
+  std::optional<double> hint;   // expected duration from the client, if any
+  bool resumed = false;         // the tool answered; the sequence wants to run again
+  double resume_time = 0.0;
+  bool expired = false;         // nobody answered in time: KV released, tokens kept
+};
 
 struct Sequence {
   uint64_t id = 0;
-  double arrival_time = 0.0;  // seconds; queues are ordered by it (FCFS)
-  std::vector<int32_t> tokens;  // prompt followed by generated tokens
+  double arrival_time = 0.0;  // seconds; every queue is ordered by it (FCFS)
+  std::vector<int32_t> tokens;  // prompt, then generated (and returned tool) tokens
   int64_t n_prompt = 0;
-  int64_t n_computed = 0;  // tokens whose KV is in the cache (a prefix of `tokens`)
-  BlockTable blocks;
+  int64_t n_computed = 0;  // tokens whose KV exists: device prefix, then host suffix
+  BlockTable blocks;       // device blocks (a prefix of the context)
+  std::vector<int32_t> host_blocks;  // host blocks holding the positions after `blocks`
   SeqState state = SeqState::waiting;
+  std::optional<InterceptionInfo> interception;  // set while intercepted
+
+  // Accounting (the KPIs of docs/DESIGN.md).
   int64_t n_preemptions = 0;
-  int64_t n_recomputed = 0;  // tokens prefilled again after a preemption
+  int64_t n_recomputed = 0;     // tokens whose KV was dropped and had to be computed again
+  int64_t n_swapped_out = 0;    // tokens copied device -> host (in whole blocks)
+  int64_t n_swapped_in = 0;     // tokens copied host -> device (in whole blocks)
+  double preserved_token_seconds = 0.0;  // device tokens held while paused, over time
+  int64_t n_interceptions = 0;
 
   int64_t n_generated() const { return (int64_t)tokens.size() - n_prompt; }
   // Tokens still to be fed to the model before the next token can be sampled.
   int64_t n_uncomputed() const { return (int64_t)tokens.size() - n_computed; }
+  int64_t device_tokens(int64_t block_size) const {
+    return std::min<int64_t>(n_computed, (int64_t)blocks.blocks.size() * block_size);
+  }
+  int64_t host_tokens(int64_t block_size) const { return n_computed - device_tokens(block_size); }
+  bool is_paused() const { return state == SeqState::intercepted; }
 };
 
 }  // namespace infercept

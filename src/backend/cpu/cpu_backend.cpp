@@ -227,6 +227,27 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void copy_blocks_between(const KvStorage& from_base, KvStorage& to_base,
+                           std::span<const int32_t> src, std::span<const int32_t> dst) override {
+    const auto& from = static_cast<const CpuKvStorage&>(from_base);
+    auto& to = static_cast<CpuKvStorage&>(to_base);
+    const KvGeometry& g = from.geometry();
+    CHECK(src.size() == dst.size());
+    CHECK(g.n_layers == to.geometry().n_layers &&
+          g.bytes_per_block_per_layer() == to.geometry().bytes_per_block_per_layer());
+    const size_t bb = g.bytes_per_block_per_layer();
+    for (int64_t l = 0; l < g.n_layers; ++l)
+      for (size_t i = 0; i < src.size(); ++i) {
+        CHECK(src[i] >= 0 && src[i] < g.n_blocks && dst[i] >= 0 && dst[i] < to.geometry().n_blocks);
+        std::memcpy(to.k(l) + (size_t)dst[i] * bb, from.k(l) + (size_t)src[i] * bb, bb);
+        std::memcpy(to.v(l) + (size_t)dst[i] * bb, from.v(l) + (size_t)src[i] * bb, bb);
+      }
+  }
+
+  Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) override {
+    return create_kv_storage(g);
+  }
+
   void copy_blocks(KvStorage& kv_base, std::span<const int32_t> src,
                    std::span<const int32_t> dst) override {
     auto& kv = static_cast<CpuKvStorage&>(kv_base);

@@ -1,0 +1,34 @@
+// The profiler behind `infercept profile` and the engine's start-up: measures the forward
+// time T_fwd(x) for x query tokens and the KV copy bandwidth between the device and host
+// tiers, and derives the saturation point S and the per-step swap budget from them. Nothing
+// about the machine is hard-coded: the interception policy reads only what this measured.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/llama.h"
+#include "sched/cost_model.h"
+
+namespace infercept {
+
+struct ProfileOptions {
+  std::vector<int64_t> token_counts;  // empty = powers of two up to the step budget
+  int repeats = 2;                    // best of this many runs per point
+  int64_t copy_blocks = 64;           // blocks per bandwidth measurement
+};
+
+// Runs forward passes on blocks [0, ...) of `device` (which must be otherwise unused) and
+// copies between `device` and `host`.
+Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStorage& device,
+                                     KvStorage& host, int64_t block_size,
+                                     const ProfileOptions& options);
+
+// The cache file for a model and backend: next to the model, named after the backend and
+// threads, e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf.profile-cpu-2t.json
+std::string profile_cache_path(const std::string& model_path, const std::string& backend,
+                               int threads);
+
+}  // namespace infercept

@@ -1,0 +1,181 @@
+// CostModel: the profiled step-time curve and copy bandwidth behind the waste model. The
+// policies query it for every paused request every step, so everything here is a few
+// arithmetic operations over a handful of samples; validation and JSON happen once, when the
+// profiler's cache file is loaded.
+#include "sched/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace infercept {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Bumped when the file's meaning changes, so an old cache is re-profiled instead of misread.
+constexpr int kFormatVersion = 1;
+
+// Bounds that keep products of these numbers finite and catch unit mistakes (seconds given
+// in milliseconds, bandwidth in GB instead of bytes) long before they skew decisions.
+constexpr int64_t kMaxSampleTokens = int64_t{1} << 24;
+constexpr double kMaxStepSeconds = 3600.0;
+
+double line(double x0, double y0, double x1, double y1, double x) {
+  if (x1 == x0) return y1;
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+}  // namespace
+
+double CostModel::t_fwd(int64_t tokens) const {
+  // No step at all costs nothing; the chunked-discard term relies on t_fwd(0) == 0 when no
+  // request decodes (then a chunk's marginal time is its whole step).
+  if (tokens <= 0 || t_fwd_samples.empty()) return 0.0;
+  const auto& s = t_fwd_samples;
+  if (s.size() == 1) return std::max(0.0, s[0].second);
+  const double x = (double)tokens;
+  // Below the first sample: a step is never cheaper than the smallest one measured (the
+  // decode regime is flat; weights must be read regardless of the token count).
+  if (tokens <= s.front().first) return std::max(0.0, s.front().second);
+  double y;
+  if (tokens >= s.back().first) {
+    const auto& a = s[s.size() - 2];
+    const auto& b = s.back();
+    y = line((double)a.first, a.second, (double)b.first, b.second, x);
+    // Noisy samples can give the last segment a negative slope; time does not fall with
+    // more work, so extrapolate flat instead.
+    y = std::max(y, b.second);
+  } else {
+    auto it = std::upper_bound(
+        s.begin(), s.end(), tokens,
+        [](int64_t t, const std::pair<int64_t, double>& p) { return t < p.first; });
+    const auto& b = *it;
+    const auto& a = *(it - 1);
+    y = line((double)a.first, a.second, (double)b.first, b.second, x);
+  }
+  return std::max(0.0, y);
+}
+
+double CostModel::t_swap(int64_t tokens) const {
+  if (tokens <= 0) return 0.0;
+  // Without a measured bandwidth a copy never finishes: nothing can be swapped for free.
+  if (!(swap_bytes_per_second > 0.0)) return std::numeric_limits<double>::infinity();
+  return (double)tokens * kv_bytes_per_token / swap_bytes_per_second;
+}
+
+int64_t CostModel::swap_budget_tokens(double seconds) const {
+  if (!(seconds > 0.0) || !(kv_bytes_per_token > 0.0) || !(swap_bytes_per_second > 0.0)) return 0;
+  const double n = std::floor(seconds * swap_bytes_per_second / kv_bytes_per_token);
+  // Saturate rather than overflow: a budget beyond int64 is "everything" anyway.
+  if (!(n < 9.0e18)) return std::numeric_limits<int64_t>::max();
+  return (int64_t)n;
+}
+
+int64_t CostModel::derive_saturation(double tolerance) const {
+  if (t_fwd_samples.empty()) return 0;
+  const double base = t_fwd(1);
+  const double limit = base * (1.0 + std::max(0.0, tolerance));
+  // The first sample is in the flat regime by definition (nothing smaller was measured), so
+  // S is at least its token count. Stop at the first sample above the limit: past it the
+  // curve has left the flat regime, and a later dip below the limit is measurement noise.
+  int64_t s = t_fwd_samples.front().first;
+  for (const auto& [tokens, seconds] : t_fwd_samples) {
+    if (seconds > limit) break;
+    s = tokens;
+  }
+  return std::max<int64_t>(1, s);
+}
+
+Status CostModel::validate() const {
+  if (t_fwd_samples.empty())
+    return make_error("invalid cost model: no forward-time samples (run `infercept profile`)");
+  int64_t prev = 0;
+  for (size_t i = 0; i < t_fwd_samples.size(); ++i) {
+    const auto& [tokens, seconds] = t_fwd_samples[i];
+    const std::string where = "invalid cost model: t_fwd sample " + std::to_string(i) + " ";
+    if (tokens <= 0 || tokens > kMaxSampleTokens)
+      return make_error(where, "has ", std::to_string(tokens), " tokens (must be in [1, ",
+                        std::to_string(kMaxSampleTokens), "])");
+    if (tokens <= prev)
+      return make_error(where, "(", std::to_string(tokens),
+                        " tokens) is not above the previous one: samples must ascend");
+    if (!std::isfinite(seconds) || seconds <= 0.0 || seconds > kMaxStepSeconds)
+      return make_error(where, "has time ", std::to_string(seconds), " s (must be in (0, ",
+                        std::to_string(kMaxStepSeconds), "])");
+    prev = tokens;
+  }
+  if (!std::isfinite(kv_bytes_per_token) || kv_bytes_per_token <= 0.0)
+    return make_error("invalid cost model: kv_bytes_per_token = ",
+                      std::to_string(kv_bytes_per_token), " (must be positive)");
+  if (!std::isfinite(swap_bytes_per_second) || swap_bytes_per_second <= 0.0)
+    return make_error("invalid cost model: swap_bytes_per_second = ",
+                      std::to_string(swap_bytes_per_second), " (must be positive)");
+  if (saturation_tokens < 0 || saturation_tokens > kMaxSampleTokens)
+    return make_error("invalid cost model: saturation_tokens = ", std::to_string(saturation_tokens),
+                      " (must be in [0, ", std::to_string(kMaxSampleTokens), "]; 0 = derive)");
+  return ok_status();
+}
+
+std::string CostModel::to_json() const {
+  json j;
+  j["version"] = kFormatVersion;
+  json samples = json::array();
+  for (const auto& [tokens, seconds] : t_fwd_samples) samples.push_back({tokens, seconds});
+  j["t_fwd_samples"] = std::move(samples);
+  j["kv_bytes_per_token"] = kv_bytes_per_token;
+  j["swap_bytes_per_second"] = swap_bytes_per_second;
+  j["saturation_tokens"] = saturation_tokens;
+  return j.dump(2);
+}
+
+Result<CostModel> CostModel::from_json(const std::string& text, const std::string& path) {
+  // The file is outside input: every shape mistake becomes an Error naming the file, never
+  // an exception escaping into the engine.
+  const std::string where = path.empty() ? std::string("cost model") : path;
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error(where, ": not valid JSON");
+  if (!j.is_object()) return make_error(where, ": expected a JSON object");
+
+  auto number = [&](const char* key, bool required, double& out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      if (required) return make_error(where, ": missing \"", key, "\"");
+      return ok_status();
+    }
+    if (!it->is_number()) return make_error(where, ": \"", key, "\" must be a number");
+    out = it->get<double>();
+    return ok_status();
+  };
+
+  if (auto it = j.find("version"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() != kFormatVersion)
+      return make_error(where, ": unsupported version ", it->dump(), " (expected ",
+                        std::to_string(kFormatVersion), "); re-run `infercept profile`");
+  }
+
+  CostModel m;
+  auto samples = j.find("t_fwd_samples");
+  if (samples == j.end()) return make_error(where, ": missing \"t_fwd_samples\"");
+  if (!samples->is_array()) return make_error(where, ": \"t_fwd_samples\" must be an array");
+  for (size_t i = 0; i < samples->size(); ++i) {
+    const json& s = (*samples)[i];
+    if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number())
+      return make_error(where, ": t_fwd_samples[", std::to_string(i),
+                        "] must be [tokens (integer), seconds (number)]");
+    m.t_fwd_samples.emplace_back(s[0].get<int64_t>(), s[1].get<double>());
+  }
+  TRY(number("kv_bytes_per_token", true, m.kv_bytes_per_token));
+  TRY(number("swap_bytes_per_second", true, m.swap_bytes_per_second));
+  if (auto it = j.find("saturation_tokens"); it != j.end()) {
+    if (!it->is_number_integer())
+      return make_error(where, ": \"saturation_tokens\" must be an integer");
+    m.saturation_tokens = it->get<int64_t>();
+  }
+  if (Status st = m.validate(); !st.ok()) return make_error(where, ": ", st.error().message);
+  return m;
+}
+
+}  // namespace infercept

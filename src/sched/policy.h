@@ -1,0 +1,91 @@
+// Interception policies: for every paused request, every step, what happens to its KV cache.
+// Pure logic: the input is a snapshot the scheduler builds, the output a decision it applies.
+//
+//   discard           free it at the pause; on resume the request rejoins the queue as a new
+//                     request (arrival = resume time) and prefills everything (vLLM)
+//   improved-discard  the same, but the request keeps its original arrival time
+//   preserve          keep it on the device for the whole pause
+//   swap              copy all of it to the host at once at the pause (synchronously, not
+//                     budgeted) and all of it back at the resume
+//   ttl               keep it on the device for a TTL (the tool's p95 duration when known),
+//                     then discard (Continuum-style)
+//   minwaste          InferCept: min(W_p, W_cd) per request, most wasteful first get the
+//                     per-step swap-out budget, the rest preserved or discarded, whichever
+//                     wastes less; re-decided every step
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "sched/cost_model.h"
+#include "sched/duration_estimator.h"
+
+namespace infercept {
+
+enum class PolicyKind { discard, improved_discard, preserve, swap, ttl, minwaste };
+Result<PolicyKind> parse_policy(const std::string& name);
+const char* policy_name(PolicyKind k);
+
+// One paused request as the policy sees it.
+struct PausedView {
+  uint64_t id = 0;
+  std::string tool;
+  int64_t context_tokens = 0;  // tokens whose KV exists (device + host)
+  int64_t device_tokens = 0;   // of which on the device (a prefix)
+  int64_t host_tokens = 0;     // of which on the host (the suffix)
+  double elapsed = 0;          // seconds since the call
+  std::optional<double> hint;  // expected duration given by the client, if any
+};
+
+struct PolicyInput {
+  std::vector<PausedView> paused;
+  int64_t running_context_tokens = 0;  // C_batch of the running requests
+  int64_t decode_tokens = 0;           // R
+  int64_t block_size = 16;
+  int64_t free_device_blocks = 0;
+  int64_t free_host_blocks = 0;
+  // Tokens the policy may swap out this step: N_i less what the scheduler already planned
+  // to swap in (budgeted policies spend all of it on swap-out, most wasteful first).
+  int64_t swap_budget_tokens = 0;
+  // True when requests wait for device blocks (or the pool is nearly full): keeping KV of
+  // paused requests then costs the others. Without pressure preserve is free.
+  bool memory_pressure = false;
+};
+
+enum class KvAction { preserve, swap_out, discard };
+
+struct PausedDecision {
+  uint64_t id = 0;
+  KvAction action = KvAction::preserve;
+  int64_t swap_out_tokens = 0;  // for swap_out: how many tokens (whole blocks) to move now
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual PolicyKind kind() const = 0;
+  // One decision per paused request, in the same order. Never exceeds the swap budget (for
+  // the budgeted policies) or the free host blocks.
+  virtual std::vector<PausedDecision> decide(const PolicyInput& in) = 0;
+  // Whether a resumed request keeps its original arrival time in the queues.
+  virtual bool keeps_arrival_on_resume() const = 0;
+};
+
+// Knobs of the policies that have any; the defaults are what `serve` uses without flags.
+struct PolicyOptions {
+  // ttl: keep the KV on the device for this quantile of the tool's observed durations ...
+  double ttl_quantile = 0.95;
+  // ... or for this long while the tool has too few observations to have a distribution.
+  double ttl_default_seconds = 1.0;
+};
+
+// The policy keeps references to `cost` and `estimator`: both must outlive it. The estimator
+// is read on every decide(), so what it learns from finished calls is used at once.
+std::unique_ptr<Policy> make_policy(PolicyKind kind, const CostModel& cost,
+                                    const DurationEstimator& estimator,
+                                    const PolicyOptions& options = {});
+
+}  // namespace infercept

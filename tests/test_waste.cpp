@@ -1,0 +1,253 @@
+// The cost model (interpolation, saturation, swap budget, validation, JSON) and the waste
+// formulas, checked against numbers worked out by hand in the comments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "sched/cost_model.h"
+#include "sched/waste.h"
+
+namespace infercept {
+namespace {
+
+// Round numbers so the expected values can be computed by hand:
+//   t_fwd flat-ish up to 500 tokens (S = 500 at 20% tolerance), then linear.
+//   M = 1000 bytes per token, B = 1e6 bytes per second (1000 tokens per second).
+CostModel hand_model() {
+  CostModel m;
+  m.t_fwd_samples = {{100, 0.010}, {500, 0.011}, {1000, 0.020}, {2000, 0.040}};
+  m.kv_bytes_per_token = 1000.0;
+  m.swap_bytes_per_second = 1.0e6;
+  return m;
+}
+
+TEST(CostModel, TfwdInterpolatesAndExtrapolates) {
+  const CostModel m = hand_model();
+  EXPECT_DOUBLE_EQ(m.t_fwd(0), 0.0);  // no step
+  EXPECT_DOUBLE_EQ(m.t_fwd(-3), 0.0);
+  EXPECT_DOUBLE_EQ(m.t_fwd(1), 0.010);  // below the first sample: clamped, not extrapolated
+  EXPECT_DOUBLE_EQ(m.t_fwd(100), 0.010);
+  EXPECT_DOUBLE_EQ(m.t_fwd(300), 0.0105);  // halfway between 100 and 500
+  EXPECT_DOUBLE_EQ(m.t_fwd(750), 0.0155);
+  EXPECT_DOUBLE_EQ(m.t_fwd(2000), 0.040);
+  EXPECT_DOUBLE_EQ(m.t_fwd(3000), 0.060);  // slope of the last segment: 2e-5 s per token
+}
+
+TEST(CostModel, TfwdNeverFallsPastTheLastSample) {
+  CostModel m = hand_model();
+  m.t_fwd_samples = {{1, 0.010}, {100, 0.030}, {200, 0.020}};  // noisy last point
+  EXPECT_DOUBLE_EQ(m.t_fwd(150), 0.025);
+  EXPECT_DOUBLE_EQ(m.t_fwd(1000), 0.020);  // flat, not negative-slope extrapolation
+  m.t_fwd_samples = {{64, 0.5}};
+  EXPECT_DOUBLE_EQ(m.t_fwd(1), 0.5);
+  EXPECT_DOUBLE_EQ(m.t_fwd(10000), 0.5);
+  m.t_fwd_samples.clear();
+  EXPECT_DOUBLE_EQ(m.t_fwd(10), 0.0);
+}
+
+TEST(CostModel, SwapTimeAndBudget) {
+  const CostModel m = hand_model();
+  EXPECT_DOUBLE_EQ(m.t_swap(0), 0.0);
+  EXPECT_DOUBLE_EQ(m.t_swap(1000), 1.0);
+  EXPECT_DOUBLE_EQ(m.t_swap(250), 0.25);
+  EXPECT_EQ(m.swap_budget_tokens(0.010), 10);
+  EXPECT_EQ(m.swap_budget_tokens(0.0105), 10);  // floor: never promise more than fits
+  EXPECT_EQ(m.swap_budget_tokens(0.0), 0);
+  EXPECT_EQ(m.swap_budget_tokens(-1.0), 0);
+  EXPECT_EQ(m.swap_budget_tokens(std::nan("")), 0);
+  EXPECT_EQ(m.swap_budget_tokens(1e30), std::numeric_limits<int64_t>::max());
+  CostModel none = m;
+  none.swap_bytes_per_second = 0;
+  EXPECT_EQ(none.swap_budget_tokens(1.0), 0);
+  EXPECT_TRUE(std::isinf(none.t_swap(1)));
+
+  // The brief's H200 figures: 7B bf16 (512 KiB per token) at 55 GB/s: ~1,000 tokens in 10 ms.
+  CostModel h200;
+  h200.kv_bytes_per_token = 512.0 * 1024;
+  h200.swap_bytes_per_second = 55e9;
+  EXPECT_NEAR((double)h200.swap_budget_tokens(0.010), 1049.0, 1.0);
+}
+
+TEST(CostModel, SaturationDerivedOrGiven) {
+  CostModel m = hand_model();
+  // Base t_fwd(1) = 0.010; within 20%: 100 (0.010), 500 (0.011); 1000 (0.020) is past it.
+  EXPECT_EQ(m.derive_saturation(0.2), 500);
+  EXPECT_EQ(m.derive_saturation(0.05), 100);
+  EXPECT_EQ(m.derive_saturation(1.0), 1000);
+  EXPECT_EQ(m.saturation(), 500);
+  m.saturation_tokens = 384;
+  EXPECT_EQ(m.saturation(), 384);
+  // A later dip under the limit is noise, not a second flat region.
+  m.t_fwd_samples = {{1, 0.01}, {256, 0.011}, {512, 0.02}, {1024, 0.0115}};
+  EXPECT_EQ(m.derive_saturation(0.2), 256);
+}
+
+TEST(CostModel, ValidateRejectsBadModels) {
+  EXPECT_TRUE(hand_model().validate().ok());
+  CostModel m = hand_model();
+  m.t_fwd_samples.clear();
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.t_fwd_samples[2].first = 500;  // not ascending
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.t_fwd_samples[0].second = -1.0;
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.t_fwd_samples[0].second = std::nan("");
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.t_fwd_samples[0].first = 0;
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.kv_bytes_per_token = 0;
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.swap_bytes_per_second = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(m.validate().ok());
+  m = hand_model();
+  m.saturation_tokens = -1;
+  EXPECT_FALSE(m.validate().ok());
+}
+
+TEST(CostModel, JsonRoundTrip) {
+  CostModel m = hand_model();
+  m.t_fwd_samples.push_back({4096, 0.0812345678901234});
+  m.saturation_tokens = 384;
+  auto back = CostModel::from_json(m.to_json(), "cache.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->t_fwd_samples, m.t_fwd_samples);  // doubles survive exactly
+  EXPECT_EQ(back->kv_bytes_per_token, m.kv_bytes_per_token);
+  EXPECT_EQ(back->swap_bytes_per_second, m.swap_bytes_per_second);
+  EXPECT_EQ(back->saturation_tokens, 384);
+  // saturation_tokens is optional (0 = derive).
+  auto minimal = CostModel::from_json(
+      R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2, "swap_bytes_per_second": 3})",
+      "x");
+  ASSERT_TRUE(minimal.ok()) << minimal.error().message;
+  EXPECT_EQ(minimal->saturation_tokens, 0);
+}
+
+TEST(CostModel, JsonErrorsNameTheFile) {
+  const char* bad[] = {
+      "",
+      "{",
+      "[1, 2]",
+      R"({"kv_bytes_per_token": 2, "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": 5, "kv_bytes_per_token": 2, "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1.5, 0.02]], "kv_bytes_per_token": 2, "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1, 0.02, 3]], "kv_bytes_per_token": 2, "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": "2", "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1, 0.02]], "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2, "swap_bytes_per_second": -3})",
+      R"({"t_fwd_samples": [[9, 0.02], [3, 0.03]], "kv_bytes_per_token": 2,
+          "swap_bytes_per_second": 3})",
+      R"({"version": 99, "t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2,
+          "swap_bytes_per_second": 3})",
+      R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2, "swap_bytes_per_second": 3,
+          "saturation_tokens": 1.5})",
+  };
+  for (const char* text : bad) {
+    auto r = CostModel::from_json(text, "prof/cost.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.error().message.find("prof/cost.json"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(Waste, HandComputedTerms) {
+  const CostModel m = hand_model();
+  WasteInputs in;
+  in.context_tokens = 1000;  // C
+  in.expected_remaining = 2.0;
+  in.other_tokens = 3000;
+  in.batch_tokens = 4000;
+  in.decode_tokens = 100;  // R
+  const Waste w = compute_waste(m, in);
+  // W_p = 2 s * 1000 * 1000 B
+  EXPECT_DOUBLE_EQ(w.preserve, 2.0e6);
+  // T_fwd(1000) = 0.02: W_d = 0.02*1000*1000 + 0.02*3000*1000 = 20000 + 60000
+  EXPECT_DOUBLE_EQ(w.discard, 80000.0);
+  // S - R = 400 -> n = ceil(1000/400) = 3 chunks of ceil(1000/3) = 334 tokens.
+  // T_fwd(434) - T_fwd(100) = (0.010 + 334 * 2.5e-6) - 0.010 = 0.000835
+  // W_cd = 0.02*1000*1000/2 + 3 * 0.000835 * 3000 * 1000 = 10000 + 7515
+  EXPECT_EQ(w.chunks, 3);
+  EXPECT_NEAR(w.discard_chunked, 17515.0, 1e-6);
+  // T_swap(1000) = 1 s: W_s = 2 * 1 * 4000 * 1000
+  EXPECT_DOUBLE_EQ(w.swap_sync, 8.0e6);
+}
+
+TEST(Waste, DecodeAlreadyPastSaturation) {
+  // S = 500 <= R = 600: chunks of one token each (progress must still be made).
+  const CostModel m = hand_model();
+  WasteInputs in;
+  in.context_tokens = 10;
+  in.expected_remaining = 1.0;
+  in.other_tokens = 1000;
+  in.batch_tokens = 1010;
+  in.decode_tokens = 600;
+  const Waste w = compute_waste(m, in);
+  EXPECT_EQ(w.chunks, 10);
+  // T_fwd(10) = 0.010 -> own part 0.010*10*1000/2 = 50.
+  // Between 500 and 1000 the slope is 1.8e-5 s/token: 10 * 1.8e-5 * 1000 * 1000 = 180.
+  EXPECT_NEAR(w.discard_chunked, 230.0, 1e-6);
+  EXPECT_TRUE(std::isfinite(w.discard_chunked));
+}
+
+TEST(Waste, EdgeCases) {
+  const CostModel m = hand_model();
+  WasteInputs in;
+  in.context_tokens = 0;
+  in.expected_remaining = 5.0;
+  in.other_tokens = 1000;
+  in.batch_tokens = 1000;
+  Waste w = compute_waste(m, in);
+  EXPECT_EQ(w.preserve, 0.0);
+  EXPECT_EQ(w.discard, 0.0);
+  EXPECT_EQ(w.discard_chunked, 0.0);
+  EXPECT_EQ(w.swap_sync, 0.0);
+  EXPECT_EQ(w.chunks, 0);
+
+  // A negative or NaN estimate counts as "returns now", never as negative waste.
+  in.context_tokens = 100;
+  in.expected_remaining = -1.0;
+  EXPECT_EQ(compute_waste(m, in).preserve, 0.0);
+  in.expected_remaining = std::nan("");
+  EXPECT_EQ(compute_waste(m, in).preserve, 0.0);
+  // A call that never ends makes preserving infinitely wasteful, without NaNs elsewhere.
+  in.expected_remaining = std::numeric_limits<double>::infinity();
+  w = compute_waste(m, in);
+  EXPECT_TRUE(std::isinf(w.preserve));
+  EXPECT_TRUE(std::isfinite(w.discard_chunked));
+
+  // Nobody else running: discarding costs only the request's own memory while it
+  // recomputes; no decode step to ride along, so each chunk is its whole step.
+  in.expected_remaining = 1.0;
+  in.other_tokens = 0;
+  in.batch_tokens = 100;
+  in.decode_tokens = 0;
+  w = compute_waste(m, in);
+  EXPECT_DOUBLE_EQ(w.discard, 0.010 * 100 * 1000);
+  EXPECT_DOUBLE_EQ(w.discard_chunked, 0.010 * 100 * 1000 / 2);
+  EXPECT_EQ(w.chunks, 1);
+}
+
+TEST(Waste, ChunkedDiscardIsCheaperThanDiscardAtOnceUnderSaturation) {
+  // The point of chunking: riding along decode steps under S costs the others almost
+  // nothing, while a whole prefill stalls all of them.
+  const CostModel m = hand_model();
+  for (int64_t c : {50, 400, 1000, 3000}) {
+    WasteInputs in;
+    in.context_tokens = c;
+    in.expected_remaining = 1.0;
+    in.other_tokens = 5000;
+    in.batch_tokens = 5000 + c;
+    in.decode_tokens = 64;
+    const Waste w = compute_waste(m, in);
+    EXPECT_LT(w.discard_chunked, w.discard) << c;
+    EXPECT_GE(w.discard_chunked, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace infercept
