@@ -349,7 +349,9 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
           // What stays on the device is a whole number of blocks: the move is whole blocks,
           // plus the request's last partial block when it has one.
           ASSERT_EQ((p.device_tokens - d.swap_out_tokens) % in.block_size, 0);
-          if (kind == PolicyKind::swap) ASSERT_EQ(d.swap_out_tokens, p.device_tokens);
+          if (kind == PolicyKind::swap) {
+            ASSERT_EQ(d.swap_out_tokens, p.device_tokens);
+          }
           total += d.swap_out_tokens;
           host_blocks += (d.swap_out_tokens + in.block_size - 1) / in.block_size;
         }
@@ -357,12 +359,17 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
         ASSERT_LE(total, in.free_host_blocks * in.block_size);
         if (kind == PolicyKind::minwaste) {
           ASSERT_LE(total, in.swap_budget_tokens);
-          if (!in.memory_pressure)
+          if (!in.memory_pressure) {
             for (const auto& d : out) ASSERT_EQ(d.action, KvAction::preserve);
+          }
         }
-        if (kind == PolicyKind::ttl) ASSERT_EQ(total, 0);
+        if (kind == PolicyKind::ttl) {
+          ASSERT_EQ(total, 0);
+        }
       }
-      if (kind != PolicyKind::ttl) EXPECT_GT(swaps, 50) << policy_name(kind);  // exercised
+      if (kind != PolicyKind::ttl) {
+        EXPECT_GT(swaps, 50) << policy_name(kind);  // both swapping policies were exercised
+      }
     }
   }
 }

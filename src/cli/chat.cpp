@@ -39,7 +39,9 @@ int run_chat(int argc, char** argv) {
     history.push_back({"user", line, {}, "", ""});
     auto ids = e.encode_chat(history, {});
     if (!ids.ok()) return fail(ids.error());
-    GenerateRequest req{std::move(*ids), *params};
+    GenerateRequest req;
+    req.prompt = std::move(*ids);
+    req.params = *params;
     auto id = e.add_request(std::move(req));
     if (!id.ok()) {
       std::fprintf(stderr, "error: %s\n", id.error().message.c_str());

@@ -251,8 +251,14 @@ TraceRequest generate_request(const WorkloadSpec& spec, const AugmentationProfil
     const int32_t ret_floor = std::min<int32_t>(1, p.returned.min);
     const double f = static_cast<double>(budget) / static_cast<double>(sum);
     sum = 0;
-    for (int32_t& g : gen) sum += g = std::max<int32_t>(1, static_cast<int32_t>(g * f));
-    for (int32_t& t : ret) sum += t = std::max<int32_t>(ret_floor, static_cast<int32_t>(t * f));
+    for (int32_t& g : gen) {
+      g = std::max<int32_t>(1, static_cast<int32_t>(g * f));
+      sum += g;
+    }
+    for (int32_t& t : ret) {
+      t = std::max<int32_t>(ret_floor, static_cast<int32_t>(t * f));
+      sum += t;
+    }
     while (sum > budget) {
       int32_t* largest = nullptr;
       for (int32_t& g : gen) {
