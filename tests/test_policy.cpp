@@ -168,10 +168,10 @@ TEST(MinWaste, NoPressurePreservesEverything) {
 
 TEST(MinWaste, MostWastefulGetsTheBudgetFirst) {
   Fixture f(PolicyKind::minwaste);
-  // Same context, different ages: the 20 s pause wastes more than the 5 s one. Budget for
-  // 32 blocks only.
+  // Two long pauses, both cheaper to recompute than to keep (min = W_cd): the larger
+  // context wastes more if not swapped, so it is served first. Budget for 32 blocks only.
   auto d = f.policy->decide(
-      pressured({paused(1, "chat", 2048, 5.0), paused(2, "chat", 2048, 20.0)}, 512, 10000));
+      pressured({paused(1, "chat", 1024, 20.0), paused(2, "chat", 3072, 20.0)}, 512, 10000));
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0].id, 1u);  // output in input order
   EXPECT_EQ(d[1].id, 2u);
@@ -179,18 +179,25 @@ TEST(MinWaste, MostWastefulGetsTheBudgetFirst) {
   EXPECT_EQ(d[1].swap_out_tokens, 512);
   EXPECT_EQ(d[0].action, KvAction::discard);  // no budget left; W_cd < W_p
 
-  // Host room for 10 blocks only: the most wasteful takes them, the budget is left over
-  // but the host is full.
+  // Host room for 10 blocks only: the most wasteful takes them; budget is left over but
+  // the host is full.
   d = f.policy->decide(
-      pressured({paused(1, "chat", 2048, 5.0), paused(2, "chat", 2048, 20.0)}, 5000, 10));
+      pressured({paused(1, "chat", 1024, 20.0), paused(2, "chat", 3072, 20.0)}, 5000, 10));
+  EXPECT_EQ(d[1].action, KvAction::swap_out);
   EXPECT_EQ(d[1].swap_out_tokens, 160);
   EXPECT_EQ(d[0].action, KvAction::discard);
+
+  // Equal waste: the earlier request in the input (FCFS) goes first, deterministically.
+  d = f.policy->decide(
+      pressured({paused(1, "chat", 2048, 5.0), paused(2, "chat", 2048, 20.0)}, 512, 10000));
+  EXPECT_EQ(d[0].action, KvAction::swap_out);
+  EXPECT_EQ(d[1].action, KvAction::discard);
 }
 
 TEST(MinWaste, PartialSwapsContinueAndPartialBlocksGoFirst) {
   Fixture f(PolicyKind::minwaste);
-  // Context of 1000 tokens: 62 whole blocks and a last block of 8 tokens. Budget 100: the
-  // partial block (8) and 5 whole blocks (80) fit; a sixth whole block would not.
+  // Context of 1000 tokens: 62 whole blocks and a last block of 8 tokens. Budget 100 covers
+  // 6 block copies: the partial block (8 tokens) and 5 whole blocks (80).
   auto d = f.policy->decide(pressured({paused(1, "chat", 1000, 10.0)}, 100, 10000));
   EXPECT_EQ(d[0].action, KvAction::swap_out);
   EXPECT_EQ(d[0].swap_out_tokens, 88);
@@ -217,8 +224,8 @@ TEST(MinWaste, PartialSwapsContinueAndPartialBlocksGoFirst) {
   EXPECT_EQ(d[0].action, KvAction::preserve);
   EXPECT_EQ(d[0].swap_out_tokens, 0);
 
-  // A budget smaller than the last partial block moves nothing.
-  d = f.policy->decide(pressured({paused(1, "chat", 1000, 10.0)}, 7, 10000));
+  // A budget smaller than one block copy moves nothing, even for the 8-token last block.
+  d = f.policy->decide(pressured({paused(1, "chat", 1000, 10.0)}, 15, 10000));
   EXPECT_EQ(d[0].action, KvAction::discard);
 }
 
@@ -359,6 +366,8 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
         ASSERT_LE(total, in.free_host_blocks * in.block_size);
         if (kind == PolicyKind::minwaste) {
           ASSERT_LE(total, in.swap_budget_tokens);
+          // Whole blocks are copied, so whole blocks are what the budget must cover.
+          ASSERT_LE(host_blocks * in.block_size, in.swap_budget_tokens);
           if (!in.memory_pressure) {
             for (const auto& d : out) ASSERT_EQ(d.action, KvAction::preserve);
           }

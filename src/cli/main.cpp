@@ -8,6 +8,8 @@ int run_generate(int argc, char** argv);
 int run_chat(int argc, char** argv);
 int run_info(int argc, char** argv);
 int run_bench_decode(int argc, char** argv);
+int run_bench(int argc, char** argv);
+int run_profile(int argc, char** argv);
 }  // namespace infercept::cli
 
 namespace {
@@ -19,6 +21,8 @@ void usage() {
                "  chat          interactive chat in the terminal, streaming tokens\n"
                "  info          print the model's architecture and sizes\n"
                "  bench-decode  measure prefill and batched decode throughput\n"
+               "  bench         agent workload benchmark: Poisson arrivals, tool pauses, policies\n"
+               "  profile       measure T_fwd(x) and KV copy bandwidth; cache the cost model\n"
                "Without --model the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf) is "
                "used.\n");
 }
@@ -35,6 +39,8 @@ int main(int argc, char** argv) {
   if (cmd == "chat") return run_chat(argc - 2, argv + 2);
   if (cmd == "info") return run_info(argc - 2, argv + 2);
   if (cmd == "bench-decode") return run_bench_decode(argc - 2, argv + 2);
+  if (cmd == "bench") return run_bench(argc - 2, argv + 2);
+  if (cmd == "profile") return run_profile(argc - 2, argv + 2);
   std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
   usage();
   return 1;

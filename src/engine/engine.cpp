@@ -118,7 +118,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                                   : config.profile_path;
     auto cached = MappedFile::open(cache);
     std::optional<CostModel> loaded;
-    if (cached.ok()) {
+    if (cached.ok() && !config.force_profile) {
       auto cm = CostModel::from_json(
           std::string(reinterpret_cast<const char*>((*cached)->data()), (*cached)->size()), cache);
       if (cm.ok()) loaded = *cm;
@@ -129,12 +129,16 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     } else {
       LOG_INFO("profiling the forward pass and the swap bandwidth (cached in %s)", cache.c_str());
       ProfileOptions po;
-      for (int64_t x : {1, 16, 64, 128, 256, 512})
-        if (x <= config.max_tokens_per_step) po.token_counts.push_back(x);
-      po.repeats = 1;
+      po.token_counts = config.profile_tokens;
+      if (po.token_counts.empty())
+        for (int64_t x : {1, 16, 64, 128, 256, 512})
+          if (x <= config.max_tokens_per_step) po.token_counts.push_back(x);
+      po.repeats = config.force_profile ? 3 : 1;
       TRY_ASSIGN(e->cost_, profile_cost_model(*e->model_, *e->backend_, *e->kv_, *e->host_kv_,
                                               config.block_size, po));
-      if (FILE* f = std::fopen(cache.c_str(), "w")) {
+      // Cache only a complete profile (a tiny test cache cannot measure the large steps).
+      const bool complete = e->cost_.t_fwd_samples.size() == po.token_counts.size();
+      if (FILE* f = complete ? std::fopen(cache.c_str(), "w") : nullptr) {
         const std::string text = e->cost_.to_json();
         std::fwrite(text.data(), 1, text.size(), f);
         std::fclose(f);

@@ -56,6 +56,8 @@ struct EngineConfig {
   // `cost_model` is given directly (tests).
   std::string profile_path;
   std::optional<CostModel> cost_model;
+  bool force_profile = false;              // measure even when a cache exists (`profile`)
+  std::vector<int64_t> profile_tokens;     // token counts to measure; empty = a quick set
 };
 
 enum class FinishReason { none, stop, length, abort };

@@ -62,18 +62,19 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) {
 // How much of a request's device part fits in `token_budget` tokens and `host_blocks` free
 // host blocks. Blocks leave from the back of the block table: the first to go is the last
 // (possibly partial) block, then whole blocks, so the device part stays a prefix and every
-// move is whole blocks except that one partial block.
+// move is whole blocks except that one partial block. The copy engine moves whole blocks,
+// so each block, the partial one included, is charged block_size tokens of the budget.
 struct Move {
-  int64_t tokens = 0;
-  int64_t blocks = 0;
+  int64_t tokens = 0;  // KV tokens that leave the device
+  int64_t blocks = 0;  // host blocks they take, and block_size * blocks of budget
 };
 Move fit_swap_out(int64_t device_tokens, int64_t block_size, int64_t token_budget,
                   int64_t host_blocks) {
   if (device_tokens <= 0 || token_budget <= 0 || host_blocks <= 0) return {};
   const int64_t dev_blocks = blocks_for(device_tokens, block_size);
+  const int64_t k = std::min({dev_blocks, host_blocks, token_budget / block_size});
+  if (k == 0) return {};
   const int64_t last = device_tokens - (dev_blocks - 1) * block_size;  // 1..block_size
-  if (token_budget < last) return {};
-  const int64_t k = std::min({dev_blocks, host_blocks, 1 + (token_budget - last) / block_size});
   return {last + (k - 1) * block_size, k};
 }
 
@@ -211,7 +212,7 @@ class MinWastePolicy final : public Policy {
       if (worth_swapping(c)) {
         const Move m = fit_swap_out(c.device, in.block_size, token_budget, host_blocks);
         if (m.tokens > 0) {
-          token_budget -= m.tokens;
+          token_budget -= m.blocks * in.block_size;
           host_blocks -= m.blocks;
           d.action = KvAction::swap_out;
           d.swap_out_tokens = m.tokens;

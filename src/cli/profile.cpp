@@ -1,0 +1,42 @@
+// `infercept profile`: measures the forward time T_fwd(x) for x query tokens and the KV copy
+// bandwidth between the tiers, derives the saturation point S and the swap budget per step,
+// prints the table and caches it next to the model, where the engine finds it at start-up.
+#include <cstdio>
+
+#include "cli/common.h"
+
+namespace infercept::cli {
+
+int run_profile(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, merge({kEngineFlags, {"max-tokens-profiled"}}), {});
+  if (!args.ok()) return fail(args.error());
+  auto cfg = engine_config_from(*args);
+  if (!cfg.ok()) return fail(cfg.error());
+  auto max_x = args->get_int("max-tokens-profiled", 2048);
+  if (!max_x.ok()) return fail(max_x.error());
+  cfg->max_tokens_per_step = std::max<int64_t>(cfg->max_tokens_per_step, *max_x);
+  cfg->kv_cache_tokens = std::max<int64_t>(cfg->kv_cache_tokens, *max_x + 64);
+  cfg->force_profile = true;
+  for (int64_t x = 1; x <= *max_x; x *= 2) {
+    cfg->profile_tokens.push_back(x);
+    if (x >= 8 && x * 3 / 2 <= *max_x) cfg->profile_tokens.push_back(x * 3 / 2);
+  }
+  auto engine = EngineCore::create(*cfg);
+  if (!engine.ok()) return fail(engine.error());
+  const CostModel& c = (*engine)->cost_model();
+  std::printf("%10s %12s %14s\n", "tokens", "T_fwd (ms)", "per token (us)");
+  for (const auto& [x, t] : c.t_fwd_samples)
+    std::printf("%10lld %12.2f %14.1f\n", (long long)x, t * 1e3, t * 1e6 / (double)x);
+  const int64_t s = c.saturation();
+  std::printf("saturation point S: %lld tokens (step time within 20%% of a 1-token step)\n",
+              (long long)s);
+  std::printf("KV bytes per token: %.0f\n", c.kv_bytes_per_token);
+  std::printf("KV copy bandwidth (each way): %.2f GB/s\n", c.swap_bytes_per_second / 1e9);
+  std::printf("swap budget per step: %lld tokens during a decode step (%.2f ms), %lld during a "
+              "step of S tokens\n",
+              (long long)c.swap_budget_tokens(c.t_fwd(1)), c.t_fwd(1) * 1e3,
+              (long long)c.swap_budget_tokens(c.t_fwd(s)));
+  return 0;
+}
+
+}  // namespace infercept::cli
