@@ -506,3 +506,36 @@ TEST(MatmulRows, EmptyRangeWritesNothing) {
 
 }  // namespace
 }  // namespace infercept
+
+// The SIMD activation quantizer must give the scalar oracle's bits exactly: the CPU backend
+// uses it for every row, and batch invariance and the llama.cpp comparison rest on it.
+#include "backend/cpu/quantize_fast.h"
+namespace infercept {
+namespace {
+TEST(QuantizeFast, BitIdenticalToTheScalarOracle) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (DType t : {DType::q8_0, DType::q8_1}) {
+    for (int64_t n : {32, 64, 576, 1536}) {
+      std::vector<float> x((size_t)n);
+      for (auto& v : x) v = nd(rng);
+      x[3] = 0.5f * 127.0f / 127.0f;  // include exact halves after scaling sometimes
+      if (n > 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
+      const size_t bytes = dtype_row_bytes(t, n);
+      std::vector<uint8_t> a(bytes), b(bytes);
+      quantize_row(t, x.data(), a.data(), n);
+      quantize_row_fast(t, x.data(), b.data(), n);
+      EXPECT_EQ(a, b) << dtype_name(t) << " n=" << n;
+    }
+    // Exact ties: amax 127 gives scale 1, so these sit exactly on .5 after scaling.
+    std::vector<float> ties = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, -1.5f, 126.5f};
+    ties.resize(32, 3.5f);
+    const size_t bytes = dtype_row_bytes(t, 32);
+    std::vector<uint8_t> a(bytes), b(bytes);
+    quantize_row(t, ties.data(), a.data(), 32);
+    quantize_row_fast(t, ties.data(), b.data(), 32);
+    EXPECT_EQ(a, b) << dtype_name(t) << " ties";
+  }
+}
+}  // namespace
+}  // namespace infercept

@@ -61,7 +61,12 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
       std::copy(s, s + g.head_dim, d);
     } else {
       const uint16_t* s = reinterpret_cast<const uint16_t*>(base) + off;
-      for (int64_t i = 0; i < g.head_dim; ++i) d[i] = fp16_to_fp32(s[i]);
+      int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+      for (; i + 8 <= g.head_dim; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+      for (; i < g.head_dim; ++i) d[i] = fp16_to_fp32(s[i]);
     }
   }
 }

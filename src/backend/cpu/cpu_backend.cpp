@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/quantize_fast.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -26,20 +27,22 @@ class CpuKvStorage final : public KvStorage {
     const size_t layer_bytes = g.bytes_per_block_per_layer() * (size_t)g.n_blocks;
     k_.resize((size_t)g.n_layers);
     v_.resize((size_t)g.n_layers);
+    // Not zero-filled: every slot is written before it is read, and untouched pages of a
+    // large pool then cost no resident memory until the cache actually fills.
     for (int64_t l = 0; l < g.n_layers; ++l) {
-      k_[(size_t)l].assign(layer_bytes, 0);
-      v_[(size_t)l].assign(layer_bytes, 0);
+      k_[(size_t)l].reset(new uint8_t[layer_bytes]);
+      v_[(size_t)l].reset(new uint8_t[layer_bytes]);
     }
   }
   const KvGeometry& geometry() const override { return g_; }
-  uint8_t* k(int64_t layer) { return k_[(size_t)layer].data(); }
-  uint8_t* v(int64_t layer) { return v_[(size_t)layer].data(); }
-  const uint8_t* k(int64_t layer) const { return k_[(size_t)layer].data(); }
-  const uint8_t* v(int64_t layer) const { return v_[(size_t)layer].data(); }
+  uint8_t* k(int64_t layer) { return k_[(size_t)layer].get(); }
+  uint8_t* v(int64_t layer) { return v_[(size_t)layer].get(); }
+  const uint8_t* k(int64_t layer) const { return k_[(size_t)layer].get(); }
+  const uint8_t* v(int64_t layer) const { return v_[(size_t)layer].get(); }
 
  private:
   KvGeometry g_;
-  std::vector<std::vector<uint8_t>> k_, v_;
+  std::vector<std::unique_ptr<uint8_t[]>> k_, v_;
 };
 
 class CpuBackend final : public Backend {
@@ -127,7 +130,8 @@ class CpuBackend final : public Backend {
       if (act_scratch_.size() < act_row_bytes * (size_t)n) act_scratch_.resize(act_row_bytes * (size_t)n);
       uint8_t* dst = act_scratch_.data();
       pool_.parallel_for(n, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) quantize_row(act_t, x.row<float>(r), dst + (size_t)r * act_row_bytes, k);
+        for (int64_t r = b; r < e; ++r)
+          quantize_row_fast(act_t, x.row<float>(r), dst + (size_t)r * act_row_bytes, k);
       }, /*grain=*/4);
       acts = dst;
     }
