@@ -224,6 +224,27 @@ TEST(Interception, ToolCallSyntaxAndStringsPauseAndErrorsAreClear) {
   EXPECT_FALSE((*e)->resume(id, {28}).ok());            // not paused any more
   while ((*e)->has_work()) (*e)->step();
   EXPECT_EQ((*e)->allocator().n_free(), (*e)->allocator().n_blocks());
+
+  // A token marked as an interception pauses the request right after it is sampled.
+  GenerateRequest rt = r;
+  rt.intercept_strings.clear();
+  rt.intercept_token_ids = {(*e)->tokenizer().encode(" 6", false, false)[0]};
+  auto id2 = *(*e)->add_request(rt);
+  std::string tool2;
+  for (int i = 0; i < 100 && (*e)->has_work() && tool2.empty(); ++i)
+    for (auto& o : (*e)->step())
+      if (o.intercepted) tool2 = o.tool;
+  EXPECT_EQ(tool2, "token:" + std::to_string(rt.intercept_token_ids[0]));
+  ASSERT_TRUE((*e)->release(id2).ok());  // KV dropped, tokens kept
+  ASSERT_TRUE((*e)->resume(id2, {28}).ok());
+  bool finished = false;
+  for (int i = 0; i < 200 && !finished; ++i)
+    for (auto& o : (*e)->step()) {
+      if (o.intercepted) ASSERT_TRUE((*e)->resume(o.id, {28}).ok());  // the token came again
+      finished = finished || o.finished();
+    }
+  EXPECT_TRUE(finished);
+  EXPECT_EQ((*e)->allocator().n_free(), (*e)->allocator().n_blocks());
 }
 
 }  // namespace

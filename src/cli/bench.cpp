@@ -52,19 +52,13 @@ int run_bench(int argc, char** argv) {
   auto args = Args::parse(
       argc, argv,
       merge({kEngineFlags,
-             {"workload", "policy", "estimator", "rate", "duration", "seed", "json", "time-scale",
-              "context-scale", "max-context", "drain", "swap-space-mb", "trace-out",
-              "tokens"}}),
+             {"workload", "rate", "duration", "seed", "json", "time-scale", "context-scale",
+              "max-context", "drain", "trace-out", "tokens"}}),
       {"quiet"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
   auto cfg = engine_config_from(a);
   if (!cfg.ok()) return fail(cfg.error());
-  cfg->policy = a.get("policy", "minwaste");
-  cfg->estimator = a.get("estimator", "learned");
-  auto swap_mb = a.get_double("swap-space-mb", cfg->swap_space_mb);
-  if (!swap_mb.ok()) return fail(swap_mb.error());
-  cfg->swap_space_mb = *swap_mb;
 
   // The workload: a built-in generator or a trace file.
   const std::string wl = a.get("workload", "mixed");

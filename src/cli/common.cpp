@@ -9,7 +9,8 @@
 namespace infercept::cli {
 
 const std::set<std::string> kEngineFlags = {
-    "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size",
+    "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
+    "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
     "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype"};
 const std::set<std::string> kSamplingFlags = {
     "max-tokens",         "temperature",      "top-p",
@@ -41,6 +42,19 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   c.model_path = a.get("model", default_model_path());
   TRY_ASSIGN(int64_t threads, a.get_int("threads", 0));
   TRY_ASSIGN(c.kv_cache_mb, a.get_double("kv-cache-mb", c.kv_cache_mb));
+  if (a.has("kv-cache-gb")) {
+    TRY_ASSIGN(double gb, a.get_double("kv-cache-gb", 0.0));
+    c.kv_cache_mb = gb * 1024.0;
+  }
+  TRY_ASSIGN(c.swap_space_mb, a.get_double("swap-space-mb", c.swap_space_mb));
+  if (a.has("swap-space-gb")) {
+    TRY_ASSIGN(double gb, a.get_double("swap-space-gb", 0.0));
+    c.swap_space_mb = gb * 1024.0;
+  }
+  c.policy = a.get("policy", c.policy);
+  c.estimator = a.get("estimator", c.estimator);
+  TRY_ASSIGN(c.interception_timeout_s,
+             a.get_double("interception-timeout", c.interception_timeout_s));
   TRY_ASSIGN(c.kv_cache_tokens, a.get_int("kv-cache-tokens", 0));
   TRY_ASSIGN(c.block_size, a.get_int("block-size", c.block_size));
   TRY_ASSIGN(c.max_tokens_per_step, a.get_int("max-batch-tokens", c.max_tokens_per_step));
@@ -51,6 +65,9 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   if (kv == "f16") c.kv_dtype = DType::f16;
   else if (kv == "f32") c.kv_dtype = DType::f32;
   else return make_error("--kv-dtype must be f16 or f32, got '", kv, "'");
+  if (c.kv_cache_mb <= 0 || c.swap_space_mb < 0 || c.interception_timeout_s <= 0)
+    return make_error("--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
+                      "--interception-timeout > 0");
   if (threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
     return make_error("--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");
   return c;

@@ -9,8 +9,9 @@
 
 namespace infercept::cli {
 
-// Engine flags: --model --threads --kv-cache-mb --kv-cache-tokens --block-size
-// --max-batch-tokens --max-seqs --chat-template --kv-dtype
+// Engine flags: --model --threads --kv-cache-gb/--kv-cache-mb --kv-cache-tokens --block-size
+// --max-batch-tokens --max-seqs --chat-template --kv-dtype --swap-space-gb/--swap-space-mb
+// --policy --estimator --interception-timeout
 extern const std::set<std::string> kEngineFlags;
 // Sampling flags: --max-tokens --temperature --top-p --top-k --min-p --seed
 // --repetition-penalty --presence-penalty --frequency-penalty --stop (repeatable)

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/profiler.h"
+#include "engine/tool_call.h"
 #include "io/gguf.h"
 
 namespace infercept {
@@ -33,8 +34,10 @@ struct EngineCore::Active {
   int64_t sampled_since_resume = 0;
   int64_t n_sampled = 0;  // tokens the model generated (tool results excluded)
   std::vector<std::string> intercept_strings;
+  std::vector<int32_t> intercept_token_ids;
   bool detect_tool_calls = false;
   std::string recent_text;  // generated text since the last interception (trigger search)
+  std::optional<std::string> json_tool_call;  // a Llama 3 JSON tool call just completed
   int64_t max_computed = 0;  // high-water mark of n_computed: below it, prefill recomputes
   Active(const SamplingParams& p, uint64_t seed, const Tokenizer& tok)
       : params(p), sampler(p, seed), detok(tok), stops(p.stop) {}
@@ -195,6 +198,7 @@ void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
                                     *tokenizer_);
   a->script = std::move(req.script);
   a->intercept_strings = std::move(req.intercept_strings);
+  a->intercept_token_ids = std::move(req.intercept_token_ids);
   a->detect_tool_calls = req.detect_tool_calls;
   a->seq.id = id;
   a->seq.arrival_time = now();
@@ -310,12 +314,25 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
   std::string tool;
   std::optional<double> hint;
   bool fire = false;
-  if (a.next_script < a.script.size() &&
+  if (a.json_tool_call) {
+    tool = *a.json_tool_call;
+    a.json_tool_call.reset();
+    fire = true;
+  } else if (a.next_script < a.script.size() &&
       a.sampled_since_resume >= a.script[a.next_script].after_generated) {
     tool = a.script[a.next_script].tool;
     hint = a.script[a.next_script].hint;
     ++a.next_script;
     fire = true;
+  }
+  if (!fire && !a.seq.tokens.empty()) {
+    const int32_t last = a.seq.tokens.back();
+    for (int32_t t : a.intercept_token_ids)
+      if (t == last) {
+        tool = "token:" + std::to_string(t);
+        fire = true;
+        break;
+      }
   }
   if (!fire) {
     for (const std::string& str : a.intercept_strings)
@@ -326,14 +343,8 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
       }
   }
   if (!fire && a.detect_tool_calls) {
-    const size_t open = a.recent_text.find("<tool_call>");
-    const size_t close = open == std::string::npos ? open : a.recent_text.find("</tool_call>", open);
-    if (close != std::string::npos) {
-      const std::string body = a.recent_text.substr(open + 11, close - open - 11);
-      const size_t k = body.find("\"name\"");
-      const size_t q1 = k == std::string::npos ? k : body.find('"', body.find(':', k) + 1);
-      const size_t q2 = q1 == std::string::npos ? q1 : body.find('"', q1 + 1);
-      tool = q2 == std::string::npos ? "tool" : body.substr(q1 + 1, q2 - q1 - 1);
+    if (auto call = find_hermes_tool_call(a.recent_text)) {
+      tool = call->name;
       fire = true;
     }
   }
@@ -426,6 +437,13 @@ std::vector<RequestOutput> EngineCore::step() {
         std::find(a.params.stop_token_ids.begin(), a.params.stop_token_ids.end(), tok) !=
             a.params.stop_token_ids.end();
     if (is_stop_token) reason = FinishReason::stop;
+    if (is_stop_token && a.detect_tool_calls) {
+      // A JSON tool call closed by end-of-turn pauses the request instead of ending it.
+      if (auto call = parse_json_tool_call(a.recent_text)) {
+        a.json_tool_call = call->name;
+        reason = FinishReason::none;
+      }
+    }
     const std::string piece_text = is_stop_token ? std::string() : a.detok.push(tok);
     if (!a.intercept_strings.empty() || a.detect_tool_calls) a.recent_text += piece_text;
     auto piece = a.stops.push(piece_text);

@@ -76,6 +76,7 @@ struct GenerateRequest {
   SamplingParams params;
   std::vector<ScriptedInterception> script;
   std::vector<std::string> intercept_strings;  // generated text containing one pauses it
+  std::vector<int32_t> intercept_token_ids;    // sampling one of these pauses it
   bool detect_tool_calls = false;  // ChatML/Hermes <tool_call>...</tool_call> pauses it
 };
 

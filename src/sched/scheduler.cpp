@@ -277,12 +277,24 @@ StepPlan Scheduler::schedule(double now) {
   apply_policy(plan, now, swap_budget);
 
   int64_t budget = config_.max_tokens_per_step;
+  int64_t decode_tokens = 0;
+  for (const Sequence* s : running_) decode_tokens += s->n_uncomputed() == 1 ? 1 : 0;
+  const int64_t saturation = cost_ != nullptr ? cost_->saturation() : config_.max_tokens_per_step;
+  const int64_t recompute_chunk =
+      std::max(saturation - decode_tokens, config_.min_recompute_chunk);
+  auto chunk = [&](const Sequence* s) {
+    const int64_t n = std::min(s->n_uncomputed(), budget);
+    // Only the part below the peak is recomputation; new tokens (a prompt, a tool result)
+    // are ordinary chunked prefill under the token budget.
+    if (!s->is_recomputing()) return n;
+    return std::min(n, std::max<int64_t>(recompute_chunk, 1));
+  };
   // 2. Running sequences, oldest first. When the cache is full, paused requests give up
   //    their blocks first, then the newest running sequence is preempted.
   for (size_t i = 0; i < running_.size() && budget > 0 &&
                      (int64_t)plan.scheduled.size() < config_.max_seqs_per_step;) {
     Sequence* s = running_[i];
-    const int64_t n = std::min(s->n_uncomputed(), budget);
+    const int64_t n = chunk(s);
     if (n <= 0) {
       ++i;
       continue;
@@ -307,7 +319,7 @@ StepPlan Scheduler::schedule(double now) {
          (int64_t)plan.scheduled.size() < config_.max_seqs_per_step) {
     Sequence* s = waiting_.front();
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
-    const int64_t n = std::min(s->n_uncomputed(), budget);
+    const int64_t n = chunk(s);
     if (!ensure_blocks(*s, s->n_computed + n, plan, now)) break;
     waiting_.pop_front();
     s->state = SeqState::running;
@@ -323,6 +335,7 @@ StepPlan Scheduler::schedule(double now) {
 void Scheduler::commit(const StepPlan& plan) {
   for (const ScheduledSeq& ss : plan.scheduled) {
     ss.seq->n_computed += ss.n_tokens;
+    ss.seq->n_computed_peak = std::max(ss.seq->n_computed_peak, ss.seq->n_computed);
     ss.seq->blocks.n_tokens = ss.seq->n_computed;
     CHECK_LE(ss.seq->n_computed, (int64_t)ss.seq->tokens.size());
   }

@@ -26,6 +26,10 @@ struct SchedulerConfig {
   int64_t max_seqs_per_step = 64;
   // Free device blocks below this fraction count as memory pressure for the policy.
   double pressure_watermark = 0.05;
+  // Recomputation of dropped KV runs in chunks of at most S - R tokens per step (S the
+  // saturation point, R the step's decode tokens), so nobody stalls behind it; never less
+  // than this (on a CPU S is ~1: there is no idle compute to hide a chunk in).
+  int64_t min_recompute_chunk = 32;
 };
 
 struct ScheduledSeq {

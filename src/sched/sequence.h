@@ -36,6 +36,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated (and returned tool) tokens
   int64_t n_prompt = 0;
   int64_t n_computed = 0;  // tokens whose KV exists: device prefix, then host suffix
+  int64_t n_computed_peak = 0;  // most tokens ever computed: below it, prefill recomputes
   BlockTable blocks;       // device blocks (a prefix of the context)
   std::vector<int32_t> host_blocks;  // host blocks holding the positions after `blocks`
   SeqState state = SeqState::waiting;
@@ -56,6 +57,7 @@ struct Sequence {
     return std::min<int64_t>(n_computed, (int64_t)blocks.blocks.size() * block_size);
   }
   int64_t host_tokens(int64_t block_size) const { return n_computed - device_tokens(block_size); }
+  bool is_recomputing() const { return n_computed < n_computed_peak; }
   bool is_paused() const { return state == SeqState::intercepted; }
 };
 
