@@ -240,7 +240,9 @@ TEST(Interception, ToolCallSyntaxAndStringsPauseAndErrorsAreClear) {
   bool finished = false;
   for (int i = 0; i < 200 && !finished; ++i)
     for (auto& o : (*e)->step()) {
-      if (o.intercepted) ASSERT_TRUE((*e)->resume(o.id, {28}).ok());  // the token came again
+      if (o.intercepted) {
+        ASSERT_TRUE((*e)->resume(o.id, {28}).ok());  // the token came again
+      }
       finished = finished || o.finished();
     }
   EXPECT_TRUE(finished);
