@@ -10,6 +10,7 @@ int run_info(int argc, char** argv);
 int run_bench_decode(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_profile(int argc, char** argv);
+int run_serve(int argc, char** argv);
 }  // namespace infercept::cli
 
 namespace {
@@ -23,6 +24,7 @@ void usage() {
                "  bench-decode  measure prefill and batched decode throughput\n"
                "  bench         agent workload benchmark: Poisson arrivals, tool pauses, policies\n"
                "  profile       measure T_fwd(x) and KV copy bandwidth; cache the cost model\n"
+               "  serve         OpenAI-compatible HTTP server (--host, --port; docs/SERVER.md)\n"
                "Without --model the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf) is "
                "used.\n");
 }
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench-decode") return run_bench_decode(argc - 2, argv + 2);
   if (cmd == "bench") return run_bench(argc - 2, argv + 2);
   if (cmd == "profile") return run_profile(argc - 2, argv + 2);
+  if (cmd == "serve") return run_serve(argc - 2, argv + 2);
   std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
   usage();
   return 1;

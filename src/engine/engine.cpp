@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -36,6 +37,9 @@ struct EngineCore::Active {
   std::vector<std::string> intercept_strings;
   std::vector<int32_t> intercept_token_ids;
   bool detect_tool_calls = false;
+  bool pause_at_tool_turn_end = false;
+  std::unordered_map<std::string, double> tool_hints;
+  int32_t logprobs = -1;
   std::string recent_text;  // generated text since the last interception (trigger search)
   std::optional<std::string> json_tool_call;  // a Llama 3 JSON tool call just completed
   int64_t max_computed = 0;  // high-water mark of n_computed: below it, prefill recomputes
@@ -218,6 +222,10 @@ void EngineCore::abort(uint64_t id) {
 Result<std::vector<int32_t>> EngineCore::encode_chat(
     const std::vector<ChatMessage>& messages, const std::vector<ToolDefinition>& tools) const {
   if (tokenizer_->spec().chat_template.empty() && config_.chat_template.empty())
+  a->pause_at_tool_turn_end = req.pause_at_tool_turn_end;
+  a->tool_hints = std::move(req.tool_duration_hints);
+  a->logprobs = req.logprobs;
+  a->recent_text = std::move(req.turn_prefix);
     return make_error("the model has no chat template; pass --chat-template chatml|llama3|llama2");
   TRY_ASSIGN(auto cached, resolve_chat_template(config_.chat_template,
                                                 tokenizer_->spec().chat_template));
@@ -292,6 +300,62 @@ void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
     dst.clear();
     for (const BlockMove& m : moves) {
       src.push_back(m.from);
+Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  Active& a = *it->second;
+  Sequence& s = a.seq;
+  if (!s.is_paused() || !s.interception || s.interception->resumed ||
+      std::find(scheduler_->paused().begin(), scheduler_->paused().end(), &s) ==
+          scheduler_->paused().end())
+    return make_error("request ", std::to_string(id), " is not paused for a tool");
+  TRY(validate(req));
+  // The common prefix keeps its KV; at least the last prompt token runs again, so there is
+  // a row to sample the first new token from.
+  size_t common = 0;
+  while (common < s.tokens.size() && common < req.prompt.size() &&
+         s.tokens[common] == req.prompt[common])
+    ++common;
+  const int64_t keep = std::min<int64_t>((int64_t)common, (int64_t)req.prompt.size() - 1);
+  scheduler_->truncate_paused(&s, keep);
+  const int64_t reused = s.n_computed;
+  const double t = now();
+  estimator_->observe(s.interception->tool, t - s.interception->call_time);
+  stats_.resumes++;
+  // The request starts over as `req` would: new parameters, triggers and counts.
+  a.params = req.params;
+  a.sampler = Sampler(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull);
+  (void)a.detok.flush();
+  a.stops = StopMatcher(req.params.stop);
+  a.script = std::move(req.script);
+  a.next_script = 0;
+  a.sampled_since_resume = 0;
+  a.n_sampled = 0;
+  a.intercept_strings = std::move(req.intercept_strings);
+  a.intercept_token_ids = std::move(req.intercept_token_ids);
+  a.detect_tool_calls = req.detect_tool_calls;
+  a.pause_at_tool_turn_end = req.pause_at_tool_turn_end;
+  a.tool_hints = std::move(req.tool_duration_hints);
+  a.logprobs = req.logprobs;
+  a.recent_text = std::move(req.turn_prefix);
+  a.json_tool_call.reset();
+  a.max_computed = reused;
+  s.tokens = std::move(req.prompt);
+  s.n_prompt = (int64_t)s.tokens.size();
+  scheduler_->resume(&s, {}, t);
+  return reused;
+}
+
+Status EngineCore::set_interception_hint(uint64_t id, double seconds) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  Sequence& s = it->second->seq;
+  if (!s.is_paused() || !s.interception)
+    return make_error("request ", std::to_string(id), " is not paused for a tool");
+  s.interception->hint = seconds;
+  return ok_status();
+}
+
       dst.push_back(m.to);
     }
     backend_->copy_blocks_between(from, to, src, dst);
@@ -338,6 +402,7 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
     for (const std::string& str : a.intercept_strings)
       if (!str.empty() && a.recent_text.find(str) != std::string::npos) {
         tool = str;
+    if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
         fire = true;
         break;
       }
@@ -366,6 +431,7 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
 
 std::vector<RequestOutput> EngineCore::step() {
   std::vector<RequestOutput> outputs;
+      if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
   const double t_now = now();
   // Paused requests nobody answered in time give their KV back (their tokens stay).
   for (Sequence* s : std::vector<Sequence*>(scheduler_->paused()))
@@ -437,19 +503,25 @@ std::vector<RequestOutput> EngineCore::step() {
         std::find(a.params.stop_token_ids.begin(), a.params.stop_token_ids.end(), tok) !=
             a.params.stop_token_ids.end();
     if (is_stop_token) reason = FinishReason::stop;
-    if (is_stop_token && a.detect_tool_calls) {
-      // A JSON tool call closed by end-of-turn pauses the request instead of ending it.
+    if (is_stop_token && (a.detect_tool_calls || a.pause_at_tool_turn_end)) {
+      // A JSON tool call closed by end-of-turn pauses the request instead of ending it; so
+      // does a turn with Hermes calls in it when the request pauses at the turn's end.
       if (auto call = parse_json_tool_call(a.recent_text)) {
         a.json_tool_call = call->name;
         reason = FinishReason::none;
       }
     }
     const std::string piece_text = is_stop_token ? std::string() : a.detok.push(tok);
-    if (!a.intercept_strings.empty() || a.detect_tool_calls) a.recent_text += piece_text;
+    if (!a.intercept_strings.empty() || a.detect_tool_calls || a.pause_at_tool_turn_end)
+      a.recent_text += piece_text;
     auto piece = a.stops.push(piece_text);
     out.text = std::move(piece.text);
     if (piece.stopped) reason = FinishReason::stop;
     const int64_t limit = std::min(max_context_, kv_capacity_tokens());
+    if (a.logprobs >= 0) {
+      out.logprobs.push_back(log_softmax_at(row, tok));
+      if (a.logprobs > 0) out.top_logprobs.push_back(top_logprobs(row, a.logprobs));
+    }
     if (reason == FinishReason::none &&
         (a.n_sampled >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
       reason = FinishReason::length;
@@ -463,6 +535,11 @@ std::vector<RequestOutput> EngineCore::step() {
         if (!rest.stopped) out.text += a.stops.flush();
       }
       out.finish = reason;
+      } else if (a.pause_at_tool_turn_end) {
+        if (auto hermes = find_hermes_tool_call(a.recent_text)) {
+          a.json_tool_call = hermes->name;
+          reason = FinishReason::none;
+        }
       scheduler_->finish(&s);
       done.push_back(s.id);
     }
@@ -535,6 +612,25 @@ void Engine::loop() {
     for (auto& [id, req] : inbox) core_->add_validated(std::move(req), id);
     for (auto& fn : posted) fn(*core_);
     for (uint64_t id : aborts) {
+Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callback cb) {
+  TRY(core_->validate(req));
+  auto done = std::make_shared<std::promise<Result<int64_t>>>();
+  std::future<Result<int64_t>> result = done->get_future();
+  post([this, id, done, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
+    Result<int64_t> r = core.continue_paused(id, std::move(req));
+    if (r.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      callbacks_[id] = std::move(cb);
+    }
+    done->set_value(std::move(r));
+  });
+  try {
+    return result.get();
+  } catch (const std::future_error&) {
+    return make_error("the engine stopped");
+  }
+}
+
       core_->abort(id);
       Callback cb;
       {

@@ -79,6 +79,19 @@ struct GenerateRequest {
   std::vector<int32_t> intercept_token_ids;    // sampling one of these pauses it
   bool detect_tool_calls = false;  // ChatML/Hermes <tool_call>...</tool_call> pauses it
 };
+  // A turn that ends (end-of-turn token) with tool calls in its text (Hermes <tool_call>
+  // blocks, or a Llama 3 JSON call) pauses instead of finishing: the OpenAI server's
+  // semantics, where a response carries all of a turn's calls (parallel calls included).
+  bool pause_at_tool_turn_end = false;
+  // Text of the turn that is already in the prompt (a generation made to start inside a
+  // tool call): the tool-call triggers see it in front of the generated text.
+  std::string turn_prefix;
+  // Expected tool durations (seconds) by tool name, given to the oracle estimator when the
+  // request pauses on that tool.
+  std::unordered_map<std::string, double> tool_duration_hints;
+  // Logprobs of sampled tokens: -1 none, 0 the sampled token's, n also the n most likely.
+  // Computed from the model's raw distribution (before penalties and temperature).
+  int32_t logprobs = -1;
 
 // What one step produced for one request.
 struct RequestOutput {
@@ -91,6 +104,9 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   bool finished() const { return finish != FinishReason::none; }
+  // With GenerateRequest::logprobs >= 0: one entry per new token.
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // with logprobs > 0
 };
 
 struct EngineStats {
@@ -132,6 +148,17 @@ class EngineCore {
   // Drops the KV of a paused request; a later resume recomputes it.
   Status release(uint64_t id);
   // Runs one step. Returns the outputs of the requests that sampled or finished.
+  // A new request continues paused request `id` (the OpenAI server's resume: the client
+  // sends the whole conversation again). `req.prompt` should extend the paused request's
+  // tokens; the KV of their common prefix is kept, the rest dropped, and the request then
+  // runs under the same id exactly as a fresh request with `req` would (new prompt,
+  // parameters and triggers; the counts of the output restart), its cached prefix already
+  // computed. Returns how many prompt tokens found their KV in place (0 when the policy had
+  // dropped it). Errors: unknown id, not paused, an invalid request.
+  Result<int64_t> continue_paused(uint64_t id, GenerateRequest req);
+  // Sets the expected duration (seconds) of a paused request's tool, for the oracle
+  // estimator. Errors: unknown id, not paused.
+  Status set_interception_hint(uint64_t id, double seconds);
   std::vector<RequestOutput> step();
   bool has_work() const { return scheduler_->has_work(); }
 
@@ -197,6 +224,9 @@ class Engine {
   // Runs `fn` on the engine thread between steps (resume, release, inspection).
   void post(std::function<void(EngineCore&)> fn);
   const EngineCore& core() const { return *core_; }
+  // EngineCore::continue_paused on the engine thread; on success `cb` receives the request's
+  // outputs from then on. Blocks until done (an error when the engine stops first).
+  Result<int64_t> continue_paused(uint64_t id, GenerateRequest req, Callback cb);
 
  private:
   void loop();

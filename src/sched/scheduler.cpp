@@ -112,6 +112,31 @@ void Scheduler::release_paused(Sequence* seq) {
   }
 }
 
+void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
+  CHECK(seq->state == SeqState::intercepted);
+  CHECK(std::find(paused_.begin(), paused_.end(), seq) != paused_.end());
+  const int64_t bs = config_.block_size;
+  const int64_t keep = std::clamp<int64_t>(n_keep, 0, seq->n_computed);
+  const int64_t dev_cap = (int64_t)seq->blocks.blocks.size() * bs;
+  if (keep <= dev_cap) {
+    if (!seq->host_blocks.empty()) release_host_blocks(*seq);
+    const auto need = (size_t)BlockTable::blocks_for(keep, bs);
+    while (seq->blocks.blocks.size() > need) {
+      device_.release(seq->blocks.blocks.back());
+      seq->blocks.blocks.pop_back();
+    }
+  } else {
+    const auto need = (size_t)BlockTable::blocks_for(keep - dev_cap, bs);
+    while (seq->host_blocks.size() > need) {
+      host_->release(seq->host_blocks.back());
+      seq->host_blocks.pop_back();
+    }
+  }
+  seq->n_computed = keep;
+  seq->n_computed_peak = keep;
+  seq->blocks.n_tokens = std::min(keep, (int64_t)seq->blocks.blocks.size() * bs);
+}
+
 bool Scheduler::memory_pressure() const {
   if (!waiting_.empty() || !resuming_.empty()) return true;
   return (double)device_.n_free() < config_.pressure_watermark * (double)device_.n_blocks();

@@ -80,6 +80,10 @@ class Scheduler {
   // Drops the KV of a paused sequence (expiry, or the client let it go) but keeps its tokens,
   // so a late resume still works by recomputation.
   void release_paused(Sequence* seq);
+  // Keeps the KV of a paused sequence's first `n_keep` positions only (the blocks past them
+  // go back to their pools); its tokens are the caller's to change. Used when a new request
+  // continues a paused one and their tokens part ways at n_keep.
+  void truncate_paused(Sequence* seq, int64_t n_keep);
 
   // Plans the next step at time `now` (seconds).
   StepPlan schedule(double now);

@@ -1,0 +1,62 @@
+// The OpenAI-compatible HTTP server (docs/SERVER.md). HTTP worker threads parse, validate
+// and enqueue; the engine thread (Engine) owns the model and the KV cache. A chat completion
+// that ends in tool calls leaves its request paused in the engine; the client's follow-up
+// (the same conversation plus the tool results) is recognized by its token prefix and
+// resumes it, or the client resumes it explicitly through /v1/interceptions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/engine.h"
+
+namespace infercept::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0 = any free port (tests)
+  std::string model_name;  // served name; empty = the model file's name without extension
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  size_t max_body_bytes = 8u << 20;
+  int64_t max_tokens_limit = 0;   // per request; 0 = the context
+  int64_t max_paused_per_key = 256;
+  double interception_expiry_s = 1800.0;  // a paused request nobody resumed is dropped
+  bool interception = true;  // keep requests that end in tool calls paused
+  int http_threads = 64;
+  SamplingParams defaults;  // for what a request leaves out (max_tokens: the default length)
+  bool log_requests = false;  // one JSON line per request on stderr
+  double shutdown_grace_s = 5.0;  // in-flight requests may finish this long after stop()
+};
+
+class HttpServer {
+ public:
+  // Takes the engine; nothing listens until bind().
+  static Result<std::unique_ptr<HttpServer>> create(std::unique_ptr<EngineCore> core,
+                                                    ServerOptions options);
+  ~HttpServer();  // stop()
+
+  // Binds the listening socket (port 0: a free one). Returns the port.
+  Result<int> bind();
+  // Serves until stop(); call after bind().
+  void run();
+  // run() on a background thread.
+  void start();
+  // Graceful: stops accepting, lets in-flight requests finish for the grace period, cancels
+  // the rest, drops paused requests (their KV goes back), and returns when all is quiet.
+  // Safe to call twice and from any thread but a handler's.
+  void stop();
+
+  int port() const;
+  const std::string& model_name() const;
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace infercept::server

@@ -1,0 +1,101 @@
+// Observability: what the engine thread reports (a snapshot taken between steps) and what
+// the HTTP side measures (latencies, tokens, interception durations per tool), rendered as
+// Prometheus text (GET /metrics) and as JSON for the dashboard.
+//
+// Names follow vLLM's where one exists, under the "infercept:" prefix
+// (infercept:num_requests_running, infercept:time_to_first_token_seconds, ...); the
+// interception-specific ones are ours (docs/SERVER.md lists them all).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace infercept::server {
+
+// A paused request as the engine sees it.
+struct PausedSeqInfo {
+  uint64_t id = 0;
+  std::string tool;
+  int64_t device_tokens = 0;
+  int64_t host_tokens = 0;
+  int64_t tokens = 0;
+  double waited_s = 0.0;
+  bool expired = false;   // the engine released its KV (interception timeout)
+  bool resuming = false;  // answered, KV coming back from the host
+  const char* tier() const;  // "device", "host" or "released"
+};
+
+struct EngineSnapshot {
+  EngineStats stats;
+  int64_t running = 0, waiting = 0, paused = 0, resuming = 0;
+  int64_t paused_device = 0, paused_host = 0, paused_released = 0;
+  int64_t device_blocks_used = 0, device_blocks_total = 0;
+  int64_t host_blocks_used = 0, host_blocks_total = 0;
+  int64_t block_size = 0;
+  double kv_bytes_per_token = 0.0;
+  std::string policy, estimator;
+  std::vector<PausedSeqInfo> paused_seqs;
+};
+
+// On the engine thread.
+EngineSnapshot take_snapshot(const EngineCore& core);
+// From any thread: posts take_snapshot and waits for it (nullopt when the engine does not
+// answer within `timeout`).
+std::optional<EngineSnapshot> snapshot(Engine& engine, std::chrono::milliseconds timeout);
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // Prometheus lines for `name` with `labels` ("" or `a="b"`).
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+  nlohmann::json to_json() const;
+  double quantile(double q) const;  // from the buckets (upper bound of the bucket reached)
+  int64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;  // per bucket (not cumulative), last = +Inf
+  double sum_ = 0.0;
+  int64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void observe_ttft(double s);
+  void observe_itl(double s);
+  void observe_e2e(double s);
+  void observe_interception(const std::string& tool, double s);
+  void add_request(const std::string& endpoint, const std::string& finish_reason,
+                   int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+  void add_http_status(int status);
+  void add_pause();
+  void add_resume(bool matched_by_prefix);
+  void add_expired(int64_t n);
+  void add_rejected(const std::string& reason);
+
+  std::string prometheus(const EngineSnapshot& s, int64_t registry_paused) const;
+  nlohmann::json dashboard_json(const EngineSnapshot& s, int64_t registry_paused) const;
+
+ private:
+  mutable std::mutex mu_;
+  Histogram ttft_, itl_, e2e_;
+  std::map<std::string, Histogram> interception_by_tool_;
+  std::map<std::pair<std::string, std::string>, int64_t> requests_;  // (endpoint, finish)
+  std::map<int, int64_t> http_status_;
+  std::map<std::string, int64_t> rejected_;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, cached_tokens_ = 0;
+  int64_t pauses_ = 0, resumes_prefix_ = 0, resumes_explicit_ = 0, expired_ = 0;
+};
+
+}  // namespace infercept::server

@@ -1,0 +1,108 @@
+// The OpenAI wire format: request bodies parsed and validated into typed requests (every
+// problem an ApiError naming the parameter, never an exception), responses and streaming
+// chunks built from what the engine produced, and the OpenAI error object.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling.h"
+#include "tokenizer/chat_template.h"
+
+namespace infercept::server {
+
+using json = nlohmann::json;
+
+// An error for the client: the HTTP status and the fields of the OpenAI error object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty = null
+  std::string code;   // empty = null
+};
+
+ApiError invalid_request(std::string message, std::string param = "", std::string code = "");
+ApiError not_found(std::string message, std::string code = "not_found");
+// {"error": {"message", "type", "param", "code"}}
+json error_body(const ApiError& e);
+// JSON text safe for any content (invalid UTF-8 replaced, never an exception).
+std::string dump(const json& j);
+
+// What the server lets a request ask for.
+struct RequestLimits {
+  int64_t max_tokens = 0;        // per request; 0 = the context
+  int64_t context = 0;           // the engine's context (prompt + completion)
+  SamplingParams defaults;       // sampling used where the request says nothing
+};
+
+enum class ToolChoice { none, automatic, required, named };
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  std::vector<ToolDefinition> tools;
+  std::unordered_map<std::string, double> tool_hints_s;  // expected_duration_ms per tool, in s
+  ToolChoice tool_choice = ToolChoice::automatic;
+  std::string tool_choice_name;  // ToolChoice::named
+  SamplingParams params;
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;
+  int32_t logprobs = -1;  // -1 off; otherwise top_logprobs (0..20)
+  bool intercept = true;  // infercept extension: "intercept": false never keeps it paused
+  bool return_token_ids = false;  // extension (vLLM's name): token ids in the choice
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::string prompt_text;            // when the prompt is text
+  std::vector<int32_t> prompt_tokens;  // when the prompt is token ids
+  SamplingParams params;
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;
+  int32_t logprobs = -1;  // -1 off; otherwise the number of top logprobs (0..5)
+  bool return_token_ids = false;
+};
+
+// Sampling parameters shared by both endpoints: temperature, top_p, top_k, min_p, seed,
+// stop, presence/frequency/repetition penalties, max_tokens (max_completion_tokens for
+// chat), n (only 1). Errors name the parameter.
+std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& limits,
+                                       bool chat, SamplingParams& out, bool& max_tokens_given);
+
+std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits& limits,
+                                           ChatRequest& out);
+std::optional<ApiError> parse_completion_request(const json& body, const RequestLimits& limits,
+                                                 CompletionRequest& out);
+// Messages only (the explicit resume endpoint's tool results): same rules as in a chat.
+std::optional<ApiError> parse_messages(const json& arr, const std::string& param,
+                                       std::vector<ChatMessage>& out);
+
+// Parses a JSON body; a clear 400 when it is not JSON or not an object.
+std::optional<ApiError> parse_body(const std::string& text, json& out);
+
+// An id with a prefix and 24 random alphanumerics ("chatcmpl-...", "call_...").
+std::string random_id(const std::string& prefix);
+
+// A token's logprob entry in the chat format: {"token", "logprob", "bytes", "top_logprobs"}.
+struct TokenInfo {
+  std::string text;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+json chat_logprob_entry(const TokenInfo& t);
+
+// The usage object; cached_tokens goes under prompt_tokens_details.
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// finish_reason as OpenAI names it ("stop", "length", "tool_calls").
+json tool_calls_json(const std::vector<ToolCall>& calls);
+
+}  // namespace infercept::server
