@@ -7,9 +7,13 @@ JOBS ?= $(shell nproc)
 MODEL_DIR := models
 MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
-DEB_PACKAGES := cmake g++ make python3 python3-pip nlohmann-json3-dev libgtest-dev unzip
+DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
+                libcpp-httplib-dev pkg-config
+PORT ?= 8000
+SERVED_MODEL := $(notdir $(basename $(MODEL)))
+VENV := $(BUILD)/venv
 
-.PHONY: all deps model build run test format format-check bench fuzz clean
+.PHONY: all deps pyenv model build run test format format-check bench fuzz clean
 
 all: build
 
@@ -23,17 +27,33 @@ $(BUILD)/.deps-ok:
 	fi
 	@mkdir -p $(BUILD) && touch $@
 
+# The official `openai` Python client, for the server's end-to-end test (tests/
+# server_openai_client.py), in a venv inside the build folder. Without network the test
+# is skipped, nothing else fails.
+pyenv: $(VENV)/.ok
+$(VENV)/.ok: | deps
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q openai && touch $@ || \
+	  echo "warning: could not install the openai package; its server test will be skipped"
+
 model: $(MODEL)
 $(MODEL):
 	@bash scripts/fetch_model.sh $(MODEL_DIR)
 
-build: deps
+build: deps pyenv
 	cmake -S . -B $(BUILD) -DINFERCEPT_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Starts the OpenAI-compatible server on the default model (Ctrl-C stops it).
 run: build model
-	$(BIN) generate --chat --max-tokens 96 \
-	  --prompt "In two sentences, what is a KV cache in an LLM server?"
+	@echo "Starting the OpenAI-compatible server on http://127.0.0.1:$(PORT) (Ctrl-C stops it)."
+	@echo "From another terminal:"
+	@echo ""
+	@echo "  curl http://127.0.0.1:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\": \"$(SERVED_MODEL)\", \"messages\": [{\"role\": \"user\", \"content\": \"What is a KV cache?\"}], \"max_tokens\": 64}'"
+	@echo ""
+	@echo "Dashboard: http://127.0.0.1:$(PORT)/dashboard   Metrics: http://127.0.0.1:$(PORT)/metrics"
+	@echo ""
+	$(BIN) serve --port $(PORT)
 
 test: build model
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
 
@@ -16,9 +17,13 @@ std::vector<double> interception_buckets() {
   return {0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0};
 }
 
+// The shortest text that reads back as the same double.
 std::string num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 

@@ -1,0 +1,201 @@
+// The server in-process on a free port with the default model, and small helpers to talk
+// to it over HTTP through httplib's client (tests/test_server*.cpp).
+#pragma once
+
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/http_server.h"
+#include "test_util.h"
+
+namespace infercept::testing {
+
+using json = nlohmann::json;
+
+inline CostModel server_test_cost_model() {
+  CostModel c;
+  c.t_fwd_samples = {{1, 0.01}, {64, 0.012}, {512, 0.06}};
+  c.kv_bytes_per_token = 2.0 * 30 * 3 * 64 * 2;  // SmolLM2-135M, f16
+  c.swap_bytes_per_second = 2e8;
+  c.saturation_tokens = 64;
+  return c;
+}
+
+inline EngineConfig server_test_engine_config() {
+  EngineConfig c;
+  c.model_path = default_model_path();
+  c.check_invariants = true;  // every step: KV bookkeeping consistent (aborts otherwise)
+  c.kv_cache_tokens = 4096;
+  c.swap_space_tokens = 2048;
+  c.max_tokens_per_step = 256;
+  c.cost_model = server_test_cost_model();
+  return c;
+}
+
+inline server::ServerOptions server_test_options() {
+  server::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.http_threads = 8;
+  o.defaults.temperature = 0.0f;
+  o.defaults.max_tokens = 16;
+  o.shutdown_grace_s = 0.5;
+  return o;
+}
+
+struct Reply {
+  int status = 0;
+  json body;        // parsed when the body is JSON
+  std::string raw;  // the body as received
+  httplib::Headers headers;
+};
+
+class TestServer {
+ public:
+  explicit TestServer(server::ServerOptions opt = server_test_options(),
+                      EngineConfig ec = server_test_engine_config()) {
+    auto core = EngineCore::create(ec);
+    if (!core.ok()) {
+      ADD_FAILURE() << core.error().message;
+      return;
+    }
+    auto s = server::HttpServer::create(std::move(*core), opt);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.error().message;
+      return;
+    }
+    server_ = std::move(*s);
+    auto port = server_->bind();
+    if (!port.ok()) {
+      ADD_FAILURE() << port.error().message;
+      return;
+    }
+    port_ = *port;
+    server_->start();
+  }
+  ~TestServer() {
+    if (server_) server_->stop();
+  }
+  bool ok() const { return server_ != nullptr && port_ > 0; }
+  int port() const { return port_; }
+  const std::string& model() const { return server_->model_name(); }
+  server::HttpServer& server() { return *server_; }
+
+  httplib::Client client(const std::string& key = "") const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(300, 0);
+    c.set_write_timeout(30, 0);
+    if (!key.empty()) c.set_bearer_token_auth(key.c_str());
+    return c;
+  }
+
+  Reply request(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::string& key = "") const {
+    httplib::Client c = client(key);
+    httplib::Result r = method == "GET"      ? c.Get(path.c_str())
+                        : method == "DELETE" ? c.Delete(path.c_str())
+                                             : c.Post(path.c_str(), body, "application/json");
+    Reply out;
+    if (!r) {
+      ADD_FAILURE() << method << " " << path << ": " << httplib::to_string(r.error());
+      return out;
+    }
+    out.status = r->status;
+    out.raw = r->body;
+    out.headers = r->headers;
+    out.body = json::parse(r->body, nullptr, false);
+    return out;
+  }
+  Reply post(const std::string& path, const json& body, const std::string& key = "") const {
+    return request("POST", path, body.dump(), key);
+  }
+  Reply get(const std::string& path, const std::string& key = "") const {
+    return request("GET", path, "", key);
+  }
+
+  // The value of one Prometheus sample ("name{labels}"), or -1 when it is not there.
+  double metric(const std::string& sample, const std::string& key = "") const {
+    const Reply r = get("/metrics", key);
+    size_t pos = 0;
+    while ((pos = r.raw.find(sample + " ", pos)) != std::string::npos) {
+      if (pos == 0 || r.raw[pos - 1] == '\n') return std::stod(r.raw.substr(pos + sample.size() + 1));
+      pos += sample.size();
+    }
+    return -1.0;
+  }
+
+  // Waits until the KV cache of both tiers is empty (the engine gets the aborts between
+  // steps); true when it is.
+  bool kv_empty_within(double seconds, const std::string& key = "") const {
+    for (int i = 0; i < (int)(seconds * 20); ++i) {
+      if (metric("infercept:kv_cache_blocks{tier=\"device\",state=\"used\"}", key) == 0 &&
+          metric("infercept:kv_cache_blocks{tier=\"host\",state=\"used\"}", key) == 0)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<server::HttpServer> server_;
+  int port_ = -1;
+};
+
+// Server-sent events of a streamed response: the JSON of every "data:" line but [DONE].
+inline std::vector<json> sse_events(const std::string& body, bool* saw_done = nullptr) {
+  std::vector<json> out;
+  size_t pos = 0;
+  if (saw_done) *saw_done = false;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6);
+    pos = end == std::string::npos ? body.size() : end + 2;
+    if (data == "[DONE]") {
+      if (saw_done) *saw_done = true;
+      continue;
+    }
+    out.push_back(json::parse(data, nullptr, false));
+  }
+  return out;
+}
+
+// A conversation that SmolLM2-135M answers with a get_weather call when told to call it
+// (tool_choice named): one earlier exchange shows the format.
+inline json weather_tools() {
+  return json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Get the weather in a city", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+}
+inline json weather_messages() {
+  return json::parse(R"([
+    {"role": "user", "content": "What is the weather in London?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"London\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 12, \"sky\": \"rain\"}"},
+    {"role": "assistant", "content": "It is 12 degrees and raining in London."},
+    {"role": "user", "content": "What is the weather in Paris?"}])");
+}
+inline json weather_request(const std::string& model) {
+  return {{"model", model},
+          {"messages", weather_messages()},
+          {"tools", weather_tools()},
+          {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+          {"temperature", 0},
+          {"max_tokens", 40},
+          {"return_token_ids", true}};
+}
+// The conversation continued with the assistant's calls and a result for each.
+inline json with_tool_results(json messages, const json& assistant_message,
+                              const std::string& result = "{\"temperature\": 25, \"sky\": \"sunny\"}") {
+  messages.push_back(assistant_message);
+  for (const json& call : assistant_message["tool_calls"])
+    messages.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", result}});
+  return messages;
+}
+
+}  // namespace infercept::testing
