@@ -40,6 +40,7 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
   so.interception = !a.flag("no-interception");
   so.defaults = defaults;
   so.log_requests = !a.flag("quiet");
+  so.tools_config = a.get("tools-config");
   return so;
 }
 }  // namespace
@@ -57,7 +58,7 @@ int run_serve(int argc, char** argv) {
   const std::set<std::string> server_flags = {
       "host",           "port",        "served-model-name", "api-key",      "api-key-file",
       "max-body-mb",    "max-tokens-limit", "max-paused",   "interception-expiry",
-      "http-threads",   "shutdown-grace"};
+      "http-threads",   "shutdown-grace", "tools-config"};
   auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, server_flags}),
                           {"no-interception", "quiet"});
   if (!args.ok()) return fail(args.error());

@@ -18,6 +18,7 @@
 #include "server/dashboard.h"
 #include "server/interception_registry.h"
 #include "server/metrics.h"
+#include "server/server_tools.h"
 #include "server/openai_protocol.h"
 #include "server/tool_parser.h"
 
@@ -93,6 +94,12 @@ struct Generation {
   bool finalized = false;
   double t_received = 0.0, t_first = 0.0, t_last = 0.0;
   ToolTextFilter filter{ChatTemplateKind::chatml, false};
+  // Server-side tools: which this request may use, and the calls run so far.
+  std::set<std::string> server_tool_names;
+  int server_rounds = 0;
+  json server_calls = json::array();
+  int64_t completion_before = 0;  // tokens generated in earlier rounds
+  int64_t completion_tokens() const { return completion_before + (int64_t)tokens.size(); }
 };
 
 // How a finished turn is reported.
@@ -102,6 +109,7 @@ struct FinalTurn {
   std::vector<ToolCall> calls;
   json interception;  // null unless the request stays paused
   std::optional<ApiError> error;
+  bool server_round = false;  // every call is a server-side tool: run them and go on
 };
 
 ApiError server_error(std::string message, int status = 500) {
@@ -128,6 +136,7 @@ struct HttpServer::Impl {
   std::unique_ptr<Engine> engine;
   const EngineCore* core = nullptr;  // immutable parts only (tokenizer, config) off the engine thread
   ApiKeys keys;
+  ServerTools tools;
   std::unique_ptr<InterceptionRegistry> registry;
   Metrics metrics;
   RequestLimits limits;
@@ -203,6 +212,7 @@ struct HttpServer::Impl {
                                         bool max_tokens_given, const char* param) const;
   void consume(Generation& g, const Channel::Item& item);
   FinalTurn finalize(Generation& g);
+  std::optional<ApiError> server_tool_round(Generation& g, const FinalTurn& f);
   void respond(std::shared_ptr<Generation> g, httplib::Response& res);
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
@@ -229,6 +239,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
   auto impl = std::make_unique<Impl>();
   impl->opt = std::move(options);
   TRY_ASSIGN(impl->keys, ApiKeys::load(impl->opt.api_keys, impl->opt.api_key_file));
+  TRY_ASSIGN(impl->tools, ServerTools::load(impl->opt.tools_config));
   if (impl->opt.interception_expiry_s <= 0) return make_error("--interception-expiry must be > 0");
   if (impl->opt.http_threads < 1) return make_error("--http-threads must be >= 1");
   impl->context_limit = std::min(core->max_context(), core->kv_capacity_tokens());
@@ -516,6 +527,32 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   g->model = model_name;
   g->owner = owner;
   g->kind = core->chat_template().kind;
+  // Server-side tools join the client's in the prompt.
+  const std::vector<std::string> st_names = cr.all_server_tools ? tools.names() : cr.server_tools;
+  for (const std::string& name : st_names) {
+    const ServerTool* t = tools.find(name);
+    if (t == nullptr) {
+      std::string have;
+      for (const std::string& n : tools.names()) have += (have.empty() ? "" : ", ") + n;
+      return send_error(res, invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
+                                             "server_tools"));
+    }
+    if (g->server_tool_names.count(name) != 0) continue;
+    for (const ToolDefinition& d : cr.tools)
+      if (d.name == name && !entry)
+        return send_error(res, invalid_request("tool '" + name + "' is both a client and a server-side tool", "tools"));
+    g->server_tool_names.insert(name);
+    bool listed = false;
+    for (const ToolDefinition& d : cr.tools) listed = listed || d.name == name;
+    if (!listed) cr.tools.push_back(t->def);
+  }
+  if (cr.tool_choice == ToolChoice::named) {
+    bool known = false;
+    for (const ToolDefinition& d : cr.tools) known = known || d.name == cr.tool_choice_name;
+    if (!known)
+      return send_error(res, invalid_request("tool_choice names '" + cr.tool_choice_name + "', which is not in tools",
+                                             "tool_choice.function.name"));
+  }
   const std::vector<ToolDefinition> prompt_tools =
       cr.tool_choice == ToolChoice::none ? std::vector<ToolDefinition>() : cr.tools;
   g->tools_active = !prompt_tools.empty();
@@ -537,7 +574,7 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   GenerateRequest gr;
   gr.prompt = g->prompt;
   gr.params = cr.params;
-  gr.pause_at_tool_turn_end = g->keep_paused;
+  gr.pause_at_tool_turn_end = g->keep_paused || (g->tools_active && !g->server_tool_names.empty());
   gr.turn_prefix = g->forced_prefix;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
@@ -671,8 +708,8 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
   FinalTurn f;
   g.finalized = true;
   const double t_end = steady_now();
-  untrack(g.engine_id);
   if (g.finish == FinishReason::abort) {
+    untrack(g.engine_id);
     f.error = server_error(stopping ? "the server is shutting down" : "the request was cancelled", 503);
     f.finish_reason = "abort";
     return f;
@@ -684,6 +721,16 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
     turn.content = g.text;
   f.content = turn.content;
   f.calls = turn.calls;
+  if (g.intercepted && !f.calls.empty() && !g.server_tool_names.empty() && !stopping &&
+      g.server_rounds < opt.max_server_tool_rounds) {
+    bool all_server = true;
+    for (const ToolCall& c : f.calls) all_server = all_server && g.server_tool_names.count(c.name) != 0;
+    if (all_server) {
+      f.server_round = true;
+      return f;
+    }
+  }
+  untrack(g.engine_id);
   if (g.intercepted) {
     if (!f.calls.empty() && g.keep_paused && !stopping) {
       PausedRequest p;
@@ -720,12 +767,13 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
   }
   metrics.observe_e2e(t_end - g.t_received);
   metrics.add_request(g.endpoint == Endpoint::chat ? "chat" : "completion", f.finish_reason,
-                      (int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens);
+                      (int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens);
   log_line({{"event", "generation"},
             {"id", g.response_id},
             {"owner", g.owner},
             {"prompt_tokens", g.prompt.size()},
-            {"completion_tokens", g.tokens.size()},
+            {"completion_tokens", g.completion_tokens()},
+            {"server_tool_calls", g.server_calls.size()},
             {"cached_tokens", g.cached_tokens},
             {"finish_reason", f.finish_reason},
             {"resumed_from", g.resumed_from},
@@ -733,6 +781,80 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
             {"ttft_ms", g.t_first > 0 ? (g.t_first - g.t_received) * 1000.0 : 0.0},
             {"e2e_ms", (t_end - g.t_received) * 1000.0}});
   return f;
+}
+
+std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const FinalTurn& f) {
+  ChatRequest& cr = g.chat;
+  ChatMessage assistant;
+  assistant.role = "assistant";
+  assistant.content = f.content;
+  assistant.tool_calls = f.calls;
+  cr.messages.push_back(assistant);
+  // The request stays paused in the engine while the tools run: a real interception.
+  for (const ToolCall& c : f.calls) {
+    const double t0 = steady_now();
+    const std::string result = tools.run(*tools.find(c.name), c.arguments_json);
+    const double dt = steady_now() - t0;
+    ChatMessage m;
+    m.role = "tool";
+    m.tool_call_id = c.id;
+    m.name = c.name;
+    m.content = result;
+    cr.messages.push_back(std::move(m));
+    g.server_calls.push_back({{"id", c.id},
+                              {"name", c.name},
+                              {"arguments", c.arguments_json},
+                              {"result", result},
+                              {"duration_ms", dt * 1000.0}});
+  }
+  if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
+    cr.tool_choice = ToolChoice::automatic;
+  const double waited = steady_now() - g.t_last;
+  auto text = render_chat(core->chat_template(), cr.messages, cr.tools, true);
+  if (!text.ok()) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    return invalid_request(text.error().message, "messages");
+  }
+  std::vector<int32_t> prompt = core->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
+  SamplingParams params = cr.params;
+  const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
+  if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    if (e) return e;
+    return invalid_request("max_tokens was used up by the server-side tool rounds", "max_tokens");
+  }
+  params.max_tokens = (int32_t)std::min<int64_t>(params.max_tokens, left);
+  GenerateRequest gr;
+  gr.prompt = prompt;
+  gr.params = params;
+  gr.pause_at_tool_turn_end = true;
+  gr.tool_duration_hints = cr.tool_hints_s;
+  gr.logprobs = g.logprobs;
+  auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };
+  auto r = engine->continue_paused(g.engine_id, std::move(gr), cb);
+  if (!r.ok()) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    return server_error("the paused request could not continue: " + r.error().message);
+  }
+  metrics.observe_interception(f.calls[0].name, waited);
+  // The next turn starts; what the response reports is the last turn's, tokens summed.
+  g.completion_before += (int64_t)g.tokens.size();
+  g.prompt = std::move(prompt);
+  g.cached_tokens = *r;
+  g.text.clear();
+  g.tokens.clear();
+  g.lps.clear();
+  g.finish = FinishReason::none;
+  g.intercepted = false;
+  g.done = false;
+  g.finalized = false;
+  g.forced_prefix.clear();
+  g.filter = ToolTextFilter(g.kind, true);
+  g.server_rounds++;
+  return std::nullopt;
 }
 
 json HttpServer::Impl::chunk(const Generation& g, json choice) const {
@@ -778,8 +900,9 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
             {"created", g.created},
             {"model", g.model},
             {"choices", json::array({choice})},
-            {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+            {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
   if (!f.interception.is_null()) r["interception"] = f.interception;
+  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
   return r;
 }
 
@@ -798,11 +921,16 @@ json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn&
 void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response& res) {
   if (!g->resumed_from.empty()) res.set_header("X-Infercept-Resumed", g->resumed_from);
   if (!g->stream) {
-    while (!g->done) {
-      auto item = g->ch->pop(std::chrono::milliseconds(500));
-      if (item) consume(*g, *item);
+    FinalTurn f;
+    for (;;) {
+      while (!g->done) {
+        auto item = g->ch->pop(std::chrono::milliseconds(500));
+        if (item) consume(*g, *item);
+      }
+      f = finalize(*g);
+      if (!f.server_round) break;
+      if (auto e = server_tool_round(*g, f)) return send_error(res, *e);
     }
-    FinalTurn f = finalize(*g);
     if (f.error) return send_error(res, *f.error);
     send_json(res, 200, g->endpoint == Endpoint::chat ? chat_response(*g, f) : completion_response(*g, f));
     return;
@@ -865,6 +993,11 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
         }
         // The turn is over.
         FinalTurn f = finalize(g);
+        if (f.server_round) {
+          // The turn's content went out already; the calls run here, the next turn streams on.
+          if (auto e = server_tool_round(g, f)) f.error = e;
+          else return true;
+        }
         if (f.error) {
           write(sse(error_body(*f.error)));
           write("data: [DONE]\n\n");
@@ -894,6 +1027,7 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
           }
           json last = chunk(g, {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", f.finish_reason}});
           if (!f.interception.is_null()) last["interception"] = f.interception;
+          if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
           if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
           out += sse(last);
         } else {
@@ -910,7 +1044,7 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
                     {"created", g.created},
                     {"model", g.model},
                     {"choices", json::array()},
-                    {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+                    {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
           out += sse(u);
         }
         out += "data: [DONE]\n\n";

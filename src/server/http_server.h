@@ -30,6 +30,8 @@ struct ServerOptions {
   SamplingParams defaults;  // for what a request leaves out (max_tokens: the default length)
   bool log_requests = false;  // one JSON line per request on stderr
   double shutdown_grace_s = 5.0;  // in-flight requests may finish this long after stop()
+  std::string tools_config;       // HTTP server-side tools (server_tools.h); "" = calculator only
+  int max_server_tool_rounds = 8;  // server-side tool calls per response
 };
 
 class HttpServer {

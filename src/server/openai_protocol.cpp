@@ -207,7 +207,8 @@ std::optional<ApiError> parse_tools(const json& body, ChatRequest& out) {
 std::optional<ApiError> parse_tool_choice(const json& body, ChatRequest& out) {
   const json* tc = field(body, "tool_choice");
   if (tc == nullptr) {
-    out.tool_choice = out.tools.empty() ? ToolChoice::none : ToolChoice::automatic;
+    const bool any = !out.tools.empty() || !out.server_tools.empty() || out.all_server_tools;
+    out.tool_choice = any ? ToolChoice::automatic : ToolChoice::none;
     return std::nullopt;
   }
   if (tc->is_string()) {
@@ -223,7 +224,7 @@ std::optional<ApiError> parse_tool_choice(const json& body, ChatRequest& out) {
                              "tool_choice");
     RETURN_IF_ERROR(require_string(*fn, "name", "tool_choice.function", out.tool_choice_name));
     out.tool_choice = ToolChoice::named;
-    bool known = false;
+    bool known = !out.server_tools.empty() || out.all_server_tools;  // checked by the server
     for (const ToolDefinition& t : out.tools) known = known || t.name == out.tool_choice_name;
     if (!known)
       return invalid_request("tool_choice names '" + out.tool_choice_name + "', which is not in tools",
@@ -231,7 +232,8 @@ std::optional<ApiError> parse_tool_choice(const json& body, ChatRequest& out) {
   } else {
     return wrong_type("tool_choice", "a string or an object", *tc);
   }
-  if (out.tools.empty() && out.tool_choice != ToolChoice::none)
+  const bool server_tools = !out.server_tools.empty() || out.all_server_tools;
+  if (out.tools.empty() && !server_tools && out.tool_choice != ToolChoice::none)
     return invalid_request("tool_choice needs tools", "tool_choice");
   return std::nullopt;
 }
@@ -428,6 +430,19 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   RETURN_IF_ERROR(parse_messages(*msgs, "messages", out.messages));
   if (out.messages.empty()) return invalid_request("'messages' must not be empty", "messages");
   RETURN_IF_ERROR(parse_tools(body, out));
+  if (const json* st = field(body, "server_tools")) {
+    if (st->is_boolean()) {
+      out.all_server_tools = st->get<bool>();
+    } else if (st->is_array()) {
+      for (size_t i = 0; i < st->size(); ++i) {
+        if (!(*st)[i].is_string())
+          return wrong_type("server_tools[" + std::to_string(i) + "]", "a tool name", (*st)[i]);
+        out.server_tools.push_back((*st)[i].get<std::string>());
+      }
+    } else {
+      return wrong_type("server_tools", "an array of tool names or a boolean", *st);
+    }
+  }
   RETURN_IF_ERROR(parse_tool_choice(body, out));
   RETURN_IF_ERROR(parse_sampling(body, limits, /*chat=*/true, out.params, out.max_tokens_given));
   RETURN_IF_ERROR(parse_stream(body, out.stream, out.include_usage));

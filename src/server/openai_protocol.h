@@ -57,6 +57,10 @@ struct ChatRequest {
   int32_t logprobs = -1;  // -1 off; otherwise top_logprobs (0..20)
   bool intercept = true;  // infercept extension: "intercept": false never keeps it paused
   bool return_token_ids = false;  // extension (vLLM's name): token ids in the choice
+  // Extension: server-side tools this request may use ("server_tools": ["calculator"], or
+  // true for all); the server runs their calls itself and continues the generation.
+  std::vector<std::string> server_tools;
+  bool all_server_tools = false;
 };
 
 struct CompletionRequest {
