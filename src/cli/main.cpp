@@ -11,6 +11,7 @@ int run_bench_decode(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_profile(int argc, char** argv);
 int run_serve(int argc, char** argv);
+int run_make_model(int argc, char** argv);
 }  // namespace infercept::cli
 
 namespace {
@@ -25,6 +26,7 @@ void usage() {
                "  bench         agent workload benchmark: Poisson arrivals, tool pauses, policies\n"
                "  profile       measure T_fwd(x) and KV copy bandwidth; cache the cost model\n"
                "  serve         OpenAI-compatible HTTP server (--host, --port; docs/SERVER.md)\n"
+               "  make-model    write a random-weight HF Llama checkpoint of a real shape\n"
                "Without --model the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf) is "
                "used.\n");
 }
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return run_bench(argc - 2, argv + 2);
   if (cmd == "profile") return run_profile(argc - 2, argv + 2);
   if (cmd == "serve") return run_serve(argc - 2, argv + 2);
+  if (cmd == "make-model") return run_make_model(argc - 2, argv + 2);
   std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
   usage();
   return 1;
