@@ -8,7 +8,7 @@ MODEL_DIR := models
 MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
-                libcpp-httplib-dev pkg-config
+                libcpp-httplib-dev pkg-config chromium
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
@@ -27,6 +27,7 @@ $(BUILD)/.deps-ok:
 	fi
 	@mkdir -p $(BUILD) && touch $@
 
+# chromium: the dashboard's test runs the page in headless Chromium.
 # The official `openai` Python client, for the server's end-to-end test (tests/
 # server_openai_client.py), in a venv inside the build folder. Without network the test
 # is skipped, nothing else fails.
@@ -56,7 +57,7 @@ run: build model
 	$(BIN) serve --port $(PORT)
 
 test: build model
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE gpu
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 format:
