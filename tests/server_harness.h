@@ -2,8 +2,8 @@
 // to it over HTTP through httplib's client (tests/test_server*.cpp).
 #pragma once
 
-#include <httplib.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -123,7 +123,8 @@ class TestServer {
     const Reply r = get("/metrics", key);
     size_t pos = 0;
     while ((pos = r.raw.find(sample + " ", pos)) != std::string::npos) {
-      if (pos == 0 || r.raw[pos - 1] == '\n') return std::stod(r.raw.substr(pos + sample.size() + 1));
+      if (pos == 0 || r.raw[pos - 1] == '\n')
+        return std::stod(r.raw.substr(pos + sample.size() + 1));
       pos += sample.size();
     }
     return -1.0;
@@ -153,7 +154,8 @@ inline std::vector<json> sse_events(const std::string& body, bool* saw_done = nu
   if (saw_done) *saw_done = false;
   while ((pos = body.find("data: ", pos)) != std::string::npos) {
     const size_t end = body.find("\n\n", pos);
-    const std::string data = body.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6);
+    const std::string data =
+        body.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6);
     pos = end == std::string::npos ? body.size() : end + 2;
     if (data == "[DONE]") {
       if (saw_done) *saw_done = true;
@@ -190,8 +192,9 @@ inline json weather_request(const std::string& model) {
           {"return_token_ids", true}};
 }
 // The conversation continued with the assistant's calls and a result for each.
-inline json with_tool_results(json messages, const json& assistant_message,
-                              const std::string& result = "{\"temperature\": 25, \"sky\": \"sunny\"}") {
+inline json with_tool_results(
+    json messages, const json& assistant_message,
+    const std::string& result = "{\"temperature\": 25, \"sky\": \"sunny\"}") {
   messages.push_back(assistant_message);
   for (const json& call : assistant_message["tool_calls"])
     messages.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", result}});

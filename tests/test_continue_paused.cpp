@@ -43,7 +43,8 @@ GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 // Runs until every listed request finished; returns their generated tokens.
-std::map<uint64_t, std::vector<int32_t>> run(EngineCore& e, std::map<uint64_t, std::vector<int32_t>> out) {
+std::map<uint64_t, std::vector<int32_t>> run(EngineCore& e,
+                                             std::map<uint64_t, std::vector<int32_t>> out) {
   size_t finished = 0;
   for (int i = 0; i < 2000 && finished < out.size(); ++i)
     for (const RequestOutput& o : e.step()) {
@@ -92,7 +93,8 @@ TEST(ContinuePaused, EveryPolicyEveryDivergenceMatchesAFreshRequest) {
         if (o.intercepted) ++paused;
       }
     ASSERT_EQ(paused, ids.size());
-    const uint64_t pressure = *e.add_request(greedy(e.tokenizer().encode("Count to ten:", true, false), 40));
+    const uint64_t pressure =
+        *e.add_request(greedy(e.tokenizer().encode("Count to ten:", true, false), 40));
     for (int i = 0; i < 10; ++i) e.step();  // the policy acts on the paused requests
 
     // Each paused request is continued by a prompt that parts from its tokens at a
@@ -102,7 +104,10 @@ TEST(ContinuePaused, EveryPolicyEveryDivergenceMatchesAFreshRequest) {
     for (size_t k = 0; k < ids.size(); ++k) {
       const std::vector<int32_t>& t = tokens[ids[k]];
       const int64_t n_prompt = (int64_t)t.size() - 6;
-      const size_t cut = k == 0 ? t.size() : k == 1 ? (size_t)n_prompt + 3 : k == 2 ? (size_t)n_prompt - 2 : 1;
+      const size_t cut = k == 0   ? t.size()
+                         : k == 1 ? (size_t)n_prompt + 3
+                         : k == 2 ? (size_t)n_prompt - 2
+                                  : 1;
       std::vector<int32_t> p(t.begin(), t.begin() + (ptrdiff_t)cut);
       p.insert(p.end(), tail.begin(), tail.end());
       prompts[ids[k]] = p;
@@ -137,8 +142,9 @@ TEST(ContinuePaused, PausesAtTheEndOfATurnWithToolCallsAndTakesNewParameters) {
       {"tool", R"({"temperature": 12, "sky": "rain"})", {}, "call_1", ""},
       {"assistant", "It is 12 degrees and raining in London.", {}, "", ""},
       {"user", "What is the weather in Paris?", {}, "", ""}};
-  auto prompt = e.encode_chat(chat, {{"get_weather", "Get the weather in a city",
-                                      R"({"type": "object", "properties": {"city": {"type": "string"}}})"}});
+  auto prompt =
+      e.encode_chat(chat, {{"get_weather", "Get the weather in a city",
+                            R"({"type": "object", "properties": {"city": {"type": "string"}}})"}});
   ASSERT_TRUE(prompt.ok());
   const std::string prefix = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
   std::vector<int32_t> p = *prompt;
@@ -164,8 +170,9 @@ TEST(ContinuePaused, PausesAtTheEndOfATurnWithToolCallsAndTakesNewParameters) {
         EXPECT_EQ(o.tool, "get_weather");
         EXPECT_TRUE(e.tokenizer().is_eog(o.new_tokens.back()));  // paused at the end of the turn
       }
-      ASSERT_FALSE(o.finished()) << "the turn should pause, not finish (" << finish_reason_name(o.finish)
-                                 << ", last token '" << e.tokenizer().token_to_bytes(o.new_tokens.back(), true) << "')";
+      ASSERT_FALSE(o.finished()) << "the turn should pause, not finish ("
+                                 << finish_reason_name(o.finish) << ", last token '"
+                                 << e.tokenizer().token_to_bytes(o.new_tokens.back(), true) << "')";
     }
   ASSERT_TRUE(paused);
   ASSERT_EQ(e.scheduler().paused().size(), 1u);

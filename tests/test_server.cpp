@@ -44,7 +44,8 @@ TEST(Server, ChatPlainAndStreamedAgree) {
   EXPECT_GT(r.body["usage"]["prompt_tokens"].get<int>(), 0);
   EXPECT_LE(r.body["usage"]["completion_tokens"].get<int>(), 8);
   EXPECT_EQ(r.body["usage"]["total_tokens"].get<int>(),
-            r.body["usage"]["prompt_tokens"].get<int>() + r.body["usage"]["completion_tokens"].get<int>());
+            r.body["usage"]["prompt_tokens"].get<int>() +
+                r.body["usage"]["completion_tokens"].get<int>());
 
   json req = chat(s.model(), "Name a color.", 8);
   req["stream"] = true;
@@ -101,7 +102,8 @@ TEST(Server, LogprobsAndStopAndSeed) {
   Reply cut = s.post("/v1/chat/completions", stop);
   ASSERT_EQ(cut.status, 200);
   EXPECT_EQ(cut.body["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(cut.body["choices"][0]["message"]["content"], text.substr(0, text.find(text.substr(2, 2))));
+  EXPECT_EQ(cut.body["choices"][0]["message"]["content"],
+            text.substr(0, text.find(text.substr(2, 2))));
   // Sampling with a seed is reproducible.
   json seeded = chat(s.model(), "Write a word.", 6);
   seeded["temperature"] = 1.0;
@@ -113,14 +115,18 @@ TEST(Server, LogprobsAndStopAndSeed) {
 TEST(Server, Completions) {
   TestServer s;
   ASSERT_TRUE(s.ok());
-  json req = {{"model", s.model()}, {"prompt", "The capital of France is"}, {"max_tokens", 5},
-              {"temperature", 0}, {"logprobs", 1}};
+  json req = {{"model", s.model()},
+              {"prompt", "The capital of France is"},
+              {"max_tokens", 5},
+              {"temperature", 0},
+              {"logprobs", 1}};
   Reply r = s.post("/v1/completions", req);
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["object"], "text_completion");
   const std::string text = r.body["choices"][0]["text"];
   EXPECT_FALSE(text.empty());
-  EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"].size(), r.body["usage"]["completion_tokens"].get<size_t>());
+  EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"].size(),
+            r.body["usage"]["completion_tokens"].get<size_t>());
   req["stream"] = true;
   Reply st = s.post("/v1/completions", req);
   ASSERT_EQ(st.status, 200);
@@ -140,7 +146,8 @@ TEST(Server, ErrorsAreOpenAiErrorObjects) {
   o.max_tokens_limit = 512;
   TestServer s(o);
   ASSERT_TRUE(s.ok());
-  auto expect_error = [&](const Reply& r, int status, const std::string& code, const std::string& what) {
+  auto expect_error = [&](const Reply& r, int status, const std::string& code,
+                          const std::string& what) {
     EXPECT_EQ(r.status, status) << what << ": " << r.raw;
     ASSERT_TRUE(r.body.is_object()) << what;
     ASSERT_TRUE(r.body.contains("error")) << what;
@@ -152,20 +159,26 @@ TEST(Server, ErrorsAreOpenAiErrorObjects) {
     }
   };
   const std::string m = s.model();
-  expect_error(s.request("POST", "/v1/chat/completions", "{\"model\": "), 400, "invalid_json", "truncated JSON");
-  expect_error(s.request("POST", "/v1/chat/completions", "[1, 2]"), 400, "invalid_json", "not an object");
+  expect_error(s.request("POST", "/v1/chat/completions", "{\"model\": "), 400, "invalid_json",
+               "truncated JSON");
+  expect_error(s.request("POST", "/v1/chat/completions", "[1, 2]"), 400, "invalid_json",
+               "not an object");
   expect_error(s.request("POST", "/v1/chat/completions", ""), 400, "invalid_json", "empty body");
-  expect_error(s.post("/v1/chat/completions", {{"model", m}}), 400, "missing_required_parameter", "no messages");
-  expect_error(s.post("/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}),
+  expect_error(s.post("/v1/chat/completions", {{"model", m}}), 400, "missing_required_parameter",
+               "no messages");
+  expect_error(s.post("/v1/chat/completions",
+                      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}),
                400, "missing_required_parameter", "no model");
-  expect_error(s.post("/v1/chat/completions", {{"model", m}, {"messages", "hi"}}), 400, "invalid_type", "messages type");
+  expect_error(s.post("/v1/chat/completions", {{"model", m}, {"messages", "hi"}}), 400,
+               "invalid_type", "messages type");
   json bad = chat(m, "hi");
   bad["temperature"] = "hot";
   expect_error(s.post("/v1/chat/completions", bad), 400, "invalid_type", "temperature type");
   bad = chat(m, "hi");
   bad["messages"][0]["role"] = "wizard";
   expect_error(s.post("/v1/chat/completions", bad), 400, "", "unknown role");
-  expect_error(s.post("/v1/chat/completions", chat("nope", "hi")), 404, "model_not_found", "unknown model");
+  expect_error(s.post("/v1/chat/completions", chat("nope", "hi")), 404, "model_not_found",
+               "unknown model");
   bad = chat(m, "hi");
   bad["max_tokens"] = -5;
   expect_error(s.post("/v1/chat/completions", bad), 400, "", "negative max_tokens");
@@ -180,15 +193,20 @@ TEST(Server, ErrorsAreOpenAiErrorObjects) {
   // Longer than the context (the engine's KV cache here: 4096 tokens), under the body limit.
   std::string longtext;
   for (int i = 0; i < 5000; ++i) longtext += "cat ";
-  expect_error(s.post("/v1/chat/completions", chat(m, longtext)), 400, "context_length_exceeded", "long prompt");
-  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", longtext}}), 400, "context_length_exceeded",
-               "long completion prompt");
-  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", json::array({-1})}}), 400, "", "negative token");
-  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", json::array({1 << 30})}}), 400, "", "token outside vocab");
+  expect_error(s.post("/v1/chat/completions", chat(m, longtext)), 400, "context_length_exceeded",
+               "long prompt");
+  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", longtext}}), 400,
+               "context_length_exceeded", "long completion prompt");
+  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", json::array({-1})}}), 400, "",
+               "negative token");
+  expect_error(s.post("/v1/completions", {{"model", m}, {"prompt", json::array({1 << 30})}}), 400,
+               "", "token outside vocab");
   std::string huge(100 * 1024, 'x');
-  expect_error(s.post("/v1/chat/completions", chat(m, huge)), 413, "payload_too_large", "body too large");
+  expect_error(s.post("/v1/chat/completions", chat(m, huge)), 413, "payload_too_large",
+               "body too large");
   expect_error(s.get("/v1/nothing"), 404, "not_found", "unknown route");
-  expect_error(s.post("/v1/interceptions/icpt_nope/resume", {{"tool_results", json::array({{{"tool_call_id", "x"}, {"content", "y"}}})}}),
+  expect_error(s.post("/v1/interceptions/icpt_nope/resume",
+                      {{"tool_results", json::array({{{"tool_call_id", "x"}, {"content", "y"}}})}}),
                404, "interception_not_found", "unknown interception");
   // Still serving, nothing held.
   Reply ok = s.post("/v1/chat/completions", chat(m, "hi", 4));
@@ -205,16 +223,23 @@ TEST(Server, MetricsAreExposed) {
   ASSERT_EQ(m.status, 200);
   for (const char* name :
        {"infercept:num_requests_running", "infercept:num_requests_waiting",
-        "infercept:num_requests_intercepted{tier=\"device\"}", "infercept:kv_cache_usage_perc{tier=\"host\"}",
-        "infercept:time_to_first_token_seconds_bucket", "infercept:inter_token_latency_seconds_count",
-        "infercept:e2e_request_latency_seconds_sum", "infercept:prompt_tokens_total",
-        "infercept:generation_tokens_total", "infercept:recomputed_tokens_total",
-        "infercept:swapped_bytes_total{direction=\"out\"}", "infercept:waste_byte_seconds_total{cause=\"recompute\"}",
-        "infercept:policy_decisions_total{strategy=\"swap\"}", "infercept:interception_resumes_total"})
+        "infercept:num_requests_intercepted{tier=\"device\"}",
+        "infercept:kv_cache_usage_perc{tier=\"host\"}",
+        "infercept:time_to_first_token_seconds_bucket",
+        "infercept:inter_token_latency_seconds_count", "infercept:e2e_request_latency_seconds_sum",
+        "infercept:prompt_tokens_total", "infercept:generation_tokens_total",
+        "infercept:recomputed_tokens_total", "infercept:swapped_bytes_total{direction=\"out\"}",
+        "infercept:waste_byte_seconds_total{cause=\"recompute\"}",
+        "infercept:policy_decisions_total{strategy=\"swap\"}",
+        "infercept:interception_resumes_total"})
     EXPECT_NE(m.raw.find(name), std::string::npos) << name;
-  EXPECT_EQ(s.metric("infercept:request_success_total{endpoint=\"chat\",finished_reason=\"length\"}") +
-                std::max(0.0, s.metric("infercept:request_success_total{endpoint=\"chat\",finished_reason=\"stop\"}")),
-            1.0);
+  EXPECT_EQ(
+      s.metric("infercept:request_success_total{endpoint=\"chat\",finished_reason=\"length\"}") +
+          std::max(
+              0.0,
+              s.metric(
+                  "infercept:request_success_total{endpoint=\"chat\",finished_reason=\"stop\"}")),
+      1.0);
   Reply d = s.get("/dashboard");
   EXPECT_EQ(d.status, 200);
   EXPECT_NE(d.raw.find("<html"), std::string::npos);
@@ -246,8 +271,10 @@ TEST(Server, ApiKeysAndIsolation) {
   EXPECT_EQ(s.get("/v1/interceptions", "key-one").body["data"].size(), 1u);
   EXPECT_EQ(s.get("/v1/interceptions", "key-two").body["data"].size(), 0u);
   EXPECT_EQ(s.get("/v1/interceptions/" + id, "key-two").status, 404);
-  json results = {{"tool_results", json::array({{{"tool_call_id", r.body["choices"][0]["message"]["tool_calls"][0]["id"]},
-                                                 {"content", "sunny"}}})}};
+  json results = {
+      {"tool_results",
+       json::array({{{"tool_call_id", r.body["choices"][0]["message"]["tool_calls"][0]["id"]},
+                     {"content", "sunny"}}})}};
   EXPECT_EQ(s.post("/v1/interceptions/" + id + "/resume", results, "key-two").status, 404);
   EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id, "", "key-two").status, 404);
   json follow = weather_request(s.model());
@@ -300,7 +327,7 @@ TEST(Server, StopCancelsInFlightAndAnswersStreams) {
   EXPECT_TRUE(done);  // the stream was ended properly
   ASSERT_FALSE(ev.empty());
   EXPECT_TRUE(ev.back().contains("error"));  // cancelled: says so
-  s.reset();  // the engine and its KV go away cleanly
+  s.reset();                                 // the engine and its KV go away cleanly
 }
 
 }  // namespace

@@ -49,14 +49,16 @@ TEST(ServerDashboard, ShowsRunningAndInterceptedRequestsInChromium) {
   o.api_keys = {"dash-key"};
   TestServer s(o);
   ASSERT_TRUE(s.ok());
-  const std::string page = "http://127.0.0.1:" + std::to_string(s.port()) + "/dashboard?api_key=dash-key";
+  const std::string page =
+      "http://127.0.0.1:" + std::to_string(s.port()) + "/dashboard?api_key=dash-key";
 
   // A request generating: the page shows it running.
-  json req = {{"model", s.model()},
-              {"messages", json::array({{{"role", "user"}, {"content", "Tell me a very long story."}}})},
-              {"max_tokens", 3000},
-              {"temperature", 0},
-              {"stream", true}};
+  json req = {
+      {"model", s.model()},
+      {"messages", json::array({{{"role", "user"}, {"content", "Tell me a very long story."}}})},
+      {"max_tokens", 3000},
+      {"temperature", 0},
+      {"stream", true}};
   std::atomic<bool> stop_reading{false};
   std::thread gen([&] {
     httplib::Client c = s.client("dash-key");
@@ -66,7 +68,9 @@ TEST(ServerDashboard, ShowsRunningAndInterceptedRequestsInChromium) {
     r.body = req.dump();
     r.set_header("Content-Type", "application/json");
     r.set_header("Authorization", "Bearer dash-key");
-    r.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !stop_reading.load(); };
+    r.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      return !stop_reading.load();
+    };
     (void)c.send(r);
   });
   for (int i = 0; i < 100 && s.metric("infercept:num_requests_running", "dash-key") < 1; ++i)

@@ -28,7 +28,8 @@ TEST(ServerInterception, RoundTripResumesByPrefixAndMatchesAFreshServer) {
   const json& call = choice["message"]["tool_calls"][0];
   EXPECT_EQ(call["type"], "function");
   EXPECT_EQ(call["function"]["name"], "get_weather");
-  EXPECT_TRUE(json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false).is_object());
+  EXPECT_TRUE(
+      json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false).is_object());
   EXPECT_TRUE(choice["message"]["content"].is_null());
   ASSERT_TRUE(first.body.contains("interception"));
   EXPECT_GT(first.body["interception"]["expires_at"].get<int64_t>(), 0);
@@ -60,7 +61,8 @@ TEST(ServerInterception, RoundTripResumesByPrefixAndMatchesAFreshServer) {
   EXPECT_EQ(f2.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(f2.body["usage"]["prompt_tokens"], second.body["usage"]["prompt_tokens"]);
   EXPECT_EQ(f2.body["choices"][0]["token_ids"], second.body["choices"][0]["token_ids"]);
-  EXPECT_EQ(f2.body["choices"][0]["message"]["content"], second.body["choices"][0]["message"]["content"]);
+  EXPECT_EQ(f2.body["choices"][0]["message"]["content"],
+            second.body["choices"][0]["message"]["content"]);
   EXPECT_FALSE(second.body["choices"][0]["token_ids"].empty());
 }
 
@@ -94,7 +96,8 @@ TEST(ServerInterception, StreamedToolCallPausesAndResumes) {
   ASSERT_TRUE(last_choice_chunk.contains("interception"));
   EXPECT_GT(usage["completion_tokens"].get<int>(), 0);
   json assistant = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}};
-  assistant["tool_calls"].push_back({{"id", calls[0]["id"]}, {"type", "function"}, {"function", calls[0]["function"]}});
+  assistant["tool_calls"].push_back(
+      {{"id", calls[0]["id"]}, {"type", "function"}, {"function", calls[0]["function"]}});
   json follow = follow_up(s.model(), assistant);
   follow["stream"] = true;
   follow["stream_options"] = {{"include_usage", true}};
@@ -124,12 +127,14 @@ TEST(ServerInterception, ExplicitApi) {
   EXPECT_GT(item["kv_tokens"]["device"].get<int>(), 0);
   EXPECT_GE(item["waiting_ms"].get<int>(), 0);
   EXPECT_EQ(item["tool_calls"][0]["name"], "get_weather");
-  EXPECT_EQ(s.post("/v1/interceptions/" + id + "/hint", {{"expected_duration_ms", 250}}).status, 200);
+  EXPECT_EQ(s.post("/v1/interceptions/" + id + "/hint", {{"expected_duration_ms", 250}}).status,
+            200);
 
   // Resume with the tool results only: the continuation, from the paused KV.
-  json results = {{"tool_results", json::array({{{"tool_call_id", call_id},
-                                                 {"content", "{\"temperature\": 25, \"sky\": \"sunny\"}"}}})},
-                  {"max_tokens", 24}};
+  json results = {
+      {"tool_results", json::array({{{"tool_call_id", call_id},
+                                     {"content", "{\"temperature\": 25, \"sky\": \"sunny\"}"}}})},
+      {"max_tokens", 24}};
   Reply resumed = s.post("/v1/interceptions/" + id + "/resume", results);
   ASSERT_EQ(resumed.status, 200) << resumed.raw;
   EXPECT_GT(resumed.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
@@ -179,7 +184,8 @@ TEST(ServerInterception, ExpiryDropsThePausedRequest) {
   EXPECT_EQ(late.status, 410);
   EXPECT_EQ(late.body["error"]["code"], "interception_expired");
   // The unmodified client's follow-up still gets its answer, from scratch.
-  Reply follow = s.post("/v1/chat/completions", follow_up(s.model(), first.body["choices"][0]["message"]));
+  Reply follow =
+      s.post("/v1/chat/completions", follow_up(s.model(), first.body["choices"][0]["message"]));
   ASSERT_EQ(follow.status, 200);
   EXPECT_EQ(follow.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
@@ -193,11 +199,12 @@ TEST(ServerInterception, ClientsThatGoAway) {
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/chat/completions";
-    req.body = json{{"model", s.model()},
-                    {"messages", json::array({{{"role", "user"}, {"content", "Write a long poem."}}})},
-                    {"max_tokens", 2000},
-                    {"stream", true}}
-                   .dump();
+    req.body = json{
+        {"model", s.model()},
+        {"messages", json::array({{{"role", "user"}, {"content", "Write a long poem."}}})},
+        {"max_tokens", 2000},
+        {"stream",
+         true}}.dump();
     req.set_header("Content-Type", "application/json");
     int chunks = 0;
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };

@@ -37,12 +37,18 @@ TEST(ServerTools, ConfigErrors) {
   EXPECT_FALSE(ServerTools::parse("{", "t.json").ok());
   EXPECT_FALSE(ServerTools::parse(R"({"tools": [{"url": "http://x"}]})", "t.json").ok());
   EXPECT_FALSE(ServerTools::parse(R"({"tools": [{"name": "a"}]})", "t.json").ok());
-  EXPECT_FALSE(ServerTools::parse(R"({"tools": [{"name": "a", "url": "ftp://x"}]})", "t.json").ok());
-  EXPECT_FALSE(ServerTools::parse(R"({"tools": [{"name": "calculator", "url": "http://x"}]})", "t.json").ok());
-  EXPECT_FALSE(ServerTools::parse(R"({"tools": [{"name": "a", "url": "http://x", "method": "PUT"}]})", "t.json").ok());
+  EXPECT_FALSE(
+      ServerTools::parse(R"({"tools": [{"name": "a", "url": "ftp://x"}]})", "t.json").ok());
+  EXPECT_FALSE(
+      ServerTools::parse(R"({"tools": [{"name": "calculator", "url": "http://x"}]})", "t.json")
+          .ok());
+  EXPECT_FALSE(ServerTools::parse(
+                   R"({"tools": [{"name": "a", "url": "http://x", "method": "PUT"}]})", "t.json")
+                   .ok());
   EXPECT_FALSE(ServerTools::load("/nonexistent/tools.json").ok());
   auto ok = ServerTools::parse(
-      R"({"tools": [{"name": "a", "url": "http://127.0.0.1:1/x", "method": "GET", "timeout_ms": 200}]})", "t.json");
+      R"({"tools": [{"name": "a", "url": "http://127.0.0.1:1/x", "method": "GET", "timeout_ms": 200}]})",
+      "t.json");
   ASSERT_TRUE(ok.ok());
   // An unreachable tool answers with an error the model reads, not a failure.
   EXPECT_TRUE(json::parse(ok->run(*ok->find("a"), "{}")).contains("error"));
@@ -88,7 +94,8 @@ TEST(ServerTools, CalculatorLoopStaysInTheServer) {
   json last;
   for (const json& e : sse_events(sr.raw)) {
     if (e["choices"].empty()) continue;
-    if (e["choices"][0]["delta"].contains("content")) text += e["choices"][0]["delta"]["content"].get<std::string>();
+    if (e["choices"][0]["delta"].contains("content"))
+      text += e["choices"][0]["delta"]["content"].get<std::string>();
     if (!e["choices"][0]["finish_reason"].is_null()) last = e;
   }
   EXPECT_EQ(text, r.body["choices"][0]["message"]["content"].is_null()
@@ -121,12 +128,13 @@ TEST(ServerTools, HttpToolFromConfig) {
   const std::string config = ::testing::TempDir() + "/infercept_tools.json";
   {
     std::ofstream f(config);
-    f << json{{"tools", json::array({{{"name", "get_weather"},
-                                       {"description", "Get the weather in a city"},
-                                       {"parameters", weather_tools()[0]["function"]["parameters"]},
-                                       {"url", "http://127.0.0.1:" + std::to_string(tool_port) + "/weather"},
-                                       {"method", "POST"},
-                                       {"timeout_ms", 5000}}})}}
+    f << json{{"tools",
+               json::array({{{"name", "get_weather"},
+                             {"description", "Get the weather in a city"},
+                             {"parameters", weather_tools()[0]["function"]["parameters"]},
+                             {"url", "http://127.0.0.1:" + std::to_string(tool_port) + "/weather"},
+                             {"method", "POST"},
+                             {"timeout_ms", 5000}}})}}
              .dump();
   }
   server::ServerOptions o = server_test_options();
@@ -142,7 +150,9 @@ TEST(ServerTools, HttpToolFromConfig) {
     ASSERT_EQ(r.status, 200) << r.raw;
     ASSERT_TRUE(r.body.contains("server_tool_calls")) << r.raw;
     EXPECT_EQ(r.body["server_tool_calls"][0]["name"], "get_weather");
-    EXPECT_EQ(json::parse(r.body["server_tool_calls"][0]["result"].get<std::string>())["temperature"], 25);
+    EXPECT_EQ(
+        json::parse(r.body["server_tool_calls"][0]["result"].get<std::string>())["temperature"],
+        25);
     {
       std::lock_guard<std::mutex> lock(mu);
       EXPECT_TRUE(json::parse(seen_body, nullptr, false).is_object()) << seen_body;

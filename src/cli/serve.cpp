@@ -23,14 +23,16 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
   TRY_ASSIGN(double body_mb, a.get_double("max-body-mb", (double)so.max_body_bytes / 1048576.0));
   TRY_ASSIGN(so.max_tokens_limit, a.get_int("max-tokens-limit", 0));
   TRY_ASSIGN(so.max_paused_per_key, a.get_int("max-paused", so.max_paused_per_key));
-  TRY_ASSIGN(so.interception_expiry_s, a.get_double("interception-expiry", so.interception_expiry_s));
+  TRY_ASSIGN(so.interception_expiry_s,
+             a.get_double("interception-expiry", so.interception_expiry_s));
   TRY_ASSIGN(int64_t threads, a.get_int("http-threads", so.http_threads));
   TRY_ASSIGN(so.shutdown_grace_s, a.get_double("shutdown-grace", so.shutdown_grace_s));
   if (port < 0 || port > 65535) return make_error("--port must be in [0, 65535]");
   if (body_mb <= 0 || so.max_tokens_limit < 0 || so.max_paused_per_key < 0 ||
       so.interception_expiry_s <= 0 || threads < 1 || threads > 4096 || so.shutdown_grace_s < 0)
-    return make_error("--max-body-mb, --interception-expiry and --http-threads must be > 0; "
-                      "--max-tokens-limit, --max-paused and --shutdown-grace >= 0");
+    return make_error(
+        "--max-body-mb, --interception-expiry and --http-threads must be > 0; "
+        "--max-tokens-limit, --max-paused and --shutdown-grace >= 0");
   so.port = (int)port;
   so.http_threads = (int)threads;
   so.max_body_bytes = (size_t)(body_mb * 1048576.0);
@@ -55,10 +57,18 @@ int run_serve(int argc, char** argv) {
                "configured (apt-get install libcpp-httplib-dev, then build again)\n");
   return 1;
 #else
-  const std::set<std::string> server_flags = {
-      "host",           "port",        "served-model-name", "api-key",      "api-key-file",
-      "max-body-mb",    "max-tokens-limit", "max-paused",   "interception-expiry",
-      "http-threads",   "shutdown-grace", "tools-config"};
+  const std::set<std::string> server_flags = {"host",
+                                              "port",
+                                              "served-model-name",
+                                              "api-key",
+                                              "api-key-file",
+                                              "max-body-mb",
+                                              "max-tokens-limit",
+                                              "max-paused",
+                                              "interception-expiry",
+                                              "http-threads",
+                                              "shutdown-grace",
+                                              "tools-config"};
   auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, server_flags}),
                           {"no-interception", "quiet"});
   if (!args.ok()) return fail(args.error());

@@ -18,8 +18,8 @@
 #include "server/dashboard.h"
 #include "server/interception_registry.h"
 #include "server/metrics.h"
-#include "server/server_tools.h"
 #include "server/openai_protocol.h"
+#include "server/server_tools.h"
 #include "server/tool_parser.h"
 
 namespace infercept::server {
@@ -125,16 +125,21 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, error_body(e));
+}
 
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
 
 }  // namespace
 
 struct HttpServer::Impl {
   ServerOptions opt;
   std::unique_ptr<Engine> engine;
-  const EngineCore* core = nullptr;  // immutable parts only (tokenizer, config) off the engine thread
+  const EngineCore* core =
+      nullptr;  // immutable parts only (tokenizer, config) off the engine thread
   ApiKeys keys;
   ServerTools tools;
   std::unique_ptr<InterceptionRegistry> registry;
@@ -186,7 +191,8 @@ struct HttpServer::Impl {
   }
 
   std::string owner_of(const httplib::Request& req) const {
-    auto o = keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"));
+    auto o =
+        keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"));
     return o.value_or("");
   }
 
@@ -206,8 +212,8 @@ struct HttpServer::Impl {
   void handle_completion(const httplib::Request& req, httplib::Response& res);
   void run_chat(ChatRequest cr, const std::string& owner, std::optional<PausedRequest> entry,
                 httplib::Response& res);
-  std::optional<ApiError> start(Generation& g, GenerateRequest gr, std::optional<PausedRequest> entry,
-                                bool explicit_resume);
+  std::optional<ApiError> start(Generation& g, GenerateRequest gr,
+                                std::optional<PausedRequest> entry, bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
                                         bool max_tokens_given, const char* param) const;
   void consume(Generation& g, const Channel::Item& item);
@@ -243,13 +249,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
   if (impl->opt.interception_expiry_s <= 0) return make_error("--interception-expiry must be > 0");
   if (impl->opt.http_threads < 1) return make_error("--http-threads must be >= 1");
   impl->context_limit = std::min(core->max_context(), core->kv_capacity_tokens());
-  impl->has_template = !core->tokenizer().spec().chat_template.empty() ||
-                       !core->config().chat_template.empty();
+  impl->has_template =
+      !core->tokenizer().spec().chat_template.empty() || !core->config().chat_template.empty();
   impl->model_name = impl->opt.model_name;
   if (impl->model_name.empty()) {
     std::filesystem::path p(core->config().model_path);
-    impl->model_name = p.has_extension() && p.extension() == ".gguf" ? p.stem().string()
-                                                                      : p.filename().string();
+    impl->model_name =
+        p.has_extension() && p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
     if (impl->model_name.empty()) impl->model_name = p.parent_path().filename().string();
   }
   impl->limits.context = impl->context_limit;
@@ -266,7 +272,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 Result<int> HttpServer::bind() {
   // A client that goes away mid-write must not kill the process.
@@ -286,7 +294,9 @@ Result<int> HttpServer::bind() {
   return s.port;
 }
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+  impl_->svr.listen_after_bind();
+}
 
 void HttpServer::start() {
   impl_->listen_thread = std::thread([this] { impl_->svr.listen_after_bind(); });
@@ -299,8 +309,12 @@ void HttpServer::stop() {
   if (impl_) impl_->stop();
 }
 
-int HttpServer::port() const { return impl_->port; }
-const std::string& HttpServer::model_name() const { return impl_->model_name; }
+int HttpServer::port() const {
+  return impl_->port;
+}
+const std::string& HttpServer::model_name() const {
+  return impl_->model_name;
+}
 
 void HttpServer::Impl::stop() {
   {
@@ -375,41 +389,42 @@ void HttpServer::Impl::setup_routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                    httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e;
-    e.status = res.status;
-    if (res.status == 404) {
-      e.type = "invalid_request_error";
-      e.code = "not_found";
-      e.message = "no route " + req.method + " " + req.path;
-    } else if (res.status == 413) {
-      e.code = "payload_too_large";
-      e.message = "the request body is larger than this server accepts (" +
-                  std::to_string(opt.max_body_bytes) + " bytes)";
-      metrics.add_rejected("body_too_large");
-    } else if (res.status == 405) {
-      e.message = "method " + req.method + " is not allowed on " + req.path;
-    } else if (res.status >= 500) {
-      e.type = "server_error";
-      e.message = "internal error";
-    } else {
-      e.message = "bad request";
-    }
-    send_error(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = std::string("internal error: ") + e.what();
-    } catch (...) {
-    }
-    send_error(res, server_error(what));
-  });
+  svr.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e;
+        e.status = res.status;
+        if (res.status == 404) {
+          e.type = "invalid_request_error";
+          e.code = "not_found";
+          e.message = "no route " + req.method + " " + req.path;
+        } else if (res.status == 413) {
+          e.code = "payload_too_large";
+          e.message = "the request body is larger than this server accepts (" +
+                      std::to_string(opt.max_body_bytes) + " bytes)";
+          metrics.add_rejected("body_too_large");
+        } else if (res.status == 405) {
+          e.message = "method " + req.method + " is not allowed on " + req.path;
+        } else if (res.status >= 500) {
+          e.type = "server_error";
+          e.message = "internal error";
+        } else {
+          e.message = "bad request";
+        }
+        send_error(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  svr.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        send_error(res, server_error(what));
+      });
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.add_http_status(res.status);
     log_line({{"event", "http"},
@@ -421,8 +436,10 @@ void HttpServer::Impl::setup_routes() {
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (stopping) send_json(res, 503, {{"status", "stopping"}});
-    else send_json(res, 200, {{"status", "ok"}});
+    if (stopping)
+      send_json(res, 503, {{"status", "stopping"}});
+    else
+      send_json(res, 200, {{"status", "ok"}});
   });
   auto model_obj = [this] {
     return json{{"id", model_name},
@@ -434,31 +451,37 @@ void HttpServer::Impl::setup_routes() {
   svr.Get("/v1/models", [model_obj](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"}, {"data", json::array({model_obj()})}});
   });
-  svr.Get("/v1/models/(.+)", [this, model_obj](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != model_name)
-      return send_error(res, not_found("The model '" + std::string(req.matches[1]) + "' does not exist.",
-                                       "model_not_found"));
-    send_json(res, 200, model_obj());
-  });
+  svr.Get("/v1/models/(.+)",
+          [this, model_obj](const httplib::Request& req, httplib::Response& res) {
+            if (req.matches[1] != model_name)
+              return send_error(
+                  res, not_found("The model '" + std::string(req.matches[1]) + "' does not exist.",
+                                 "model_not_found"));
+            send_json(res, 200, model_obj());
+          });
   svr.Post("/v1/chat/completions",
            [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); });
-  svr.Post("/v1/completions",
-           [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res); });
+  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completion(req, res);
+  });
   svr.Get("/v1/interceptions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_interception_list(req, res);
   });
   svr.Get("/v1/interceptions/([^/]+)", [this](const httplib::Request& req, httplib::Response& res) {
     handle_interception_get(req, res);
   });
-  svr.Delete("/v1/interceptions/([^/]+)", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_interception_delete(req, res);
-  });
-  svr.Post("/v1/interceptions/([^/]+)/resume", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_interception_resume(req, res);
-  });
-  svr.Post("/v1/interceptions/([^/]+)/hint", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_interception_hint(req, res);
-  });
+  svr.Delete("/v1/interceptions/([^/]+)",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               handle_interception_delete(req, res);
+             });
+  svr.Post("/v1/interceptions/([^/]+)/resume",
+           [this](const httplib::Request& req, httplib::Response& res) {
+             handle_interception_resume(req, res);
+           });
+  svr.Post("/v1/interceptions/([^/]+)/hint",
+           [this](const httplib::Request& req, httplib::Response& res) {
+             handle_interception_hint(req, res);
+           });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
@@ -488,15 +511,16 @@ std::optional<ApiError> HttpServer::Impl::check_lengths(const std::vector<int32_
                                                         const char* param) const {
   const auto n = (int64_t)prompt.size();
   if (n >= context_limit)
-    return invalid_request("This model's maximum context length is " + std::to_string(context_limit) +
-                               " tokens. However, your " + param + " resulted in " + std::to_string(n) +
-                               " tokens.",
+    return invalid_request("This model's maximum context length is " +
+                               std::to_string(context_limit) + " tokens. However, your " + param +
+                               " resulted in " + std::to_string(n) + " tokens.",
                            param, "context_length_exceeded");
   const int64_t room = context_limit - n;
   if (max_tokens_given && params.max_tokens > room)
-    return invalid_request("This model's maximum context length is " + std::to_string(context_limit) +
-                               " tokens. However, you requested " + std::to_string(n + params.max_tokens) +
-                               " tokens (" + std::to_string(n) + " in the " + param + ", " +
+    return invalid_request("This model's maximum context length is " +
+                               std::to_string(context_limit) + " tokens. However, you requested " +
+                               std::to_string(n + params.max_tokens) + " tokens (" +
+                               std::to_string(n) + " in the " + param + ", " +
                                std::to_string(params.max_tokens) + " in the completion).",
                            "max_tokens", "context_length_exceeded");
   params.max_tokens = (int32_t)std::min<int64_t>(params.max_tokens, room);
@@ -510,15 +534,17 @@ void HttpServer::Impl::handle_chat(const httplib::Request& req, httplib::Respons
   ChatRequest cr;
   if (auto e = parse_chat_request(body, limits, cr)) return send_error(res, *e);
   if (cr.model != model_name)
-    return send_error(res, not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+    return send_error(res,
+                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
   run_chat(std::move(cr), owner_of(req), std::nullopt, res);
 }
 
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
                                 std::optional<PausedRequest> entry, httplib::Response& res) {
   if (!has_template)
-    return send_error(res, invalid_request("the model has no chat template; start the server with "
-                                           "--chat-template chatml|llama3|llama2 or use /v1/completions"));
+    return send_error(
+        res, invalid_request("the model has no chat template; start the server with "
+                             "--chat-template chatml|llama3|llama2 or use /v1/completions"));
   auto g = std::make_shared<Generation>();
   g->endpoint = Endpoint::chat;
   g->t_received = steady_now();
@@ -534,13 +560,16 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
     if (t == nullptr) {
       std::string have;
       for (const std::string& n : tools.names()) have += (have.empty() ? "" : ", ") + n;
-      return send_error(res, invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
-                                             "server_tools"));
+      return send_error(
+          res, invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
+                               "server_tools"));
     }
     if (g->server_tool_names.count(name) != 0) continue;
     for (const ToolDefinition& d : cr.tools)
       if (d.name == name && !entry)
-        return send_error(res, invalid_request("tool '" + name + "' is both a client and a server-side tool", "tools"));
+        return send_error(
+            res, invalid_request("tool '" + name + "' is both a client and a server-side tool",
+                                 "tools"));
     g->server_tool_names.insert(name);
     bool listed = false;
     for (const ToolDefinition& d : cr.tools) listed = listed || d.name == name;
@@ -550,7 +579,8 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
     bool known = false;
     for (const ToolDefinition& d : cr.tools) known = known || d.name == cr.tool_choice_name;
     if (!known)
-      return send_error(res, invalid_request("tool_choice names '" + cr.tool_choice_name + "', which is not in tools",
+      return send_error(res, invalid_request("tool_choice names '" + cr.tool_choice_name +
+                                                 "', which is not in tools",
                                              "tool_choice.function.name"));
   }
   const std::vector<ToolDefinition> prompt_tools =
@@ -566,7 +596,8 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   (void)g->filter.push(g->forced_prefix);
   auto text = render_chat(core->chat_template(), cr.messages, prompt_tools, true);
   if (!text.ok()) return send_error(res, invalid_request(text.error().message, "messages"));
-  g->prompt = core->tokenizer().encode(*text + g->forced_prefix, /*add_bos=*/true, /*parse_special=*/true);
+  g->prompt =
+      core->tokenizer().encode(*text + g->forced_prefix, /*add_bos=*/true, /*parse_special=*/true);
   if (auto e = check_lengths(g->prompt, cr.params, cr.max_tokens_given, "messages")) {
     metrics.add_rejected("context_length");
     return send_error(res, *e);
@@ -591,7 +622,8 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
     return send_error(res, e);
   }
   g->chat = std::move(cr);
-  if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume)) return send_error(res, *e);
+  if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
+    return send_error(res, *e);
   respond(g, res);
 }
 
@@ -602,7 +634,8 @@ void HttpServer::Impl::handle_completion(const httplib::Request& req, httplib::R
   CompletionRequest cr;
   if (auto e = parse_completion_request(body, limits, cr)) return send_error(res, *e);
   if (cr.model != model_name)
-    return send_error(res, not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+    return send_error(res,
+                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
   auto g = std::make_shared<Generation>();
   g->endpoint = Endpoint::completion;
   g->t_received = steady_now();
@@ -618,9 +651,10 @@ void HttpServer::Impl::handle_completion(const httplib::Request& req, httplib::R
     const int32_t vocab = core->tokenizer().vocab_size();
     for (int32_t t : cr.prompt_tokens)
       if (t >= vocab)
-        return send_error(res, invalid_request("prompt token id " + std::to_string(t) +
-                                                   " is outside the vocabulary (" + std::to_string(vocab) + ")",
-                                               "prompt"));
+        return send_error(
+            res, invalid_request("prompt token id " + std::to_string(t) +
+                                     " is outside the vocabulary (" + std::to_string(vocab) + ")",
+                                 "prompt"));
     g->prompt = cr.prompt_tokens;
   } else {
     g->prompt = core->tokenizer().encode(cr.prompt_text, /*add_bos=*/true, /*parse_special=*/false);
@@ -710,7 +744,8 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
   const double t_end = steady_now();
   if (g.finish == FinishReason::abort) {
     untrack(g.engine_id);
-    f.error = server_error(stopping ? "the server is shutting down" : "the request was cancelled", 503);
+    f.error =
+        server_error(stopping ? "the server is shutting down" : "the request was cancelled", 503);
     f.finish_reason = "abort";
     return f;
   }
@@ -724,7 +759,8 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
   if (g.intercepted && !f.calls.empty() && !g.server_tool_names.empty() && !stopping &&
       g.server_rounds < opt.max_server_tool_rounds) {
     bool all_server = true;
-    for (const ToolCall& c : f.calls) all_server = all_server && g.server_tool_names.count(c.name) != 0;
+    for (const ToolCall& c : f.calls)
+      all_server = all_server && g.server_tool_names.count(c.name) != 0;
     if (all_server) {
       f.server_round = true;
       return f;
@@ -816,7 +852,8 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
     untrack(g.engine_id);
     return invalid_request(text.error().message, "messages");
   }
-  std::vector<int32_t> prompt = core->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
+  std::vector<int32_t> prompt =
+      core->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
   SamplingParams params = cr.params;
   const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
   if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {
@@ -867,8 +904,10 @@ json HttpServer::Impl::chunk(const Generation& g, json choice) const {
   return c;
 }
 
-json HttpServer::Impl::completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const {
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+json HttpServer::Impl::completion_logprobs(const std::vector<TokenInfo>& lps,
+                                           size_t text_offset) const {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
   size_t off = text_offset;
   for (const TokenInfo& t : lps) {
     tokens.push_back(t.text);
@@ -879,7 +918,10 @@ json HttpServer::Impl::completion_logprobs(const std::vector<TokenInfo>& lps, si
     offsets.push_back(off);
     off += t.text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
 }
 
 json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) const {
@@ -895,12 +937,13 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
     choice["logprobs"] = nullptr;
   }
   if (g.return_token_ids) choice["token_ids"] = g.tokens;
-  json r = {{"id", g.response_id},
-            {"object", "chat.completion"},
-            {"created", g.created},
-            {"model", g.model},
-            {"choices", json::array({choice})},
-            {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+  json r = {
+      {"id", g.response_id},
+      {"object", "chat.completion"},
+      {"created", g.created},
+      {"model", g.model},
+      {"choices", json::array({choice})},
+      {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
   if (!f.interception.is_null()) r["interception"] = f.interception;
   if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
   return r;
@@ -910,12 +953,13 @@ json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn&
   json choice = {{"index", 0}, {"text", f.content}, {"finish_reason", f.finish_reason}};
   choice["logprobs"] = g.logprobs >= 0 ? completion_logprobs(g.lps, 0) : json(nullptr);
   if (g.return_token_ids) choice["token_ids"] = g.tokens;
-  return {{"id", g.response_id},
-          {"object", "text_completion"},
-          {"created", g.created},
-          {"model", g.model},
-          {"choices", json::array({choice})},
-          {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+  return {
+      {"id", g.response_id},
+      {"object", "text_completion"},
+      {"created", g.created},
+      {"model", g.model},
+      {"choices", json::array({choice})},
+      {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
 }
 
 void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response& res) {
@@ -932,7 +976,8 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
       if (auto e = server_tool_round(*g, f)) return send_error(res, *e);
     }
     if (f.error) return send_error(res, *f.error);
-    send_json(res, 200, g->endpoint == Endpoint::chat ? chat_response(*g, f) : completion_response(*g, f));
+    send_json(res, 200,
+              g->endpoint == Endpoint::chat ? chat_response(*g, f) : completion_response(*g, f));
     return;
   }
   struct StreamState {
@@ -981,11 +1026,15 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
               for (const TokenInfo& t : new_lps) content.push_back(chat_logprob_entry(t));
               lp = {{"content", content}};
             }
-            choice = {{"index", 0}, {"delta", {{"content", piece}}}, {"logprobs", lp}, {"finish_reason", nullptr}};
+            choice = {{"index", 0},
+                      {"delta", {{"content", piece}}},
+                      {"logprobs", lp},
+                      {"finish_reason", nullptr}};
           } else {
             choice = {{"index", 0},
                       {"text", piece},
-                      {"logprobs", g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset) : json(nullptr)},
+                      {"logprobs", g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset)
+                                                   : json(nullptr)},
                       {"finish_reason", nullptr}};
             st->text_offset += piece.size();
           }
@@ -995,8 +1044,10 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
         FinalTurn f = finalize(g);
         if (f.server_round) {
           // The turn's content went out already; the calls run here, the next turn streams on.
-          if (auto e = server_tool_round(g, f)) f.error = e;
-          else return true;
+          if (auto e = server_tool_round(g, f))
+            f.error = e;
+          else
+            return true;
         }
         if (f.error) {
           write(sse(error_body(*f.error)));
@@ -1015,26 +1066,39 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
             lp = {{"content", content}};
           }
           if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
-            out += sse(chunk(g, {{"index", 0}, {"delta", {{"content", rest}}}, {"logprobs", lp}, {"finish_reason", nullptr}}));
+            out += sse(chunk(g, {{"index", 0},
+                                 {"delta", {{"content", rest}}},
+                                 {"logprobs", lp},
+                                 {"finish_reason", nullptr}}));
           if (!f.calls.empty()) {
             json calls = json::array();
             for (size_t i = 0; i < f.calls.size(); ++i)
-              calls.push_back({{"index", i},
-                               {"id", f.calls[i].id},
-                               {"type", "function"},
-                               {"function", {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
-            out += sse(chunk(g, {{"index", 0}, {"delta", {{"tool_calls", calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+              calls.push_back(
+                  {{"index", i},
+                   {"id", f.calls[i].id},
+                   {"type", "function"},
+                   {"function",
+                    {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
+            out += sse(chunk(g, {{"index", 0},
+                                 {"delta", {{"tool_calls", calls}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}));
           }
-          json last = chunk(g, {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", f.finish_reason}});
+          json last = chunk(g, {{"index", 0},
+                                {"delta", json::object()},
+                                {"logprobs", nullptr},
+                                {"finish_reason", f.finish_reason}});
           if (!f.interception.is_null()) last["interception"] = f.interception;
           if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
           if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
           out += sse(last);
         } else {
-          json choice = {{"index", 0},
-                         {"text", item->out.text},
-                         {"logprobs", g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset) : json(nullptr)},
-                         {"finish_reason", f.finish_reason}};
+          json choice = {
+              {"index", 0},
+              {"text", item->out.text},
+              {"logprobs",
+               g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset) : json(nullptr)},
+              {"finish_reason", f.finish_reason}};
           if (g.return_token_ids) choice["token_ids"] = g.tokens;
           out += sse(chunk(g, choice));
         }
@@ -1044,7 +1108,8 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
                     {"created", g.created},
                     {"model", g.model},
                     {"choices", json::array()},
-                    {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+                    {"usage",
+                     usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
           out += sse(u);
         }
         out += "data: [DONE]\n\n";
@@ -1071,7 +1136,8 @@ json HttpServer::Impl::interception_json(const PausedRequest& p, const PausedSeq
   const double now = steady_now();
   json calls = json::array();
   for (size_t i = 0; i < p.tool_names.size(); ++i)
-    calls.push_back({{"id", i < p.call_ids.size() ? p.call_ids[i] : ""}, {"name", p.tool_names[i]}});
+    calls.push_back(
+        {{"id", i < p.call_ids.size() ? p.call_ids[i] : ""}, {"name", p.tool_names[i]}});
   json j = {{"id", p.id},
             {"object", "interception"},
             {"model", model_name},
@@ -1100,7 +1166,8 @@ ApiError HttpServer::Impl::take_error(const std::string& id, TakeError why) cons
     case TakeError::expired:
       e.status = 410;
       e.code = "interception_expired";
-      e.message = "interception " + id + " expired; send the whole conversation to /v1/chat/completions";
+      e.message =
+          "interception " + id + " expired; send the whole conversation to /v1/chat/completions";
       break;
     case TakeError::deleted:
       e.status = 404;
@@ -1116,7 +1183,8 @@ ApiError HttpServer::Impl::take_error(const std::string& id, TakeError why) cons
   return e;
 }
 
-void HttpServer::Impl::handle_interception_list(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_interception_list(const httplib::Request& req,
+                                                httplib::Response& res) {
   Guard guard(this);
   const std::string owner = owner_of(req);
   auto snap = snapshot(*engine, std::chrono::seconds(10));
@@ -1131,7 +1199,8 @@ void HttpServer::Impl::handle_interception_list(const httplib::Request& req, htt
   send_json(res, 200, {{"object", "list"}, {"data", data}});
 }
 
-void HttpServer::Impl::handle_interception_get(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_interception_get(const httplib::Request& req,
+                                               httplib::Response& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   auto p = registry->get(owner_of(req), id);
@@ -1144,7 +1213,8 @@ void HttpServer::Impl::handle_interception_get(const httplib::Request& req, http
   send_json(res, 200, interception_json(*p, seq));
 }
 
-void HttpServer::Impl::handle_interception_delete(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_interception_delete(const httplib::Request& req,
+                                                  httplib::Response& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   TakeError why = TakeError::unknown;
@@ -1154,23 +1224,29 @@ void HttpServer::Impl::handle_interception_delete(const httplib::Request& req, h
   send_json(res, 200, {{"id", id}, {"object", "interception.deleted"}, {"deleted", true}});
 }
 
-void HttpServer::Impl::handle_interception_hint(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_interception_hint(const httplib::Request& req,
+                                                httplib::Response& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   json body;
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
   auto ms = body.find("expected_duration_ms");
   if (ms == body.end() || !ms->is_number() || ms->get<double>() < 0)
-    return send_error(res, invalid_request("'expected_duration_ms' must be a number >= 0", "expected_duration_ms"));
+    return send_error(res, invalid_request("'expected_duration_ms' must be a number >= 0",
+                                           "expected_duration_ms"));
   auto p = registry->get(owner_of(req), id);
   if (!p) return send_error(res, take_error(id, TakeError::unknown));
   const double seconds = ms->get<double>() / 1000.0;
   const uint64_t engine_id = p->engine_id;
-  engine->post([engine_id, seconds](EngineCore& core) { (void)core.set_interception_hint(engine_id, seconds); });
-  send_json(res, 200, {{"id", id}, {"object", "interception"}, {"expected_duration_ms", ms->get<double>()}});
+  engine->post([engine_id, seconds](EngineCore& core) {
+    (void)core.set_interception_hint(engine_id, seconds);
+  });
+  send_json(res, 200,
+            {{"id", id}, {"object", "interception"}, {"expected_duration_ms", ms->get<double>()}});
 }
 
-void HttpServer::Impl::handle_interception_resume(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_interception_resume(const httplib::Request& req,
+                                                  httplib::Response& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   const std::string owner = owner_of(req);
@@ -1182,10 +1258,13 @@ void HttpServer::Impl::handle_interception_resume(const httplib::Request& req, h
   if (auto m = body.find("messages"); m != body.end() && !m->is_null()) {
     if (auto e = parse_messages(*m, "messages", added)) return send_error(res, *e);
   } else if (auto t = body.find("tool_results"); t != body.end() && !t->is_null()) {
-    if (!t->is_array()) return send_error(res, invalid_request("'tool_results' must be an array", "tool_results"));
+    if (!t->is_array())
+      return send_error(res, invalid_request("'tool_results' must be an array", "tool_results"));
     json msgs = json::array();
     for (const json& r : *t) {
-      if (!r.is_object()) return send_error(res, invalid_request("'tool_results' items must be objects", "tool_results"));
+      if (!r.is_object())
+        return send_error(res,
+                          invalid_request("'tool_results' items must be objects", "tool_results"));
       json m = r;
       m["role"] = "tool";
       msgs.push_back(m);
@@ -1205,7 +1284,8 @@ void HttpServer::Impl::handle_interception_resume(const httplib::Request& req, h
   cr.messages.insert(cr.messages.end(), added.begin(), added.end());
   RequestLimits l = limits;
   l.defaults = cr.params;
-  if (auto e = parse_sampling(body, l, /*chat=*/true, cr.params, cr.max_tokens_given)) return send_error(res, *e);
+  if (auto e = parse_sampling(body, l, /*chat=*/true, cr.params, cr.max_tokens_given))
+    return send_error(res, *e);
   bool stream = false, include_usage = false;
   {
     json sb = json::object();

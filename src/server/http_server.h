@@ -17,20 +17,20 @@ namespace infercept::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0 = any free port (tests)
+  int port = 8000;         // 0 = any free port (tests)
   std::string model_name;  // served name; empty = the model file's name without extension
   std::vector<std::string> api_keys;
   std::string api_key_file;
   size_t max_body_bytes = 8u << 20;
-  int64_t max_tokens_limit = 0;   // per request; 0 = the context
+  int64_t max_tokens_limit = 0;  // per request; 0 = the context
   int64_t max_paused_per_key = 256;
   double interception_expiry_s = 1800.0;  // a paused request nobody resumed is dropped
-  bool interception = true;  // keep requests that end in tool calls paused
+  bool interception = true;               // keep requests that end in tool calls paused
   int http_threads = 64;
-  SamplingParams defaults;  // for what a request leaves out (max_tokens: the default length)
-  bool log_requests = false;  // one JSON line per request on stderr
-  double shutdown_grace_s = 5.0;  // in-flight requests may finish this long after stop()
-  std::string tools_config;       // HTTP server-side tools (server_tools.h); "" = calculator only
+  SamplingParams defaults;         // for what a request leaves out (max_tokens: the default length)
+  bool log_requests = false;       // one JSON line per request on stderr
+  double shutdown_grace_s = 5.0;   // in-flight requests may finish this long after stop()
+  std::string tools_config;        // HTTP server-side tools (server_tools.h); "" = calculator only
   int max_server_tool_rounds = 8;  // server-side tool calls per response
 };
 

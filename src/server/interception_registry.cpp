@@ -25,9 +25,8 @@ InterceptionRegistry::InterceptionRegistry(double ttl_s, int64_t max_per_owner)
 std::string InterceptionRegistry::add(PausedRequest p, double now) {
   p.id = random_id("icpt_");
   p.expires_at = now + ttl_s_;
-  const double unix_now = std::chrono::duration<double>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+  const double unix_now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   p.expires_at_unix = (int64_t)(unix_now + ttl_s_);
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = p.id;
@@ -109,8 +108,9 @@ std::vector<PausedRequest> InterceptionRegistry::list(const std::string& owner, 
   std::vector<PausedRequest> out;
   for (const auto& [id, p] : live_)
     if (all || p.owner == owner) out.push_back(p);
-  std::sort(out.begin(), out.end(),
-            [](const PausedRequest& a, const PausedRequest& b) { return a.paused_at < b.paused_at; });
+  std::sort(out.begin(), out.end(), [](const PausedRequest& a, const PausedRequest& b) {
+    return a.paused_at < b.paused_at;
+  });
   return out;
 }
 
@@ -132,10 +132,14 @@ bool InterceptionRegistry::full(const std::string& owner) const {
 
 const char* InterceptionRegistry::describe(TakeError e) {
   switch (e) {
-    case TakeError::unknown: return "unknown";
-    case TakeError::resumed: return "already resumed";
-    case TakeError::deleted: return "deleted";
-    case TakeError::expired: return "expired";
+    case TakeError::unknown:
+      return "unknown";
+    case TakeError::resumed:
+      return "already resumed";
+    case TakeError::deleted:
+      return "deleted";
+    case TakeError::expired:
+      return "expired";
   }
   return "?";
 }

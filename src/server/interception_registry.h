@@ -49,8 +49,8 @@ class InterceptionRegistry {
   std::optional<PausedRequest> take_match(const std::string& owner,
                                           const std::vector<int32_t>& prompt);
   // Takes out one paused request by id (resume or delete); another owner's id is unknown.
-  std::optional<PausedRequest> take(const std::string& owner, const std::string& id,
-                                    bool is_delete, TakeError* why);
+  std::optional<PausedRequest> take(const std::string& owner, const std::string& id, bool is_delete,
+                                    TakeError* why);
   // A copy of one paused request of `owner`.
   std::optional<PausedRequest> get(const std::string& owner, const std::string& id) const;
   // Paused requests past their expiry, taken out.

@@ -10,8 +10,8 @@ namespace infercept::server {
 namespace {
 
 std::vector<double> latency_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
 }
 std::vector<double> interception_buckets() {
   return {0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0};
@@ -86,9 +86,12 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
       p.expired = seq->interception->expired;
     }
     const std::string tier = p.tier();
-    if (tier == "device") s.paused_device++;
-    else if (tier == "host") s.paused_host++;
-    else s.paused_released++;
+    if (tier == "device")
+      s.paused_device++;
+    else if (tier == "host")
+      s.paused_host++;
+    else
+      s.paused_released++;
     s.paused_seqs.push_back(std::move(p));
   }
   return s;
@@ -147,7 +150,8 @@ double Histogram::quantile(double q) const {
   int64_t cum = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cum += counts_[i];
-    if ((double)cum >= target) return i < bounds_.size() ? bounds_[i] : (bounds_.empty() ? 0.0 : bounds_.back());
+    if ((double)cum >= target)
+      return i < bounds_.size() ? bounds_[i] : (bounds_.empty() ? 0.0 : bounds_.back());
   }
   return bounds_.empty() ? 0.0 : bounds_.back();
 }
@@ -216,18 +220,23 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "num_requests_intercepted", "tier=\"device\"", (double)s.paused_device);
   sample(o, p + "num_requests_intercepted", "tier=\"host\"", (double)s.paused_host);
   sample(o, p + "num_requests_intercepted", "tier=\"released\"", (double)s.paused_released);
-  header(o, p + "num_requests_resuming", "gauge", "Resumed requests whose KV is coming back from the host.");
+  header(o, p + "num_requests_resuming", "gauge",
+         "Resumed requests whose KV is coming back from the host.");
   sample(o, p + "num_requests_resuming", "", (double)s.resuming);
-  header(o, p + "num_interceptions_open", "gauge", "Paused requests the server keeps for their clients.");
+  header(o, p + "num_interceptions_open", "gauge",
+         "Paused requests the server keeps for their clients.");
   sample(o, p + "num_interceptions_open", "", (double)registry_paused);
-  header(o, p + "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use, by tier (1 = full).");
+  header(o, p + "kv_cache_usage_perc", "gauge",
+         "Fraction of KV cache blocks in use, by tier (1 = full).");
   sample(o, p + "kv_cache_usage_perc", "tier=\"device\"",
-         s.device_blocks_total > 0 ? (double)s.device_blocks_used / (double)s.device_blocks_total : 0.0);
+         s.device_blocks_total > 0 ? (double)s.device_blocks_used / (double)s.device_blocks_total
+                                   : 0.0);
   sample(o, p + "kv_cache_usage_perc", "tier=\"host\"",
          s.host_blocks_total > 0 ? (double)s.host_blocks_used / (double)s.host_blocks_total : 0.0);
   header(o, p + "kv_cache_blocks", "gauge", "KV cache blocks by tier and state.");
   sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"used\"", (double)s.device_blocks_used);
-  sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"total\"", (double)s.device_blocks_total);
+  sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"total\"",
+         (double)s.device_blocks_total);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"used\"", (double)s.host_blocks_used);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"total\"", (double)s.host_blocks_total);
 
@@ -235,7 +244,8 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "prompt_tokens_total", "", (double)prompt_tokens_);
   header(o, p + "generation_tokens_total", "counter", "Generated tokens of finished responses.");
   sample(o, p + "generation_tokens_total", "", (double)generation_tokens_);
-  header(o, p + "prompt_tokens_cached_total", "counter", "Prompt tokens whose KV a resumed request reused.");
+  header(o, p + "prompt_tokens_cached_total", "counter",
+         "Prompt tokens whose KV a resumed request reused.");
   sample(o, p + "prompt_tokens_cached_total", "", (double)cached_tokens_);
   header(o, p + "request_success_total", "counter", "Responses by endpoint and finish reason.");
   for (const auto& [k, n] : requests_)
@@ -250,54 +260,72 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
 
   header(o, p + "time_to_first_token_seconds", "histogram", "Time to first token.");
   ttft_.render(o, p + "time_to_first_token_seconds", "");
-  header(o, p + "inter_token_latency_seconds", "histogram", "Time between two generated tokens of a response.");
+  header(o, p + "inter_token_latency_seconds", "histogram",
+         "Time between two generated tokens of a response.");
   itl_.render(o, p + "inter_token_latency_seconds", "");
-  header(o, p + "e2e_request_latency_seconds", "histogram", "Time from receipt to the last token of a response.");
+  header(o, p + "e2e_request_latency_seconds", "histogram",
+         "Time from receipt to the last token of a response.");
   e2e_.render(o, p + "e2e_request_latency_seconds", "");
 
-  header(o, p + "interceptions_total", "counter", "Responses that left their request paused for a tool.");
+  header(o, p + "interceptions_total", "counter",
+         "Responses that left their request paused for a tool.");
   sample(o, p + "interceptions_total", "", (double)pauses_);
-  header(o, p + "interception_resumes_total", "counter", "Paused requests resumed, by how they were found.");
+  header(o, p + "interception_resumes_total", "counter",
+         "Paused requests resumed, by how they were found.");
   sample(o, p + "interception_resumes_total", "how=\"prefix\"", (double)resumes_prefix_);
   sample(o, p + "interception_resumes_total", "how=\"explicit\"", (double)resumes_explicit_);
-  header(o, p + "interception_expired_total", "counter", "Paused requests dropped at their expiry.");
+  header(o, p + "interception_expired_total", "counter",
+         "Paused requests dropped at their expiry.");
   sample(o, p + "interception_expired_total", "", (double)expired_);
-  header(o, p + "interception_duration_seconds", "histogram", "How long a request stayed paused, by tool.");
+  header(o, p + "interception_duration_seconds", "histogram",
+         "How long a request stayed paused, by tool.");
   for (const auto& [tool, h] : interception_by_tool_)
     h.render(o, p + "interception_duration_seconds", "tool=\"" + escape_label(tool) + "\"");
 
   header(o, p + "engine_interceptions_total", "counter", "Pauses in the engine (every trigger).");
   sample(o, p + "engine_interceptions_total", "", (double)st.interceptions);
-  header(o, p + "engine_kv_expirations_total", "counter", "Paused requests whose KV the engine released at the interception timeout.");
+  header(o, p + "engine_kv_expirations_total", "counter",
+         "Paused requests whose KV the engine released at the interception timeout.");
   sample(o, p + "engine_kv_expirations_total", "", (double)st.expirations);
-  header(o, p + "recomputed_tokens_total", "counter", "Tokens whose KV was dropped and computed again.");
+  header(o, p + "recomputed_tokens_total", "counter",
+         "Tokens whose KV was dropped and computed again.");
   sample(o, p + "recomputed_tokens_total", "", (double)st.recomputed_tokens);
-  header(o, p + "swapped_tokens_total", "counter", "Tokens copied between the KV tiers (whole blocks).");
+  header(o, p + "swapped_tokens_total", "counter",
+         "Tokens copied between the KV tiers (whole blocks).");
   sample(o, p + "swapped_tokens_total", "direction=\"out\"", (double)st.swapped_out_tokens);
   sample(o, p + "swapped_tokens_total", "direction=\"in\"", (double)st.swapped_in_tokens);
   header(o, p + "swapped_bytes_total", "counter", "Bytes copied between the KV tiers.");
-  sample(o, p + "swapped_bytes_total", "direction=\"out\"", (double)st.swapped_out_tokens * s.kv_bytes_per_token);
-  sample(o, p + "swapped_bytes_total", "direction=\"in\"", (double)st.swapped_in_tokens * s.kv_bytes_per_token);
+  sample(o, p + "swapped_bytes_total", "direction=\"out\"",
+         (double)st.swapped_out_tokens * s.kv_bytes_per_token);
+  sample(o, p + "swapped_bytes_total", "direction=\"in\"",
+         (double)st.swapped_in_tokens * s.kv_bytes_per_token);
   header(o, p + "swap_seconds_total", "counter", "Time spent copying between the KV tiers.");
   sample(o, p + "swap_seconds_total", "", st.swap_seconds);
-  header(o, p + "waste_byte_seconds_total", "counter", "Memory waste in byte-seconds of KV, by cause (docs/DESIGN.md).");
+  header(o, p + "waste_byte_seconds_total", "counter",
+         "Memory waste in byte-seconds of KV, by cause (docs/DESIGN.md).");
   sample(o, p + "waste_byte_seconds_total", "cause=\"recompute\"", st.waste_recompute);
   sample(o, p + "waste_byte_seconds_total", "cause=\"preserve\"", st.waste_preserve);
   sample(o, p + "waste_byte_seconds_total", "cause=\"swap_stall\"", st.waste_swap_stall);
-  header(o, p + "policy_decisions_total", "counter", "Per-step decisions on paused requests' KV, by strategy.");
+  header(o, p + "policy_decisions_total", "counter",
+         "Per-step decisions on paused requests' KV, by strategy.");
   sample(o, p + "policy_decisions_total", "strategy=\"preserve\"", (double)st.preserve_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"swap\"", (double)st.swap_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"discard\"", (double)st.discard_decisions);
-  header(o, p + "num_preemptions_total", "counter", "Running requests preempted for lack of KV blocks.");
+  header(o, p + "num_preemptions_total", "counter",
+         "Running requests preempted for lack of KV blocks.");
   sample(o, p + "num_preemptions_total", "", (double)st.preemptions);
   header(o, p + "engine_steps_total", "counter", "Engine steps run.");
   sample(o, p + "engine_steps_total", "", (double)st.steps);
   header(o, p + "engine_forward_seconds_total", "counter", "Time in the model's forward pass.");
   sample(o, p + "engine_forward_seconds_total", "", st.forward_seconds);
-  header(o, p + "engine_prompt_tokens_computed_total", "counter", "Prefill rows run, recomputation included.");
+  header(o, p + "engine_prompt_tokens_computed_total", "counter",
+         "Prefill rows run, recomputation included.");
   sample(o, p + "engine_prompt_tokens_computed_total", "", (double)st.prompt_tokens_computed);
   header(o, p + "engine_info", "gauge", "The engine's policy and estimator.");
-  sample(o, p + "engine_info", "policy=\"" + escape_label(s.policy) + "\",estimator=\"" + escape_label(s.estimator) + "\"", 1.0);
+  sample(
+      o, p + "engine_info",
+      "policy=\"" + escape_label(s.policy) + "\",estimator=\"" + escape_label(s.estimator) + "\"",
+      1.0);
   return o;
 }
 
@@ -323,15 +351,22 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t registry
        {{"running", s.running},
         {"waiting", s.waiting},
         {"resuming", s.resuming},
-        {"intercepted", {{"device", s.paused_device}, {"host", s.paused_host}, {"released", s.paused_released}}},
+        {"intercepted",
+         {{"device", s.paused_device}, {"host", s.paused_host}, {"released", s.paused_released}}},
         {"open_interceptions", registry_paused},
         {"finished", finished}}},
       {"kv",
        {{"device", {{"used", s.device_blocks_used}, {"total", s.device_blocks_total}}},
         {"host", {{"used", s.host_blocks_used}, {"total", s.host_blocks_total}}},
         {"block_size", s.block_size}}},
-      {"decisions", {{"preserve", st.preserve_decisions}, {"swap", st.swap_decisions}, {"discard", st.discard_decisions}}},
-      {"waste", {{"recompute", st.waste_recompute}, {"preserve", st.waste_preserve}, {"swap_stall", st.waste_swap_stall}}},
+      {"decisions",
+       {{"preserve", st.preserve_decisions},
+        {"swap", st.swap_decisions},
+        {"discard", st.discard_decisions}}},
+      {"waste",
+       {{"recompute", st.waste_recompute},
+        {"preserve", st.waste_preserve},
+        {"swap_stall", st.waste_swap_stall}}},
       {"tokens",
        {{"prompt", prompt_tokens_},
         {"generation", generation_tokens_},
@@ -340,7 +375,11 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t registry
         {"swapped_out", st.swapped_out_tokens},
         {"swapped_in", st.swapped_in_tokens}}},
       {"latency", {{"ttft", ttft_.to_json()}, {"itl", itl_.to_json()}, {"e2e", e2e_.to_json()}}},
-      {"interceptions", {{"paused", pauses_}, {"resumed_prefix", resumes_prefix_}, {"resumed_explicit", resumes_explicit_}, {"expired", expired_}}},
+      {"interceptions",
+       {{"paused", pauses_},
+        {"resumed_prefix", resumes_prefix_},
+        {"resumed_explicit", resumes_explicit_},
+        {"expired", expired_}}},
       {"tools", tools},
       {"paused", paused},
       {"policy", s.policy},

@@ -29,8 +29,8 @@ struct PausedSeqInfo {
   int64_t host_tokens = 0;
   int64_t tokens = 0;
   double waited_s = 0.0;
-  bool expired = false;   // the engine released its KV (interception timeout)
-  bool resuming = false;  // answered, KV coming back from the host
+  bool expired = false;      // the engine released its KV (interception timeout)
+  bool resuming = false;     // answered, KV coming back from the host
   const char* tier() const;  // "device", "host" or "released"
 };
 

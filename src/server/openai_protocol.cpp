@@ -7,8 +7,8 @@ namespace infercept::server {
 
 namespace {
 
-#define RETURN_IF_ERROR(expr)            \
-  do {                                   \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
     if (auto api_err_ = (expr)) return api_err_; \
   } while (0)
 
@@ -18,15 +18,23 @@ std::string join(const std::string& prefix, const std::string& key) {
 
 const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "a value";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "a value";
   }
 }
 
@@ -48,7 +56,8 @@ std::optional<ApiError> opt_number(const json& o, const char* key, const std::st
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) return wrong_type(join(prefix, key), "a number", *v);
   out = v->get<double>();
-  if (!std::isfinite(*out)) return invalid_request("'" + join(prefix, key) + "' must be finite", join(prefix, key));
+  if (!std::isfinite(*out))
+    return invalid_request("'" + join(prefix, key) + "' must be finite", join(prefix, key));
   return std::nullopt;
 }
 
@@ -95,8 +104,9 @@ std::optional<ApiError> require_string(const json& o, const char* key, const std
                                        std::string& out) {
   std::optional<std::string> s;
   RETURN_IF_ERROR(opt_string(o, key, prefix, s));
-  if (!s) return invalid_request("'" + join(prefix, key) + "' is required", join(prefix, key),
-                                 "missing_required_parameter");
+  if (!s)
+    return invalid_request("'" + join(prefix, key) + "' is required", join(prefix, key),
+                           "missing_required_parameter");
   out = *s;
   return std::nullopt;
 }
@@ -110,7 +120,8 @@ std::optional<ApiError> parse_content(const json& m, const std::string& prefix, 
     out = c->get<std::string>();
     return std::nullopt;
   }
-  if (!c->is_array()) return wrong_type(join(prefix, "content"), "a string or an array of parts", *c);
+  if (!c->is_array())
+    return wrong_type(join(prefix, "content"), "a string or an array of parts", *c);
   for (size_t i = 0; i < c->size(); ++i) {
     const json& part = (*c)[i];
     const std::string pp = join(prefix, "content") + "[" + std::to_string(i) + "]";
@@ -146,15 +157,20 @@ std::optional<ApiError> parse_tool_calls(const json& m, const std::string& prefi
                              cp + ".type");
     call.id = id.value_or("");
     const json* fn = field(c, "function");
-    if (fn == nullptr) return invalid_request("'" + cp + ".function' is required", cp + ".function",
-                                              "missing_required_parameter");
+    if (fn == nullptr)
+      return invalid_request("'" + cp + ".function' is required", cp + ".function",
+                             "missing_required_parameter");
     if (!fn->is_object()) return wrong_type(cp + ".function", "an object", *fn);
     RETURN_IF_ERROR(require_string(*fn, "name", cp + ".function", call.name));
     const json* args = field(*fn, "arguments");
-    if (args == nullptr) call.arguments_json = "{}";
-    else if (args->is_string()) call.arguments_json = args->get<std::string>();
-    else if (args->is_object()) call.arguments_json = args->dump();
-    else return wrong_type(cp + ".function.arguments", "a string", *args);
+    if (args == nullptr)
+      call.arguments_json = "{}";
+    else if (args->is_string())
+      call.arguments_json = args->get<std::string>();
+    else if (args->is_object())
+      call.arguments_json = args->dump();
+    else
+      return wrong_type(cp + ".function.arguments", "a string", *args);
     out.push_back(std::move(call));
   }
   return std::nullopt;
@@ -171,7 +187,8 @@ std::optional<ApiError> parse_tools(const json& body, ChatRequest& out) {
     std::optional<std::string> type;
     RETURN_IF_ERROR(opt_string(t, "type", p, type));
     if (type && *type != "function")
-      return invalid_request("tool type '" + *type + "' is not supported (function only)", p + ".type");
+      return invalid_request("tool type '" + *type + "' is not supported (function only)",
+                             p + ".type");
     const json* fn = field(t, "function");
     if (fn == nullptr)
       return invalid_request("'" + p + ".function' is required", p + ".function",
@@ -179,7 +196,8 @@ std::optional<ApiError> parse_tools(const json& body, ChatRequest& out) {
     if (!fn->is_object()) return wrong_type(p + ".function", "an object", *fn);
     ToolDefinition d;
     RETURN_IF_ERROR(require_string(*fn, "name", p + ".function", d.name));
-    if (d.name.empty()) return invalid_request("a tool's name must not be empty", p + ".function.name");
+    if (d.name.empty())
+      return invalid_request("a tool's name must not be empty", p + ".function.name");
     std::optional<std::string> desc;
     RETURN_IF_ERROR(opt_string(*fn, "description", p + ".function", desc));
     d.description = desc.value_or("");
@@ -193,7 +211,8 @@ std::optional<ApiError> parse_tools(const json& body, ChatRequest& out) {
     RETURN_IF_ERROR(opt_number(t, "expected_duration_ms", p, ms));
     if (!ms) RETURN_IF_ERROR(opt_number(*fn, "expected_duration_ms", p + ".function", ms));
     if (ms) {
-      if (*ms < 0) return invalid_request("expected_duration_ms must be >= 0", p + ".expected_duration_ms");
+      if (*ms < 0)
+        return invalid_request("expected_duration_ms must be >= 0", p + ".expected_duration_ms");
       out.tool_hints_s[d.name] = *ms / 1000.0;
     }
     for (const ToolDefinition& other : out.tools)
@@ -213,22 +232,30 @@ std::optional<ApiError> parse_tool_choice(const json& body, ChatRequest& out) {
   }
   if (tc->is_string()) {
     const std::string s = tc->get<std::string>();
-    if (s == "none") out.tool_choice = ToolChoice::none;
-    else if (s == "auto") out.tool_choice = ToolChoice::automatic;
-    else if (s == "required") out.tool_choice = ToolChoice::required;
-    else return invalid_request("tool_choice must be none, auto, required or a named function, got '" + s + "'", "tool_choice");
+    if (s == "none")
+      out.tool_choice = ToolChoice::none;
+    else if (s == "auto")
+      out.tool_choice = ToolChoice::automatic;
+    else if (s == "required")
+      out.tool_choice = ToolChoice::required;
+    else
+      return invalid_request(
+          "tool_choice must be none, auto, required or a named function, got '" + s + "'",
+          "tool_choice");
   } else if (tc->is_object()) {
     const json* fn = field(*tc, "function");
     if (fn == nullptr || !fn->is_object())
-      return invalid_request("tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                             "tool_choice");
+      return invalid_request(
+          "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice");
     RETURN_IF_ERROR(require_string(*fn, "name", "tool_choice.function", out.tool_choice_name));
     out.tool_choice = ToolChoice::named;
     bool known = !out.server_tools.empty() || out.all_server_tools;  // checked by the server
     for (const ToolDefinition& t : out.tools) known = known || t.name == out.tool_choice_name;
     if (!known)
-      return invalid_request("tool_choice names '" + out.tool_choice_name + "', which is not in tools",
-                             "tool_choice.function.name");
+      return invalid_request(
+          "tool_choice names '" + out.tool_choice_name + "', which is not in tools",
+          "tool_choice.function.name");
   } else {
     return wrong_type("tool_choice", "a string or an object", *tc);
   }
@@ -245,7 +272,8 @@ std::optional<ApiError> parse_stream(const json& body, bool& stream, bool& inclu
   include_usage = false;
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
-    if (!stream) return invalid_request("stream_options is only allowed with stream: true", "stream_options");
+    if (!stream)
+      return invalid_request("stream_options is only allowed with stream: true", "stream_options");
     std::optional<bool> iu;
     RETURN_IF_ERROR(opt_bool(*so, "include_usage", "stream_options", iu));
     include_usage = iu.value_or(false);
@@ -283,10 +311,13 @@ json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::optional<ApiError> parse_body(const std::string& text, json& out) {
-  if (text.empty()) return invalid_request("the request body is empty; send a JSON object", "", "invalid_json");
+  if (text.empty())
+    return invalid_request("the request body is empty; send a JSON object", "", "invalid_json");
   out = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded()) {
     // Parse again for the position of the problem.
@@ -299,7 +330,10 @@ std::optional<ApiError> parse_body(const std::string& text, json& out) {
     }
     return invalid_request("the request body is not valid JSON", "", "invalid_json");
   }
-  if (!out.is_object()) return invalid_request(std::string("the request body must be a JSON object, got ") + type_name(out), "", "invalid_json");
+  if (!out.is_object())
+    return invalid_request(
+        std::string("the request body must be a JSON object, got ") + type_name(out), "",
+        "invalid_json");
   return std::nullopt;
 }
 
@@ -325,7 +359,8 @@ std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& li
   if (!max_tokens) RETURN_IF_ERROR(opt_int(body, "max_tokens", "", max_tokens));
   if (n && *n != 1) return invalid_request("only n = 1 is supported", "n", "unsupported_parameter");
   if (temperature) {
-    if (*temperature < 0 || *temperature > 2) return invalid_request("temperature must be in [0, 2]", "temperature");
+    if (*temperature < 0 || *temperature > 2)
+      return invalid_request("temperature must be in [0, 2]", "temperature");
     p.temperature = (float)*temperature;
   }
   if (top_p) {
@@ -337,19 +372,23 @@ std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& li
     p.min_p = (float)*min_p;
   }
   if (top_k) {
-    if (*top_k < -1 || *top_k > (1 << 30)) return invalid_request("top_k must be >= -1 (0 or -1 = off)", "top_k");
+    if (*top_k < -1 || *top_k > (1 << 30))
+      return invalid_request("top_k must be >= -1 (0 or -1 = off)", "top_k");
     p.top_k = (int32_t)*top_k;
   }
   if (presence) {
-    if (*presence < -2 || *presence > 2) return invalid_request("presence_penalty must be in [-2, 2]", "presence_penalty");
+    if (*presence < -2 || *presence > 2)
+      return invalid_request("presence_penalty must be in [-2, 2]", "presence_penalty");
     p.presence_penalty = (float)*presence;
   }
   if (frequency) {
-    if (*frequency < -2 || *frequency > 2) return invalid_request("frequency_penalty must be in [-2, 2]", "frequency_penalty");
+    if (*frequency < -2 || *frequency > 2)
+      return invalid_request("frequency_penalty must be in [-2, 2]", "frequency_penalty");
     p.frequency_penalty = (float)*frequency;
   }
   if (repetition) {
-    if (*repetition <= 0 || *repetition > 10) return invalid_request("repetition_penalty must be in (0, 10]", "repetition_penalty");
+    if (*repetition <= 0 || *repetition > 10)
+      return invalid_request("repetition_penalty must be in (0, 10]", "repetition_penalty");
     p.repetition_penalty = (float)*repetition;
   }
   if (seed) p.seed = (uint64_t)*seed;
@@ -357,7 +396,8 @@ std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& li
   if (max_tokens) {
     const int64_t cap = limits.max_tokens > 0 ? limits.max_tokens : limits.context;
     if (*max_tokens < 1)
-      return invalid_request(std::string(mt_name) + " must be >= 1, got " + std::to_string(*max_tokens), mt_name);
+      return invalid_request(
+          std::string(mt_name) + " must be >= 1, got " + std::to_string(*max_tokens), mt_name);
     if (cap > 0 && *max_tokens > cap)
       return invalid_request(std::string(mt_name) + " is " + std::to_string(*max_tokens) +
                                  "; this server allows at most " + std::to_string(cap),
@@ -371,7 +411,8 @@ std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& li
     } else if (stop->is_array()) {
       if (stop->size() > 16) return invalid_request("at most 16 stop sequences", "stop");
       for (size_t i = 0; i < stop->size(); ++i) {
-        if (!(*stop)[i].is_string()) return wrong_type("stop[" + std::to_string(i) + "]", "a string", (*stop)[i]);
+        if (!(*stop)[i].is_string())
+          return wrong_type("stop[" + std::to_string(i) + "]", "a string", (*stop)[i]);
         p.stop.push_back((*stop)[i].get<std::string>());
       }
     } else {
@@ -395,8 +436,9 @@ std::optional<ApiError> parse_messages(const json& arr, const std::string& param
     RETURN_IF_ERROR(require_string(m, "role", p, msg.role));
     if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-      return invalid_request("unknown role '" + msg.role + "' (system, developer, user, assistant or tool)",
-                             p + ".role");
+      return invalid_request(
+          "unknown role '" + msg.role + "' (system, developer, user, assistant or tool)",
+          p + ".role");
     RETURN_IF_ERROR(parse_content(m, p, msg.content));
     if (msg.role == "assistant") {
       RETURN_IF_ERROR(parse_tool_calls(m, p, msg.tool_calls));
@@ -407,8 +449,9 @@ std::optional<ApiError> parse_messages(const json& arr, const std::string& param
       std::optional<std::string> id;
       RETURN_IF_ERROR(opt_string(m, "tool_call_id", p, id));
       msg.tool_call_id = id.value_or("");
-      if (!id) return invalid_request("'" + p + ".tool_call_id' is required for tool messages",
-                                      p + ".tool_call_id", "missing_required_parameter");
+      if (!id)
+        return invalid_request("'" + p + ".tool_call_id' is required for tool messages",
+                               p + ".tool_call_id", "missing_required_parameter");
     }
     std::optional<std::string> name;
     RETURN_IF_ERROR(opt_string(m, "name", p, name));
@@ -453,7 +496,8 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   RETURN_IF_ERROR(opt_bool(body, "intercept", "", intercept));
   RETURN_IF_ERROR(opt_bool(body, "return_token_ids", "", ids));
   RETURN_IF_ERROR(opt_bool(body, "parallel_tool_calls", "", parallel));
-  if (top && (*top < 0 || *top > 20)) return invalid_request("top_logprobs must be in [0, 20]", "top_logprobs");
+  if (top && (*top < 0 || *top > 20))
+    return invalid_request("top_logprobs must be in [0, 20]", "top_logprobs");
   if (top && !logprobs.value_or(false))
     return invalid_request("top_logprobs needs logprobs: true", "top_logprobs");
   out.logprobs = logprobs.value_or(false) ? (int32_t)top.value_or(0) : -1;
@@ -474,23 +518,27 @@ std::optional<ApiError> parse_completion_request(const json& body, const Request
                                                  CompletionRequest& out) {
   RETURN_IF_ERROR(check_model(body, out.model));
   const json* prompt = field(body, "prompt");
-  if (prompt == nullptr) return invalid_request("'prompt' is required", "prompt", "missing_required_parameter");
+  if (prompt == nullptr)
+    return invalid_request("'prompt' is required", "prompt", "missing_required_parameter");
   if (prompt->is_string()) {
     out.prompt_text = prompt->get<std::string>();
   } else if (prompt->is_array()) {
     if (prompt->size() == 1 && (*prompt)[0].is_string()) {
       out.prompt_text = (*prompt)[0].get<std::string>();
     } else if (!prompt->empty() && (*prompt)[0].is_array()) {
-      return invalid_request("only one prompt per request is supported", "prompt", "unsupported_parameter");
+      return invalid_request("only one prompt per request is supported", "prompt",
+                             "unsupported_parameter");
     } else {
       for (size_t i = 0; i < prompt->size(); ++i) {
         const json& t = (*prompt)[i];
         if (t.is_string())
-          return invalid_request("only one prompt per request is supported", "prompt", "unsupported_parameter");
+          return invalid_request("only one prompt per request is supported", "prompt",
+                                 "unsupported_parameter");
         if (!t.is_number_integer())
           return wrong_type("prompt[" + std::to_string(i) + "]", "a token id", t);
         const int64_t id = t.get<int64_t>();
-        if (id < 0 || id > INT32_MAX) return invalid_request("prompt token ids must be >= 0", "prompt");
+        if (id < 0 || id > INT32_MAX)
+          return invalid_request("prompt token ids must be >= 0", "prompt");
         out.prompt_tokens.push_back((int32_t)id);
       }
     }
@@ -508,15 +556,18 @@ std::optional<ApiError> parse_completion_request(const json& body, const Request
   RETURN_IF_ERROR(opt_int(body, "logprobs", "", logprobs));
   RETURN_IF_ERROR(opt_bool(body, "echo", "", echo));
   RETURN_IF_ERROR(opt_bool(body, "return_token_ids", "", ids));
-  if (logprobs && (*logprobs < 0 || *logprobs > 5)) return invalid_request("logprobs must be in [0, 5]", "logprobs");
+  if (logprobs && (*logprobs < 0 || *logprobs > 5))
+    return invalid_request("logprobs must be in [0, 5]", "logprobs");
   out.logprobs = logprobs ? (int32_t)*logprobs : -1;
-  if (echo.value_or(false)) return invalid_request("echo is not supported", "echo", "unsupported_parameter");
+  if (echo.value_or(false))
+    return invalid_request("echo is not supported", "echo", "unsupported_parameter");
   if (const json* suffix = field(body, "suffix"))
     if (!suffix->is_string() || !suffix->get<std::string>().empty())
       return invalid_request("suffix is not supported", "suffix", "unsupported_parameter");
   std::optional<int64_t> best_of;
   RETURN_IF_ERROR(opt_int(body, "best_of", "", best_of));
-  if (best_of && *best_of != 1) return invalid_request("only best_of = 1 is supported", "best_of", "unsupported_parameter");
+  if (best_of && *best_of != 1)
+    return invalid_request("only best_of = 1 is supported", "best_of", "unsupported_parameter");
   out.return_token_ids = ids.value_or(false);
   return std::nullopt;
 }
@@ -538,7 +589,8 @@ json chat_logprob_entry(const TokenInfo& t) {
   json top = json::array();
   for (const auto& [text, lp] : t.top)
     top.push_back({{"token", text}, {"logprob", lp}, {"bytes", bytes(text)}});
-  return {{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes(t.text)}, {"top_logprobs", top}};
+  return {
+      {"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes(t.text)}, {"top_logprobs", top}};
 }
 
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {

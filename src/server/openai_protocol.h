@@ -36,9 +36,9 @@ std::string dump(const json& j);
 
 // What the server lets a request ask for.
 struct RequestLimits {
-  int64_t max_tokens = 0;        // per request; 0 = the context
-  int64_t context = 0;           // the engine's context (prompt + completion)
-  SamplingParams defaults;       // sampling used where the request says nothing
+  int64_t max_tokens = 0;   // per request; 0 = the context
+  int64_t context = 0;      // the engine's context (prompt + completion)
+  SamplingParams defaults;  // sampling used where the request says nothing
 };
 
 enum class ToolChoice { none, automatic, required, named };
@@ -54,8 +54,8 @@ struct ChatRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;
-  int32_t logprobs = -1;  // -1 off; otherwise top_logprobs (0..20)
-  bool intercept = true;  // infercept extension: "intercept": false never keeps it paused
+  int32_t logprobs = -1;          // -1 off; otherwise top_logprobs (0..20)
+  bool intercept = true;          // infercept extension: "intercept": false never keeps it paused
   bool return_token_ids = false;  // extension (vLLM's name): token ids in the choice
   // Extension: server-side tools this request may use ("server_tools": ["calculator"], or
   // true for all); the server runs their calls itself and continues the generation.
@@ -65,7 +65,7 @@ struct ChatRequest {
 
 struct CompletionRequest {
   std::string model;
-  std::string prompt_text;            // when the prompt is text
+  std::string prompt_text;             // when the prompt is text
   std::vector<int32_t> prompt_tokens;  // when the prompt is token ids
   SamplingParams params;
   bool max_tokens_given = false;
@@ -78,8 +78,8 @@ struct CompletionRequest {
 // Sampling parameters shared by both endpoints: temperature, top_p, top_k, min_p, seed,
 // stop, presence/frequency/repetition penalties, max_tokens (max_completion_tokens for
 // chat), n (only 1). Errors name the parameter.
-std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& limits,
-                                       bool chat, SamplingParams& out, bool& max_tokens_given);
+std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& limits, bool chat,
+                                       SamplingParams& out, bool& max_tokens_given);
 
 std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits& limits,
                                            ChatRequest& out);

@@ -138,7 +138,8 @@ class ExprParser {
       if (name == "round") return std::round(x);
       return err("unknown function '" + name + "'");
     }
-    return err(pos_ < s_.size() ? "unexpected '" + std::string(1, s_[pos_]) + "'" : "unexpected end");
+    return err(pos_ < s_.size() ? "unexpected '" + std::string(1, s_[pos_]) + "'"
+                                : "unexpected end");
   }
 
   const std::string& s_;
@@ -146,7 +147,9 @@ class ExprParser {
   int depth_ = 0;
 };
 
-std::string error_result(const std::string& message) { return json{{"error", message}}.dump(); }
+std::string error_result(const std::string& message) {
+  return json{{"error", message}}.dump();
+}
 
 std::string run_calculator(const std::string& arguments_json) {
   const json args = json::parse(arguments_json, nullptr, false);
@@ -189,15 +192,18 @@ std::string run_http(const ServerTool& t, const std::string& arguments_json) {
   httplib::Result r = [&] {
     if (t.method == "GET") {
       httplib::Params params;
-      for (const auto& [k, v] : args.items()) params.emplace(k, v.is_string() ? v.get<std::string>() : v.dump());
+      for (const auto& [k, v] : args.items())
+        params.emplace(k, v.is_string() ? v.get<std::string>() : v.dump());
       return cli.Get(path, params, headers);
     }
     return cli.Post(path, headers, args.dump(), "application/json");
   }();
-  if (!r) return error_result("the tool '" + t.def.name + "' did not answer: " + httplib::to_string(r.error()));
+  if (!r)
+    return error_result("the tool '" + t.def.name +
+                        "' did not answer: " + httplib::to_string(r.error()));
   if (r->status < 200 || r->status >= 300)
-    return error_result("the tool '" + t.def.name + "' answered HTTP " + std::to_string(r->status) + ": " +
-                        r->body.substr(0, 512));
+    return error_result("the tool '" + t.def.name + "' answered HTTP " + std::to_string(r->status) +
+                        ": " + r->body.substr(0, 512));
   std::string body = r->body;
   if (body.size() > kMaxResultBytes) body = body.substr(0, kMaxResultBytes) + "...(cut)";
   return body;
@@ -223,7 +229,8 @@ Result<ServerTools> ServerTools::parse(const std::string& text, const std::strin
   ServerTool calc;
   calc.kind = ServerTool::Kind::calculator;
   calc.def.name = "calculator";
-  calc.def.description = "Evaluate an arithmetic expression (+ - * / % ^, parentheses, sqrt, ln, sin, ...)";
+  calc.def.description =
+      "Evaluate an arithmetic expression (+ - * / % ^, parentheses, sqrt, ln, sin, ...)";
   calc.def.parameters_json =
       R"J({"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. 2 * (3 + 4)"}}, "required": ["expression"]})J";
   out.tools_.push_back(calc);
@@ -240,20 +247,25 @@ Result<ServerTools> ServerTools::parse(const std::string& text, const std::strin
     if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
       return make_error(where, ": 'name' (a string) is required");
     st.def.name = t["name"].get<std::string>();
-    if (out.find(st.def.name) != nullptr) return make_error(where, ": a second tool named '", st.def.name, "'");
-    if (t.contains("description") && t["description"].is_string()) st.def.description = t["description"];
+    if (out.find(st.def.name) != nullptr)
+      return make_error(where, ": a second tool named '", st.def.name, "'");
+    if (t.contains("description") && t["description"].is_string())
+      st.def.description = t["description"];
     if (t.contains("parameters")) {
-      if (!t["parameters"].is_object()) return make_error(where, ": 'parameters' must be a JSON Schema object");
+      if (!t["parameters"].is_object())
+        return make_error(where, ": 'parameters' must be a JSON Schema object");
       st.def.parameters_json = t["parameters"].dump();
     }
-    if (!t.contains("url") || !t["url"].is_string()) return make_error(where, ": 'url' (a string) is required");
+    if (!t.contains("url") || !t["url"].is_string())
+      return make_error(where, ": 'url' (a string) is required");
     st.url = t["url"];
     if (st.url.rfind("http://", 0) != 0 && st.url.rfind("https://", 0) != 0)
       return make_error(where, ": 'url' must start with http:// or https://");
     if (t.contains("method")) {
       if (!t["method"].is_string()) return make_error(where, ": 'method' must be GET or POST");
       st.method = t["method"];
-      if (st.method != "GET" && st.method != "POST") return make_error(where, ": 'method' must be GET or POST");
+      if (st.method != "GET" && st.method != "POST")
+        return make_error(where, ": 'method' must be GET or POST");
     }
     if (t.contains("timeout_ms")) {
       if (!t["timeout_ms"].is_number() || t["timeout_ms"].get<double>() <= 0)
@@ -261,7 +273,8 @@ Result<ServerTools> ServerTools::parse(const std::string& text, const std::strin
       st.timeout_s = t["timeout_ms"].get<double>() / 1000.0;
     }
     if (t.contains("headers")) {
-      if (!t["headers"].is_object()) return make_error(where, ": 'headers' must be an object of strings");
+      if (!t["headers"].is_object())
+        return make_error(where, ": 'headers' must be an object of strings");
       for (const auto& [k, v] : t["headers"].items()) {
         if (!v.is_string()) return make_error(where, ": header '", k, "' must be a string");
         st.headers[k] = v.get<std::string>();

@@ -29,15 +29,19 @@ std::optional<ToolCall> call_from_json(const std::string& body, const char* args
   const ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto name = j.find("name");
-  if (name == j.end() || !name->is_string() || name->get<std::string>().empty()) return std::nullopt;
+  if (name == j.end() || !name->is_string() || name->get<std::string>().empty())
+    return std::nullopt;
   ToolCall c;
   c.id = random_id("call_");
   c.name = name->get<std::string>();
   auto args = j.find(args_key);
   if (args == j.end()) args = j.find("arguments");
-  if (args == j.end() || args->is_null()) c.arguments_json = "{}";
-  else if (args->is_string()) c.arguments_json = args->get<std::string>();
-  else c.arguments_json = args->dump(-1, ' ', false, ojson::error_handler_t::replace);
+  if (args == j.end() || args->is_null())
+    c.arguments_json = "{}";
+  else if (args->is_string())
+    c.arguments_json = args->get<std::string>();
+  else
+    c.arguments_json = args->dump(-1, ' ', false, ojson::error_handler_t::replace);
   return c;
 }
 
@@ -145,7 +149,8 @@ std::string ToolTextFilter::push(const std::string& delta) {
           break;
         }
     }
-    while (safe > emitted_ && std::string(" \t\r\n").find(text_[safe - 1]) != std::string::npos) --safe;
+    while (safe > emitted_ && std::string(" \t\r\n").find(text_[safe - 1]) != std::string::npos)
+      --safe;
     if (safe <= emitted_) return {};
     const std::string out = text_.substr(emitted_, safe - emitted_);
     emitted_ = safe;
