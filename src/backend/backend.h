@@ -79,8 +79,15 @@ class Backend {
   virtual Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) = 0;
   // Copies rows of a tensor to host floats (logits for sampling).
   virtual void to_host_f32(const Tensor& t, float* dst) = 0;
-  // Copies token ids / positions / metadata from the host before a step.
+  // Waits until every op queued so far has finished (a no-op on the CPU).
   virtual void sync() = 0;
+  // Called by the model at the start of every forward step. Host arrays passed to the ops
+  // (tokens, positions, slots, the attention batch) keep their contents until the next
+  // begin_step, so a device backend may upload each once per step and reuse it per layer.
+  virtual void begin_step() {}
+  // True when copy_blocks_between only queues the copies (a device backend with copy
+  // streams): they then overlap the forward pass and the caller need not wait for them.
+  virtual bool copies_are_async() const { return false; }
 
   // ---- ops ----
   // out[i] = table[tokens[i]]      out: [n, d]
@@ -98,6 +105,13 @@ class Backend {
   // Writes k, v rows [n, n_kv_heads*head_dim] to the cache slots (block*block_size+offset).
   virtual void store_kv(KvStorage& kv, int64_t layer, const Tensor& k, const Tensor& v,
                         std::span<const int32_t> slots) = 0;
+  // rope(q, k) then store_kv(k, v): one fused kernel on a device backend.
+  virtual void rope_store_kv(Tensor q, Tensor k, const Tensor& v,
+                             std::span<const int32_t> positions, const RopeParams& p,
+                             KvStorage& kv, int64_t layer, std::span<const int32_t> slots) {
+    rope(q, k, positions, p);
+    store_kv(kv, layer, k, v, slots);
+  }
   // Causal attention of q over the paged cache of `layer` (which already holds this step's
   // k and v).  q, out: [n, n_heads*head_dim].
   virtual void attention(const Tensor& q, const KvStorage& kv, int64_t layer,
@@ -124,5 +138,14 @@ class Backend {
 
 // The CPU backend with n_threads threads (0 = all cores).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+struct CudaBackendOptions {
+  int device = 0;
+  DType activation_dtype = DType::bf16;  // bf16 or f16: weights are converted to it
+};
+// The CUDA backend (backend/cuda/); an error when this build has no CUDA or no device.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
+// Whether this build includes the CUDA backend.
+bool cuda_backend_built();
 
 }  // namespace infercept

@@ -11,7 +11,7 @@ namespace infercept::cli {
 const std::set<std::string> kEngineFlags = {
     "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
     "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
-    "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype"};
+    "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device"};
 const std::set<std::string> kSamplingFlags = {
     "max-tokens",         "temperature",      "top-p",
     "top-k",              "min-p",            "seed",
@@ -61,10 +61,12 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   TRY_ASSIGN(c.max_seqs, a.get_int("max-seqs", c.max_seqs));
   c.n_threads = (int)threads;
   c.chat_template = a.get("chat-template");
+  c.device = a.get("device", "cpu");
   const std::string kv = a.get("kv-dtype", "f16");
   if (kv == "f16") c.kv_dtype = DType::f16;
+  else if (kv == "bf16") c.kv_dtype = DType::bf16;
   else if (kv == "f32") c.kv_dtype = DType::f32;
-  else return make_error("--kv-dtype must be f16 or f32, got '", kv, "'");
+  else return make_error("--kv-dtype must be f16, bf16 or f32, got '", kv, "'");
   if (c.kv_cache_mb <= 0 || c.swap_space_mb < 0 || c.interception_timeout_s <= 0)
     return make_error("--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
                       "--interception-timeout > 0");

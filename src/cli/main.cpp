@@ -8,6 +8,8 @@ int run_generate(int argc, char** argv);
 int run_chat(int argc, char** argv);
 int run_info(int argc, char** argv);
 int run_bench_decode(int argc, char** argv);
+int run_bench_forward(int argc, char** argv);
+int run_logits(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_profile(int argc, char** argv);
 int run_serve(int argc, char** argv);
@@ -23,6 +25,8 @@ void usage() {
                "  chat          interactive chat in the terminal, streaming tokens\n"
                "  info          print the model's architecture and sizes\n"
                "  bench-decode  measure prefill and batched decode throughput\n"
+               "  bench-forward time the forward pass and swaps against hardware floors\n"
+               "  logits        last-position logits of token sequences, as .npy\n"
                "  bench         agent workload benchmark: Poisson arrivals, tool pauses, policies\n"
                "  profile       measure T_fwd(x) and KV copy bandwidth; cache the cost model\n"
                "  serve         OpenAI-compatible HTTP server (--host, --port; docs/SERVER.md)\n"
@@ -43,6 +47,8 @@ int main(int argc, char** argv) {
   if (cmd == "chat") return run_chat(argc - 2, argv + 2);
   if (cmd == "info") return run_info(argc - 2, argv + 2);
   if (cmd == "bench-decode") return run_bench_decode(argc - 2, argv + 2);
+  if (cmd == "bench-forward") return run_bench_forward(argc - 2, argv + 2);
+  if (cmd == "logits") return run_logits(argc - 2, argv + 2);
   if (cmd == "bench") return run_bench(argc - 2, argv + 2);
   if (cmd == "profile") return run_profile(argc - 2, argv + 2);
   if (cmd == "serve") return run_serve(argc - 2, argv + 2);

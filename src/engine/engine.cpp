@@ -72,6 +72,22 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelSource& src) {
 }
 }  // namespace
 
+// `--device`: cpu, cuda or cuda:N.
+Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
+  if (config.device == "cpu") return make_cpu_backend(config.n_threads);
+  if (config.device.rfind("cuda", 0) == 0) {
+    CudaBackendOptions o;
+    if (config.device.size() > 4) {
+      if (config.device[4] != ':' || config.device.size() == 5 ||
+          config.device.find_first_not_of("0123456789", 5) != std::string::npos)
+        return make_error("bad --device '", config.device, "' (expected cpu, cuda or cuda:N)");
+      o.device = std::stoi(config.device.substr(5));
+    }
+    return make_cuda_backend(o);
+  }
+  return make_error("unknown --device '", config.device, "' (expected cpu, cuda or cuda:N)");
+}
+
 EngineCore::~EngineCore() = default;
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config) {
@@ -90,7 +106,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   }
   if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
     return make_error("block size, tokens per step and sequences per step must be positive");
-  e->backend_ = make_cpu_backend(config.n_threads);
+  TRY_ASSIGN(e->backend_, make_backend(config));
   TRY_ASSIGN(e->model_, LlamaModel::create(*e->source_, *e->backend_, config.max_tokens_per_step,
                                            config.max_seqs));
   KvGeometry g;
@@ -121,7 +137,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   } else {
     const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
     const std::string cache = config.profile_path.empty()
-                                  ? profile_cache_path(config.model_path, "cpu", threads)
+                                  ? profile_cache_path(config.model_path,
+                                                       config.device == "cpu" ? "cpu" : "cuda",
+                                                       threads)
                                   : config.profile_path;
     auto cached = MappedFile::open(cache);
     std::optional<CostModel> loaded;
@@ -204,6 +222,10 @@ void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   a->intercept_strings = std::move(req.intercept_strings);
   a->intercept_token_ids = std::move(req.intercept_token_ids);
   a->detect_tool_calls = req.detect_tool_calls;
+  a->pause_at_tool_turn_end = req.pause_at_tool_turn_end;
+  a->tool_hints = std::move(req.tool_duration_hints);
+  a->logprobs = req.logprobs;
+  a->recent_text = std::move(req.turn_prefix);
   a->seq.id = id;
   a->seq.arrival_time = now();
   a->seq.n_prompt = (int64_t)req.prompt.size();
@@ -222,10 +244,6 @@ void EngineCore::abort(uint64_t id) {
 Result<std::vector<int32_t>> EngineCore::encode_chat(
     const std::vector<ChatMessage>& messages, const std::vector<ToolDefinition>& tools) const {
   if (tokenizer_->spec().chat_template.empty() && config_.chat_template.empty())
-  a->pause_at_tool_turn_end = req.pause_at_tool_turn_end;
-  a->tool_hints = std::move(req.tool_duration_hints);
-  a->logprobs = req.logprobs;
-  a->recent_text = std::move(req.turn_prefix);
     return make_error("the model has no chat template; pass --chat-template chatml|llama3|llama2");
   TRY_ASSIGN(auto cached, resolve_chat_template(config_.chat_template,
                                                 tokenizer_->spec().chat_template));
@@ -282,24 +300,6 @@ Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
   return ok_status();
 }
 
-Status EngineCore::release(uint64_t id) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
-  if (!it->second->seq.is_paused()) return make_error("request ", std::to_string(id), " is not paused");
-  scheduler_->release_paused(&it->second->seq);
-  return ok_status();
-}
-
-void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
-  if (plan.swap_out.empty() && plan.swap_in.empty()) return;
-  const double t = now_seconds();
-  std::vector<int32_t> src, dst;
-  auto run = [&](const std::vector<BlockMove>& moves, const KvStorage& from, KvStorage& to) {
-    if (moves.empty()) return;
-    src.clear();
-    dst.clear();
-    for (const BlockMove& m : moves) {
-      src.push_back(m.from);
 Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
   auto it = active_.find(id);
   if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
@@ -356,6 +356,24 @@ Status EngineCore::set_interception_hint(uint64_t id, double seconds) {
   return ok_status();
 }
 
+Status EngineCore::release(uint64_t id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  if (!it->second->seq.is_paused()) return make_error("request ", std::to_string(id), " is not paused");
+  scheduler_->release_paused(&it->second->seq);
+  return ok_status();
+}
+
+void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
+  if (plan.swap_out.empty() && plan.swap_in.empty()) return;
+  const double t = now_seconds();
+  std::vector<int32_t> src, dst;
+  auto run = [&](const std::vector<BlockMove>& moves, const KvStorage& from, KvStorage& to) {
+    if (moves.empty()) return;
+    src.clear();
+    dst.clear();
+    for (const BlockMove& m : moves) {
+      src.push_back(m.from);
       dst.push_back(m.to);
     }
     backend_->copy_blocks_between(from, to, src, dst);
@@ -364,13 +382,16 @@ Status EngineCore::set_interception_hint(uint64_t id, double seconds) {
   // step (the device blocks each side uses are disjoint).
   run(plan.swap_in, *host_kv_, *kv_);
   run(plan.swap_out, *kv_, *host_kv_);
-  backend_->sync();
+  // A device backend only queues the copies on its copy streams: they run under the forward
+  // pass, and what is not hidden shows up in the step time, not as a stall here.
+  const bool async = backend_->copies_are_async();
+  if (!async) backend_->sync();
   const double dt = now_seconds() - t;
   stats_.swap_seconds += dt;
   stats_.swapped_out_tokens += (int64_t)plan.swap_out.size() * config_.block_size;
   stats_.swapped_in_tokens += (int64_t)plan.swap_in.size() * config_.block_size;
   // The CPU backend copies on the engine thread: every copy is a stall for the batch.
-  stats_.waste_swap_stall += dt * (double)batch_tokens * cost_.kv_bytes_per_token;
+  if (!async) stats_.waste_swap_stall += dt * (double)batch_tokens * cost_.kv_bytes_per_token;
 }
 
 // Pauses the request when one of its interception triggers fired on the token just sampled.
@@ -381,6 +402,7 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
   if (a.json_tool_call) {
     tool = *a.json_tool_call;
     a.json_tool_call.reset();
+    if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
     fire = true;
   } else if (a.next_script < a.script.size() &&
       a.sampled_since_resume >= a.script[a.next_script].after_generated) {
@@ -402,7 +424,6 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
     for (const std::string& str : a.intercept_strings)
       if (!str.empty() && a.recent_text.find(str) != std::string::npos) {
         tool = str;
-    if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
         fire = true;
         break;
       }
@@ -410,6 +431,7 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
   if (!fire && a.detect_tool_calls) {
     if (auto call = find_hermes_tool_call(a.recent_text)) {
       tool = call->name;
+      if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
       fire = true;
     }
   }
@@ -431,7 +453,6 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
 
 std::vector<RequestOutput> EngineCore::step() {
   std::vector<RequestOutput> outputs;
-      if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
   const double t_now = now();
   // Paused requests nobody answered in time give their KV back (their tokens stay).
   for (Sequence* s : std::vector<Sequence*>(scheduler_->paused()))
@@ -495,6 +516,10 @@ std::vector<RequestOutput> EngineCore::step() {
     RequestOutput out;
     out.id = s.id;
     out.new_tokens.push_back(tok);
+    if (a.logprobs >= 0) {
+      out.logprobs.push_back(log_softmax_at(row, tok));
+      if (a.logprobs > 0) out.top_logprobs.push_back(top_logprobs(row, a.logprobs));
+    }
     out.prompt_tokens = s.n_prompt;
     out.completion_tokens = a.n_sampled;
     FinishReason reason = FinishReason::none;
@@ -509,6 +534,11 @@ std::vector<RequestOutput> EngineCore::step() {
       if (auto call = parse_json_tool_call(a.recent_text)) {
         a.json_tool_call = call->name;
         reason = FinishReason::none;
+      } else if (a.pause_at_tool_turn_end) {
+        if (auto hermes = find_hermes_tool_call(a.recent_text)) {
+          a.json_tool_call = hermes->name;
+          reason = FinishReason::none;
+        }
       }
     }
     const std::string piece_text = is_stop_token ? std::string() : a.detok.push(tok);
@@ -518,10 +548,6 @@ std::vector<RequestOutput> EngineCore::step() {
     out.text = std::move(piece.text);
     if (piece.stopped) reason = FinishReason::stop;
     const int64_t limit = std::min(max_context_, kv_capacity_tokens());
-    if (a.logprobs >= 0) {
-      out.logprobs.push_back(log_softmax_at(row, tok));
-      if (a.logprobs > 0) out.top_logprobs.push_back(top_logprobs(row, a.logprobs));
-    }
     if (reason == FinishReason::none &&
         (a.n_sampled >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
       reason = FinishReason::length;
@@ -535,11 +561,6 @@ std::vector<RequestOutput> EngineCore::step() {
         if (!rest.stopped) out.text += a.stops.flush();
       }
       out.finish = reason;
-      } else if (a.pause_at_tool_turn_end) {
-        if (auto hermes = find_hermes_tool_call(a.recent_text)) {
-          a.json_tool_call = hermes->name;
-          reason = FinishReason::none;
-        }
       scheduler_->finish(&s);
       done.push_back(s.id);
     }
@@ -591,6 +612,25 @@ void Engine::post(std::function<void(EngineCore&)> fn) {
   cv_.notify_all();
 }
 
+Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callback cb) {
+  TRY(core_->validate(req));
+  auto done = std::make_shared<std::promise<Result<int64_t>>>();
+  std::future<Result<int64_t>> result = done->get_future();
+  post([this, id, done, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
+    Result<int64_t> r = core.continue_paused(id, std::move(req));
+    if (r.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      callbacks_[id] = std::move(cb);
+    }
+    done->set_value(std::move(r));
+  });
+  try {
+    return result.get();
+  } catch (const std::future_error&) {
+    return make_error("the engine stopped");
+  }
+}
+
 void Engine::loop() {
   for (;;) {
     std::vector<std::pair<uint64_t, GenerateRequest>> inbox;
@@ -612,25 +652,6 @@ void Engine::loop() {
     for (auto& [id, req] : inbox) core_->add_validated(std::move(req), id);
     for (auto& fn : posted) fn(*core_);
     for (uint64_t id : aborts) {
-Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callback cb) {
-  TRY(core_->validate(req));
-  auto done = std::make_shared<std::promise<Result<int64_t>>>();
-  std::future<Result<int64_t>> result = done->get_future();
-  post([this, id, done, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
-    Result<int64_t> r = core.continue_paused(id, std::move(req));
-    if (r.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      callbacks_[id] = std::move(cb);
-    }
-    done->set_value(std::move(r));
-  });
-  try {
-    return result.get();
-  } catch (const std::future_error&) {
-    return make_error("the engine stopped");
-  }
-}
-
       core_->abort(id);
       Callback cb;
       {

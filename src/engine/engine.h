@@ -35,6 +35,7 @@ namespace infercept {
 struct EngineConfig {
   std::string model_path;
   int n_threads = 0;  // 0 = all cores
+  std::string device = "cpu";  // cpu | cuda | cuda:N
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;  // 0 = derived from kv_cache_mb
   double kv_cache_mb = 256.0;
@@ -60,6 +61,9 @@ struct EngineConfig {
   std::vector<int64_t> profile_tokens;     // token counts to measure; empty = a quick set
 };
 
+// The backend `config.device` names (cpu, cuda, cuda:N); a clear error when unavailable.
+Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config);
+
 enum class FinishReason { none, stop, length, abort };
 const char* finish_reason_name(FinishReason r);
 
@@ -78,7 +82,6 @@ struct GenerateRequest {
   std::vector<std::string> intercept_strings;  // generated text containing one pauses it
   std::vector<int32_t> intercept_token_ids;    // sampling one of these pauses it
   bool detect_tool_calls = false;  // ChatML/Hermes <tool_call>...</tool_call> pauses it
-};
   // A turn that ends (end-of-turn token) with tool calls in its text (Hermes <tool_call>
   // blocks, or a Llama 3 JSON call) pauses instead of finishing: the OpenAI server's
   // semantics, where a response carries all of a turn's calls (parallel calls included).
@@ -92,6 +95,7 @@ struct GenerateRequest {
   // Logprobs of sampled tokens: -1 none, 0 the sampled token's, n also the n most likely.
   // Computed from the model's raw distribution (before penalties and temperature).
   int32_t logprobs = -1;
+};
 
 // What one step produced for one request.
 struct RequestOutput {
@@ -103,10 +107,10 @@ struct RequestOutput {
   std::string tool;          // the tool it waits for
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  bool finished() const { return finish != FinishReason::none; }
   // With GenerateRequest::logprobs >= 0: one entry per new token.
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // with logprobs > 0
+  bool finished() const { return finish != FinishReason::none; }
 };
 
 struct EngineStats {
@@ -147,7 +151,6 @@ class EngineCore {
   Status resume(uint64_t id, const std::vector<int32_t>& returned);
   // Drops the KV of a paused request; a later resume recomputes it.
   Status release(uint64_t id);
-  // Runs one step. Returns the outputs of the requests that sampled or finished.
   // A new request continues paused request `id` (the OpenAI server's resume: the client
   // sends the whole conversation again). `req.prompt` should extend the paused request's
   // tokens; the KV of their common prefix is kept, the rest dropped, and the request then
@@ -159,6 +162,7 @@ class EngineCore {
   // Sets the expected duration (seconds) of a paused request's tool, for the oracle
   // estimator. Errors: unknown id, not paused.
   Status set_interception_hint(uint64_t id, double seconds);
+  // Runs one step. Returns the outputs of the requests that sampled or finished.
   std::vector<RequestOutput> step();
   bool has_work() const { return scheduler_->has_work(); }
 
@@ -223,10 +227,10 @@ class Engine {
   void abort(uint64_t id);
   // Runs `fn` on the engine thread between steps (resume, release, inspection).
   void post(std::function<void(EngineCore&)> fn);
-  const EngineCore& core() const { return *core_; }
   // EngineCore::continue_paused on the engine thread; on success `cb` receives the request's
   // outputs from then on. Blocks until done (an error when the engine stops first).
   Result<int64_t> continue_paused(uint64_t id, GenerateRequest req, Callback cb);
+  const EngineCore& core() const { return *core_; }
 
  private:
   void loop();

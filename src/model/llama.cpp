@@ -91,6 +91,7 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
                         freq_factors_};
   const float scale = 1.0f / std::sqrt((float)c.head_dim);
 
+  b.begin_step();
   b.embed(weights_.tok_embd, in.tokens, x);
   b.rmsnorm(x, weights_.layers[0].attn_norm, c.rms_eps, h);
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -98,8 +99,7 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
     b.matmul(h, w.wq, &w.bq, q);
     b.matmul(h, w.wk, &w.bk, k);
     b.matmul(h, w.wv, &w.bv, v);
-    b.rope(q, k, in.positions, rope);
-    b.store_kv(kv, l, k, v, in.slots);
+    b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
     b.attention(q, kv, l, batch, c.n_heads, scale, attn);
     b.matmul(attn, w.wo, nullptr, o);
     b.add_rmsnorm(x, o, w.ffn_norm, c.rms_eps, h);

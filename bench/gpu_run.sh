@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device call: checks and times the CUDA backend on the lent GPU, everything under $OUT.
+#
+# Binaries are built on the development machine (cmake -B build-cuda -DINFERCEPT_NATIVE=OFF,
+# nvcc present) and carried in .carry/bin; the default model (98 MB) is over one call's
+# carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
+# next while the machine is warm) and is put together here.
+#
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE pack
+# (run `pack` last, outside any timeout, so that what finished comes back)
+set -u
+# At most 8 files come back from a call: results go to $RES, packed into one archive at the end.
+FINAL_OUT=${OUT:-/tmp/out}
+RES=/tmp/infercept-results
+OUT=$RES
+mkdir -p "$OUT" "$FINAL_OUT" models
+BIN=.carry/bin
+export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Test binaries name the repository by the absolute path they were built in.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
+PROMPTS='[[1,504,3575,282,4649,314],[1,1489,28264,24,94,725],[1,5723,2056,253,655,28,281,253,1165,5945,28],[1,378,1751,3625,282],[1,20012,28,216,34,28,216,35,28,216,37],[1,2868,7160,5134,253]]'
+for stage in "$@"; do
+  case $stage in
+    part1) cp .carry/m1/* models/.part.aa && log "model part 1 stored" ;;
+    model)
+      cat models/.part.aa .carry/m2/* >"$MODEL"
+      echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
+    ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
+    floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
+    tiny) log "make-model tiny"; $BIN/infercept make-model --shape tiny --out models/tiny 2>&1 | tail -2 ;;
+    modeltest) log "model tests"; INFERCEPT_GPU_TEST_MODEL=$PWD/models/tiny $BIN/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -E "OK|FAILED|identical for 32|segments identical|Failure|PASSED|error" | tail -40 ;;
+    hf-*)  # hf-SHAPE: logits ours vs transformers on one checkpoint, plus transformers timings
+      shape=${stage#hf-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" 2>&1 | tail -1
+      echo "$PROMPTS" >models/prompts.json
+      log "logits vs HF transformers: $shape"
+      $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
+      timing="--no-timing"; [ "$shape" = llama2-7b ] && timing="--prefill-len 4096 --decode-batches 1,32,128"
+      timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
+        --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
+      python3 bench/compare_logits.py models/ours-$shape.npy models/hf-$shape.npy --label "$shape" 2>&1 | tee "$OUT/compare-$shape.txt" ;;
+    fwd-*)  # fwd-SHAPE: bench-forward on a make-model checkpoint (deleted afterwards if big)
+      shape=${stage#fwd-}; dir=models/$shape
+      [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" 2>&1 | tail -2; }
+      log "bench-forward $shape"
+      timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
+        --json-out "$OUT/fwd-$shape.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape.txt" | tail -60
+      [ "$shape" = tiny ] || rm -rf "$dir" ;;
+    pack) tar czf "$FINAL_OUT/results.tgz" -C "$RES" . && cp "$RES/summary.txt" "$FINAL_OUT/" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+exit 0

@@ -1,0 +1,413 @@
+#include "backend/cuda/attention.h"
+
+#include <algorithm>
+#include <cfloat>
+
+#include "backend/cuda/cuda_util.h"
+#include "core/check.h"
+
+namespace infercept::cuda {
+
+namespace {
+constexpr int kMaxPairs = 32;      // (row, head) pairs of one item
+constexpr int kPairsPerWarp = 4;   // so at most 8 warps
+constexpr int kTile = 32;          // keys per shared-memory tile (one per lane)
+constexpr int kSplitMaxPairs = 8;  // items with at most this many pairs may be split
+constexpr int kMinPartition = 128; // keys
+}  // namespace
+
+int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas) {
+  // Split items have at most kSplitMaxPairs / group rows, so rows * n_heads <= 8 * n_kv.
+  // Splitting only happens while items * n_kv < target, so parts * n_kv < 2 * target.
+  const int64_t max_parts = 2LL * target_ctas / std::max(1, n_kv_heads) + 1;
+  return max_parts * kSplitMaxPairs * n_kv_heads;
+}
+
+AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
+                        std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
+                        int target_ctas) {
+  const int group = n_heads / n_kv_heads;
+  CHECK(group >= 1 && group <= kMaxPairs && n_heads % n_kv_heads == 0);
+  const int rows_per_item = std::max(1, kMaxPairs / group);
+  AttnPlan plan;
+  struct Tile {
+    int seq, row0, nrows, kend;
+  };
+  std::vector<Tile> tiles;
+  for (size_t s = 0; s < q_start.size(); ++s) {
+    for (int r = 0; r < q_len[s]; r += rows_per_item) {
+      const int nrows = std::min(rows_per_item, q_len[s] - r);
+      // Causal: the tile's last row sees keys [0, ctx - q_len + r + nrows).
+      tiles.push_back({(int)s, q_start[s] + r, nrows, ctx_len[s] - q_len[s] + r + nrows});
+    }
+  }
+  const int64_t base_ctas = (int64_t)tiles.size() * n_kv_heads;
+  const int64_t scratch = attention_scratch_pairs(n_kv_heads, target_ctas);
+  for (const Tile& t : tiles) {
+    const int pairs = t.nrows * group;
+    int parts = 1;
+    if (pairs <= kSplitMaxPairs && base_ctas < target_ctas) {
+      const int want = (int)((target_ctas + base_ctas - 1) / base_ctas);
+      parts = std::clamp((t.kend + kMinPartition - 1) / kMinPartition, 1, want);
+      const int64_t need = (int64_t)parts * t.nrows * n_heads;
+      if (plan.partial_pairs + need > scratch) parts = 1;
+    }
+    // Lone rows (decode) go to the decode kernel, which needs at most 8 heads per KV head.
+    std::vector<AttnItem>& dst = t.nrows == 1 && group <= 8 ? plan.decode_items : plan.items;
+    if (&dst == &plan.items) plan.max_pairs = std::max(plan.max_pairs, pairs);
+    if (parts == 1) {
+      dst.push_back({t.seq, t.row0, t.nrows, 0, t.kend, -1});
+      continue;
+    }
+    const int span = ((t.kend + parts - 1) / parts + kTile - 1) / kTile * kTile;
+    AttnCombine c{t.row0, t.nrows, plan.partial_pairs, 0};
+    for (int k0 = 0; k0 < t.kend; k0 += span) {
+      dst.push_back({t.seq, t.row0, t.nrows, k0, std::min(t.kend, k0 + span),
+                     plan.partial_pairs});
+      plan.partial_pairs += t.nrows * n_heads;
+      ++c.n_parts;
+    }
+    plan.combines.push_back(c);
+  }
+  return plan;
+}
+
+namespace {
+
+template <typename T, typename KV, int HD>
+__global__ void attention_kernel(AttnArgs a) {
+  constexpr int kPer = HD / 32;  // output dims per lane
+  extern __shared__ unsigned char smem_raw[];
+  float* qs = reinterpret_cast<float*>(smem_raw);                        // [32][HD]
+  KV* kt = reinterpret_cast<KV*>(qs + kMaxPairs * HD);                   // [HD][kTile + 2]
+  KV* vs = kt + HD * (kTile + 2);                                        // [kTile][HD]
+
+  const AttnItem it = a.items[blockIdx.x];
+  const int kvh = blockIdx.y;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int npairs = it.nrows * group;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  const int kv_width = a.n_kv_heads * HD;
+  const int qs0 = a.q_start[it.seq];
+  const int pos0 = a.ctx_len[it.seq] - a.q_len[it.seq];
+  const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
+
+  const T* q = static_cast<const T*>(a.q);
+  for (int idx = threadIdx.x; idx < npairs * HD; idx += blockDim.x) {
+    const int p = idx / HD, d = idx % HD;
+    const int row = it.row0 + p / group, head = kvh * group + p % group;
+    qs[p * HD + d] = to_f32(q[(int64_t)row * a.q_stride + head * HD + d]) * a.scale;
+  }
+
+  float m[kPairsPerWarp], l[kPairsPerWarp], acc[kPairsPerWarp][kPer];
+  int pos[kPairsPerWarp];
+#pragma unroll
+  for (int k = 0; k < kPairsPerWarp; ++k) {
+    m[k] = -FLT_MAX;
+    l[k] = 0.0f;
+    const int p = warp + nw * k;
+    pos[k] = pos0 + (it.row0 + p / group - qs0);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[k][i] = 0.0f;
+  }
+
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  for (int t0 = it.kbeg; t0 < it.kend; t0 += kTile) {
+    __syncthreads();
+    constexpr int kVec = 4;  // elements per load
+    for (int idx = threadIdx.x; idx < kTile * HD / kVec; idx += blockDim.x) {
+      const int t = idx / (HD / kVec), d = (idx % (HD / kVec)) * kVec;
+      const int tok = t0 + t;
+      uint2 kw = make_uint2(0, 0), vw = make_uint2(0, 0);
+      if (tok < it.kend) {
+        const int64_t slot = (int64_t)bt[tok / a.block_size] * a.block_size + tok % a.block_size;
+        const int64_t off = slot * kv_width + kvh * HD + d;
+        kw = *reinterpret_cast<const uint2*>(kc + off);
+        vw = *reinterpret_cast<const uint2*>(vc + off);
+      }
+      const KV* ke = reinterpret_cast<const KV*>(&kw);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) kt[(d + i) * (kTile + 2) + t] = ke[i];
+      *reinterpret_cast<uint2*>(vs + t * HD + d) = vw;
+    }
+    __syncthreads();
+    const int tok = t0 + lane;
+#pragma unroll
+    for (int k = 0; k < kPairsPerWarp; ++k) {
+      const int p = warp + nw * k;
+      if (p >= npairs) break;
+      const float* qp = qs + p * HD;
+      float s = 0.0f;
+#pragma unroll 16
+      for (int d = 0; d < HD; ++d) s += qp[d] * to_f32(kt[d * (kTile + 2) + lane]);
+      const bool valid = tok < it.kend && tok <= pos[k];
+      s = valid ? s : -FLT_MAX;
+      float tmax = s;
+      for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffff, tmax, o));
+      if (tmax == -FLT_MAX) continue;  // every key of this tile is masked for this row
+      const float m_new = fmaxf(m[k], tmax);
+      const float pe = valid ? __expf(s - m_new) : 0.0f;
+      const float corr = __expf(m[k] - m_new);
+      float psum = pe;
+      for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffff, psum, o);
+      l[k] = l[k] * corr + psum;
+      m[k] = m_new;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[k][i] *= corr;
+      for (int j = 0; j < kTile; ++j) {
+        const float pj = __shfl_sync(0xffffffff, pe, j);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) acc[k][i] += pj * to_f32(vs[j * HD + lane + 32 * i]);
+      }
+    }
+  }
+
+  T* out = static_cast<T*>(a.out);
+#pragma unroll
+  for (int k = 0; k < kPairsPerWarp; ++k) {
+    const int p = warp + nw * k;
+    if (p >= npairs) break;
+    const int rl = p / group, head = kvh * group + p % group;
+    if (it.partial < 0) {
+      const float inv = l[k] > 0.0f ? 1.0f / l[k] : 0.0f;
+      T* o = out + (int64_t)(it.row0 + rl) * a.out_stride + head * HD;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) o[lane + 32 * i] = from_f32<T>(acc[k][i] * inv);
+    } else {
+      const int64_t pair = it.partial + rl * a.n_heads + head;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) a.partial_acc[pair * HD + lane + 32 * i] = acc[k][i];
+      if (lane == 0) {
+        a.partial_ml[pair * 2] = l[k] > 0.0f ? m[k] : -FLT_MAX;
+        a.partial_ml[pair * 2 + 1] = l[k];
+      }
+    }
+  }
+}
+
+// Decode rows (one query row per item, all G query heads of one KV head): memory-bound, so
+// the layout serves the loads. 4 warps take 32-key chunks in turn; in a chunk, lane j owns
+// key j for the scores (its K row read as 16-byte vectors straight from the cache: 32 rows
+// of 256 bytes in flight per warp) and output dims [lane * HD/32, ...) for the values (each
+// V row read coalesced by the whole warp). The warps' partial softmax states meet in shared
+// memory at the end.
+template <typename T, typename KV, int HD, int GMAX>
+__global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
+  constexpr int kWarps = 4, kPer = HD / 32, kVecElems = 16 / sizeof(KV);
+  __shared__ float qs[GMAX][HD];
+  __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
+  __shared__ float wacc[kWarps][GMAX][HD];
+  const AttnItem it = a.items[blockIdx.x];
+  const int kvh = blockIdx.y;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kv_width = a.n_kv_heads * HD;
+  const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
+  const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
+  for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
+    qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
+  __syncthreads();
+
+  float m[GMAX], l[GMAX], acc[GMAX][kPer];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
+  }
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  for (int c0 = it.kbeg + warp * 32; c0 < it.kend; c0 += kWarps * 32) {
+    const int t = c0 + lane;
+    const bool valid = t < it.kend;
+    const int tt = valid ? t : it.kend - 1;
+    const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
+    const uint4* krow = reinterpret_cast<const uint4*>(kc + slot * kv_width + kvh * HD);
+    float s[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) s[g] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < HD / kVecElems; ++v) {
+      const uint4 w = krow[v];
+      const KV* e = reinterpret_cast<const KV*>(&w);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) {
+        const float kf = to_f32(e[i]);
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) s[g] += qs[g][v * kVecElems + i] * kf;
+      }
+    }
+    float p[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      const float sv = valid ? s[g] : -FLT_MAX;
+      float mx = sv;
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+      const float m_new = fmaxf(m[g], mx);
+      p[g] = valid ? __expf(sv - m_new) : 0.0f;
+      float sum = p[g];
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
+      const float corr = __expf(m[g] - m_new);
+      l[g] = l[g] * corr + sum;
+      m[g] = m_new;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
+    }
+    const int n_keys = min(32, it.kend - c0);
+    for (int j = 0; j < n_keys; ++j) {
+      const int tj = c0 + j;
+      const int64_t sj = (int64_t)bt[tj / a.block_size] * a.block_size + tj % a.block_size;
+      const KV* vrow = vc + sj * kv_width + kvh * HD + lane * kPer;
+      float vf[kPer];
+      if constexpr (kPer == 4) {
+        const uint2 w = *reinterpret_cast<const uint2*>(vrow);
+        const KV* e = reinterpret_cast<const KV*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) vf[i] = to_f32(e[i]);
+      } else if constexpr (kPer == 2) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(vrow);
+        const KV* e = reinterpret_cast<const KV*>(&w);
+        vf[0] = to_f32(e[0]);
+        vf[1] = to_f32(e[1]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) vf[i] = to_f32(vrow[i]);
+      }
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        const float pj = __shfl_sync(0xffffffff, p[g], j);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+      }
+    }
+  }
+  // Merge the warps: each publishes its state, then thread d of the block finishes dims.
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (lane == 0) {
+      wm[warp][g] = m[g];
+      wl[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) wacc[warp][g][lane * kPer + i] = acc[g][i];
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out);
+  for (int idx = threadIdx.x; idx < group * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float mx = -FLT_MAX;
+    for (int w = 0; w < kWarps; ++w)
+      if (wl[w][g] > 0.0f) mx = fmaxf(mx, wm[w][g]);
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      if (wl[w][g] == 0.0f) continue;
+      const float f = __expf(wm[w][g] - mx);
+      num += f * wacc[w][g][d];
+      den += f * wl[w][g];
+    }
+    const int head = kvh * group + g;
+    if (it.partial < 0) {
+      out[(int64_t)it.row0 * a.out_stride + head * HD + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+    } else {
+      const int64_t pair = it.partial + head;
+      a.partial_acc[pair * HD + d] = num;
+      if (d == 0) {
+        a.partial_ml[pair * 2] = den > 0.0f ? mx : -FLT_MAX;
+        a.partial_ml[pair * 2 + 1] = den;
+      }
+    }
+  }
+}
+
+// One block per (combine, head); thread d owns one output dimension of every row.
+template <typename T>
+__global__ void combine_kernel(AttnArgs a) {
+  const AttnCombine c = a.combines[blockIdx.x];
+  const int head = blockIdx.y, hd = a.head_dim;
+  T* out = static_cast<T*>(a.out);
+  for (int rl = 0; rl < c.nrows; ++rl) {
+    float mx = -FLT_MAX;
+    for (int p = 0; p < c.n_parts; ++p) {
+      const int64_t pair = c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
+      mx = fmaxf(mx, a.partial_ml[pair * 2]);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float num = 0.0f, den = 0.0f;
+      for (int p = 0; p < c.n_parts; ++p) {
+        const int64_t pair =
+            c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
+        const float l = a.partial_ml[pair * 2 + 1];
+        if (l == 0.0f) continue;
+        const float w = __expf(a.partial_ml[pair * 2] - mx);
+        num += w * a.partial_acc[pair * hd + d];
+        den += w * l;
+      }
+      out[(int64_t)(c.row0 + rl) * a.out_stride + head * hd + d] =
+          from_f32<T>(den > 0.0f ? num / den : 0.0f);
+    }
+  }
+}
+
+template <typename T, typename KV, int HD>
+void launch(const AttnArgs& a, cudaStream_t s) {
+  if (a.n_items > 0) {
+    // Enough warps that every pair is covered: pairs p = warp + warps * k, k < 4.
+    int nw = std::clamp((a.max_pairs + kPairsPerWarp - 1) / kPairsPerWarp, 1, 8);
+    nw = std::max(nw, std::min(8, a.max_pairs));
+    const size_t smem = sizeof(float) * kMaxPairs * HD + sizeof(KV) * HD * (kTile + 2) +
+                        sizeof(KV) * kTile * HD;
+    static bool configured = false;  // per instantiation
+    if (!configured) {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, KV, HD>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      configured = true;
+    }
+    dim3 grid((unsigned)a.n_items, (unsigned)a.n_kv_heads);
+    attention_kernel<T, KV, HD><<<grid, 32 * nw, smem, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (a.n_decode_items > 0) {
+    AttnArgs d = a;
+    d.items = a.decode_items;
+    dim3 grid((unsigned)a.n_decode_items, (unsigned)a.n_kv_heads);
+    const int group = a.n_heads / a.n_kv_heads;
+    if (group <= 1) decode_kernel<T, KV, HD, 1><<<grid, 128, 0, s>>>(d);
+    else if (group <= 2) decode_kernel<T, KV, HD, 2><<<grid, 128, 0, s>>>(d);
+    else if (group <= 4) decode_kernel<T, KV, HD, 4><<<grid, 128, 0, s>>>(d);
+    else decode_kernel<T, KV, HD, 8><<<grid, 128, 0, s>>>(d);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (a.n_combines > 0) {
+    dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads);
+    combine_kernel<T><<<cg, std::min(HD, 128), 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T, typename KV>
+void launch_hd(const AttnArgs& a, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 32: return launch<T, KV, 32>(a, s);
+    case 64: return launch<T, KV, 64>(a, s);
+    case 128: return launch<T, KV, 128>(a, s);
+    default: CHECK_MSG(false, "CUDA attention supports head_dim 32, 64 and 128");
+  }
+}
+
+}  // namespace
+
+void attention(const AttnArgs& a, cudaStream_t s) {
+  if (a.n_items == 0 && a.n_decode_items == 0) return;
+  CHECK(a.max_pairs <= kMaxPairs);
+  const bool bf = a.act_dtype == DType::bf16;
+  CHECK(bf || a.act_dtype == DType::f16);
+  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
+  if (bf && a.kv_dtype == DType::bf16) return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, s);
+  if (bf) return launch_hd<__nv_bfloat16, __half>(a, s);
+  if (a.kv_dtype == DType::bf16) return launch_hd<__half, __nv_bfloat16>(a, s);
+  return launch_hd<__half, __half>(a, s);
+}
+
+}  // namespace infercept::cuda

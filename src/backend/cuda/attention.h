@@ -1,0 +1,65 @@
+// Paged attention on the GPU for any mix of prefill chunks and decode rows.
+//
+// The host splits the step into work items: a sequence's query rows in tiles of up to
+// `rows_per_item` (a tile holds rows x query heads of one KV head, at most 32 pairs), each
+// over a range of keys. Decode-like items (few pairs) over long contexts are split across
+// the context into partitions, each writing an unnormalized partial (max, sum, acc) that a
+// second kernel combines: a lone decode then still spreads over the whole chip.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace infercept::cuda {
+
+struct AttnItem {
+  int32_t seq, row0, nrows, kbeg, kend;
+  int32_t partial;  // -1: writes the output; else the first partial pair it writes
+};
+struct AttnCombine {
+  int32_t row0, nrows, partial, n_parts;  // parts at partial + p * nrows * n_heads
+};
+
+struct AttnPlan {
+  std::vector<AttnItem> items;         // general kernel (prefill tiles, small groups of rows)
+  std::vector<AttnItem> decode_items;  // decode kernel (one row each)
+  std::vector<AttnCombine> combines;
+  int32_t partial_pairs = 0;  // scratch needed, in (row, head) pairs
+  int32_t max_pairs = 0;      // largest rows x group of an item (sets the block size)
+};
+
+// Splits a step; `target_ctas` is about how many blocks fill the chip.
+AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
+                        std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
+                        int target_ctas);
+// Scratch floats the partials of any plan need, for these head counts.
+int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
+
+struct AttnArgs {
+  const void* q;  // [rows, n_heads * head_dim], activation dtype
+  int64_t q_stride;
+  const void* k_cache;  // this layer: [slots, n_kv_heads * head_dim]
+  const void* v_cache;
+  void* out;
+  int64_t out_stride;
+  DType act_dtype, kv_dtype;
+  const AttnItem* items;  // device
+  int n_items;
+  const AttnItem* decode_items;  // device
+  int n_decode_items;
+  const AttnCombine* combines;  // device
+  int n_combines;
+  const int32_t *q_start, *q_len, *ctx_len, *block_tables;  // device
+  int max_blocks, block_size, n_heads, n_kv_heads, head_dim, max_pairs;
+  float scale;
+  float* partial_acc;  // [pairs, head_dim]
+  float* partial_ml;   // [pairs, 2]
+};
+void attention(const AttnArgs& a, cudaStream_t s);
+
+}  // namespace infercept::cuda

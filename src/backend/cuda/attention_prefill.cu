@@ -1,0 +1,414 @@
+// Tensor-core flash attention for prefill over the paged KV cache (see attention_prefill.h).
+//
+// One CTA = one tile of kM = 128 query rows x one query head, 8 warps, warp w owns query
+// rows 16w .. 16w+15 of the tile. Per 64-key tile (kN):
+//   S[16 x 64] = Q[16 x HD] K^T      mma.sync m16n8k16, Q fragments kept in registers
+//   online softmax on S in registers (exp2, quad shuffles for the row max)
+//   O[16 x HD] += P[16 x 64] V      P re-packed from the S accumulators as A fragments
+// K and V tiles come through the block table with 16-byte cp.async into XOR-swizzled shared
+// memory (conflict-free ldmatrix), double-buffered: tile j+1 loads while tile j computes,
+// and the block-table entries for tile j+2 are fetched a tile ahead. Tokens at or past the
+// tile's last key position are zero-filled, never read, so NaN garbage in unused slots or
+// out-of-range block-table entries can not leak in.
+
+#include "backend/cuda/attention_prefill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_util.h"
+#include "core/check.h"
+
+namespace infercept::cuda {
+
+std::vector<PrefillTile> plan_prefill(std::span<const int32_t> q_start,
+                                      std::span<const int32_t> q_len,
+                                      std::span<const int32_t> ctx_len, int min_q_len) {
+  CHECK(q_start.size() == q_len.size() && q_len.size() == ctx_len.size());
+  struct Keyed {
+    PrefillTile t;
+    int32_t kend;  // keys the tile's last row sees: the tile's cost
+  };
+  std::vector<Keyed> tiles;
+  const int min_len = std::max(1, min_q_len);
+  for (size_t s = 0; s < q_len.size(); ++s) {
+    if (q_len[s] < min_len) continue;
+    CHECK(ctx_len[s] >= q_len[s]);
+    for (int r = 0; r < q_len[s]; r += kPrefillTileM) {
+      const int nrows = std::min(kPrefillTileM, q_len[s] - r);
+      tiles.push_back({{(int32_t)s, q_start[s] + r, nrows}, ctx_len[s] - q_len[s] + r + nrows});
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Keyed& x, const Keyed& y) { return x.kend > y.kend; });
+  std::vector<PrefillTile> out;
+  out.reserve(tiles.size());
+  for (const Keyed& k : tiles) out.push_back(k.t);
+  return out;
+}
+
+bool prefill_supports_head_dim(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+namespace {
+
+constexpr int kM = kPrefillTileM;  // query rows per CTA
+constexpr int kN = 64;             // keys per tile
+constexpr int kWarps = kM / 16;
+constexpr int kThreads = kWarps * 32;
+static_assert(kM % 16 == 0 && kN % 16 == 0);
+
+// Shared-memory tiles are rows of HD/8 16-byte chunks; chunk c of row r is stored at
+// chunk c ^ f(r), so the 8 rows that one ldmatrix 8x8 matrix reads hit 8 different
+// 16-byte bank groups.
+template <int HD>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  if constexpr (HD >= 64) {
+    return row * (HD / 8) + (chunk ^ (row & 7));
+  } else {  // 4 chunks (64 bytes) per row: two rows share a 128-byte line
+    return row * (HD / 8) + (chunk ^ ((row >> 1) & 3));
+  }
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src-size 0 zero-fills (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(pred ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c += a * b for one m16n8k16 tile; operands in KV's 16-bit type, fp32 accumulators.
+template <typename KV>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one 32-bit pair of T (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T, typename KV, int HD>
+__global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
+    prefill_attention_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
+  constexpr int CPR = HD / 8;             // 16-byte chunks per row
+  constexpr int KSTEPS = HD / 16;         // k-steps of Q K^T
+  constexpr int SN = kN / 8;              // n8 tiles of S
+  constexpr int ON = HD / 8;              // n8 tiles of O
+  constexpr int LROWS = kThreads / CPR;   // K/V rows one pass of the CTA loads
+  constexpr int LOADS = kN / LROWS;       // K/V rows (of each) per thread per tile
+  static_assert(kThreads % CPR == 0 && kN % LROWS == 0 && (kM * CPR) % kThreads == 0);
+  constexpr float kNegInf = -INFINITY;
+
+  extern __shared__ uint4 smem[];
+  uint4* sQ = smem;                // [kM][CPR]
+  uint4* sK = sQ + kM * CPR;       // [2][kN][CPR]
+  uint4* sV = sK + 2 * kN * CPR;   // [2][kN][CPR]
+
+  const PrefillTile tile = tiles[blockIdx.y];
+  const int head = blockIdx.x;
+  const int kvh = head / (a.n_heads / a.n_kv_heads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int qs0 = a.q_start[tile.seq];
+  // Position of the tile's first row; row r of the tile sees keys [0, pos0 + r].
+  const int pos0 = a.ctx_len[tile.seq] - a.q_len[tile.seq] + (tile.row0 - qs0);
+  const int kend = pos0 + tile.nrows;           // keys any row of the tile sees
+  const int n_kt = (kend + kN - 1) / kN;        // key tiles (those above the diagonal skipped)
+  const int n_full = (pos0 + 1) / kN;           // key tiles no row masks
+  const int64_t kv_width = (int64_t)a.n_kv_heads * HD;
+  const int bs = a.block_size;
+  const int32_t* __restrict__ bt = a.block_tables + (int64_t)tile.seq * a.max_blocks;
+  const KV* kc = static_cast<const KV*>(a.k_cache) + kvh * HD;
+  const KV* vc = static_cast<const KV*>(a.v_cache) + kvh * HD;
+
+  // ---- Q tile -> shared (rows past nrows zero) ----
+  {
+    const T* q = static_cast<const T*>(a.q) + (int64_t)tile.row0 * a.q_stride + head * HD;
+#pragma unroll
+    for (int i = 0; i < kM * CPR / kThreads; ++i) {
+      const int idx = tid + i * kThreads, r = idx / CPR, c = idx % CPR;
+      uint4* dst = sQ + swz<HD>(r, c);
+      const bool ok = r < tile.nrows;
+      if constexpr (std::is_same_v<T, KV>) {
+        cp_async16(dst, ok ? q + (int64_t)r * a.q_stride + c * 8 : q, ok);
+      } else {  // activations in the other 16-bit type: convert to the MMA operand type
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (ok) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(q + (int64_t)r * a.q_stride + c * 8);
+          const T* e = reinterpret_cast<const T*>(&raw);
+          uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) w[k] = pack2<KV>(to_f32(e[2 * k]), to_f32(e[2 * k + 1]));
+        }
+        *dst = v;
+      }
+    }
+  }
+
+  // ---- K/V tile loader: this thread's rows lrow + i * LROWS, chunk lchunk ----
+  const int lrow = tid / CPR, lchunk = tid % CPR;
+  int blk[LOADS];  // block-table entries for the tile the next issue() loads
+  auto fetch = [&](int j) {
+#pragma unroll
+    for (int i = 0; i < LOADS; ++i) {
+      const int t = j * kN + lrow + i * LROWS;
+      blk[i] = t < kend ? __ldg(bt + t / bs) : 0;
+    }
+  };
+  auto issue = [&](int j) {
+    const int stage = j & 1;
+#pragma unroll
+    for (int i = 0; i < LOADS; ++i) {
+      const int r = lrow + i * LROWS, t = j * kN + r;
+      const bool ok = t < kend;
+      const int64_t off = ((int64_t)blk[i] * bs + t % bs) * kv_width + lchunk * 8;
+      const int so = stage * kN * CPR + swz<HD>(r, lchunk);
+      cp_async16(sK + so, ok ? kc + off : kc, ok);
+      cp_async16(sV + so, ok ? vc + off : vc, ok);
+    }
+  };
+
+  fetch(0);
+  issue(0);
+  cp_async_commit();  // group: Q + tile 0
+  if (n_kt > 1) fetch(1);
+
+  const float sl2 = a.scale * 1.4426950408889634f;  // softmax in base 2
+  const int g = lane >> 2, tq = lane & 3;
+  const int prow0 = pos0 + warp * 16 + g, prow1 = prow0 + 8;  // positions of my two rows
+  // ldmatrix lane pattern for A-like (Q, V^T) and B (K) fragment quads.
+  const int a_row = (lane & 7) + (((lane >> 3) & 1) << 3), a_chunk = lane >> 4;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
+
+  uint32_t qf[KSTEPS][4];
+  float acc[ON][4];
+#pragma unroll
+  for (int i = 0; i < ON; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  float m0 = kNegInf, m1 = kNegInf, l0 = 0.0f, l1 = 0.0f;  // raw-score max, partial sums
+
+  for (int j = 0; j < n_kt; ++j) {
+    if (j + 1 < n_kt) {
+      issue(j + 1);
+      cp_async_commit();
+      if (j + 2 < n_kt) fetch(j + 2);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk)
+        ldsm_x4(qf[kk], sQ + swz<HD>(warp * 16 + a_row, 2 * kk + a_chunk));
+    }
+    const uint4* Ks = sK + (j & 1) * kN * CPR;
+    const uint4* Vs = sV + (j & 1) * kN * CPR;
+
+    // S = Q K^T (raw scores)
+    float s[SN][4];
+#pragma unroll
+    for (int i = 0; i < SN; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+#pragma unroll
+      for (int np = 0; np < SN / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, Ks + swz<HD>(np * 16 + b_row, 2 * kk + b_chunk));
+        mma16816<KV>(s[2 * np], qf[kk], b[0], b[1]);
+        mma16816<KV>(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    // Causal mask on the diagonal tiles: key t is visible to a row at position p iff t <= p.
+    if (j >= n_full) {
+      const int t0 = j * kN + 2 * tq;
+#pragma unroll
+      for (int nt = 0; nt < SN; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = t0 + nt * 8 + e;
+          if (t > prow0) s[nt][e] = kNegInf;
+          if (t > prow1) s[nt][2 + e] = kNegInf;
+        }
+      }
+    }
+
+    // Online softmax: rows g (s[.][0..1]) and g + 8 (s[.][2..3]); a quad shares a row.
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // A row with nothing visible yet keeps max -inf: use 0 as its base (all its p are 0).
+    const float base0 = mx0 == kNegInf ? 0.0f : mx0 * sl2;
+    const float base1 = mx1 == kNegInf ? 0.0f : mx1 * sl2;
+    const float corr0 = fast_exp2(m0 * sl2 - base0), corr1 = fast_exp2(m1 * sl2 - base1);
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+    uint32_t pf[kN / 16][4];  // P as A fragments, one per 16-key step
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt) {
+      const float p0 = fast_exp2(fmaf(s[nt][0], sl2, -base0));
+      const float p1 = fast_exp2(fmaf(s[nt][1], sl2, -base0));
+      const float p2 = fast_exp2(fmaf(s[nt][2], sl2, -base1));
+      const float p3 = fast_exp2(fmaf(s[nt][3], sl2, -base1));
+      rs0 += p0 + p1;
+      rs1 += p2 + p3;
+      pf[nt / 2][(nt & 1) * 2 + 0] = pack2<KV>(p0, p1);
+      pf[nt / 2][(nt & 1) * 2 + 1] = pack2<KV>(p2, p3);
+    }
+    l0 = l0 * corr0 + rs0;
+    l1 = l1 * corr1 + rs1;
+#pragma unroll
+    for (int i = 0; i < ON; ++i) {
+      acc[i][0] *= corr0;
+      acc[i][1] *= corr0;
+      acc[i][2] *= corr1;
+      acc[i][3] *= corr1;
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < ON / 2; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_t(b, Vs + swz<HD>(kk * 16 + a_row, 2 * dp + a_chunk));
+        mma16816<KV>(acc[2 * dp], pf[kk], b[0], b[1]);
+        mma16816<KV>(acc[2 * dp + 1], pf[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's issue()
+  }
+
+  // ---- epilogue: normalize, stage through this warp's own Q rows, 16-byte stores ----
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  // Only this warp ever read its 16 rows of sQ (into qf, at j == 0), so it may overwrite them.
+  unsigned char* sO = reinterpret_cast<unsigned char*>(sQ);
+#pragma unroll
+  for (int i = 0; i < ON; ++i) {
+    const int r0 = warp * 16 + g;
+    *reinterpret_cast<uint32_t*>(sO + swz<HD>(r0, i) * 16 + tq * 4) =
+        pack2<T>(acc[i][0] * inv0, acc[i][1] * inv0);
+    *reinterpret_cast<uint32_t*>(sO + swz<HD>(r0 + 8, i) * 16 + tq * 4) =
+        pack2<T>(acc[i][2] * inv1, acc[i][3] * inv1);
+  }
+  __syncwarp();
+  T* out = static_cast<T*>(a.out) + (int64_t)tile.row0 * a.out_stride + head * HD;
+#pragma unroll
+  for (int i = 0; i < 16 * CPR / 32; ++i) {
+    const int idx = lane + i * 32, r = warp * 16 + idx / CPR, c = idx % CPR;
+    if (r < tile.nrows)
+      *reinterpret_cast<uint4*>(out + (int64_t)r * a.out_stride + c * 8) = sQ[swz<HD>(r, c)];
+  }
+}
+
+template <typename T, typename KV, int HD>
+void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
+  constexpr int smem = (kM + 4 * kN) * HD * 2;
+  static bool configured = false;  // per instantiation
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<T, KV, HD>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  dim3 grid((unsigned)a.n_heads, (unsigned)n_tiles);
+  prefill_attention_kernel<T, KV, HD><<<grid, kThreads, smem, s>>>(a, d_tiles);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, typename KV>
+void launch_hd(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 32: return launch<T, KV, 32>(a, d_tiles, n_tiles, s);
+    case 64: return launch<T, KV, 64>(a, d_tiles, n_tiles, s);
+    case 128: return launch<T, KV, 128>(a, d_tiles, n_tiles, s);
+    default: CHECK_MSG(false, "prefill attention supports head_dim 32, 64 and 128");
+  }
+}
+
+}  // namespace
+
+void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
+                       cudaStream_t s) {
+  if (n_tiles == 0) return;
+  CHECK(n_tiles <= 65535);
+  CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0);
+  CHECK(a.block_size > 0);
+  CHECK(a.q_stride % 8 == 0 && a.out_stride % 8 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0);
+  const bool bf = a.act_dtype == DType::bf16;
+  CHECK(bf || a.act_dtype == DType::f16);
+  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
+  if (bf && a.kv_dtype == DType::bf16) return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, d_tiles, n_tiles, s);
+  if (bf) return launch_hd<__nv_bfloat16, __half>(a, d_tiles, n_tiles, s);
+  if (a.kv_dtype == DType::bf16) return launch_hd<__half, __nv_bfloat16>(a, d_tiles, n_tiles, s);
+  return launch_hd<__half, __half>(a, d_tiles, n_tiles, s);
+}
+
+}  // namespace infercept::cuda

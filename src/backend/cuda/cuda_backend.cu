@@ -1,0 +1,627 @@
+// The CUDA backend: bf16 (or f16) weights and activations, GEMMs through cuBLASLt, fused
+// kernels for the rest (kernels.cu, attention.cu), a paged KV pool on the device and a
+// pinned host pool for swapped-out blocks.
+//
+// Streams: every op runs on the compute stream. Swaps run on one copy stream per direction,
+// one launch per layer and direction (a gather kernel over mapped pinned memory moves all of
+// that layer's blocks at once), each followed by an event; the forward pass waits for layer
+// l's events just before layer l first touches the cache. So a swap issued before a step is
+// hidden under the layers before the one that needs it (layer-wise pipelining).
+//
+// Host arrays given to the ops (tokens, positions, slots, the attention batch) are uploaded
+// once per step: begin_step() opens a staging area, and each array is copied the first time
+// an op sees it in that step and reused by every later layer.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace infercept {
+namespace {
+
+using cuda::RowsView;
+
+RowsView view(const Tensor& t) { return RowsView{t.data, t.rows, t.cols, t.stride, t.dtype}; }
+
+class CudaKvStorage final : public KvStorage {
+ public:
+  CudaKvStorage(const KvGeometry& g, char* base, bool host, char** d_planes)
+      : g_(g), base_(base), host_(host), d_planes_(d_planes) {}
+  ~CudaKvStorage() override {
+    if (host_) cudaFreeHost(base_);
+    else cudaFree(base_);
+    cudaFree(d_planes_);
+  }
+  const KvGeometry& geometry() const override { return g_; }
+  size_t plane_bytes() const { return g_.bytes_per_block_per_layer() * (size_t)g_.n_blocks; }
+  // Plane 2l is layer l's K, 2l + 1 its V.
+  char* k(int64_t l) const { return base_ + (size_t)(2 * l) * plane_bytes(); }
+  char* v(int64_t l) const { return base_ + (size_t)(2 * l + 1) * plane_bytes(); }
+  char** planes() const { return d_planes_; }  // device array of 2 * n_layers pointers
+  bool host() const { return host_; }
+
+ private:
+  KvGeometry g_;
+  char* base_;
+  bool host_;
+  char** d_planes_;
+};
+
+// A pinned host buffer mirrored on the device, filled from the front and uploaded in pieces.
+struct Staging {
+  char* host = nullptr;
+  char* dev = nullptr;
+  size_t bytes = 0, used = 0;
+  cudaEvent_t done = nullptr;  // recorded after the last upload: the host side may refill
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, DType act) : device_(device), act_(act) {}
+
+  Status init() {
+    if (cudaSetDevice(device_) != cudaSuccess) return make_error("cannot use CUDA device ", std::to_string(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
+    gemm_ = std::make_unique<cuda::Gemm>();
+    TRY(make_staging(step_, 16u << 20));
+    TRY(make_staging(swap_in_idx_, 4u << 20));
+    TRY(make_staging(swap_out_idx_, 4u << 20));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+    target_ctas_ = 2 * props_.multiProcessorCount;
+    if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
+      use_batch_copies_ = std::string(m) == "batch";
+    return ok_status();
+  }
+
+  ~CudaBackend() override {
+    cudaDeviceSynchronize();
+    for (void* p : device_buffers_) cudaFree(p);
+    for (Staging* s : {&step_, &swap_in_idx_, &swap_out_idx_}) {
+      cudaFreeHost(s->host);
+      cudaFree(s->dev);
+      if (s->done) cudaEventDestroy(s->done);
+    }
+    for (cudaEvent_t e : ev_in_) cudaEventDestroy(e);
+    for (cudaEvent_t e : ev_out_) cudaEventDestroy(e);
+    if (compute_mark_) cudaEventDestroy(compute_mark_);
+    cudaFreeHost(logits_host_);
+    gemm_.reset();
+    cudaStreamDestroy(compute_);
+    cudaStreamDestroy(h2d_);
+    cudaStreamDestroy(d2h_);
+  }
+
+  std::string name() const override { return std::string("cuda:") + props_.name; }
+  DType activation_dtype() const override { return act_; }
+  bool copies_are_async() const override { return true; }
+
+  // ---- memory ----
+  Tensor alloc_activation(int64_t rows, int64_t cols, DType dtype) override {
+    CHECK(dtype == act_ || dtype == DType::f32);
+    void* p = device_alloc((size_t)(rows * cols) * dtype_block_bytes(dtype));
+    return Tensor{p, dtype, rows, cols, cols};
+  }
+
+  Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows, int64_t cols) override {
+    if (rows == 1 && dtype == DType::f32) {  // vectors (norms, biases) stay f32
+      void* p = device_alloc_checked((size_t)cols * 4);
+      if (p == nullptr) return make_error("out of GPU memory for a ", std::to_string(cols), "-vector");
+      CUDA_CHECK(cudaMemcpy(p, data, (size_t)cols * 4, cudaMemcpyHostToDevice));
+      // A pageable cudaMemcpy may return before its DMA lands, and the compute stream does
+      // not order against the legacy stream: wait (start-up only).
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return Weight{p, DType::f32, 1, cols, (size_t)cols * 4};
+    }
+    const size_t row_out = (size_t)cols * 2;
+    char* p = static_cast<char*>(device_alloc_checked(row_out * (size_t)rows));
+    if (p == nullptr)
+      return make_error("out of GPU memory for a ", std::to_string(rows), "x", std::to_string(cols),
+                        " weight");
+    if (dtype == act_) {
+      CUDA_CHECK(cudaMemcpy(p, data, row_out * (size_t)rows, cudaMemcpyHostToDevice));
+    } else {
+      // Convert on the host in slabs of rows: dequantize to f32, round to the activation type.
+      if (cols % dtype_block_elems(dtype) != 0)
+        return make_error("cannot convert a ", std::string(dtype_name(dtype)), " row of ",
+                          std::to_string(cols), " elements");
+      const size_t in_row = dtype_row_bytes(dtype, cols);
+      const int64_t slab = std::max<int64_t>(1, (8 << 20) / (int64_t)row_out);
+      std::vector<float> f((size_t)cols);
+      std::vector<uint16_t> h((size_t)(slab * cols));
+      for (int64_t r0 = 0; r0 < rows; r0 += slab) {
+        const int64_t nr = std::min(slab, rows - r0);
+        for (int64_t r = 0; r < nr; ++r) {
+          const void* src = static_cast<const char*>(data) + (size_t)(r0 + r) * in_row;
+          if (dtype == DType::f32) std::memcpy(f.data(), src, (size_t)cols * 4);
+          else dequantize_row(dtype, src, f.data(), cols);
+          uint16_t* dst = h.data() + (size_t)(r * cols);
+          for (int64_t c = 0; c < cols; ++c)
+            dst[c] = act_ == DType::bf16 ? fp32_to_bf16(f[(size_t)c]) : fp32_to_fp16(f[(size_t)c]);
+        }
+        CUDA_CHECK(cudaMemcpy(p + (size_t)r0 * row_out, h.data(), (size_t)nr * row_out,
+                              cudaMemcpyHostToDevice));
+      }
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());  // see above
+    return Weight{p, act_, rows, cols, row_out};
+  }
+
+  Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) override {
+    return create_storage(g, /*host=*/false);
+  }
+  Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) override {
+    return create_storage(g, /*host=*/true);
+  }
+
+  void to_host_f32(const Tensor& t, float* dst) override {
+    const size_t n = (size_t)(t.rows * t.cols);
+    if (n == 0) return;
+    ensure_logits_host(n);
+    float* src = static_cast<float*>(t.data);
+    if (t.dtype != DType::f32 || t.stride != t.cols) {
+      CHECK(n <= f32_scratch_elems_);
+      cuda::convert_to_f32(view(t), f32_scratch_, compute_);
+      src = f32_scratch_;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(logits_host_, src, n * 4, cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    std::memcpy(dst, logits_host_, n * 4);
+  }
+
+  void sync() override {
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    CUDA_CHECK(cudaStreamSynchronize(h2d_));
+    CUDA_CHECK(cudaStreamSynchronize(d2h_));
+  }
+
+  void begin_step() override {
+    ++step_no_;
+    CUDA_CHECK(cudaEventSynchronize(step_.done));  // the last step's uploads have left
+    step_.used = 0;
+    uploads_.clear();
+    plan_ready_ = false;
+  }
+
+  // ---- ops ----
+  void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override {
+    CHECK((int64_t)tokens.size() == out.rows && table.cols == out.cols);
+    cuda::embed(table.data, table.dtype, dev(tokens), view(out), compute_);
+  }
+
+  void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) override {
+    CHECK(w.dtype == DType::f32 && w.cols == x.cols);
+    cuda::rmsnorm(view(x), static_cast<const float*>(w.data), eps, view(out), nullptr, compute_);
+  }
+
+  void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
+                   Tensor out) override {
+    CHECK(w.dtype == DType::f32 && w.cols == x.cols);
+    RowsView res = view(residual);
+    cuda::rmsnorm(view(x), static_cast<const float*>(w.data), eps, view(out), &res, compute_);
+  }
+
+  void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
+    CHECK(x.cols == w.cols && out.cols == w.rows && out.rows == x.rows);
+    CHECK(x.dtype == act_ && w.dtype == act_);
+    gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
+               out.dtype, compute_);
+    if (bias != nullptr && bias->present()) {
+      CHECK(out.dtype == act_ && bias->cols == out.cols);
+      cuda::add_bias(view(out), static_cast<const float*>(bias->data), compute_);
+    }
+  }
+
+  void rope(Tensor q, Tensor k, std::span<const int32_t> positions, const RopeParams& p) override {
+    run_rope(q, k, k, positions, p, nullptr, 0, {});
+  }
+
+  void store_kv(KvStorage& kv, int64_t layer, const Tensor& k, const Tensor& v,
+                std::span<const int32_t> slots) override {
+    // Only reached when a caller stores without rotating (the model fuses both).
+    wait_for_swaps(layer);
+    auto& s = static_cast<CudaKvStorage&>(kv);
+    const KvGeometry& g = s.geometry();
+    CHECK((int64_t)slots.size() == k.rows && k.cols == g.n_kv_heads * g.head_dim);
+    // A rope with zero rotation would change nothing but costs sincos: copy rows instead.
+    cuda::RopeStoreArgs a = rope_args(k, k, v, {}, RopeParams{g.head_dim, g.head_dim}, &s, layer, slots);
+    a.n_heads = 0;
+    a.theta_base = 1.0f;
+    a.positions = zero_positions(k.rows);
+    cuda::rope_store_kv(a, compute_);
+  }
+
+  void rope_store_kv(Tensor q, Tensor k, const Tensor& v, std::span<const int32_t> positions,
+                     const RopeParams& p, KvStorage& kv, int64_t layer,
+                     std::span<const int32_t> slots) override {
+    wait_for_swaps(layer);
+    run_rope(q, k, v, positions, p, &static_cast<CudaKvStorage&>(kv), layer, slots);
+  }
+
+  void attention(const Tensor& q, const KvStorage& kv, int64_t layer, const AttentionBatch& b,
+                 int64_t n_heads, float scale, Tensor out) override {
+    const auto& s = static_cast<const CudaKvStorage&>(kv);
+    const KvGeometry& g = s.geometry();
+    if (!plan_ready_) {  // the same for every layer of a step
+      plan_ = cuda::plan_attention(b.q_start, b.q_len, b.ctx_len, (int)n_heads,
+                                   (int)g.n_kv_heads, target_ctas_);
+      CHECK(plan_.partial_pairs <= scratch_pairs_);
+      d_items_ = static_cast<const cuda::AttnItem*>(
+          upload(plan_.items.data(), plan_.items.size() * sizeof(cuda::AttnItem), nullptr));
+      d_decode_items_ = static_cast<const cuda::AttnItem*>(upload(
+          plan_.decode_items.data(), plan_.decode_items.size() * sizeof(cuda::AttnItem), nullptr));
+      d_combines_ = static_cast<const cuda::AttnCombine*>(upload(
+          plan_.combines.data(), plan_.combines.size() * sizeof(cuda::AttnCombine), nullptr));
+      plan_ready_ = true;
+    }
+    cuda::AttnArgs a{};
+    a.q = q.data;
+    a.q_stride = q.stride;
+    a.k_cache = s.k(layer);
+    a.v_cache = s.v(layer);
+    a.out = out.data;
+    a.out_stride = out.stride;
+    a.act_dtype = q.dtype;
+    a.kv_dtype = g.dtype;
+    a.items = d_items_;
+    a.n_items = (int)plan_.items.size();
+    a.decode_items = d_decode_items_;
+    a.n_decode_items = (int)plan_.decode_items.size();
+    a.combines = d_combines_;
+    a.n_combines = (int)plan_.combines.size();
+    a.q_start = dev(b.q_start);
+    a.q_len = dev(b.q_len);
+    a.ctx_len = dev(b.ctx_len);
+    a.block_tables = dev(b.block_tables);
+    a.max_blocks = b.max_blocks;
+    a.block_size = (int)g.block_size;
+    a.n_heads = (int)n_heads;
+    a.n_kv_heads = (int)g.n_kv_heads;
+    a.head_dim = (int)g.head_dim;
+    a.max_pairs = plan_.max_pairs;
+    a.scale = scale;
+    a.partial_acc = partial_acc_;
+    a.partial_ml = partial_ml_;
+    cuda::attention(a, compute_);
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    cuda::silu_mul(view(gate), view(up), view(out), compute_);
+  }
+  void add(Tensor a, const Tensor& b) override { cuda::add(view(a), view(b), compute_); }
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor out) override {
+    CHECK((int64_t)rows.size() == out.rows);
+    cuda::gather_rows(view(x), dev(rows), view(out), compute_);
+  }
+
+  void copy_blocks(KvStorage& kv, std::span<const int32_t> src,
+                   std::span<const int32_t> dst) override {
+    auto& s = static_cast<CudaKvStorage&>(kv);
+    CHECK(src.size() == dst.size());
+    if (src.empty()) return;
+    const KvGeometry& g = s.geometry();
+    // Its own small upload (not the step's staging: this may run between steps).
+    const int32_t* idx = upload_indices(swap_in_idx_, compute_, src, dst);
+    cuda::copy_chunks(s.planes(), s.planes(), (int)(2 * g.n_layers), idx, idx + src.size(),
+                      (int)src.size(), g.bytes_per_block_per_layer(), 4 * props_.multiProcessorCount,
+                      compute_);
+  }
+
+  void copy_blocks_between(const KvStorage& from, KvStorage& to, std::span<const int32_t> src,
+                           std::span<const int32_t> dst) override {
+    const auto& f = static_cast<const CudaKvStorage&>(from);
+    auto& t = static_cast<CudaKvStorage&>(to);
+    CHECK(src.size() == dst.size());
+    CHECK(f.geometry().bytes_per_block_per_layer() == t.geometry().bytes_per_block_per_layer());
+    CHECK(f.geometry().n_layers == t.geometry().n_layers);
+    if (src.empty()) return;
+    for (size_t i = 0; i < src.size(); ++i)
+      CHECK(src[i] >= 0 && src[i] < f.geometry().n_blocks && dst[i] >= 0 &&
+            dst[i] < t.geometry().n_blocks);
+    CHECK(f.host() != t.host());
+    const bool in = f.host();  // host -> device: a swap-in
+    cudaStream_t st = in ? h2d_ : d2h_;
+    std::vector<cudaEvent_t>& evs = in ? ev_in_ : ev_out_;
+    CHECK(evs.size() == (size_t)f.geometry().n_layers);
+    // Order: after what the compute stream has queued (blocks it wrote or still reads), and
+    // per layer after the other direction's last copy of that layer (a host block freed by a
+    // swap-in may be refilled by a swap-out of the same step, and the reverse): the two
+    // directions still overlap, layer by layer.
+    CUDA_CHECK(cudaEventRecord(compute_mark_, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(st, compute_mark_));
+    const std::vector<cudaEvent_t>& other = in ? ev_out_ : ev_in_;
+    const bool other_ran = in ? swapped_out_ever_ : swapped_in_ever_;
+    const size_t bb = f.geometry().bytes_per_block_per_layer();
+    const int64_t layers = f.geometry().n_layers;
+    if (use_batch_copies_) {
+      // Copy engines (no SM time): one batched call per layer, K and V chunks of every block.
+      auto host_ptr = [](const CudaKvStorage& kv, int64_t l, bool v) { return v ? kv.v(l) : kv.k(l); };
+      for (int64_t l = 0; l < layers; ++l) {
+        if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
+        batch_src_.clear();
+        batch_dst_.clear();
+        for (int kv_i = 0; kv_i < 2; ++kv_i)
+          for (size_t i = 0; i < src.size(); ++i) {
+            batch_src_.push_back(host_ptr(f, l, kv_i) + (size_t)src[i] * bb);
+            batch_dst_.push_back(host_ptr(t, l, kv_i) + (size_t)dst[i] * bb);
+          }
+        batch_sizes_.assign(batch_src_.size(), bb);
+        cudaMemcpyAttributes attr{};
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.srcLocHint.type = in ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+        attr.srcLocHint.id = in ? 0 : device_;
+        attr.dstLocHint.type = in ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+        attr.dstLocHint.id = in ? device_ : 0;
+        size_t attr_idx = 0;
+        CUDA_CHECK(cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_sizes_.data(),
+                                        batch_src_.size(), &attr, &attr_idx, 1, st));
+        CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
+      }
+    } else {
+      Staging& idx_buf = in ? swap_in_idx_ : swap_out_idx_;
+      const int32_t* idx = upload_indices(idx_buf, st, src, dst);
+      // A few blocks are plenty to saturate PCIe and leave the SMs to the forward pass.
+      const int ctas = std::max(8, props_.multiProcessorCount / 8);
+      for (int64_t l = 0; l < layers; ++l) {
+        if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
+        cuda::copy_chunks(f.planes() + 2 * l, t.planes() + 2 * l, 2, idx, idx + src.size(),
+                          (int)src.size(), bb, ctas, st);
+        CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
+      }
+    }
+    (in ? swapped_in_ever_ : swapped_out_ever_) = true;
+    (in ? swap_in_step_ : swap_out_step_) = step_no_ + 1;  // the step that follows waits
+  }
+
+ private:
+  Status make_staging(Staging& s, size_t bytes) {
+    s.bytes = bytes;
+    if (cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault) != cudaSuccess ||
+        cudaMalloc(&s.dev, bytes) != cudaSuccess)
+      return make_error("cannot allocate CUDA staging buffers");
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(s.done, compute_));
+    return ok_status();
+  }
+
+  void* device_alloc(size_t bytes) {
+    void* p = device_alloc_checked(bytes);
+    CHECK_MSG(p != nullptr, "out of GPU memory for an activation buffer");
+    return p;
+  }
+  void* device_alloc_checked(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    device_buffers_.push_back(p);
+    return p;
+  }
+
+  Result<std::unique_ptr<KvStorage>> create_storage(const KvGeometry& g, bool host) {
+    if (g.dtype != DType::bf16 && g.dtype != DType::f16)
+      return make_error("the CUDA KV cache holds bf16 or f16, not ", std::string(dtype_name(g.dtype)));
+    if (g.bytes_per_block_per_layer() % 16 != 0)
+      return make_error("KV block of ", std::to_string(g.bytes_per_block_per_layer()),
+                        " bytes is not a multiple of 16");
+    const size_t bytes = g.total_bytes();
+    char* base = nullptr;
+    if (host) {
+      // Mapped pinned memory: the copy kernels read and write it directly over PCIe.
+      if (cudaHostAlloc(reinterpret_cast<void**>(&base), bytes, cudaHostAllocMapped) != cudaSuccess) {
+        cudaGetLastError();
+        return make_error("cannot pin ", std::to_string(bytes >> 20), " MiB of host memory for the swap space");
+      }
+    } else if (cudaMalloc(reinterpret_cast<void**>(&base), bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return make_error("out of GPU memory for a KV cache of ", std::to_string(bytes >> 20), " MiB");
+    }
+    char** planes = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&planes), sizeof(char*) * 2 * g.n_layers));
+    auto s = std::make_unique<CudaKvStorage>(g, base, host, planes);
+    std::vector<char*> ptrs;
+    for (int64_t l = 0; l < g.n_layers; ++l) {
+      char* k = s->k(l);
+      char* v = s->v(l);
+      if (host) {  // the device's address of the mapped pages
+        CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&k), k, 0));
+        CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&v), v, 0));
+      }
+      ptrs.push_back(k);
+      ptrs.push_back(v);
+    }
+    CUDA_CHECK(cudaMemcpy(planes, ptrs.data(), sizeof(char*) * ptrs.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (!host) {
+      if (ev_in_.empty()) {
+        ev_in_.resize((size_t)g.n_layers);
+        ev_out_.resize((size_t)g.n_layers);
+        for (auto* evs : {&ev_in_, &ev_out_})
+          for (cudaEvent_t& e : *evs) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      }
+      const int64_t pairs = cuda::attention_scratch_pairs((int)g.n_kv_heads, target_ctas_);
+      if (pairs > scratch_pairs_) {
+        partial_acc_ = static_cast<float*>(device_alloc((size_t)(pairs * g.head_dim) * 4));
+        partial_ml_ = static_cast<float*>(device_alloc((size_t)pairs * 2 * 4));
+        scratch_pairs_ = pairs;
+      }
+    }
+    return std::unique_ptr<KvStorage>(std::move(s));
+  }
+
+  // Device copy of a host array for this step (uploaded once, found again by address).
+  const int32_t* dev(std::span<const int32_t> a) {
+    if (a.empty()) return nullptr;
+    for (const auto& u : uploads_)
+      if (u.host == a.data() && u.n == a.size()) return u.dev;
+    const int32_t* d = static_cast<const int32_t*>(upload(a.data(), a.size_bytes(), nullptr));
+    uploads_.push_back({a.data(), a.size(), d});
+    return d;
+  }
+
+  const void* upload(const void* src, size_t bytes, cudaStream_t st) {
+    if (bytes == 0) return nullptr;
+    st = st ? st : compute_;
+    const size_t off = (step_.used + 255) / 256 * 256;
+    CHECK_MSG(off + bytes <= step_.bytes, "CUDA step staging buffer overflow");
+    std::memcpy(step_.host + off, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaEventRecord(step_.done, st));
+    step_.used = off + bytes;
+    return step_.dev + off;
+  }
+
+  // src then dst indices in `buf`, uploaded on `st`; waits for the last use of `buf` first.
+  const int32_t* upload_indices(Staging& buf, cudaStream_t st, std::span<const int32_t> src,
+                                std::span<const int32_t> dst) {
+    const size_t bytes = src.size_bytes() * 2;
+    CHECK_MSG(bytes <= buf.bytes, "too many blocks in one copy");
+    CUDA_CHECK(cudaEventSynchronize(buf.done));
+    std::memcpy(buf.host, src.data(), src.size_bytes());
+    std::memcpy(buf.host + src.size_bytes(), dst.data(), dst.size_bytes());
+    CUDA_CHECK(cudaMemcpyAsync(buf.dev, buf.host, bytes, cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaEventRecord(buf.done, st));
+    return reinterpret_cast<const int32_t*>(buf.dev);
+  }
+
+  void wait_for_swaps(int64_t layer) {
+    if (swap_in_step_ == step_no_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
+    if (swap_out_step_ == step_no_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_out_[(size_t)layer]));
+  }
+
+  const float* freq_factors(std::span<const float> f) {
+    if (f.empty()) return nullptr;
+    for (const auto& [host, d] : freq_uploads_)
+      if (host == f.data()) return d;
+    float* d = static_cast<float*>(device_alloc(f.size_bytes()));
+    CUDA_CHECK(cudaMemcpy(d, f.data(), f.size_bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    freq_uploads_.push_back({f.data(), d});
+    return d;
+  }
+
+  const int32_t* zero_positions(int64_t n) {
+    zeros_.assign((size_t)n, 0);
+    return static_cast<const int32_t*>(upload(zeros_.data(), zeros_.size() * 4, nullptr));
+  }
+
+  cuda::RopeStoreArgs rope_args(Tensor q, Tensor k, const Tensor& v,
+                                std::span<const int32_t> positions, const RopeParams& p,
+                                CudaKvStorage* kv, int64_t layer, std::span<const int32_t> slots) {
+    cuda::RopeStoreArgs a{};
+    a.q = view(q);
+    a.k = view(k);
+    a.v = view(v);
+    a.positions = dev(positions);
+    a.slots = kv != nullptr ? dev(slots) : nullptr;
+    a.freq_factors = freq_factors(p.freq_factors);
+    a.head_dim = (int)p.head_dim;
+    a.n_heads = (int)(q.cols / p.head_dim);
+    a.n_kv_heads = (int)(k.cols / p.head_dim);
+    a.neox = p.neox;
+    a.theta_base = p.theta_base;
+    if (kv != nullptr) {
+      a.k_cache = kv->k(layer);
+      a.v_cache = kv->v(layer);
+      a.kv_dtype = kv->geometry().dtype;
+    } else {
+      a.kv_dtype = DType::f16;
+    }
+    return a;
+  }
+
+  void run_rope(Tensor q, Tensor k, const Tensor& v, std::span<const int32_t> positions,
+                const RopeParams& p, CudaKvStorage* kv, int64_t layer,
+                std::span<const int32_t> slots) {
+    CHECK_MSG(p.rot_dim == p.head_dim, "CUDA RoPE rotates whole heads");
+    CHECK((int64_t)positions.size() == q.rows && q.rows == k.rows);
+    if (kv != nullptr) CHECK((int64_t)slots.size() == k.rows);
+    cuda::rope_store_kv(rope_args(q, k, v, positions, p, kv, layer, slots), compute_);
+  }
+
+  void ensure_logits_host(size_t n) {
+    if (n <= logits_host_elems_) return;
+    cudaFreeHost(logits_host_);
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&logits_host_), n * 4, cudaHostAllocDefault));
+    logits_host_elems_ = n;
+    if (n > f32_scratch_elems_) {
+      f32_scratch_ = static_cast<float*>(device_alloc(n * 4));
+      f32_scratch_elems_ = n;
+    }
+  }
+
+  struct Upload {
+    const int32_t* host;
+    size_t n;
+    const int32_t* dev;
+  };
+
+  int device_;
+  DType act_;
+  // Swaps through the copy engines (cudaMemcpyBatchAsync) instead of a copy kernel over
+  // mapped pinned memory; INFERCEPT_SWAP_COPY=batch|kernel picks (kernel by default: it
+  // measured faster for 64 KiB pieces, bench/cuda/floors).
+  bool use_batch_copies_ = false;
+  std::vector<void*> batch_src_, batch_dst_;
+  std::vector<size_t> batch_sizes_;
+  cudaDeviceProp props_{};
+  cudaStream_t compute_ = nullptr, h2d_ = nullptr, d2h_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  std::vector<void*> device_buffers_;
+  Staging step_, swap_in_idx_, swap_out_idx_;
+  std::vector<Upload> uploads_;
+  std::vector<std::pair<const float*, float*>> freq_uploads_;
+  std::vector<int32_t> zeros_;
+  int target_ctas_ = 264;
+  cuda::AttnPlan plan_;
+  bool plan_ready_ = false;
+  const cuda::AttnItem* d_items_ = nullptr;
+  const cuda::AttnItem* d_decode_items_ = nullptr;
+  const cuda::AttnCombine* d_combines_ = nullptr;
+  float* partial_acc_ = nullptr;
+  float* partial_ml_ = nullptr;
+  int64_t scratch_pairs_ = 0;
+  std::vector<cudaEvent_t> ev_in_, ev_out_;
+  cudaEvent_t compute_mark_ = nullptr;
+  bool swapped_in_ever_ = false, swapped_out_ever_ = false;
+  int64_t step_no_ = 0, swap_in_step_ = -1, swap_out_step_ = -1;
+  float* logits_host_ = nullptr;
+  size_t logits_host_elems_ = 0;
+  float* f32_scratch_ = nullptr;
+  size_t f32_scratch_elems_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+  if (options.activation_dtype != DType::bf16 && options.activation_dtype != DType::f16)
+    return make_error("the CUDA backend computes in bf16 or f16");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return make_error("no CUDA device is available");
+  }
+  if (options.device < 0 || options.device >= count)
+    return make_error("CUDA device ", std::to_string(options.device), " does not exist (", std::to_string(count), " found)");
+  auto b = std::make_unique<CudaBackend>(options.device, options.activation_dtype);
+  TRY(b->init());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+bool cuda_backend_built() { return true; }
+
+}  // namespace infercept

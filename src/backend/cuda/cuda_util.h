@@ -1,0 +1,45 @@
+// Small helpers shared by the CUDA backend's files: error checks and element conversion.
+// CUDA errors inside a step are bugs or a lost device, not user input: they abort with the
+// call and location (CUDA_CHECK); allocation at start-up returns errors as values instead.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define CUDA_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t err_ = (expr);                                                             \
+    if (err_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__,            \
+                   cudaGetErrorString(err_), #expr);                                       \
+      std::abort();                                                                        \
+    }                                                                                      \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here, not at the next sync.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+namespace infercept::cuda {
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half(x); }
+
+inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+}  // namespace infercept::cuda

@@ -1,0 +1,261 @@
+#include "backend/cuda/kernels.h"
+
+#include "backend/cuda/cuda_util.h"
+#include "core/check.h"
+
+namespace infercept::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void embed_kernel(const T* table, int64_t d, const int32_t* tokens, T* out,
+                             int64_t out_stride) {
+  const int64_t r = blockIdx.x;
+  const T* src = table + (int64_t)tokens[r] * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[r * out_stride + c] = src[c];
+}
+
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < (int)(blockDim.x / 32) ? warp_sums[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    if (lane == 0) warp_sums[0] = v;
+  }
+  __syncthreads();
+  const float total = warp_sums[0];
+  __syncthreads();
+  return total;
+}
+
+// One block per row. With a residual, the row is residual + x rounded to T (what is stored
+// as the new residual), and that rounded sum is normalized: the same value both ways.
+template <typename T>
+__global__ void rmsnorm_kernel(const T* x, int64_t xs, const float* w, float eps, T* out,
+                               int64_t os, T* res, int64_t rs, int64_t d) {
+  const int64_t r = blockIdx.x;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float v = to_f32(x[r * xs + c]);
+    if (res != nullptr) {
+      const T sum = from_f32<T>(to_f32(res[r * rs + c]) + v);
+      res[r * rs + c] = sum;
+      v = to_f32(sum);
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / (float)d + eps);
+  const T* src = res != nullptr ? res + r * rs : x + r * xs;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    out[r * os + c] = from_f32<T>(to_f32(src[c]) * inv * w[c]);
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* out, int64_t os, const float* bias, int64_t cols) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+    out[r * os + c] = from_f32<T>(to_f32(out[r * os + c]) + bias[c]);
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(const T* g, int64_t gs, const T* u, int64_t us, T* out,
+                                int64_t os, int64_t cols) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+       c += gridDim.x * blockDim.x) {
+    const float a = to_f32(g[r * gs + c]);
+    out[r * os + c] = from_f32<T>(a / (1.0f + __expf(-a)) * to_f32(u[r * us + c]));
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(T* a, int64_t as, const T* b, int64_t bs, int64_t cols) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+    a[r * as + c] = from_f32<T>(to_f32(a[r * as + c]) + to_f32(b[r * bs + c]));
+}
+
+template <typename T>
+__global__ void gather_kernel(const T* x, int64_t xs, const int32_t* rows, T* out, int64_t os,
+                              int64_t cols) {
+  const int64_t r = blockIdx.x;
+  const T* src = x + (int64_t)rows[r] * xs;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * os + c] = src[c];
+}
+
+template <typename T>
+__global__ void to_f32_kernel(const T* x, int64_t xs, float* dst, int64_t cols) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+    dst[r * cols + c] = to_f32(x[r * xs + c]);
+}
+
+// One block per row: rotates the row's q heads in place and its k heads, then writes k and
+// v to the row's cache slot. theta_i = pos * base^(-2i/d) / freq_factor_i.
+template <typename T, typename KV>
+__global__ void rope_store_kernel(RopeStoreArgs a) {
+  const int64_t r = blockIdx.x;
+  const int half = a.head_dim / 2;
+  const float pos = (float)a.positions[r];
+  T* q = static_cast<T*>(a.q.data) + r * a.q.stride;
+  T* k = static_cast<T*>(a.k.data) + r * a.k.stride;
+  const T* v = static_cast<const T*>(a.v.data) + r * a.v.stride;
+  const int kv_width = a.n_kv_heads * a.head_dim;
+  KV* kc = a.slots ? static_cast<KV*>(a.k_cache) + (int64_t)a.slots[r] * kv_width : nullptr;
+  KV* vc = a.slots ? static_cast<KV*>(a.v_cache) + (int64_t)a.slots[r] * kv_width : nullptr;
+  const int pairs = (a.n_heads + a.n_kv_heads) * half;
+  for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
+    const int head = j / half, i = j % half;
+    float inv_freq = powf(a.theta_base, -2.0f * (float)i / (float)a.head_dim);
+    if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
+    float sn, cs;
+    sincosf(pos * inv_freq, &sn, &cs);
+    const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+    T* base = head < a.n_heads ? q + head * a.head_dim : k + (head - a.n_heads) * a.head_dim;
+    const float x0 = to_f32(base[i0]), x1 = to_f32(base[i1]);
+    const T y0 = from_f32<T>(x0 * cs - x1 * sn), y1 = from_f32<T>(x0 * sn + x1 * cs);
+    base[i0] = y0;
+    base[i1] = y1;
+    if (head >= a.n_heads && kc != nullptr) {
+      const int off = (head - a.n_heads) * a.head_dim;
+      kc[off + i0] = from_f32<KV>(to_f32(y0));
+      kc[off + i1] = from_f32<KV>(to_f32(y1));
+    }
+  }
+  if (vc != nullptr)
+    for (int c = threadIdx.x; c < kv_width; c += blockDim.x) vc[c] = from_f32<KV>(to_f32(v[c]));
+}
+
+__global__ void copy_chunks_kernel(const char* const* src_planes, char* const* dst_planes,
+                                   const int32_t* src_idx, const int32_t* dst_idx, int n,
+                                   size_t chunk_bytes) {
+  const size_t vecs = chunk_bytes / 16;
+  const int plane = blockIdx.y;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const uint4* s = reinterpret_cast<const uint4*>(src_planes[plane] +
+                                                    (size_t)src_idx[i] * chunk_bytes);
+    uint4* d = reinterpret_cast<uint4*>(dst_planes[plane] + (size_t)dst_idx[i] * chunk_bytes);
+    for (size_t v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
+  }
+}
+
+int col_blocks(int64_t cols) { return std::min(ceil_div(cols, kThreads), 64); }
+
+}  // namespace
+
+#define DISPATCH_ACT(dtype, T, ...)                                  \
+  do {                                                               \
+    if ((dtype) == DType::bf16) {                                    \
+      using T = __nv_bfloat16;                                       \
+      __VA_ARGS__;                                                   \
+    } else {                                                         \
+      CHECK((dtype) == DType::f16);                                  \
+      using T = __half;                                              \
+      __VA_ARGS__;                                                   \
+    }                                                                \
+  } while (0)
+
+void embed(const void* table, DType table_dtype, const int32_t* tokens, RowsView out,
+           cudaStream_t s) {
+  CHECK(table_dtype == out.dtype);
+  if (out.rows == 0) return;
+  DISPATCH_ACT(out.dtype, T,
+               embed_kernel<T><<<(unsigned)out.rows, kThreads, 0, s>>>(
+                   static_cast<const T*>(table), out.cols, tokens, static_cast<T*>(out.data),
+                   out.stride));
+  CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* res,
+             cudaStream_t s) {
+  CHECK(x.dtype == out.dtype && x.rows == out.rows && x.cols == out.cols);
+  if (x.rows == 0) return;
+  DISPATCH_ACT(x.dtype, T,
+               rmsnorm_kernel<T><<<(unsigned)x.rows, kThreads, 0, s>>>(
+                   static_cast<const T*>(x.data), x.stride, w, eps, static_cast<T*>(out.data),
+                   out.stride, res ? static_cast<T*>(res->data) : nullptr,
+                   res ? res->stride : 0, x.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(RowsView out, const float* bias, cudaStream_t s) {
+  if (out.rows == 0) return;
+  dim3 grid(col_blocks(out.cols), (unsigned)out.rows);
+  DISPATCH_ACT(out.dtype, T,
+               add_bias_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<T*>(out.data),
+                                                            out.stride, bias, out.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul(RowsView g, RowsView u, RowsView out, cudaStream_t s) {
+  CHECK(g.rows == u.rows && g.cols == u.cols && out.rows == g.rows && out.cols == g.cols);
+  if (g.rows == 0) return;
+  dim3 grid(col_blocks(g.cols), (unsigned)g.rows);
+  DISPATCH_ACT(g.dtype, T,
+               silu_mul_kernel<T><<<grid, kThreads, 0, s>>>(
+                   static_cast<const T*>(g.data), g.stride, static_cast<const T*>(u.data),
+                   u.stride, static_cast<T*>(out.data), out.stride, g.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void add(RowsView a, RowsView b, cudaStream_t s) {
+  CHECK(a.rows == b.rows && a.cols == b.cols);
+  if (a.rows == 0) return;
+  dim3 grid(col_blocks(a.cols), (unsigned)a.rows);
+  DISPATCH_ACT(a.dtype, T,
+               add_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<T*>(a.data), a.stride,
+                                                       static_cast<const T*>(b.data), b.stride,
+                                                       a.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(RowsView x, const int32_t* rows, RowsView out, cudaStream_t s) {
+  CHECK(x.cols == out.cols && x.dtype == out.dtype);
+  if (out.rows == 0) return;
+  DISPATCH_ACT(x.dtype, T,
+               gather_kernel<T><<<(unsigned)out.rows, kThreads, 0, s>>>(
+                   static_cast<const T*>(x.data), x.stride, rows, static_cast<T*>(out.data),
+                   out.stride, x.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void convert_to_f32(RowsView x, float* dst, cudaStream_t s) {
+  if (x.rows == 0) return;
+  dim3 grid(col_blocks(x.cols), (unsigned)x.rows);
+  DISPATCH_ACT(x.dtype, T,
+               to_f32_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(x.data),
+                                                          x.stride, dst, x.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s) {
+  if (a.q.rows == 0) return;
+  CHECK(a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype);
+  DISPATCH_ACT(a.q.dtype, T, {
+    if (a.kv_dtype == DType::bf16) {
+      rope_store_kernel<T, __nv_bfloat16><<<(unsigned)a.q.rows, 128, 0, s>>>(a);
+    } else {
+      CHECK(a.kv_dtype == DType::f16);
+      rope_store_kernel<T, __half><<<(unsigned)a.q.rows, 128, 0, s>>>(a);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy_chunks(const char* const* src_planes, char* const* dst_planes, int n_planes,
+                 const int32_t* src_idx, const int32_t* dst_idx, int n, size_t chunk_bytes,
+                 int max_ctas, cudaStream_t s) {
+  CHECK(chunk_bytes % 16 == 0);
+  if (n == 0 || n_planes == 0) return;
+  dim3 grid((unsigned)std::max(1, std::min(n, max_ctas)), (unsigned)n_planes);
+  copy_chunks_kernel<<<grid, kThreads, 0, s>>>(src_planes, dst_planes, src_idx, dst_idx, n,
+                                                chunk_bytes);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace infercept::cuda

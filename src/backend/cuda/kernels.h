@@ -1,0 +1,52 @@
+// Launchers of the CUDA backend's element-wise, normalization, RoPE/KV-store and block-copy
+// kernels. Activations are bf16 or f16 (`act`), rows strided; norm weights and biases f32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace infercept::cuda {
+
+struct RowsView {  // a strided [rows, cols] device matrix
+  void* data;
+  int64_t rows, cols, stride;
+  DType dtype;
+};
+
+void embed(const void* table, DType table_dtype, const int32_t* tokens, RowsView out,
+           cudaStream_t s);
+// out = x / rms(x) * w; with `residual`: residual += x first and the sum is normalized.
+void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* residual,
+             cudaStream_t s);
+void add_bias(RowsView out, const float* bias, cudaStream_t s);
+void silu_mul(RowsView gate, RowsView up, RowsView out, cudaStream_t s);
+void add(RowsView a, RowsView b, cudaStream_t s);
+void gather_rows(RowsView x, const int32_t* rows, RowsView out, cudaStream_t s);
+void convert_to_f32(RowsView x, float* dst, cudaStream_t s);
+
+struct RopeStoreArgs {
+  RowsView q, k, v;  // q, k rotated in place; k, v rows also written to the cache
+  const int32_t* positions;
+  const int32_t* slots;  // nullptr: rope only
+  const float* freq_factors;  // [head_dim/2] or nullptr
+  int head_dim, n_heads, n_kv_heads;
+  bool neox;
+  float theta_base;
+  void* k_cache;  // this layer's K: [n_slots, n_kv_heads * head_dim]
+  void* v_cache;
+  DType kv_dtype;
+};
+void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s);
+
+// Copies `n` chunks of `chunk_bytes` (a multiple of 16): dst[dst_idx[i]] = src[src_idx[i]],
+// for `n_planes` planes (layer x K/V) whose bases are src_planes[p] / dst_planes[p]. The
+// pointers may be mapped pinned host memory: one launch moves many KV blocks.
+void copy_chunks(const char* const* src_planes, char* const* dst_planes, int n_planes,
+                 const int32_t* src_idx, const int32_t* dst_idx, int n, size_t chunk_bytes,
+                 int max_ctas, cudaStream_t s);
+
+}  // namespace infercept::cuda

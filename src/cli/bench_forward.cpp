@@ -1,0 +1,359 @@
+// `infercept bench-forward`: the model's forward pass and the KV swap path timed on their
+// own (no scheduler, no sampling), beside the hardware floors they are bound by:
+//   - decode steps at several batch sizes over a fixed context, against the bytes floor
+//     (weights + the batch's KV read once at the measured read bandwidth);
+//   - a long prefill against the FLOP floor (at the measured GEMM rate);
+//   - T_fwd(x) for one sequence of x query tokens, and the saturation point S;
+//   - swap throughput (device <-> host pool) each way and both at once, and decode step time
+//     while swapping at the per-step budget.
+// Floors come from bench/cuda/floors (--floors FILE, JSON) measured in the same device call.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "cli/common.h"
+#include "kv/block_allocator.h"
+
+namespace infercept::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+Result<std::vector<int64_t>> int_list(const Args& a, const std::string& name,
+                                      const std::string& fallback) {
+  std::vector<int64_t> out;
+  const std::string s = a.get(name, fallback);
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string tok = s.substr(i, j - i);
+    if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos)
+      return make_error("--", name, " wants comma-separated positive integers, got '", s, "'");
+    out.push_back(std::stoll(tok));
+    i = j + 1;
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes of the weight matrices, as the backend holds them (2 bytes per element on a GPU).
+double weight_elems(const ModelConfig& c) {
+  const double d = (double)c.d_model, q = (double)(c.n_heads * c.head_dim),
+               kv = (double)(c.n_kv_heads * c.head_dim), f = (double)c.d_ff;
+  const double per_layer = d * q + 2 * d * kv + q * d + 3 * d * f;
+  return (double)c.vocab_size * d * (c.tied_embeddings ? 1.0 : 2.0) + per_layer * (double)c.n_layers;
+}
+// Matmul FLOPs per token (the embedding lookup is not a matmul).
+double matmul_flops_per_token(const ModelConfig& c) {
+  const double d = (double)c.d_model;
+  return 2.0 * (weight_elems(c) - (double)c.vocab_size * d * (c.tied_embeddings ? 0.0 : 1.0));
+}
+
+struct Floors {
+  double read_gbps = 0, gemm_tflops = 0, h2d_gbps = 0, d2h_gbps = 0, both_gbps = 0;
+  bool present = false;
+};
+
+Floors load_floors(const std::string& path) {
+  Floors f;
+  std::ifstream in(path);
+  if (!in) return f;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return f;
+  for (auto& r : j.value("d2d", nlohmann::json::array()))
+    if (r.value("name", "").find("read-only") != std::string::npos) f.read_gbps = r.value("gbps_payload", 0.0);
+  for (auto& r : j.value("gemm", nlohmann::json::array()))
+    f.gemm_tflops = std::max(f.gemm_tflops, r.value("tflops_best", 0.0));
+  for (auto& r : j.value("host", nlohmann::json::array())) {
+    const std::string n = r.value("name", "");
+    if (n == "H2D 256 MiB") f.h2d_gbps = r.value("gbps", 0.0);
+    if (n == "D2H 256 MiB") f.d2h_gbps = r.value("gbps", 0.0);
+    if (n.find("at once") != std::string::npos) f.both_gbps = r.value("gbps", 0.0);
+  }
+  f.present = f.read_gbps > 0 && f.gemm_tflops > 0;
+  return f;
+}
+
+}  // namespace
+
+int run_bench_forward(int argc, char** argv) {
+  auto args = Args::parse(argc, argv,
+                          merge({kEngineFlags, {"batches", "context", "prefill", "tfwd", "repeats",
+                                                "swap-blocks", "floors", "json-out", "swap-batch"}}),
+                          {});
+  if (!args.ok()) return fail(args.error());
+  auto cfg = engine_config_from(*args);
+  if (!cfg.ok()) return fail(cfg.error());
+  auto batches = int_list(*args, "batches", "1,32,128");
+  auto tfwd = int_list(*args, "tfwd", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096");
+  auto context = args->get_int("context", 1024);
+  auto prefill = args->get_int("prefill", 4096);
+  auto repeats = args->get_int("repeats", 10);
+  auto swap_blocks = args->get_int("swap-blocks", 256);
+  auto swap_batch = args->get_int("swap-batch", 64);
+  for (auto* r : {&batches, &tfwd})
+    if (!r->ok()) return fail(r->error());
+  for (auto* r : {&context, &prefill, &repeats, &swap_blocks, &swap_batch})
+    if (!r->ok()) return fail(r->error());
+  if (batches->empty() || *context < 1 || *prefill < 1 || *repeats < 1 || *swap_blocks < 1)
+    return fail(Error{"--batches, --context, --prefill, --repeats and --swap-blocks must be positive"});
+  const Floors floors = load_floors(args->get("floors", ""));
+
+  auto src = open_model_source(cfg->model_path);
+  if (!src.ok()) return fail(src.error());
+  const ModelConfig& mc = (*src)->config();
+  auto backend = make_backend(*cfg);
+  if (!backend.ok()) return fail(backend.error());
+  Backend& be = **backend;
+  const int64_t max_batch = std::max(*std::max_element(batches->begin(), batches->end()), *swap_batch);
+  const int64_t max_rows = std::max({*prefill, *std::max_element(tfwd->begin(), tfwd->end()), max_batch});
+  std::fprintf(stderr, "loading %s on %s ...\n", cfg->model_path.c_str(), be.name().c_str());
+  auto t_load = clock_type::now();
+  auto model = LlamaModel::create(**src, be, max_rows, max_batch);
+  if (!model.ok()) return fail(model.error());
+  std::fprintf(stderr, "loaded in %.1f s\n", since(t_load));
+  LlamaModel& m = **model;
+
+  const int64_t bs = cfg->block_size;
+  const int64_t ctx_blocks = BlockTable::blocks_for(*context + 1, bs);
+  const int64_t decode_blocks = max_batch * ctx_blocks;
+  KvGeometry g;
+  g.n_layers = mc.n_layers;
+  g.block_size = bs;
+  g.n_kv_heads = mc.n_kv_heads;
+  g.head_dim = mc.head_dim;
+  g.dtype = cfg->kv_dtype;
+  g.n_blocks = std::max(decode_blocks, BlockTable::blocks_for(max_rows, bs)) + *swap_blocks;
+  auto kv = be.create_kv_storage(g);
+  if (!kv.ok()) return fail(kv.error());
+  KvGeometry hg = g;
+  hg.n_blocks = *swap_blocks;
+  auto host = be.create_host_kv_storage(hg);
+  if (!host.ok()) return fail(host.error());
+  const double kv_per_token = (double)g.bytes_per_block_per_layer() * 2.0 * (double)g.n_layers / (double)bs;
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(0, (int32_t)mc.vocab_size - 1);
+  std::vector<float> logits((size_t)(max_batch * mc.vocab_size));
+  nlohmann::json out;
+  out["model"] = cfg->model_path;
+  out["device"] = be.name();
+  out["layers"] = mc.n_layers;
+  out["weights_gb"] = weight_elems(mc) * 2 / 1e9;
+  out["kv_bytes_per_token"] = kv_per_token;
+  out["floors"] = {{"read_gbps", floors.read_gbps}, {"gemm_tflops", floors.gemm_tflops},
+                   {"h2d_gbps", floors.h2d_gbps}, {"d2h_gbps", floors.d2h_gbps}, {"both_gbps", floors.both_gbps}};
+
+  // Fill the decode contexts: sequence s owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks).
+  std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch, (long long)*context);
+  {
+    StepInput in;
+    auto flush = [&] {
+      if (in.tokens.empty()) return;
+      in.logit_rows.clear();
+      m.forward(in, **kv, logits.data());
+      in.clear();
+    };
+    for (int64_t s = 0; s < max_batch; ++s) {
+      for (int64_t p0 = 0; p0 < *context; p0 += max_rows) {
+        const int64_t n = std::min(max_rows, *context - p0);
+        if ((int64_t)in.tokens.size() + n > max_rows) flush();
+        in.q_start.push_back((int32_t)in.tokens.size());
+        in.q_len.push_back((int32_t)n);
+        in.ctx_len.push_back((int32_t)(p0 + n));
+        for (int64_t p = p0; p < p0 + n; ++p) {
+          in.tokens.push_back(tok(rng));
+          in.positions.push_back((int32_t)p);
+          in.slots.push_back((int32_t)((s * ctx_blocks + p / bs) * bs + p % bs));
+        }
+        // Tables are padded to a common width: rebuilt per flush from q_start order.
+        const int32_t mb = (int32_t)ctx_blocks;
+        if (in.max_blocks != mb) {
+          CHECK(in.block_tables.empty() || in.max_blocks == mb);
+          in.max_blocks = mb;
+        }
+        for (int64_t b = 0; b < ctx_blocks; ++b) in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
+      }
+    }
+    flush();
+    be.sync();
+  }
+
+  auto decode_input = [&](int64_t batch) {
+    StepInput in;
+    in.max_blocks = (int32_t)ctx_blocks;
+    for (int64_t s = 0; s < batch; ++s) {
+      in.q_start.push_back((int32_t)s);
+      in.q_len.push_back(1);
+      in.ctx_len.push_back((int32_t)(*context + 1));
+      in.tokens.push_back(tok(rng));
+      in.positions.push_back((int32_t)*context);
+      const int64_t p = *context;
+      in.slots.push_back((int32_t)((s * ctx_blocks + p / bs) * bs + p % bs));
+      for (int64_t b = 0; b < ctx_blocks; ++b) in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
+      in.logit_rows.push_back((int32_t)s);
+    }
+    return in;
+  };
+  auto time_forward = [&](StepInput& in, bool with_logits) {
+    if (!with_logits) in.logit_rows.clear();
+    for (int w = 0; w < 3; ++w) {
+      m.forward(in, **kv, logits.data());
+      be.sync();
+    }
+    std::vector<double> ts;
+    for (int r = 0; r < *repeats; ++r) {
+      const auto t = clock_type::now();
+      m.forward(in, **kv, logits.data());
+      be.sync();
+      ts.push_back(since(t));
+    }
+    return median(ts);
+  };
+
+  // ---- decode ----
+  std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)*context, cfg->model_path.c_str(), be.name().c_str());
+  std::printf("| batch | step ms (no logits) | step ms (with logits to host) | bytes floor ms | x floor | tokens/s |\n|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t b : *batches) {
+    StepInput in = decode_input(b);
+    const double t_nolog = time_forward(in, false);
+    in = decode_input(b);
+    const double t_log = time_forward(in, true);
+    const double bytes = weight_elems(mc) * 2.0 + (double)b * (double)(*context + 1) * kv_per_token;
+    const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.2f | %.0f |\n", (long long)b, t_nolog * 1e3, t_log * 1e3,
+                floor_ms, floor_ms > 0 ? t_nolog * 1e3 / floor_ms : 0.0, (double)b / t_log);
+    out["decode"].push_back({{"batch", b}, {"context", *context}, {"ms", t_nolog * 1e3},
+                             {"ms_with_logits", t_log * 1e3}, {"floor_ms", floor_ms}, {"bytes", bytes}});
+  }
+
+  // ---- prefill ----
+  {
+    StepInput in;
+    const int64_t n = *prefill;
+    in.q_start = {0};
+    in.q_len = {(int32_t)n};
+    in.ctx_len = {(int32_t)n};
+    in.max_blocks = (int32_t)BlockTable::blocks_for(n, bs);
+    for (int64_t p = 0; p < n; ++p) {
+      in.tokens.push_back(tok(rng));
+      in.positions.push_back((int32_t)p);
+      in.slots.push_back((int32_t)p);
+    }
+    for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
+    in.logit_rows = {(int32_t)n - 1};
+    const double t = time_forward(in, true);
+    const double attn_flops = 4.0 * (double)mc.n_heads * (double)mc.head_dim * (double)n * (double)(n + 1) / 2.0 * (double)mc.n_layers;
+    const double flops = matmul_flops_per_token(mc) * (double)n + attn_flops;
+    const double floor_ms = floors.gemm_tflops > 0 ? flops / (floors.gemm_tflops * 1e12) * 1e3 : 0.0;
+    std::printf("\n### Prefill of %lld tokens\n\n| ms | TFLOP/s | FLOP floor ms (at %.0f TFLOP/s) | share of GEMM rate |\n|---:|---:|---:|---:|\n",
+                (long long)n, floors.gemm_tflops);
+    std::printf("| %.2f | %.1f | %.2f | %.0f%% |\n", t * 1e3, flops / t / 1e12, floor_ms,
+                floor_ms > 0 ? 100.0 * floor_ms / (t * 1e3) : 0.0);
+    out["prefill"] = {{"tokens", n}, {"ms", t * 1e3}, {"tflops", flops / t / 1e12}, {"floor_ms", floor_ms}, {"flops", flops}};
+  }
+
+  // ---- T_fwd(x) ----
+  CostModel cost;
+  std::printf("\n### T_fwd(x): one sequence of x query tokens\n\n| x | ms | us per token |\n|---:|---:|---:|\n");
+  for (int64_t x : *tfwd) {
+    if (x > max_rows) continue;
+    StepInput in;
+    in.q_start = {0};
+    in.q_len = {(int32_t)x};
+    in.ctx_len = {(int32_t)x};
+    in.max_blocks = (int32_t)BlockTable::blocks_for(x, bs);
+    for (int64_t p = 0; p < x; ++p) {
+      in.tokens.push_back(tok(rng));
+      in.positions.push_back((int32_t)p);
+      in.slots.push_back((int32_t)p);
+    }
+    for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
+    in.logit_rows = {(int32_t)x - 1};
+    const double t = time_forward(in, true);
+    cost.t_fwd_samples.emplace_back(x, t);
+    std::printf("| %lld | %.3f | %.1f |\n", (long long)x, t * 1e3, t * 1e6 / (double)x);
+    out["t_fwd"].push_back({{"x", x}, {"ms", t * 1e3}});
+  }
+  const int64_t S = cost.derive_saturation();
+  std::printf("\nsaturation point S = %lld tokens (T_fwd within 20%% of a 1-token step)\n", (long long)S);
+  out["saturation_tokens"] = S;
+
+  // ---- swap ----
+  const int64_t nb = *swap_blocks;
+  std::vector<int32_t> dev_ids((size_t)nb), host_ids((size_t)nb);
+  std::iota(dev_ids.begin(), dev_ids.end(), (int32_t)(g.n_blocks - nb));
+  std::iota(host_ids.begin(), host_ids.end(), 0);
+  const double swap_bytes = (double)nb * (double)bs * kv_per_token;
+  auto time_copy = [&](bool out_dir, bool in_dir) {
+    std::vector<double> ts;
+    for (int r = 0; r < *repeats + 2; ++r) {
+      be.sync();
+      const auto t = clock_type::now();
+      if (out_dir) be.copy_blocks_between(**kv, **host, dev_ids, host_ids);
+      if (in_dir) be.copy_blocks_between(**host, **kv, host_ids, dev_ids);
+      be.sync();
+      if (r >= 2) ts.push_back(since(t));
+    }
+    return median(ts);
+  };
+  const double t_out = time_copy(true, false), t_in = time_copy(false, true), t_both = time_copy(true, true);
+  std::printf("\n### Swap, %lld blocks (%.1f MB) per direction\n\n| direction | ms | GB/s | floor GB/s | share |\n|---|---:|---:|---:|---:|\n",
+              (long long)nb, swap_bytes / 1e6);
+  auto row = [&](const char* name, double t, double bytes, double fl) {
+    std::printf("| %s | %.3f | %.1f | %.1f | %.0f%% |\n", name, t * 1e3, bytes / t / 1e9, fl,
+                fl > 0 ? 100.0 * bytes / t / 1e9 / fl : 0.0);
+    out["swap"].push_back({{"direction", name}, {"ms", t * 1e3}, {"gbps", bytes / t / 1e9}, {"floor_gbps", fl}});
+  };
+  row("out (device to host)", t_out, swap_bytes, floors.d2h_gbps);
+  row("in (host to device)", t_in, swap_bytes, floors.h2d_gbps);
+  row("both at once", t_both, 2 * swap_bytes, floors.both_gbps);
+
+  // Decode at --swap-batch while swapping the per-step budget each way, issued before each
+  // step the way the engine does (blocks outside the decode contexts).
+  {
+    const int64_t b = *swap_batch;
+    StepInput in = decode_input(b);
+    const double base = time_forward(in, true);
+    const double bw = t_out > 0 ? swap_bytes / std::max(t_out, t_in) : 0.0;
+    const int64_t budget = std::clamp<int64_t>((int64_t)(base * bw / ((double)bs * kv_per_token)), 1, nb);
+    std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget), h(host_ids.begin(), host_ids.begin() + budget);
+    std::vector<double> ts;
+    for (int r = 0; r < *repeats + 3; ++r) {
+      const auto t = clock_type::now();
+      be.copy_blocks_between(**kv, **host, d, h);
+      be.copy_blocks_between(**host, **kv, h, d);
+      m.forward(in, **kv, logits.data());
+      be.sync();
+      if (r >= 3) ts.push_back(since(t));
+    }
+    const double with = median(ts);
+    std::printf("\n### Decode at batch %lld while swapping %lld blocks (%.1f MB) each way per step\n\n"
+                "| step ms alone | step ms swapping | growth |\n|---:|---:|---:|\n| %.3f | %.3f | %+.1f%% |\n",
+                (long long)b, (long long)budget, (double)budget * bs * kv_per_token / 1e6, base * 1e3,
+                with * 1e3, 100.0 * (with / base - 1.0));
+    out["swap_during_decode"] = {{"batch", b}, {"blocks_each_way", budget}, {"ms_alone", base * 1e3}, {"ms_swapping", with * 1e3}};
+  }
+  const std::string jpath = args->get("json-out", "");
+  if (!jpath.empty()) {
+    std::ofstream f(jpath);
+    f << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace infercept::cli

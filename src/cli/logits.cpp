@@ -1,0 +1,91 @@
+// `infercept logits`: the last-position logits of token sequences, written as a float32
+// .npy [n_sequences, vocab]; what bench/compare_logits.py holds against another engine's
+// (HF transformers on the same checkpoint and device, bench/hf_reference.py).
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "kv/block_allocator.h"
+
+namespace infercept::cli {
+
+int run_logits(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, merge({kEngineFlags, {"tokens-file", "out"}}), {});
+  if (!args.ok()) return fail(args.error());
+  auto cfg = engine_config_from(*args);
+  if (!cfg.ok()) return fail(cfg.error());
+  const std::string tokens_path = args->get("tokens-file"), out_path = args->get("out");
+  if (tokens_path.empty() || out_path.empty()) return fail(Error{"--tokens-file and --out are required"});
+  std::ifstream tf(tokens_path);
+  if (!tf) return fail(Error{"cannot read " + tokens_path});
+  auto j = nlohmann::json::parse(tf, nullptr, false);
+  if (j.is_object()) j = j.contains("tokens") ? j["tokens"] : j.value("sequences", nlohmann::json());
+  if (!j.is_array() || j.empty()) return fail(Error{tokens_path + ": expected a JSON list of token-id lists"});
+  std::vector<std::vector<int32_t>> seqs;
+  size_t longest = 0;
+  for (auto& s : j) {
+    if (!s.is_array() || s.empty()) return fail(Error{tokens_path + ": every sequence must be a non-empty list"});
+    seqs.emplace_back();
+    for (auto& t : s) {
+      if (!t.is_number_integer()) return fail(Error{tokens_path + ": token ids must be integers"});
+      seqs.back().push_back(t.get<int32_t>());
+    }
+    longest = std::max(longest, seqs.back().size());
+  }
+  auto src = open_model_source(cfg->model_path);
+  if (!src.ok()) return fail(src.error());
+  const ModelConfig& mc = (*src)->config();
+  for (auto& s : seqs)
+    for (int32_t t : s)
+      if (t < 0 || t >= mc.vocab_size) return fail(Error{"token id " + std::to_string(t) + " is outside the vocabulary"});
+  auto backend = make_backend(*cfg);
+  if (!backend.ok()) return fail(backend.error());
+  auto model = LlamaModel::create(**src, **backend, (int64_t)longest, 1);
+  if (!model.ok()) return fail(model.error());
+  KvGeometry g;
+  g.n_layers = mc.n_layers;
+  g.block_size = cfg->block_size;
+  g.n_kv_heads = mc.n_kv_heads;
+  g.head_dim = mc.head_dim;
+  g.dtype = cfg->kv_dtype;
+  g.n_blocks = BlockTable::blocks_for((int64_t)longest, cfg->block_size);
+  auto kv = (*backend)->create_kv_storage(g);
+  if (!kv.ok()) return fail(kv.error());
+  std::vector<float> all;
+  std::vector<float> row((size_t)mc.vocab_size);
+  for (auto& s : seqs) {
+    StepInput in;
+    const int32_t n = (int32_t)s.size();
+    in.tokens = s;
+    for (int32_t p = 0; p < n; ++p) {
+      in.positions.push_back(p);
+      in.slots.push_back(p);
+    }
+    in.q_start = {0};
+    in.q_len = {n};
+    in.ctx_len = {n};
+    in.max_blocks = (int32_t)g.n_blocks;
+    for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
+    in.logit_rows = {n - 1};
+    (*model)->forward(in, **kv, row.data());
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  // .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, then data.
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(seqs.size()) + ", " + std::to_string(mc.vocab_size) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(out_path, std::ios::binary);
+  if (!f) return fail(Error{"cannot write " + out_path});
+  const uint16_t hlen = (uint16_t)header.size();
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(reinterpret_cast<const char*>(&hlen), 2);
+  f << header;
+  f.write(reinterpret_cast<const char*>(all.data()), (std::streamsize)(all.size() * sizeof(float)));
+  std::printf("wrote %s: %zu x %lld logits (%s)\n", out_path.c_str(), seqs.size(), (long long)mc.vocab_size,
+              (*backend)->name().c_str());
+  return f.good() ? 0 : 1;
+}
+
+}  // namespace infercept::cli
