@@ -99,6 +99,7 @@ struct Generation {
   int server_rounds = 0;
   json server_calls = json::array();
   int64_t completion_before = 0;  // tokens generated in earlier rounds
+  bool cancel_sent = false;
   int64_t completion_tokens() const { return completion_before + (int64_t)tokens.size(); }
 };
 
@@ -153,6 +154,7 @@ struct HttpServer::Impl {
   std::thread listen_thread;
   std::thread reaper;
   std::atomic<bool> stopping{false};
+  std::atomic<double> cancel_after{0.0};  // steady time past which stragglers cancel themselves
   std::mutex mu;
   std::condition_variable cv;
   std::set<uint64_t> in_flight;  // engine ids generating for an HTTP request
@@ -225,6 +227,13 @@ struct HttpServer::Impl {
   json completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const;
   json chunk(const Generation& g, json choice) const;
   TokenInfo token_info(const RequestOutput& o, size_t i) const;
+  // A request that started while the server began to stop cancels itself after the grace.
+  void cancel_if_stopping(Generation& g) {
+    if (stopping && !g.cancel_sent && steady_now() > cancel_after) {
+      g.cancel_sent = true;
+      engine->abort(g.engine_id);
+    }
+  }
 
   // --- interceptions ----------------------------------------------------------------------
   void handle_interception_list(const httplib::Request& req, httplib::Response& res);
@@ -322,6 +331,7 @@ void HttpServer::Impl::stop() {
     if (stopped) return;
     stopped = true;
   }
+  cancel_after = steady_now() + opt.shutdown_grace_s;
   stopping = true;  // new requests get 503
   // In-flight requests may finish within the grace period; the rest are cancelled.
   {
@@ -969,6 +979,7 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
     for (;;) {
       while (!g->done) {
         auto item = g->ch->pop(std::chrono::milliseconds(500));
+        cancel_if_stopping(*g);
         if (item) consume(*g, *item);
       }
       f = finalize(*g);
@@ -1010,6 +1021,7 @@ void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response&
           return true;
         }
         auto item = g.ch->pop(std::chrono::milliseconds(250));
+        cancel_if_stopping(g);
         if (!item) return sink.is_writable();
         const size_t lp_before = g.lps.size();
         consume(g, *item);
