@@ -41,14 +41,23 @@ for stage in "$@"; do
       timing="--no-timing"; [ "$shape" = llama2-7b ] && timing="--prefill-len 4096 --decode-batches 1,32,128"
       timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
         --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
-      python3 bench/compare_logits.py models/ours-$shape.npy models/hf-$shape.npy --label "$shape" 2>&1 | tee "$OUT/compare-$shape.txt" ;;
+      # fp32 transformers as the higher-precision reference both bf16 engines are held to.
+      timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf32-$shape.json" \
+        --dtype fp32 --logits none --logits-npy models/hf32-$shape.npy --greedy 0 --no-timing 2>&1 | tail -3
+      { python3 bench/compare_logits.py models/ours-$shape.npy models/hf-$shape.npy --label "$shape ours vs HF bf16"
+        python3 bench/compare_logits.py models/ours-$shape.npy models/hf32-$shape.npy --label "$shape ours vs HF fp32"
+        python3 bench/compare_logits.py models/hf-$shape.npy models/hf32-$shape.npy --label "$shape HF bf16 vs HF fp32"
+      } 2>&1 | tee "$OUT/compare-$shape.txt" ;;
+    prefill-attn) log "prefill attention harness"; [ -x $BIN/prefill_attn_test ] && timeout 120 $BIN/prefill_attn_test 2>&1 | tee "$OUT/prefill_attn.txt" | tail -30 ;;
     fwd-*)  # fwd-SHAPE: bench-forward on a make-model checkpoint (deleted afterwards if big)
       shape=${stage#fwd-}; dir=models/$shape
       [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" 2>&1 | tail -2; }
       log "bench-forward $shape"
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
-        --json-out "$OUT/fwd-$shape.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape.txt" | tail -60
+        --json-out "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.txt" | tail -60
       [ "$shape" = tiny ] || rm -rf "$dir" ;;
+    batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;
+    kernelcopy) export INFERCEPT_SWAP_COPY=kernel; log "swaps through the copy kernel from here on" ;;
     pack) tar czf "$FINAL_OUT/results.tgz" -C "$RES" . && cp "$RES/summary.txt" "$FINAL_OUT/" ;;
     *) echo "unknown stage $stage" ;;
   esac

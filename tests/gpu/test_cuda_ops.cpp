@@ -227,6 +227,14 @@ TEST(CudaOps, AttentionMixedBatchGqa) {
 TEST(CudaOps, AttentionMha64Interleaved) {
   attention_case(9, 3, 64, false, {5, 1, 1, 70}, {300, 64, 1, 70});
 }
+// Long query runs take the tensor-core prefill kernel, the rest the paged kernels, one step.
+TEST(CudaOps, AttentionPrefillTilesBesideDecodes) {
+  attention_case(32, 8, 128, true, {1, 200, 1, 70}, {900, 1200, 33, 70});
+  attention_case(9, 3, 64, false, {100, 1}, {300, 20});
+}
+TEST(CudaOps, AttentionHeadDim32) {  // the tiny make-model shape
+  attention_case(8, 4, 32, true, {1, 3, 1}, {50, 3, 700});
+}
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions, combine kernel
   attention_case(32, 32, 128, true, {1}, {5000});
 }

@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
@@ -256,7 +257,19 @@ class CudaBackend final : public Backend {
     const auto& s = static_cast<const CudaKvStorage&>(kv);
     const KvGeometry& g = s.geometry();
     if (!plan_ready_) {  // the same for every layer of a step
-      plan_ = cuda::plan_attention(b.q_start, b.q_len, b.ctx_len, (int)n_heads,
+      // Long query runs (prefill chunks) go to the tensor-core kernel; the other rows (decode,
+      // short chunks) to the paged CUDA-core kernels.
+      prefill_tiles_.clear();
+      std::vector<int32_t> rest_q_len(b.q_len.begin(), b.q_len.end());
+      if (cuda::prefill_supports_head_dim((int)g.head_dim) && q.stride % 8 == 0 &&
+          out.stride % 8 == 0) {
+        prefill_tiles_ = cuda::plan_prefill(b.q_start, b.q_len, b.ctx_len);
+        for (size_t i = 0; i < rest_q_len.size(); ++i)
+          if (rest_q_len[i] >= cuda::kPrefillMinQLen) rest_q_len[i] = 0;
+      }
+      d_prefill_tiles_ = static_cast<const cuda::PrefillTile*>(upload(
+          prefill_tiles_.data(), prefill_tiles_.size() * sizeof(cuda::PrefillTile), nullptr));
+      plan_ = cuda::plan_attention(b.q_start, rest_q_len, b.ctx_len, (int)n_heads,
                                    (int)g.n_kv_heads, target_ctas_);
       CHECK(plan_.partial_pairs <= scratch_pairs_);
       d_items_ = static_cast<const cuda::AttnItem*>(
@@ -296,6 +309,8 @@ class CudaBackend final : public Backend {
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
     cuda::attention(a, compute_);
+    if (!prefill_tiles_.empty())
+      cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill_tiles_.size(), compute_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -591,6 +606,8 @@ class CudaBackend final : public Backend {
   bool plan_ready_ = false;
   const cuda::AttnItem* d_items_ = nullptr;
   const cuda::AttnItem* d_decode_items_ = nullptr;
+  std::vector<cuda::PrefillTile> prefill_tiles_;
+  const cuda::PrefillTile* d_prefill_tiles_ = nullptr;
   const cuda::AttnCombine* d_combines_ = nullptr;
   float* partial_acc_ = nullptr;
   float* partial_ml_ = nullptr;
