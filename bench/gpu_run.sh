@@ -51,13 +51,16 @@ for stage in "$@"; do
     prefill-attn) log "prefill attention harness"; [ -x $BIN/prefill_attn_test ] && timeout 120 $BIN/prefill_attn_test 2>&1 | tee "$OUT/prefill_attn.txt" | tail -30 ;;
     fwd-*)  # fwd-SHAPE: bench-forward on a make-model checkpoint (deleted afterwards if big)
       shape=${stage#fwd-}; dir=models/$shape
-      [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" 2>&1 | tail -2; }
+      [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -2; }
       log "bench-forward $shape"
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.txt" | tail -60
       [ "$shape" = tiny ] || rm -rf "$dir" ;;
     batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;
     kernelcopy) export INFERCEPT_SWAP_COPY=kernel; log "swaps through the copy kernel from here on" ;;
+    hostprep) log "host time per step at 256 running requests (tiny model, CUDA)"
+      $BIN/infercept bench-decode --device cuda --model models/tiny --batch 256 --prompt-tokens 64 --decode-tokens 32 \
+        --max-seqs 256 --max-batch-tokens 4096 --kv-cache-tokens 32768 2>&1 | tail -1 | tee -a "$OUT/summary.txt" ;;
     pack) tar czf "$FINAL_OUT/results.tgz" -C "$RES" . && cp "$RES/summary.txt" "$FINAL_OUT/" ;;
     *) echo "unknown stage $stage" ;;
   esac

@@ -329,8 +329,9 @@ int run_bench_forward(int argc, char** argv) {
     const int64_t b = *swap_batch;
     StepInput in = decode_input(b);
     const double base = time_forward(in, true);
-    const double bw = t_out > 0 ? swap_bytes / std::max(t_out, t_in) : 0.0;
-    const int64_t budget = std::clamp<int64_t>((int64_t)(base * bw / ((double)bs * kv_per_token)), 1, nb);
+    // The per-step budget: what both directions together move in one step (measured above:
+    // nb blocks each way take t_both), so the copies fit under the step they overlap.
+    const int64_t budget = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
     std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget), h(host_ids.begin(), host_ids.begin() + budget);
     std::vector<double> ts;
     for (int r = 0; r < *repeats + 3; ++r) {

@@ -3,6 +3,7 @@
 // without its trained weights.
 #include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 
 #include "cli/common.h"
@@ -91,6 +92,10 @@ int run_make_model(int argc, char** argv) {
     return fail(make_error("--tokenizer must be auto, default or byte, not '", tok, "'"));
   }
   o.tokenizer_source = default_model_path();
+  // A bytes-only tokenizer needs no source model: machines without the default model (a
+  // bare GPU box) can still write the llama2 shapes with --tokenizer byte.
+  if (o.tokenizer == CheckpointTokenizer::byte_level && !std::filesystem::exists(o.tokenizer_source))
+    o.tokenizer_source.clear();
   auto threads = args->get_int("threads", 0);
   if (!threads.ok()) return fail(threads.error());
   if (*threads < 0 || *threads > 4096) return fail(make_error("--threads must be in [0, 4096]"));

@@ -461,7 +461,9 @@ std::vector<RequestOutput> EngineCore::step() {
       scheduler_->release_paused(s);
       stats_.expirations++;
     }
+  const double t_host = now_seconds();
   StepPlan plan = scheduler_->schedule(t_now);
+  double host_s = now_seconds() - t_host;
   stats_.preemptions += (int64_t)plan.preempted.size();
   stats_.recomputed_tokens += plan.dropped_tokens;
   stats_.discard_decisions += plan.n_discards;
@@ -474,7 +476,10 @@ std::vector<RequestOutput> EngineCore::step() {
     if (config_.check_invariants) scheduler_->check_invariants();
     return outputs;
   }
+  const double t_build = now_seconds();
   build_step_input(plan);
+  host_s += now_seconds() - t_build;
+  stats_.host_prepare_seconds += host_s;
   const double t0 = now_seconds();
   model_->forward(step_input_, *kv_, logits_.data());
   const double step_s = now_seconds() - t0;

@@ -130,6 +130,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t recomputed_tokens = 0;
   double forward_seconds = 0.0;
+  double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
 };
 
 class EngineCore {
