@@ -59,6 +59,12 @@ run: build model
 test: build model
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE gpu
 
+# The GPU tests (label `gpu`: CUDA ops against the CPU backend, the model, interception on
+# CUDA) on a machine with an NVIDIA GPU; they use a tiny random checkpoint made here.
+test-gpu: build model
+	$(BIN) make-model --shape tiny --out $(BUILD)/tiny-model
+	INFERCEPT_GPU_TEST_MODEL=$(CURDIR)/$(BUILD)/tiny-model ctest --test-dir $(BUILD) --output-on-failure -L gpu
+
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 format:
 	clang-format -i $(FORMAT_FILES)

@@ -229,5 +229,31 @@ TEST(Engine, ThreadedEngineStreamsToCallbacks) {
   EXPECT_EQ(got.size(), 8u);
 }
 
+// Device selection errors are values with a clear message, never a crash: an unknown
+// device, a malformed cuda:N, and a GPU-only sizing flag on the CPU.
+TEST(Engine, DeviceSelectionErrorsAreClear) {
+  EngineConfig c = base_config();
+  c.device = "tpu";
+  auto e = EngineCore::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("unknown --device 'tpu'"), std::string::npos) << e.error().message;
+  c.device = "cuda:x";
+  e = EngineCore::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("cuda:N"), std::string::npos) << e.error().message;
+  c.device = "cpu";
+  c.gpu_memory_utilization = 0.9;
+  e = EngineCore::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("needs a GPU"), std::string::npos) << e.error().message;
+  // Where CUDA cannot be had (no GPU here, or a build without it) the error names CUDA.
+  c.gpu_memory_utilization = 0.0;
+  c.device = "cuda";
+  auto g = EngineCore::create(c);
+  if (!g.ok()) {
+    EXPECT_NE(g.error().message.find("CUDA"), std::string::npos) << g.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace infercept

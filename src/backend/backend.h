@@ -88,6 +88,9 @@ class Backend {
   // True when copy_blocks_between only queues the copies (a device backend with copy
   // streams): they then overlap the forward pass and the caller need not wait for them.
   virtual bool copies_are_async() const { return false; }
+  // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
+  virtual int64_t free_memory_bytes() const { return -1; }
+  virtual int64_t total_memory_bytes() const { return -1; }
 
   // ---- ops ----
   // out[i] = table[tokens[i]]      out: [n, d]

@@ -11,7 +11,8 @@ namespace infercept::cli {
 const std::set<std::string> kEngineFlags = {
     "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
     "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
-    "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device"};
+    "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device",
+    "gpu-memory-utilization"};
 const std::set<std::string> kSamplingFlags = {
     "max-tokens",         "temperature",      "top-p",
     "top-k",              "min-p",            "seed",
@@ -62,6 +63,8 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   c.n_threads = (int)threads;
   c.chat_template = a.get("chat-template");
   c.device = a.get("device", "cpu");
+  TRY_ASSIGN(c.gpu_memory_utilization, a.get_double("gpu-memory-utilization", 0.0));
+  c.kv_cache_size_given = a.has("kv-cache-gb") || a.has("kv-cache-mb") || a.has("kv-cache-tokens");
   const std::string kv = a.get("kv-dtype", "f16");
   if (kv == "f16") c.kv_dtype = DType::f16;
   else if (kv == "bf16") c.kv_dtype = DType::bf16;

@@ -119,6 +119,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   int64_t n_blocks = config.kv_cache_tokens > 0
                          ? BlockTable::blocks_for(config.kv_cache_tokens, config.block_size)
                          : (int64_t)(config.kv_cache_mb * 1024.0 * 1024.0 / (double)block_bytes);
+  if (config.gpu_memory_utilization > 0 && !config.kv_cache_size_given) {
+    const int64_t total = e->backend_->total_memory_bytes(), free = e->backend_->free_memory_bytes();
+    if (total < 0)
+      return make_error("--gpu-memory-utilization needs a GPU device (use --kv-cache-gb on the CPU)");
+    if (config.gpu_memory_utilization > 1.0)
+      return make_error("--gpu-memory-utilization must be in (0, 1]");
+    // What this process may still take: its share of the card minus what is already used.
+    const double budget = (double)total * config.gpu_memory_utilization - (double)(total - free);
+    n_blocks = (int64_t)(budget / (double)block_bytes);
+    if (n_blocks < 1)
+      return make_error("--gpu-memory-utilization ", std::to_string(config.gpu_memory_utilization),
+                        " leaves no room for the KV cache after the weights");
+  }
   if (n_blocks < 1) return make_error("the KV cache is too small for a single block");
   g.n_blocks = n_blocks;
   TRY_ASSIGN(e->kv_, e->backend_->create_kv_storage(g));

@@ -39,6 +39,10 @@ struct EngineConfig {
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;  // 0 = derived from kv_cache_mb
   double kv_cache_mb = 256.0;
+  // On a GPU, when > 0 and no explicit cache size was given: the KV pool takes what is left
+  // of this share of the device's memory after the weights and activations.
+  double gpu_memory_utilization = 0.0;
+  bool kv_cache_size_given = false;  // --kv-cache-gb/mb/tokens was passed
   DType kv_dtype = DType::f16;
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
   int64_t max_seqs = 64;              // sequences per step

@@ -109,6 +109,16 @@ class CudaBackend final : public Backend {
   std::string name() const override { return std::string("cuda:") + props_.name; }
   DType activation_dtype() const override { return act_; }
   bool copies_are_async() const override { return true; }
+  int64_t free_memory_bytes() const override {
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return (int64_t)free;
+  }
+  int64_t total_memory_bytes() const override {
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return (int64_t)total;
+  }
 
   // ---- memory ----
   Tensor alloc_activation(int64_t rows, int64_t cols, DType dtype) override {
