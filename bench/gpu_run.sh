@@ -54,7 +54,7 @@ for stage in "$@"; do
       [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -2; }
       log "bench-forward $shape"
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
-        --json-out "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-kernel}.txt" | tail -60
+        --json-out "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-default}.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-default}.txt" | tail -60
       [ "$shape" = tiny ] || rm -rf "$dir" ;;
     batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;
     kernelcopy) export INFERCEPT_SWAP_COPY=kernel; log "swaps through the copy kernel from here on" ;;
