@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "engine/engine.h"
@@ -49,7 +50,9 @@ inline EngineConfig config_for(const std::string& policy, const std::string& est
                                int64_t kv_tokens, const std::string& device = "cpu") {
   EngineConfig c;
   c.device = device;
-  c.model_path = testing::default_model_path();
+  // INFERCEPT_TEST_MODEL: another checkpoint (a GPU box without the default model).
+  const char* m = std::getenv("INFERCEPT_TEST_MODEL");
+  c.model_path = m && *m ? m : testing::default_model_path();
   c.check_invariants = true;
   c.policy = policy;
   c.estimator = estimator;

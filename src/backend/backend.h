@@ -88,6 +88,10 @@ class Backend {
   // True when copy_blocks_between only queues the copies (a device backend with copy
   // streams): they then overlap the forward pass and the caller need not wait for them.
   virtual bool copies_are_async() const { return false; }
+  // Greedy sampling where the logits live: out[i] = the lowest id of row i's largest value
+  // (the host sampler's tie rule). Returns false when the backend leaves sampling to the
+  // host (the CPU: its logits are already there).
+  virtual bool argmax_rows(const Tensor& logits, int32_t* out) { return false; }
   // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
   virtual int64_t free_memory_bytes() const { return -1; }
   virtual int64_t total_memory_bytes() const { return -1; }

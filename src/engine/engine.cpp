@@ -493,8 +493,23 @@ std::vector<RequestOutput> EngineCore::step() {
   build_step_input(plan);
   host_s += now_seconds() - t_build;
   stats_.host_prepare_seconds += host_s;
+  // Plain greedy rows (no penalties, no logprobs) can be sampled where the logits are, so
+  // only token ids cross to the host: the logits of a big batch are megabytes per step.
+  bool device_greedy = true;
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    if (!ss.sample) continue;
+    const Active& a = *active_.at(ss.seq->id);
+    device_greedy = device_greedy && a.params.is_greedy() && !a.params.has_penalties() && a.logprobs < 0;
+  }
+  const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
+  device_greedy = device_greedy && n_logit_rows > 0 &&
+                  backend_->argmax_rows(model_->last_logits(0), nullptr);
   const double t0 = now_seconds();
-  model_->forward(step_input_, *kv_, logits_.data());
+  model_->forward(step_input_, *kv_, device_greedy ? nullptr : logits_.data());
+  if (device_greedy) {
+    device_tokens_.resize((size_t)n_logit_rows);
+    CHECK(backend_->argmax_rows(model_->last_logits(n_logit_rows), device_tokens_.data()));
+  }
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
   stats_.steps++;
@@ -522,10 +537,11 @@ std::vector<RequestOutput> EngineCore::step() {
     if (is_prefill_row) stats_.prompt_tokens_computed += ss.n_tokens;
     if (!ss.sample) continue;
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
-    ++logit_index;
     const std::span<const int32_t> all(s.tokens);
-    const int32_t tok = a.sampler.sample(row, all.first((size_t)s.n_prompt),
-                                         all.subspan((size_t)s.n_prompt));
+    const int32_t tok = device_greedy ? device_tokens_[logit_index]
+                                      : a.sampler.sample(row, all.first((size_t)s.n_prompt),
+                                                         all.subspan((size_t)s.n_prompt));
+    ++logit_index;
     s.tokens.push_back(tok);
     a.sampled_since_resume++;
     a.n_sampled++;

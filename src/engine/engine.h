@@ -217,6 +217,7 @@ class EngineCore {
   int64_t max_context_ = 0;
   StepInput step_input_;
   std::vector<float> logits_;  // [max_seqs, vocab]
+  std::vector<int32_t> device_tokens_;  // greedy tokens sampled on the device this step
   EngineStats stats_;
 };
 

@@ -116,7 +116,7 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
   Tensor li = logits_in_.slice_rows(0, nl), lo = logits_.slice_rows(0, nl);
   b.gather_rows(h, in.logit_rows, li);
   b.matmul(li, weights_.output, nullptr, lo);
-  b.to_host_f32(lo, logits);
+  if (logits != nullptr) b.to_host_f32(lo, logits);
 }
 
 }  // namespace infercept

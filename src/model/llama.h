@@ -39,8 +39,11 @@ class LlamaModel {
   int64_t max_rows() const { return max_rows_; }
   int64_t max_logit_rows() const { return max_logit_rows_; }
 
-  // Runs one step and writes logits [in.logit_rows.size(), vocab] to `logits`.
+  // Runs one step and writes logits [in.logit_rows.size(), vocab] to `logits`; with
+  // `logits` null they stay on the backend (last_logits()), e.g. for device-side sampling.
   void forward(const StepInput& in, KvStorage& kv, float* logits);
+  // The logits of the last step, [rows, vocab] f32, on the backend.
+  Tensor last_logits(int64_t rows) const { return logits_.slice_rows(0, rows); }
 
  private:
   LlamaModel(Backend& backend, const ModelConfig& c) : backend_(backend), config_(c) {}

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -237,6 +238,31 @@ TEST(CudaOps, AttentionHeadDim32) {  // the tiny make-model shape
 }
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions, combine kernel
   attention_case(32, 32, 128, true, {1}, {5000});
+}
+
+// Greedy sampling on the device picks what the host would: the largest logit, and among
+// equal largest values the lowest id.
+TEST(CudaOps, ArgmaxRowsMatchesTheHostRule) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  const int64_t rows = 37, vocab = 50000;
+  auto v = randn((size_t)(rows * vocab));
+  for (int64_t r = 0; r < rows; r += 3) {  // ties: the same maximum at two places
+    const float m = 100.0f + (float)r;
+    v[(size_t)(r * vocab + 4000 + r)] = m;
+    v[(size_t)(r * vocab + 123 + r)] = m;
+  }
+  Tensor t = p.gpu->alloc_activation(rows, vocab, DType::f32);
+  ASSERT_EQ(cudaMemcpy(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int32_t> got((size_t)rows, -1);
+  ASSERT_TRUE(p.gpu->argmax_rows(t, got.data()));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = v.data() + r * vocab;
+    const int32_t want = (int32_t)(std::max_element(row, row + vocab) - row);  // first maximum
+    EXPECT_EQ(got[(size_t)r], want) << "row " << r;
+  }
+  EXPECT_FALSE(p.cpu->argmax_rows(t, got.data())) << "the CPU samples on the host";
 }
 
 TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {

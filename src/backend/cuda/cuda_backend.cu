@@ -83,6 +83,8 @@ class CudaBackend final : public Backend {
     TRY(make_staging(swap_out_idx_, 4u << 20));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     target_ctas_ = 2 * props_.multiProcessorCount;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4, cudaHostAllocDefault));
     if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
       use_batch_copies_ = std::string(m) != "kernel";
     return ok_status();
@@ -100,6 +102,8 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t e : ev_out_) cudaEventDestroy(e);
     if (compute_mark_) cudaEventDestroy(compute_mark_);
     cudaFreeHost(logits_host_);
+    cudaFree(argmax_dev_);
+    cudaFreeHost(argmax_host_);
     gemm_.reset();
     cudaStreamDestroy(compute_);
     cudaStreamDestroy(h2d_);
@@ -191,6 +195,16 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(logits_host_, src, n * 4, cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     std::memcpy(dst, logits_host_, n * 4);
+  }
+
+  bool argmax_rows(const Tensor& t, int32_t* out) override {
+    CHECK(t.dtype == DType::f32 && t.rows <= argmax_capacity_);
+    if (t.rows == 0) return true;
+    cuda::argmax_rows(view(t), argmax_dev_, compute_);
+    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4, cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
+    return true;
   }
 
   void sync() override {
@@ -688,6 +702,9 @@ class CudaBackend final : public Backend {
   int64_t store_wait_step_ = -1, attn_wait_step_ = -1;
   bool store_wait_out_ = false, store_wait_in_ = false, attn_wait_in_ = false;
   float* logits_host_ = nullptr;
+  static constexpr int64_t argmax_capacity_ = 1 << 16;  // rows sampled per step, at most
+  int32_t* argmax_dev_ = nullptr;
+  int32_t* argmax_host_ = nullptr;
   size_t logits_host_elems_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_elems_ = 0;

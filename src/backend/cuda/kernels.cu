@@ -95,6 +95,38 @@ __global__ void to_f32_kernel(const T* x, int64_t xs, float* dst, int64_t cols) 
     dst[r * cols + c] = to_f32(x[r * xs + c]);
 }
 
+// One block per row; each thread scans a strided share, then a tree of (value, index) pairs
+// keeps the larger value and, on equal values, the smaller index.
+__global__ void argmax_kernel(const float* x, int64_t xs, int64_t cols, int32_t* out) {
+  __shared__ float best_v[kThreads];
+  __shared__ int32_t best_i[kThreads];
+  const float* row = x + (int64_t)blockIdx.x * xs;
+  float bv = -INFINITY;
+  int32_t bi = 0x7fffffff;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = row[c];
+    if (v > bv) {  // strided ascending scan: the first maximum seen has the lowest index
+      bv = v;
+      bi = (int32_t)c;
+    }
+  }
+  best_v[threadIdx.x] = bv;
+  best_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if ((int)threadIdx.x < stride) {
+      const float ov = best_v[threadIdx.x + stride];
+      const int32_t oi = best_i[threadIdx.x + stride];
+      if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
+        best_v[threadIdx.x] = ov;
+        best_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0x7fffffff ? 0 : best_i[0];
+}
+
 // One block per row: rotates the row's q heads in place and its k heads, then writes k and
 // v to the row's cache slot. theta_i = pos * base^(-2i/d) / freq_factor_i.
 template <typename T, typename KV>
@@ -230,6 +262,14 @@ void convert_to_f32(RowsView x, float* dst, cudaStream_t s) {
   DISPATCH_ACT(x.dtype, T,
                to_f32_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(x.data),
                                                           x.stride, dst, x.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows(RowsView x, int32_t* out, cudaStream_t s) {
+  CHECK(x.dtype == DType::f32);
+  if (x.rows == 0) return;
+  argmax_kernel<<<(unsigned)x.rows, kThreads, 0, s>>>(static_cast<const float*>(x.data), x.stride,
+                                                     x.cols, out);
   CUDA_CHECK_LAUNCH();
 }
 

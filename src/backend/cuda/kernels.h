@@ -27,6 +27,8 @@ void silu_mul(RowsView gate, RowsView up, RowsView out, cudaStream_t s);
 void add(RowsView a, RowsView b, cudaStream_t s);
 void gather_rows(RowsView x, const int32_t* rows, RowsView out, cudaStream_t s);
 void convert_to_f32(RowsView x, float* dst, cudaStream_t s);
+// out[r] = the lowest column index holding row r's largest value (f32 rows).
+void argmax_rows(RowsView x, int32_t* out, cudaStream_t s);
 
 struct RopeStoreArgs {
   RowsView q, k, v;  // q, k rotated in place; k, v rows also written to the cache
