@@ -32,6 +32,12 @@ inline EngineConfig server_test_engine_config() {
   c.check_invariants = true;  // every step: KV bookkeeping consistent (aborts otherwise)
   c.kv_cache_tokens = 4096;
   c.swap_space_tokens = 2048;
+  // These tests check the protocol: a paused request must still hold its KV when its
+  // follow-up comes (cached_tokens > 0) however slow the machine. minwaste may rightly drop
+  // the KV of a pause that lasts long enough even without memory pressure (a loaded CI
+  // machine made one such pause 25 s), so the server tests keep it; the policies have their
+  // own tests (test_interception, test_continue_paused).
+  c.policy = "preserve";
   c.max_tokens_per_step = 256;
   c.cost_model = server_test_cost_model();
   return c;
