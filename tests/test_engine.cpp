@@ -85,10 +85,15 @@ TEST(Engine, BatchInvarianceSameTokensAloneAndInABatchOf17) {
   EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
 }
 
-TEST(Engine, PreemptionUnderMemoryPressureStillFinishesEveryRequestIdentically) {
+// Preemption by recomputation (every policy but minwaste; minwaste with no host room too),
+// and by swapping to the host tier (minwaste, when a copy costs less than recomputing).
+class EnginePreemption : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically) {
   EngineConfig c = base_config();
   c.kv_cache_tokens = 192;  // 12 blocks: far less than 8 requests need at once
   c.max_tokens_per_step = 64;
+  c.policy = GetParam();
   auto e = make_engine(c);
   ASSERT_TRUE(e);
   const auto prompts = varied_prompts();
@@ -111,10 +116,19 @@ TEST(Engine, PreemptionUnderMemoryPressureStillFinishesEveryRequestIdentically) 
   for (size_t i = 0; i < 8; ++i) ids.push_back(*e->add_request(make_req(i)));
   auto together = run_all(*e);
   EXPECT_GT(e->stats().preemptions, preemptions_before) << "the cache was meant to run out";
-  EXPECT_GT(e->stats().recomputed_tokens, 0);
+  if (GetParam() == "minwaste") {
+    EXPECT_GT(e->stats().swap_preemptions, 0) << "the host tier had room: copies are cheaper";
+    EXPECT_GT(e->stats().swapped_in_tokens, 0);
+  } else {
+    EXPECT_EQ(e->stats().swap_preemptions, 0);
+    EXPECT_GT(e->stats().recomputed_tokens, 0);
+  }
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(together[ids[i]], alone[i]) << prompts[i];
   EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
+  EXPECT_EQ(e->host_allocator().n_free(), e->host_allocator().n_blocks());
 }
+
+INSTANTIATE_TEST_SUITE_P(Policies, EnginePreemption, ::testing::Values("preserve", "minwaste"));
 
 TEST(Engine, MaxTokensStopStringsAndStopTokens) {
   auto e = make_engine(base_config());

@@ -7,6 +7,7 @@
 
 #include "kv/block_allocator.h"
 #include "sched/scheduler.h"
+#include "sched/duration_estimator.h"
 #include "sched/policy.h"
 
 namespace infercept {
@@ -284,6 +285,60 @@ TEST(SchedulerInterception, DiscardedRequestRecomputesThroughTheWaitingQueue) {
   EXPECT_EQ(p2.scheduled[0].n_tokens, 15);  // everything: 12 + sampled + 2 returned
   EXPECT_EQ(s->n_recomputed, 12);
   EXPECT_EQ(s->arrival_time, 0.0);  // kept (this scripted policy keeps arrival)
+}
+
+// Under minwaste, a running sequence preempted for lack of blocks keeps its KV in the host
+// tier when copying it out and back costs less than recomputing it; it waits in the resuming
+// queue and continues without recomputation once blocks free up.
+TEST(SchedulerInterception, MinwastePreemptsBySwappingWhenACopyIsCheaper) {
+  CostModel cost;
+  cost.t_fwd_samples = {{1, 0.01}, {64, 0.2}};  // recomputing 16 tokens: ~60 ms
+  cost.kv_bytes_per_token = 1000.0;
+  cost.swap_bytes_per_second = 1e9;  // copying them out and back: 32 us
+  cost.saturation_tokens = 1;
+  auto est = make_duration_estimator("elapsed");
+  ASSERT_TRUE(est.ok());
+  auto policy = make_policy(PolicyKind::minwaste, cost, **est);
+  SchedulerConfig cfg{4, 64, 16, 0.05};
+  BlockAllocator device(8), host(16);
+  Scheduler sched(cfg, device, &host, policy.get(), &cost);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  auto add = [&](int64_t prompt, double arrival) {
+    auto q = std::make_unique<Sequence>();
+    q->id = seqs.size();
+    q->arrival_time = arrival;
+    q->tokens.assign((size_t)prompt, 7);
+    q->n_prompt = prompt;
+    sched.add(q.get());
+    seqs.push_back(std::move(q));
+    return seqs.back().get();
+  };
+  Sequence* a = add(12, 0.0);  // 3 blocks, then grows
+  Sequence* b = add(16, 1.0);  // 4 blocks: 7 of 8 in use
+  double now = 0.0;
+  int64_t swapped_out = 0, swapped_in = 0, swap_preemptions = 0;
+  for (int step = 0; step < 200 && (a->state != SeqState::finished || b->state != SeqState::finished); ++step) {
+    StepPlan plan = sched.schedule(now += 0.01);
+    sched.commit(plan);
+    swapped_out += (int64_t)plan.swap_out.size();
+    swapped_in += (int64_t)plan.swap_in.size();
+    swap_preemptions += plan.n_swap_preemptions;
+    EXPECT_EQ(plan.dropped_tokens, 0) << "step " << step;  // nothing recomputed
+    for (const ScheduledSeq& ss : plan.scheduled) {
+      if (!ss.sample) continue;
+      ss.seq->tokens.push_back(1);
+      if (ss.seq->n_generated() >= 12) sched.finish(ss.seq);
+    }
+    sched.check_invariants();
+  }
+  EXPECT_EQ(a->state, SeqState::finished);
+  EXPECT_EQ(b->state, SeqState::finished);
+  EXPECT_GE(swap_preemptions, 1);
+  EXPECT_GT(swapped_out, 0);
+  EXPECT_EQ(swapped_in, swapped_out);  // everything that left came back
+  EXPECT_EQ(a->n_recomputed + b->n_recomputed, 0);
+  EXPECT_EQ(device.n_free(), 8);
+  EXPECT_EQ(host.n_free(), 16);
 }
 
 TEST(SchedulerInterception, RunningRequestTakesBlocksFromPausedOnesFirst) {

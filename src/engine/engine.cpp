@@ -478,6 +478,7 @@ std::vector<RequestOutput> EngineCore::step() {
   StepPlan plan = scheduler_->schedule(t_now);
   double host_s = now_seconds() - t_host;
   stats_.preemptions += (int64_t)plan.preempted.size();
+  stats_.swap_preemptions += plan.n_swap_preemptions;
   stats_.recomputed_tokens += plan.dropped_tokens;
   stats_.discard_decisions += plan.n_discards;
   stats_.swap_decisions += plan.n_swap_decisions;

@@ -132,6 +132,7 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // prefill rows run, recomputation included
   int64_t decode_tokens = 0;           // tokens sampled
   int64_t preemptions = 0;
+  int64_t swap_preemptions = 0;  // of which the KV went to the host tier (minwaste)
   int64_t recomputed_tokens = 0;
   double forward_seconds = 0.0;
   double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)

@@ -167,7 +167,44 @@ bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& pla
   return true;
 }
 
+// Under minwaste a preempted sequence's KV goes to the host tier when that costs less than
+// recomputing it: the copy out now and back later against a prefill of its whole context.
+// (Measured on the CPU sweep: recompute-only preemption was minwaste's main loss, because
+// memory its swaps freed admitted new work that returning requests then preempted.)
+bool Scheduler::swap_preempt_worthwhile(const Sequence& s) const {
+  if (host_ == nullptr || policy_ == nullptr || policy_->kind() != PolicyKind::minwaste ||
+      cost_ == nullptr || cost_->swap_bytes_per_second <= 0)
+    return false;
+  if (s.n_computed == 0 || !s.host_blocks.empty() || s.blocks.blocks.empty()) return false;
+  if (host_->n_free() < (int32_t)s.blocks.blocks.size()) return false;
+  const double bytes = (double)s.n_computed * cost_->kv_bytes_per_token;
+  const double copy_s = 2.0 * bytes / cost_->swap_bytes_per_second;
+  return copy_s < cost_->t_fwd(s.n_computed);
+}
+
 void Scheduler::preempt(Sequence& s, StepPlan& plan) {
+  if (swap_preempt_worthwhile(s)) {
+    // Swap-style preemption: every device block to the host, in order; the sequence waits in
+    // the resuming queue (by arrival) and runs again once its blocks are back.
+    const int64_t bs = config_.block_size;
+    for (int32_t db : s.blocks.blocks) {
+      const auto hb = host_->allocate();
+      CHECK(hb.has_value());
+      plan.swap_out.push_back({db, *hb});
+      s.host_blocks.push_back(*hb);
+      device_.release(db);  // the copy runs before anything reuses it (see apply_policy)
+    }
+    s.blocks.blocks.clear();
+    s.n_swapped_out += (int64_t)s.host_blocks.size() * bs;
+    s.n_preemptions++;
+    s.swap_preempted = true;
+    s.state = SeqState::intercepted;  // not runnable until its KV is back, like a resume
+    erase_from(running_, &s);
+    insert_by_arrival(resuming_, &s);
+    plan.preempted.push_back(&s);
+    plan.n_swap_preemptions++;
+    return;
+  }
   // Recompute-style preemption: the KV is dropped and the whole context (prompt and what was
   // generated so far) is prefilled again when the sequence is readmitted.
   drop_kv(s, plan);
@@ -257,6 +294,14 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
   const bool sync = policy_ != nullptr && policy_->kind() == PolicyKind::swap;
   for (size_t i = 0; i < resuming_.size();) {
     Sequence& s = *resuming_[i];
+    // A sequence preempted by swapping comes back only whole and with a block of headroom
+    // per running sequence: partly back it would hold blocks without running, and the
+    // running ones would preempt it again at once (swap ping-pong).
+    if (s.swap_preempted &&
+        (int64_t)device_.n_free() < (int64_t)s.host_blocks.size() + (int64_t)running_.size()) {
+      ++i;
+      continue;
+    }
     // From the front of the host suffix, block by block, while budget and blocks allow.
     while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && device_.n_free() > 0) {
       const auto db = device_.allocate();
@@ -271,6 +316,7 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
     }
     if (s.host_blocks.empty()) {
       resuming_.erase(resuming_.begin() + (ptrdiff_t)i);
+      s.swap_preempted = false;
       s.state = SeqState::running;
       insert_by_arrival(running_, &s);
     } else {

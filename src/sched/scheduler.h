@@ -56,6 +56,7 @@ struct StepPlan {
   std::vector<BlockMove> swap_out;
   bool sync_swap = false;  // a whole-context synchronous swap (the `swap` policy) is in it
   int64_t n_discards = 0, n_swap_decisions = 0, n_preserve_decisions = 0;
+  int64_t n_swap_preemptions = 0;  // preempted sequences whose KV went to the host tier
   bool empty() const { return scheduled.empty() && swap_out.empty() && swap_in.empty(); }
 };
 
@@ -106,6 +107,7 @@ class Scheduler {
   void release_host_blocks(Sequence& s);
   void drop_kv(Sequence& s, StepPlan& plan);
   void preempt(Sequence& s, StepPlan& plan);
+  bool swap_preempt_worthwhile(const Sequence& s) const;
   void insert_by_arrival(std::deque<Sequence*>& q, Sequence* s);
   void insert_by_arrival(std::vector<Sequence*>& q, Sequence* s);
   void apply_policy(StepPlan& plan, double now, int64_t& swap_budget);

@@ -44,6 +44,7 @@ struct Sequence {
 
   // Accounting (the KPIs of docs/DESIGN.md).
   int64_t n_preemptions = 0;
+  bool swap_preempted = false;  // its KV went to the host when it was preempted (minwaste)
   int64_t n_recomputed = 0;     // tokens whose KV was dropped and had to be computed again
   int64_t n_swapped_out = 0;    // tokens copied device -> host (in whole blocks)
   int64_t n_swapped_in = 0;     // tokens copied host -> device (in whole blocks)
