@@ -8,7 +8,7 @@ MODEL_DIR := models
 MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
-                libcpp-httplib-dev pkg-config chromium
+                libcpp-httplib-dev pkg-config chromium python3-httpx python3-matplotlib
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
@@ -28,6 +28,7 @@ $(BUILD)/.deps-ok:
 	@mkdir -p $(BUILD) && touch $@
 
 # chromium: the dashboard's test runs the page in headless Chromium.
+# python3-httpx, python3-matplotlib: bench/loadgen.py and bench/report.py (docs/BENCHMARKS.md) and their test.
 # The official `openai` Python client, for the server's end-to-end test (tests/
 # server_openai_client.py), in a venv inside the build folder. Without network the test
 # is skipped, nothing else fails.
