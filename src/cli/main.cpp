@@ -14,6 +14,7 @@ int run_bench(int argc, char** argv);
 int run_profile(int argc, char** argv);
 int run_serve(int argc, char** argv);
 int run_make_model(int argc, char** argv);
+int run_simulate(int argc, char** argv);
 }  // namespace infercept::cli
 
 namespace {
@@ -28,6 +29,7 @@ void usage() {
                "  bench-forward time the forward pass and swaps against hardware floors\n"
                "  logits        last-position logits of token sequences, as .npy\n"
                "  bench         agent workload benchmark: Poisson arrivals, tool pauses, policies\n"
+               "  simulate      bench in virtual time: real scheduler, a cost model for the model\n"
                "  profile       measure T_fwd(x) and KV copy bandwidth; cache the cost model\n"
                "  serve         OpenAI-compatible HTTP server (--host, --port; docs/SERVER.md)\n"
                "  make-model    write a random-weight HF Llama checkpoint of a real shape\n"
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench-forward") return run_bench_forward(argc - 2, argv + 2);
   if (cmd == "logits") return run_logits(argc - 2, argv + 2);
   if (cmd == "bench") return run_bench(argc - 2, argv + 2);
+  if (cmd == "simulate") return run_simulate(argc - 2, argv + 2);
   if (cmd == "profile") return run_profile(argc - 2, argv + 2);
   if (cmd == "serve") return run_serve(argc - 2, argv + 2);
   if (cmd == "make-model") return run_make_model(argc - 2, argv + 2);

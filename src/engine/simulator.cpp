@@ -1,0 +1,446 @@
+// The simulator: EngineCore::step's bookkeeping around the real Scheduler, with the forward
+// pass replaced by the cost model and the wall clock by a virtual one. See simulator.h.
+#include "engine/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+
+#include "core/check.h"
+#include "kv/block_allocator.h"
+#include "sched/policy.h"
+#include "sched/scheduler.h"
+#include "sched/sequence.h"
+
+namespace infercept {
+
+namespace {
+
+// bench-forward on the lent H200 (2026-12-01, bf16 weights and KV, 16-token blocks; the run
+// behind docs/PERF.md section 4.4): T_fwd(x) of one sequence of x query tokens, in ms.
+constexpr int64_t kH200Tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+constexpr double kH200Llama2_7b[] = {6.756708,  6.740003,  6.784756,  6.822501, 6.980591,
+                                     7.247880,  6.952526,  7.446826,  9.212726, 14.142579,
+                                     25.566471, 54.587632, 114.082703};
+constexpr double kH200Llama3_8b[] = {6.778494,  6.640310,  6.771061,  7.020817, 7.110659,
+                                     7.295225,  7.126920,  7.596248,  9.456842, 15.378560,
+                                     27.706171, 56.430700, 118.693318};
+constexpr double kH200Llama2_13b[] = {10.943960, 10.913028, 10.948423, 11.031703, 11.272653,
+                                      11.749324, 11.646078, 12.347489, 15.974719, 26.260336,
+                                      50.279934, 97.890871, 209.164817};
+
+struct Shape {
+  const char* name;
+  const double* ms;
+  int layers, kv_heads, head_dim;
+  double weights_gb;  // bf16, 1e9 bytes (bench-forward's figure)
+  int64_t max_context;
+  // Attention's cost per context token held by a step's batch, from the decode steps at
+  // context 1,024 (PERF.md 4.2): (step(batch B) - T_fwd(B)) / (B * 1024), averaged over
+  // B = 32 and 128 (the two agree within 5%). T_fwd(x) alone has no context.
+  double context_us_per_token;
+  // Logits to the host per sampled row, (with logits - without) / B from the same table.
+  double sample_us_per_row;
+};
+
+constexpr Shape kShapes[] = {
+    // 7b: (14.09 - 7.25) / 32768 = 0.209 us, (33.48 - 7.45) / 131072 = 0.199 us
+    // rows: (14.71 - 14.09) / 32 = 19.4 us, (35.99 - 33.48) / 128 = 19.6 us
+    {"h200-llama2-7b", kH200Llama2_7b, 32, 32, 128, 13.476, 4096, 0.204, 19.5},
+    // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
+    // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
+    {"h200-llama3-8b", kH200Llama3_8b, 32, 8, 128, 16.060, 8192, 0.097, 71.0},
+    // 13b: (21.28 - 11.75) / 32768 = 0.291, (48.62 - 12.35) / 131072 = 0.277
+    // rows: (21.85 - 21.28) / 32 = 18 us, (51.71 - 48.62) / 128 = 24 us
+    {"h200-llama2-13b", kH200Llama2_13b, 40, 40, 128, 26.031, 4096, 0.284, 21.0},
+};
+
+// Memory the device reports (cudaMemGetInfo total, ~140 GiB on an H200) and what each device
+// keeps for activations, workspaces and the CUDA context.
+constexpr double kH200MemoryGiB = 140.0;
+constexpr double kReservedGiBPerDevice = 2.0;
+constexpr double kH200CopyBytesPerSecond = 55e9;  // pinned, each way (PERF.md 4.1/4.5)
+
+SimProfile builtin(const Shape& s) {
+  SimProfile p;
+  p.name = s.name;
+  for (size_t i = 0; i < std::size(kH200Tokens); ++i)
+    p.cost.t_fwd_samples.emplace_back(kH200Tokens[i], s.ms[i] * 1e-3);
+  p.cost.kv_bytes_per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * 2.0;  // K+V, bf16
+  p.cost.swap_bytes_per_second = kH200CopyBytesPerSecond;
+  p.cost.saturation_tokens = 128;  // measured S for all three shapes (PERF.md 4.4)
+  p.copies_overlap = true;
+  p.device_memory_gib = kH200MemoryGiB;
+  p.weights_gib = s.weights_gb * 1e9 / (1024.0 * 1024.0 * 1024.0);
+  p.max_context = s.max_context;
+  p.context_seconds_per_token = s.context_us_per_token * 1e-6;
+  p.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
+  p.source = "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4), copies 55 GB/s each way";
+  return p;
+}
+
+// Samples of one sequence (id = index in the trace) the loop needs besides the scheduler's.
+struct SimRequest {
+  Sequence seq;
+  const TraceRequest* trace = nullptr;
+  size_t segment = 0;  // the segment being generated
+  int64_t sampled_since_resume = 0;
+  int64_t n_sampled = 0;
+  int64_t max_tokens = 0;  // all generated tokens of the script
+  double paused_at = 0.0;
+  bool has_first_token = false;
+  RequestRecord record;
+};
+
+struct ResumeEvent {
+  double at;
+  uint64_t order;  // ties in time resolve in the order the pauses happened: deterministic
+  size_t index;
+  bool operator>(const ResumeEvent& o) const { return at != o.at ? at > o.at : order > o.order; }
+};
+
+int64_t final_context(const TraceRequest& r) {
+  int64_t n = r.prompt_tokens;
+  for (const Segment& s : r.segments) n += (int64_t)s.generate_tokens + s.return_tokens;
+  return n;
+}
+
+int64_t generated(const TraceRequest& r) {
+  int64_t n = 0;
+  for (const Segment& s : r.segments) n += s.generate_tokens;
+  return n;
+}
+
+}  // namespace
+
+int64_t SimProfile::default_kv_cache_tokens(int gpus, double util) const {
+  if (device_memory_gib <= 0.0 || cost.kv_bytes_per_token <= 0.0) return 0;
+  const double gib =
+      (double)gpus * (device_memory_gib * util - kReservedGiBPerDevice) - weights_gib;
+  if (gib <= 0.0) return 0;
+  return (int64_t)(gib * 1024.0 * 1024.0 * 1024.0 / cost.kv_bytes_per_token);
+}
+
+const std::vector<std::string>& builtin_sim_profile_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Shape& s : kShapes) v.push_back(s.name);
+    return v;
+  }();
+  return names;
+}
+
+Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
+  for (const Shape& s : kShapes)
+    if (name_or_path == s.name) return builtin(s);
+  std::ifstream in(name_or_path);
+  if (!in) {
+    std::string names;
+    for (const std::string& n : builtin_sim_profile_names())
+      names += (names.empty() ? "" : ", ") + n;
+    return make_error("--profile '", name_or_path, "' is neither a built-in profile (", names,
+                      ") nor a readable cost-model JSON file");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  TRY_ASSIGN(CostModel cost, CostModel::from_json(text, name_or_path));
+  SimProfile p;
+  p.name = name_or_path;
+  p.cost = std::move(cost);
+  // `infercept profile` names its cache MODEL.profile-BACKEND-Nt.json; the CPU backend copies
+  // on the engine thread, the CUDA one on copy streams under the forward pass.
+  p.copies_overlap = name_or_path.find(".profile-cpu-") == std::string::npos;
+  // An optional key beside the profiler's (from_json ignores keys it does not know).
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (auto it = j.find("context_seconds_per_token"); it != j.end()) {
+    if (!it->is_number() || it->get<double>() < 0.0)
+      return make_error(name_or_path, ": \"context_seconds_per_token\" must be a number >= 0");
+    p.context_seconds_per_token = it->get<double>();
+  }
+  if (auto it = j.find("sample_seconds_per_row"); it != j.end()) {
+    if (!it->is_number() || it->get<double>() < 0.0)
+      return make_error(name_or_path, ": \"sample_seconds_per_row\" must be a number >= 0");
+    p.sample_seconds_per_row = it->get<double>();
+  }
+  if (auto it = j.find("max_context"); it != j.end() && it->is_number_integer())
+    p.max_context = std::max<int64_t>(0, it->get<int64_t>());
+  p.source = "cost-model file " + name_or_path;
+  return p;
+}
+
+double default_tp_efficiency(int gpus) {
+  if (gpus <= 1) return 1.0;
+  return std::pow(0.9, std::log2((double)gpus));
+}
+
+CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency) {
+  CostModel c = one;
+  if (gpus <= 1) return c;
+  const double speedup = (double)gpus * efficiency;
+  for (auto& [tokens, seconds] : c.t_fwd_samples) seconds /= speedup;
+  c.swap_bytes_per_second *= (double)gpus;  // one host link per device
+  return c;
+}
+
+Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceRequest>& trace) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  TRY(config.cost.validate());
+  if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
+    return make_error("block size, tokens per step and sequences per step must be positive");
+  if (config.kv_cache_tokens <= 0) return make_error("the KV cache must hold at least one token");
+  if (!(config.duration_s > 0.0)) return make_error("the arrival window must be positive");
+  if (!(config.drain_s >= 0.0)) return make_error("the drain time must be >= 0");
+  if (!(config.idle_tick_s > 0.0)) return make_error("the idle tick must be positive");
+  if (!(config.context_seconds_per_token >= 0.0) || !(config.sample_seconds_per_row >= 0.0))
+    return make_error("the context and sampling costs must be >= 0");
+  for (size_t i = 1; i < trace.size(); ++i)
+    if (trace[i].arrival_s < trace[i - 1].arrival_s)
+      return make_error("trace request ", std::to_string(trace[i].id),
+                        " arrives before the one listed before it");
+
+  const int64_t bs = config.block_size;
+  const CostModel& cost = config.cost;
+  const double m = cost.kv_bytes_per_token;
+  BlockAllocator device((int32_t)BlockTable::blocks_for(config.kv_cache_tokens, bs));
+  BlockAllocator host(
+      (int32_t)std::max<int64_t>(1, BlockTable::blocks_for(config.swap_space_tokens, bs)));
+  TRY_ASSIGN(std::unique_ptr<DurationEstimator> estimator,
+             make_duration_estimator(config.estimator));
+  TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
+  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator);
+  SchedulerConfig sc;
+  sc.block_size = bs;
+  sc.max_tokens_per_step = config.max_tokens_per_step;
+  sc.max_seqs_per_step = config.max_seqs;
+  Scheduler sched(sc, device, &host, policy.get(), &cost);
+
+  SimResult res;
+  res.kv_cache_tokens = (int64_t)device.n_blocks() * bs;
+  res.swap_space_tokens = (int64_t)host.n_blocks() * bs;
+  SimStats& st = res.stats;
+  const int64_t capacity = sched.capacity_tokens();
+  const int64_t limit = config.max_context > 0 ? std::min(config.max_context, capacity) : capacity;
+
+  // One slot per trace request; unique_ptr keeps each Sequence where the scheduler saw it.
+  std::vector<std::unique_ptr<SimRequest>> reqs(trace.size());
+  std::priority_queue<ResumeEvent, std::vector<ResumeEvent>, std::greater<ResumeEvent>> resumes;
+  uint64_t resume_order = 0;
+  // Pauses by call time (`order` = the sequence's interception count), for expiry.
+  std::priority_queue<ResumeEvent, std::vector<ResumeEvent>, std::greater<ResumeEvent>> expiries;
+  size_t next = 0;
+  int64_t live = 0;
+  const double hard_stop = config.duration_s + config.drain_s;
+  double t = 0.0;
+
+  auto finish = [&](SimRequest& r, double now) {
+    sched.finish(&r.seq);
+    st.waste_preserve += r.seq.preserved_token_seconds * m;
+    r.record.end_s = now;
+    r.record.completed = true;
+    res.records.push_back(r.record);
+    r.seq.tokens = {};  // an hour of traffic: only live requests keep their token vectors
+    --live;
+  };
+
+  // EngineCore::step with the cost model as the forward pass. Returns the step's duration.
+  std::vector<size_t> done;
+  auto step = [&](double now) -> double {
+    // Expiry, as EngineCore::step: paused longer than the timeout gives the KV back. A heap
+    // of pause times instead of a scan of every paused request every step (thousands).
+    while (!expiries.empty() && now - expiries.top().at > config.interception_timeout_s) {
+      const ResumeEvent ev = expiries.top();
+      expiries.pop();
+      Sequence& s = reqs[ev.index]->seq;
+      // Still the same pause (not answered since: resume() clears `interception`).
+      if (s.is_paused() && s.interception && (uint64_t)s.n_interceptions == ev.order &&
+          !s.interception->expired && s.n_computed > 0) {
+        sched.release_paused(&s);
+        st.expirations++;
+      }
+    }
+
+    StepPlan plan = sched.schedule(now);
+    st.preemptions += (int64_t)plan.preempted.size();
+    st.swap_preemptions += plan.n_swap_preemptions;
+    st.recomputed_tokens += plan.dropped_tokens;
+    st.discard_decisions += plan.n_discards;
+    st.swap_decisions += plan.n_swap_decisions;
+    st.preserve_decisions += plan.n_preserve_decisions;
+    st.max_running = std::max<int64_t>(st.max_running, (int64_t)sched.n_running());
+    st.max_paused = std::max<int64_t>(st.max_paused, (int64_t)sched.n_paused());
+    st.max_waiting = std::max<int64_t>(st.max_waiting, (int64_t)sched.n_waiting());
+    st.peak_device_blocks = std::max<int64_t>(st.peak_device_blocks, device.n_used());
+    st.peak_host_blocks = std::max<int64_t>(st.peak_host_blocks, host.n_used());
+
+    int64_t batch_tokens = 0, sampled_rows = 0;
+    for (const ScheduledSeq& ss : plan.scheduled) {
+      batch_tokens += ss.seq->n_computed + ss.n_tokens;
+      sampled_rows += ss.sample ? 1 : 0;
+    }
+    // Copies: bytes / bandwidth per direction. On copy streams the two directions run at
+    // once (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward
+    // pass; on the CPU they run one after the other on the engine thread.
+    const double t_in = cost.t_swap((int64_t)plan.swap_in.size() * bs);
+    const double t_out = cost.t_swap((int64_t)plan.swap_out.size() * bs);
+    const double copy = config.copies_overlap ? std::max(t_in, t_out) : t_in + t_out;
+    st.swapped_out_tokens += (int64_t)plan.swap_out.size() * bs;
+    st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
+    st.swap_seconds += copy;
+    const double fwd =
+        plan.scheduled.empty()
+            ? 0.0
+            : cost.t_fwd(plan.n_tokens) + config.context_seconds_per_token * (double)batch_tokens +
+                  config.sample_seconds_per_row * (double)std::max<int64_t>(0, sampled_rows - 1);
+    // The `swap` policy's whole-context copy is synchronous by definition (the paper's naive
+    // swap): the step waits for all of it.
+    const bool hidden = config.copies_overlap && !plan.sync_swap;
+    const double duration = hidden ? std::max(fwd, copy) : fwd + copy;
+    const double stall = duration - fwd;
+    st.swap_stall_seconds += stall;
+    st.waste_swap_stall += stall * (double)batch_tokens * m;
+    st.busy_seconds += duration;
+    if (plan.scheduled.empty()) {
+      if (copy > 0.0) st.copy_only_steps++;
+      if (config.check_invariants) sched.check_invariants();
+      return duration;
+    }
+    st.steps++;
+    st.forward_seconds += fwd;
+    // Recompute waste as EngineCore::step: the step's share spent on rows whose KV existed
+    // before (below the high-water mark), times the KV the batch holds meanwhile.
+    int64_t recompute_rows = 0;
+    for (const ScheduledSeq& ss : plan.scheduled)
+      recompute_rows +=
+          std::max<int64_t>(0, std::min(ss.seq->n_computed_peak, ss.seq->n_computed + ss.n_tokens) -
+                                   ss.seq->n_computed);
+    st.recompute_rows += recompute_rows;
+    if (recompute_rows > 0)
+      st.waste_recompute +=
+          fwd * (double)recompute_rows / (double)plan.n_tokens * (double)batch_tokens * m;
+    sched.commit(plan);
+
+    const double end = now + duration;
+    for (const ScheduledSeq& ss : plan.scheduled) {
+      Sequence& s = *ss.seq;
+      SimRequest& r = *reqs[(size_t)s.id];
+      if (ss.n_tokens > 1 || s.n_generated() == 0) st.prompt_tokens_computed += ss.n_tokens;
+      if (!ss.sample) continue;
+      s.tokens.push_back(0);  // a placeholder: nothing is sampled
+      r.sampled_since_resume++;
+      r.n_sampled++;
+      st.decode_tokens++;
+      if (!r.has_first_token) {
+        r.has_first_token = true;
+        r.record.first_token_s = end;
+      }
+      r.record.output_tokens++;
+      if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit) {
+        done.push_back((size_t)s.id);
+        continue;
+      }
+      const Segment& sg = r.trace->segments[r.segment];
+      if (!sg.is_last() && r.sampled_since_resume >= sg.generate_tokens) {
+        InterceptionInfo info;
+        info.tool = sg.tool;
+        info.call_time = end;
+        if (config.hints) info.hint = sg.tool_seconds;
+        sched.intercept(&s, std::move(info));
+        st.interceptions++;
+        r.sampled_since_resume = 0;
+        r.segment++;
+        r.paused_at = end;
+        resumes.push({end + sg.tool_seconds, resume_order++, (size_t)s.id});
+        expiries.push({end, (uint64_t)s.n_interceptions, (size_t)s.id});
+      }
+    }
+    for (size_t i : done) finish(*reqs[i], end);
+    done.clear();
+    if (config.check_invariants) sched.check_invariants();
+    return duration;
+  };
+
+  while (true) {
+    // Arrivals whose time has come.
+    while (next < trace.size() && trace[next].arrival_s <= t) {
+      const size_t i = next++;
+      const TraceRequest& tr = trace[i];
+      // As bench: a request that cannot fit the engine at all is skipped, and so is one the
+      // engine would reject (a prompt as long as the limit, an empty script).
+      if (final_context(tr) > limit - 1 || tr.prompt_tokens <= 0 || tr.segments.empty()) {
+        ++res.skipped;
+        continue;
+      }
+      auto r = std::make_unique<SimRequest>();
+      r->trace = &tr;
+      r->max_tokens = generated(tr);
+      r->seq.id = i;
+      r->seq.arrival_time = t;
+      r->seq.n_prompt = tr.prompt_tokens;
+      r->seq.tokens.reserve((size_t)final_context(tr));
+      r->seq.tokens.assign((size_t)tr.prompt_tokens, 0);
+      r->record.id = tr.id;
+      r->record.augmentation = tr.augmentation;
+      r->record.arrival_s = tr.arrival_s;
+      sched.add(&r->seq);
+      reqs[i] = std::move(r);
+      ++live;
+      ++res.submitted;
+    }
+    // Tools that have answered.
+    while (!resumes.empty() && resumes.top().at <= t) {
+      const ResumeEvent ev = resumes.top();
+      resumes.pop();
+      SimRequest& r = *reqs[ev.index];
+      const Segment& sg = r.trace->segments[r.segment - 1];
+      estimator->observe(sg.tool, t - r.seq.interception->call_time);
+      sched.resume(&r.seq, std::vector<int32_t>((size_t)sg.return_tokens, 0), t);
+      st.resumes++;
+      r.record.interception_s += t - r.paused_at;
+      r.record.output_tokens += sg.return_tokens;
+    }
+    if (t > hard_stop || (next >= trace.size() && live == 0)) break;
+    const bool busy = sched.has_work();
+    if (busy) {
+      const int64_t before = st.steps + st.copy_only_steps;
+      t += step(t);
+      if (st.steps + st.copy_only_steps > before) continue;
+      // Work is queued but nothing could run or move (a resumed request waits for device
+      // blocks that only a tool answer will free): the real engine spins until something
+      // changes; here time moves on as when idle.
+    }
+    // Idle until the next arrival or tool answer; with paused requests around the engine
+    // wakes every idle_tick_s (expiry, time-driven policy decisions), as bench does.
+    double wake = hard_stop;
+    if (next < trace.size()) wake = std::min(wake, trace[next].arrival_s);
+    if (!resumes.empty()) wake = std::min(wake, resumes.top().at);
+    if (!(wake > t)) break;  // the hard stop, with nothing left to do before it
+    if (busy && std::isinf(wake))
+      return make_error("simulation stalled at t = ", std::to_string(t),
+                        " s: work is queued, nothing can run and no event is pending (a bug)");
+    if (sched.n_paused() == 0 && !busy) {
+      t = wake;
+      continue;
+    }
+    t = std::min(wake, t + config.idle_tick_s);
+    if (busy) continue;  // the next loop's step() is the engine's next try
+    st.idle_ticks++;
+    t += step(t);
+  }
+  res.end_time_s = t;
+  for (auto& r : reqs)
+    if (r && !r->record.completed) res.records.push_back(r->record);  // unfinished
+  res.tools = estimator->stats();
+  res.device_blocks_in_use = device.n_used();
+  res.host_blocks_in_use = host.n_used();
+  res.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return res;
+}
+
+}  // namespace infercept

@@ -1,0 +1,157 @@
+// The simulator behind `infercept simulate`: the real Scheduler, interception policies,
+// duration estimators and KV bookkeeping (a BlockAllocator for each tier) driven by a
+// cost-model executor instead of a model, in virtual time.
+//
+// What is real: every scheduling decision (continuous batching, chunked prefill, preemption,
+// the policy's keep/swap/discard per paused request per step, swap-in order, FCFS queues),
+// the estimators' learning, the block accounting of both tiers and the waste accounting of
+// EngineCore::step (recompute, preserve, swap stall; docs/DESIGN.md).
+// What is modelled: a step with x query tokens lasts T_fwd(x) from the CostModel (the
+// profiler's cache format, or a built-in H200 profile), plus two measured terms T_fwd(x)
+// lacks (0 unless the profile has them; the built-in H200 profiles do): attention over the
+// context the batch holds, per context token, and the logits of each sampled row past the
+// first, per row. Then step = T_fwd(x) + a * sum(context) + b * (sampled rows - 1). The
+// step's block copies take
+// bytes / bandwidth per direction and either overlap the step (only what exceeds the step
+// stalls: the CUDA backend's copy streams) or stall it in full (the CPU backend copies on
+// the engine thread; and the `swap` policy's synchronous whole-context swap, always); a
+// generated token is a placeholder (no sampling), so a request generates exactly its
+// scripted counts. Time is virtual: a discrete-event loop of arrivals (the trace), tool
+// returns (after each segment's tool_seconds) and engine steps back to back while there is
+// work; while only paused requests exist the engine ticks every `idle_tick_s` as
+// `infercept bench` does (so time-driven policies such as ttl still act).
+//
+// The loop mirrors `infercept bench` (src/cli/bench.cpp) against EngineCore::step: arrivals
+// and tool returns are admitted between steps, a request that cannot fit the engine at all
+// is skipped, the tool's true duration is passed as the hint (the oracle estimator's input),
+// and a run stops at `duration_s + drain_s` of virtual time or when every request is done.
+//
+// Tensor parallelism (`gpus` > 1) is a scaling of a one-GPU profile, not a measurement:
+// T_fwd_N(x) = T_fwd_1(x) / (N * e), copy bandwidth x N (one link per GPU), KV capacity the
+// sum over the GPUs; e is the tensor-parallel efficiency, by default 0.9^log2(N) (2 GPUs 0.90,
+// 4 GPUs 0.81, 8 GPUs 0.73: NVLink all-reduces twice per layer, relatively heavier on the
+// small, latency-bound steps that dominate decoding).
+//
+// Dependency direction: this lives in the engine library (which links sched) and uses the
+// workload library's plain data structs (TraceRequest, RequestRecord) through their headers
+// only: no out-of-line workload function is called, so the engine library does not link
+// workload. The sched library knows nothing of it.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "sched/cost_model.h"
+#include "sched/duration_estimator.h"
+#include "workload/metrics.h"
+#include "workload/trace.h"
+
+namespace infercept {
+
+// A machine to simulate: a one-GPU (or CPU) cost model and the defaults that come with it.
+struct SimProfile {
+  std::string name;
+  CostModel cost;              // T_fwd samples, KV bytes per token, copy bandwidth, S
+  bool copies_overlap = true;  // false: every copy stalls the step (the CPU backend)
+  // Built-in profiles only (0 otherwise): device memory and weights per the whole model, so
+  // that the default KV pool is what `--gpu-memory-utilization 0.9` would give.
+  double device_memory_gib = 0.0;  // one device
+  double weights_gib = 0.0;        // the whole model (bf16)
+  int64_t max_context = 0;         // the model's context length; 0 = no limit beyond the cache
+  // Attention's cost of the KV a step's batch holds: T_fwd(x) is measured with no context,
+  // a real step also reads its sequences' KV. Seconds per context token of the batch; built-in
+  // profiles have it from the decode steps of PERF.md 4.2, a JSON file may give it as
+  // "context_seconds_per_token" (else 0: T_fwd alone, the brief's model).
+  double context_seconds_per_token = 0.0;
+  // Bringing a sampled row's logits to the host: T_fwd(x) includes one row; each further
+  // sampled row of a step costs this much (PERF.md 4.2: step with logits - without, per row).
+  // A JSON file may give it as "sample_seconds_per_row" (else 0).
+  double sample_seconds_per_row = 0.0;
+  std::string source;  // where the numbers come from (printed with the results)
+
+  // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
+  // `util` (0.9 like vLLM), after the weights and ~2 GiB per device of activations and
+  // workspace. 0 when the profile has no device memory figure.
+  int64_t default_kv_cache_tokens(int gpus, double util = 0.9) const;
+};
+
+// Built-in profiles measured on the lent H200 (docs/PERF.md section 4.4; bench-forward, bf16
+// weights and KV): h200-llama2-7b, h200-llama3-8b, h200-llama2-13b.
+const std::vector<std::string>& builtin_sim_profile_names();
+// A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache). A file
+// whose name says it was profiled on the CPU (`.profile-cpu-`) copies synchronously.
+Result<SimProfile> load_sim_profile(const std::string& name_or_path);
+
+// The tensor-parallel efficiency used when none is given: 0.9^log2(gpus).
+double default_tp_efficiency(int gpus);
+// A one-device cost model scaled to `gpus` devices at efficiency `efficiency` (see above).
+CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency);
+
+struct SimConfig {
+  CostModel cost;                          // already scaled to the deployment (scale_cost_model)
+  bool copies_overlap = true;              // see SimProfile
+  double context_seconds_per_token = 0.0;  // see SimProfile (already scaled to the GPUs)
+  double sample_seconds_per_row = 0.0;     // see SimProfile
+  int64_t block_size = 16;
+  int64_t kv_cache_tokens = 0;    // device pool, rounded up to whole blocks (> 0)
+  int64_t swap_space_tokens = 0;  // host pool; at least one block, as in EngineCore
+  int64_t max_tokens_per_step = 512;
+  int64_t max_seqs = 64;
+  int64_t max_context = 0;  // the model's limit; 0 = only the cache limits a request
+  std::string policy = "minwaste";
+  std::string estimator = "learned";
+  double interception_timeout_s = 600.0;
+  bool hints = true;         // give the tool's true duration as the hint (as bench does)
+  double duration_s = 60.0;  // the arrival window (throughput = completed / duration_s)
+  double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
+  double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
+  bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
+};
+
+// EngineStats' counters and waste by cause, plus what only a simulation knows.
+struct SimStats {
+  int64_t steps = 0;            // steps with a forward pass
+  int64_t copy_only_steps = 0;  // plans with copies but nothing to run
+  int64_t idle_ticks = 0;       // schedule() calls while only paused requests existed
+  int64_t interceptions = 0, resumes = 0, expirations = 0;
+  int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
+  int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks
+  int64_t prompt_tokens_computed = 0;                     // prefill rows, recomputation included
+  int64_t decode_tokens = 0;                              // tokens sampled
+  int64_t preemptions = 0;
+  int64_t swap_preemptions = 0;     // of which the KV went to the host tier (minwaste)
+  int64_t recomputed_tokens = 0;    // computed tokens whose KV was dropped
+  int64_t recompute_rows = 0;       // rows run again because their KV had been dropped
+  double forward_seconds = 0.0;     // sum of T_fwd over steps
+  double busy_seconds = 0.0;        // forward + stalls: the engine was not idle
+  double swap_seconds = 0.0;        // copy time (both directions)
+  double swap_stall_seconds = 0.0;  // copy time not hidden under a forward pass
+  double waste_recompute = 0.0;     // byte-seconds, as EngineStats
+  double waste_preserve = 0.0;
+  double waste_swap_stall = 0.0;
+  int64_t max_running = 0, max_paused = 0, max_waiting = 0;
+  int64_t peak_device_blocks = 0, peak_host_blocks = 0;
+};
+
+struct SimResult {
+  std::vector<RequestRecord> records;  // one per admitted request, completed or not
+  SimStats stats;
+  std::vector<ToolStats> tools;      // what the estimator learned
+  int64_t submitted = 0;             // requests admitted
+  int64_t skipped = 0;               // requests that cannot fit the engine at all
+  double end_time_s = 0.0;           // virtual time when the run stopped
+  int64_t kv_cache_tokens = 0;       // device pool (whole blocks)
+  int64_t swap_space_tokens = 0;     // host pool (whole blocks)
+  int64_t device_blocks_in_use = 0;  // at the end: 0 after a complete drain
+  int64_t host_blocks_in_use = 0;
+  double wall_seconds = 0.0;  // host time the simulation took
+};
+
+// Replays `trace` (arrival order) through the scheduler. Errors: a bad config (unknown
+// policy or estimator, an empty cache, an invalid cost model).
+Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceRequest>& trace);
+
+}  // namespace infercept

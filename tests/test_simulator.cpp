@@ -1,0 +1,332 @@
+// The simulator (src/engine/simulator.h): the real scheduler and policies driven by a cost
+// model in virtual time. Determinism, conservation (everything completes, both pools empty,
+// scheduler invariants every step), cases whose answer is known in closed form, and the
+// policy ordering on a saturated H200 profile.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine/simulator.h"
+#include "workload/metrics.h"
+#include "workload/workload.h"
+
+namespace infercept {
+namespace {
+
+// T_fwd(x) = 10 ms + 0.1 ms * x: linear, so interpolation is exact everywhere.
+CostModel linear_cost(int64_t saturation = 64) {
+  CostModel c;
+  for (int64_t x : {1, 4096}) c.t_fwd_samples.emplace_back(x, 0.010 + 0.0001 * (double)x);
+  c.kv_bytes_per_token = 1000.0;
+  c.swap_bytes_per_second = 1e9;
+  c.saturation_tokens = saturation;
+  return c;
+}
+
+double tf(int64_t x) {
+  return 0.010 + 0.0001 * (double)x;
+}
+
+SimConfig small_config(const std::string& policy) {
+  SimConfig c;
+  c.cost = linear_cost();
+  c.policy = policy;
+  c.kv_cache_tokens = 4096;
+  c.swap_space_tokens = 4096;
+  c.duration_s = 10.0;
+  c.check_invariants = true;
+  return c;
+}
+
+TraceRequest one_request(int32_t prompt, std::vector<Segment> segments) {
+  TraceRequest r;
+  r.id = 0;
+  r.arrival_s = 0.0;
+  r.augmentation = "test";
+  r.prompt_tokens = prompt;
+  r.segments = std::move(segments);
+  return r;
+}
+
+SimConfig h200_config(const std::string& policy, int64_t kv_tokens) {
+  auto p = load_sim_profile("h200-llama2-7b");
+  EXPECT_TRUE(p.ok());
+  SimConfig c;
+  c.cost = p->cost;
+  c.context_seconds_per_token = p->context_seconds_per_token;
+  c.sample_seconds_per_row = p->sample_seconds_per_row;
+  c.max_context = p->max_context;
+  c.policy = policy;
+  c.kv_cache_tokens = kv_tokens;
+  c.swap_space_tokens = 64 * 2048 * 64;  // 64 GiB of 7B KV (512 KiB per token)
+  return c;
+}
+
+std::vector<TraceRequest> mixed(double rate, double duration, uint64_t seed) {
+  WorkloadSpec spec;
+  spec.name = "mixed";
+  spec.rate = rate;
+  spec.duration_s = duration;
+  spec.seed = seed;
+  return generate_workload(spec);
+}
+
+TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
+  for (const std::string& name : builtin_sim_profile_names()) {
+    auto p = load_sim_profile(name);
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_TRUE(p->cost.validate().ok());
+    EXPECT_EQ(p->cost.saturation(), 128);
+    EXPECT_DOUBLE_EQ(p->cost.swap_bytes_per_second, 55e9);
+    EXPECT_GT(p->default_kv_cache_tokens(1), 100000) << name;  // > 100k tokens on one H200
+  }
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.kv_bytes_per_token, 524288.0);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama3-8b")->cost.kv_bytes_per_token, 131072.0);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 6.757e-3, 1e-5);
+  EXPECT_FALSE(load_sim_profile("no-such-profile").ok());
+  // Tensor parallelism divides T_fwd by N * e and multiplies the copy bandwidth by N.
+  const CostModel one = load_sim_profile("h200-llama2-13b")->cost;
+  const CostModel four = scale_cost_model(one, 4, default_tp_efficiency(4));
+  EXPECT_NEAR(default_tp_efficiency(4), 0.81, 1e-12);
+  EXPECT_NEAR(four.t_fwd(512), one.t_fwd(512) / (4 * 0.81), 1e-12);
+  EXPECT_DOUBLE_EQ(four.swap_bytes_per_second, 4 * 55e9);
+}
+
+TEST(SimulatorProfiles, CpuProfileFileCopiesSynchronously) {
+  const std::string path = std::string(INFERCEPT_SOURCE_DIR) +
+                           "/models/SmolLM2-135M-Instruct.Q4_1.gguf.profile-cpu-2t.json";
+  auto p = load_sim_profile(path);
+  if (!p.ok()) GTEST_SKIP() << "no CPU profile cache: " << p.error().message;
+  EXPECT_FALSE(p->copies_overlap);
+  EXPECT_EQ(p->context_seconds_per_token, 0.0);
+}
+
+// One request, no interception: the time is the sum of T_fwd over its steps, exactly.
+TEST(Simulator, OneRequestTakesTheSumOfItsSteps) {
+  SimConfig c = small_config("minwaste");
+  c.max_tokens_per_step = 512;
+  // 1,200 prompt tokens: chunks of 512, 512, 176 (the last one samples), then 49 decodes.
+  auto res = simulate(c, {one_request(1200, {{50, "", 0.0, 0}})});
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  ASSERT_EQ(res->records.size(), 1u);
+  const RequestRecord& r = res->records[0];
+  ASSERT_TRUE(r.completed);
+  const double expected = tf(512) + tf(512) + tf(176) + 49 * tf(1);
+  EXPECT_NEAR(r.end_s, expected, 1e-9);
+  EXPECT_NEAR(r.first_token_s, tf(512) + tf(512) + tf(176), 1e-9);
+  EXPECT_EQ(r.output_tokens, 50);
+  EXPECT_NEAR(normalized_latency(r), expected / 50.0, 1e-12);
+  EXPECT_EQ(res->stats.steps, 3 + 49);
+  EXPECT_EQ(res->stats.recomputed_tokens, 0);
+  EXPECT_EQ(res->stats.prompt_tokens_computed, 1200);
+  EXPECT_EQ(res->device_blocks_in_use, 0);
+}
+
+// A context cost adds its per-token price for every context token a step's batch holds.
+TEST(Simulator, ContextCostChargesTheBatchContext) {
+  SimConfig c = small_config("minwaste");
+  c.context_seconds_per_token = 1e-6;
+  auto res = simulate(c, {one_request(100, {{3, "", 0.0, 0}})});
+  ASSERT_TRUE(res.ok());
+  // Steps hold 100, 101, 102 context tokens (prompt, then one more per decode).
+  const double expected = tf(100) + 100e-6 + tf(1) + 101e-6 + tf(1) + 102e-6;
+  EXPECT_NEAR(res->records[0].end_s, expected, 1e-9);
+}
+
+// discard drops the KV at the pause and recomputes the context exactly once after the tool
+// answers; preserve recomputes nothing. Both times follow from the chunking rule.
+TEST(Simulator, DiscardRecomputesAPausedContextExactlyOnce) {
+  // Prompt 100, generate 10, tool 5 s returning 20 tokens, generate 10 more.
+  const TraceRequest tr = one_request(100, {{10, "search", 5.0, 20}, {10, "", 0.0, 0}});
+  const double before_pause = tf(100) + 9 * tf(1);  // prefill samples token 1; 9 decodes
+
+  SimConfig c = small_config("discard");
+  auto d = simulate(c, {tr});
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  ASSERT_TRUE(d->records[0].completed);
+  // At the pause 109 tokens have KV (the 110th, just sampled, has not run yet): all dropped.
+  EXPECT_EQ(d->stats.recomputed_tokens, 109);
+  EXPECT_EQ(d->stats.recompute_rows, 109);
+  EXPECT_EQ(d->stats.interceptions, 1);
+  EXPECT_GT(d->stats.waste_recompute, 0.0);
+  // After the resume 130 tokens lack KV: recomputation rides in chunks of at most
+  // max(S - R, 32) = 64 tokens until the old high-water mark (109), then the rest at once:
+  // 64, 64 (reaches 128 > 109), 2 (samples), then 9 decodes.
+  const double after = tf(64) + tf(64) + tf(2) + 9 * tf(1);
+  EXPECT_NEAR(d->records[0].end_s, before_pause + 5.0 + after, 1e-9);
+  EXPECT_EQ(d->stats.prompt_tokens_computed, 100 + 130);
+
+  c.policy = "preserve";
+  auto p = simulate(c, {tr});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->stats.recomputed_tokens, 0);
+  EXPECT_EQ(p->stats.recompute_rows, 0);
+  // The last sampled token and the 20 returned ones run as one prefill chunk.
+  EXPECT_NEAR(p->records[0].end_s, before_pause + 5.0 + tf(21) + 9 * tf(1), 1e-9);
+  EXPECT_GT(p->stats.waste_preserve, 0.0);
+  EXPECT_EQ(p->records[0].output_tokens, 40);
+  EXPECT_NEAR(p->records[0].interception_s, 5.0, 1e-9);
+}
+
+// A pause past the interception timeout gives its KV back (EngineCore's expiry); the late
+// answer still works, by recomputation.
+TEST(Simulator, ExpiredPauseReleasesItsKv) {
+  SimConfig c = small_config("preserve");
+  c.interception_timeout_s = 5.0;
+  const TraceRequest tr = one_request(100, {{10, "slow", 20.0, 5}, {5, "", 0.0, 0}});
+  auto res = simulate(c, {tr});
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  ASSERT_TRUE(res->records[0].completed);
+  EXPECT_EQ(res->stats.expirations, 1);
+  // EngineStats counts drops of the scheduler's plans only, so an expiry's drop shows up as
+  // the rows run again, not in recomputed_tokens (the same in the engine).
+  EXPECT_EQ(res->stats.recompute_rows, 109);
+  c.interception_timeout_s = 30.0;
+  auto kept = simulate(c, {tr});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->stats.expirations, 0);
+  EXPECT_EQ(kept->stats.recompute_rows, 0);
+}
+
+// A long pause while a newcomer needs the blocks: minwaste must give the paused KV up (swap
+// or discard) rather than stall the newcomer, and every block comes back in the end.
+TEST(Simulator, PausedKvMakesRoomUnderPressure) {
+  SimConfig c = small_config("minwaste");
+  c.kv_cache_tokens = 1024;
+  c.swap_space_tokens = 0;  // one host block: swapping is no way out, discarding is
+  TraceRequest a = one_request(600, {{8, "human", 30.0, 10}, {8, "", 0.0, 0}});
+  TraceRequest b = one_request(700, {{20, "", 0.0, 0}});
+  b.id = 1;
+  b.arrival_s = 1.0;
+  auto res = simulate(c, {a, b});
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  ASSERT_EQ(res->records.size(), 2u);
+  for (const RequestRecord& r : res->records) EXPECT_TRUE(r.completed);
+  // b is not held up for the 30 s pause: it starts within a step or two of its arrival.
+  for (const RequestRecord& r : res->records) {
+    if (r.id == 1) {
+      EXPECT_LT(r.end_s, 2.0);
+    }
+  }
+  EXPECT_EQ(res->stats.recomputed_tokens, 607);  // a's context, dropped once
+  EXPECT_EQ(res->device_blocks_in_use, 0);
+  EXPECT_EQ(res->host_blocks_in_use, 0);
+}
+
+// Same seed, same result: every record and every counter.
+TEST(Simulator, Deterministic) {
+  SimConfig c = h200_config("minwaste", 60000);
+  c.duration_s = 60.0;
+  const auto trace = mixed(6.0, 60.0, 7);
+  auto r1 = simulate(c, trace);
+  auto r2 = simulate(c, trace);
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  ASSERT_EQ(r1->records.size(), r2->records.size());
+  for (size_t i = 0; i < r1->records.size(); ++i) {
+    const RequestRecord &x = r1->records[i], &y = r2->records[i];
+    EXPECT_EQ(x.id, y.id);
+    EXPECT_EQ(x.end_s, y.end_s);
+    EXPECT_EQ(x.first_token_s, y.first_token_s);
+    EXPECT_EQ(x.interception_s, y.interception_s);
+    EXPECT_EQ(x.output_tokens, y.output_tokens);
+  }
+  EXPECT_EQ(r1->stats.steps, r2->stats.steps);
+  EXPECT_EQ(r1->stats.recomputed_tokens, r2->stats.recomputed_tokens);
+  EXPECT_EQ(r1->stats.swapped_out_tokens, r2->stats.swapped_out_tokens);
+  EXPECT_EQ(r1->stats.waste_recompute, r2->stats.waste_recompute);
+  EXPECT_EQ(r1->stats.waste_preserve, r2->stats.waste_preserve);
+  EXPECT_EQ(r1->end_time_s, r2->end_time_s);
+  // And another seed gives another run.
+  auto r3 = simulate(c, mixed(6.0, 60.0, 8));
+  ASSERT_TRUE(r3.ok());
+  EXPECT_NE(r1->stats.steps, r3->stats.steps);
+}
+
+// Under every policy, with the cache tight enough for preemptions, discards and swaps:
+// every request completes after the drain with exactly its scripted output, both pools end
+// empty, and the scheduler's invariants hold after every step (check_invariants).
+TEST(Simulator, ConservationUnderEveryPolicy) {
+  WorkloadSpec spec;
+  spec.rate = 2.0;
+  spec.duration_s = 20.0;
+  spec.seed = 3;
+  spec.time_scale = 0.05;     // pauses of ~1 s instead of ~20
+  spec.context_scale = 0.25;  // contexts of a few hundred tokens
+  const auto trace = generate_workload(spec);
+  ASSERT_GT(trace.size(), 20u);
+  for (const char* policy :
+       {"discard", "improved-discard", "preserve", "swap", "ttl", "minwaste"}) {
+    SimConfig c = small_config(policy);
+    c.kv_cache_tokens = 2048;
+    c.swap_space_tokens = 2048;
+    c.duration_s = spec.duration_s;
+    auto res = simulate(c, trace);
+    ASSERT_TRUE(res.ok()) << policy << ": " << res.error().message;
+    EXPECT_EQ(res->skipped, 0) << policy;
+    ASSERT_EQ(res->records.size(), trace.size()) << policy;
+    for (const RequestRecord& r : res->records) {
+      const TraceRequest& tr = trace[r.id];
+      EXPECT_TRUE(r.completed) << policy << " request " << r.id;
+      EXPECT_EQ(r.output_tokens, tr.generated_tokens() + tr.returned_tokens()) << policy;
+      EXPECT_GE(r.interception_s, tr.total_tool_seconds() - 1e-9) << policy;
+    }
+    EXPECT_EQ(res->stats.interceptions, res->stats.resumes) << policy;
+    EXPECT_EQ(res->device_blocks_in_use, 0) << policy;
+    EXPECT_EQ(res->host_blocks_in_use, 0) << policy;
+    // A partly swapped context that is discarded later never comes back in.
+    EXPECT_LE(res->stats.swapped_in_tokens, res->stats.swapped_out_tokens) << policy;
+    std::printf(
+        "[conservation] %-16s steps %6lld preemptions %4lld recomputed %6lld swapped %6lld\n",
+        policy, (long long)res->stats.steps, (long long)res->stats.preemptions,
+        (long long)res->stats.recomputed_tokens, (long long)res->stats.swapped_out_tokens);
+  }
+}
+
+// The paper's claim in miniature: on a saturated mixed workload (7B on one H200, KV cut to
+// an A100-40GB-like 20 GiB so that paused contexts compete for memory), minwaste's mean
+// normalized latency is no worse than discard's.
+TEST(Simulator, MinwasteNoWorseThanDiscardWhenSaturated) {
+  const double duration = 120.0;
+  const auto trace = mixed(3.0, duration, 11);
+  double latency[2] = {0, 0};
+  const char* policies[2] = {"discard", "minwaste"};
+  for (int i = 0; i < 2; ++i) {
+    SimConfig c = h200_config(policies[i], 40960);  // 20 GiB of 512 KiB tokens
+    c.duration_s = duration;
+    auto res = simulate(c, trace);
+    ASSERT_TRUE(res.ok()) << res.error().message;
+    const Summary s = summarize(res->records, duration);
+    EXPECT_EQ(s.completed, s.submitted) << policies[i];
+    latency[i] = s.normalized_latency.mean;
+    std::printf(
+        "[policy] h200-llama2-7b mixed 3.0 req/s KV 40960: %-8s mean %.1f ms/token, "
+        "p99 %.1f, recomputed %lld, swapped out %lld, preemptions %lld (%.2f s wall)\n",
+        policies[i], 1e3 * s.normalized_latency.mean, 1e3 * s.normalized_latency.p99,
+        (long long)res->stats.recomputed_tokens, (long long)res->stats.swapped_out_tokens,
+        (long long)res->stats.preemptions, res->wall_seconds);
+  }
+  EXPECT_LE(latency[1], latency[0]);
+}
+
+TEST(Simulator, BadConfigsAreErrors) {
+  SimConfig c = small_config("no-such-policy");
+  EXPECT_FALSE(simulate(c, {}).ok());
+  c = small_config("minwaste");
+  c.estimator = "psychic";
+  EXPECT_FALSE(simulate(c, {}).ok());
+  c = small_config("minwaste");
+  c.kv_cache_tokens = 0;
+  EXPECT_FALSE(simulate(c, {}).ok());
+  // A request that cannot fit at all is skipped, as bench skips it.
+  c = small_config("minwaste");
+  c.kv_cache_tokens = 64;
+  auto res = simulate(c, {one_request(100, {{5, "", 0.0, 0}})});
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->skipped, 1);
+  EXPECT_TRUE(res->records.empty());
+}
+
+}  // namespace
+}  // namespace infercept
