@@ -90,7 +90,8 @@ class Backend {
   virtual bool copies_are_async() const { return false; }
   // Greedy sampling where the logits live: out[i] = the lowest id of row i's largest value
   // (the host sampler's tie rule). Returns false when the backend leaves sampling to the
-  // host (the CPU: its logits are already there).
+  // host (the CPU: its logits are already there); greedy_on_device() says so up front.
+  virtual bool greedy_on_device() const { return false; }
   virtual bool argmax_rows(const Tensor& logits, int32_t* out) { return false; }
   // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
   virtual int64_t free_memory_bytes() const { return -1; }

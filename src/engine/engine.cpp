@@ -503,8 +503,7 @@ std::vector<RequestOutput> EngineCore::step() {
     device_greedy = device_greedy && a.params.is_greedy() && !a.params.has_penalties() && a.logprobs < 0;
   }
   const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
-  device_greedy = device_greedy && n_logit_rows > 0 &&
-                  backend_->argmax_rows(model_->last_logits(0), nullptr);
+  device_greedy = device_greedy && n_logit_rows > 0 && backend_->greedy_on_device();
   const double t0 = now_seconds();
   model_->forward(step_input_, *kv_, device_greedy ? nullptr : logits_.data());
   if (device_greedy) {

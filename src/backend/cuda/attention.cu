@@ -354,8 +354,9 @@ template <typename T, typename KV, int HD>
 void launch(const AttnArgs& a, cudaStream_t s) {
   if (a.n_items > 0) {
     // Enough warps that every pair is covered: pairs p = warp + warps * k, k < 4.
-    int nw = std::clamp((a.max_pairs + kPairsPerWarp - 1) / kPairsPerWarp, 1, 8);
-    nw = std::max(nw, std::min(8, a.max_pairs));
+    // One warp per pair up to 8; beyond that each of 8 warps takes up to kPairsPerWarp
+    // (pairs p = warp + 8k), which covers kMaxPairs = 32.
+    const int nw = std::clamp(a.max_pairs, 1, 8);
     const size_t smem = sizeof(float) * kMaxPairs * HD + sizeof(KV) * HD * (kTile + 2) +
                         sizeof(KV) * kTile * HD;
     static bool configured = false;  // per instantiation

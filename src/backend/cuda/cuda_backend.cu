@@ -197,6 +197,7 @@ class CudaBackend final : public Backend {
     std::memcpy(dst, logits_host_, n * 4);
   }
 
+  bool greedy_on_device() const override { return true; }
   bool argmax_rows(const Tensor& t, int32_t* out) override {
     CHECK(t.dtype == DType::f32 && t.rows <= argmax_capacity_);
     if (t.rows == 0) return true;
