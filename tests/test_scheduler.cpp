@@ -341,6 +341,155 @@ TEST(SchedulerInterception, MinwastePreemptsBySwappingWhenACopyIsCheaper) {
   EXPECT_EQ(host.n_free(), 16);
 }
 
+// Memory pressure as the policies see it: only when the request next in line cannot get its
+// blocks. A real minwaste (or ttl) policy, with costs under which a long pause on the device
+// is worth swapping out, and a copy is cheap, so pressure shows up as a swap.
+struct PressureHarness {
+  CostModel cost;
+  std::unique_ptr<DurationEstimator> est;
+  std::unique_ptr<Policy> policy;
+  SchedulerConfig cfg{4, 64, 16, 0.05};
+  BlockAllocator device, host{64};
+  std::unique_ptr<Scheduler> sched;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  double now = 0.0;
+
+  explicit PressureHarness(int32_t device_blocks, PolicyKind kind = PolicyKind::minwaste,
+                           int64_t budget = 64)
+      : device(device_blocks) {
+    cost.t_fwd_samples = {{1, 0.01}, {64, 0.2}};  // recomputing 40 tokens: ~0.13 s
+    cost.kv_bytes_per_token = 1000.0;
+    cost.swap_bytes_per_second = 1e9;  // a copy budget of ~10,000 tokens per step
+    cost.saturation_tokens = 1;
+    auto e = make_duration_estimator("oracle");  // the hint: a 100 s pause
+    CHECK(e.ok());
+    est = std::move(*e);
+    policy = make_policy(kind, cost, *est);
+    cfg.max_tokens_per_step = budget;
+    cfg.min_recompute_chunk = 8;
+    sched = std::make_unique<Scheduler>(cfg, device, &host, policy.get(), &cost);
+  }
+  Sequence* add(int64_t prompt_len, double arrival) {
+    auto s = std::make_unique<Sequence>();
+    s->id = seqs.size();
+    s->arrival_time = arrival;
+    s->tokens.assign((size_t)prompt_len, 7);
+    s->n_prompt = prompt_len;
+    sched->add(s.get());
+    seqs.push_back(std::move(s));
+    return seqs.back().get();
+  }
+  StepPlan step(double dt = 0.01) {
+    StepPlan plan = sched->schedule(now += dt);
+    sched->commit(plan);
+    for (const ScheduledSeq& ss : plan.scheduled)
+      if (ss.sample) ss.seq->tokens.push_back(1);
+    sched->check_invariants();
+    return plan;
+  }
+  // Runs `s` alone until it has sampled a token, then pauses it for a long tool call.
+  void run_and_pause(Sequence* s, double hint = 100.0) {
+    for (int i = 0; i < 20 && s->n_generated() == 0; ++i) step();
+    ASSERT_EQ(s->n_generated(), 1);
+    sched->intercept(s, {"search", now, hint, false, 0.0, false});
+  }
+  bool scheduled(const StepPlan& p, const Sequence* s) const {
+    for (const ScheduledSeq& ss : p.scheduled)
+      if (ss.seq == s) return true;
+    return false;
+  }
+};
+
+// A new request whose prefill fits in the free blocks waits one step (chunked prefill admits
+// it in the next schedule()), but that is no reason to move a paused request's KV: it is
+// preserved, and the newcomer runs beside it.
+TEST(SchedulerPressure, WaitingRequestThatFitsLeavesPausedKvAlone) {
+  PressureHarness h(32);  // 128 tokens
+  Sequence* paused = h.add(40, 0.0);  // 10 blocks
+  h.run_and_pause(paused);
+  const std::vector<int32_t> blocks = paused->blocks.blocks;
+  Sequence* fresh = h.add(8, 1.0);  // 2 blocks of 22 free
+  for (int i = 0; i < 5; ++i) {
+    const StepPlan p = h.step();
+    EXPECT_TRUE(p.swap_out.empty()) << "step " << i;
+    EXPECT_EQ(p.n_discards, 0) << "step " << i;
+    if (i == 0) {
+      EXPECT_TRUE(h.scheduled(p, fresh));
+    }
+  }
+  EXPECT_EQ(paused->blocks.blocks, blocks);
+  EXPECT_EQ(paused->n_computed, 40);
+  EXPECT_TRUE(paused->host_blocks.empty());
+}
+
+// One whose prefill chunk does not fit is memory pressure: minwaste moves the long pause to
+// the host (a swap, not the discard that taking its blocks at admission would be), and the
+// newcomer runs in the same step.
+TEST(SchedulerPressure, WaitingRequestThatDoesNotFitMakesMinwasteSwap) {
+  PressureHarness h(16);  // 64 tokens
+  Sequence* paused = h.add(40, 0.0);  // 10 blocks, 6 free
+  h.run_and_pause(paused);
+  Sequence* fresh = h.add(40, 1.0);  // needs 10
+  const StepPlan p = h.step();
+  EXPECT_EQ(p.swap_out.size(), 10u);
+  EXPECT_EQ(p.n_discards, 0);
+  EXPECT_TRUE(h.scheduled(p, fresh));
+  EXPECT_TRUE(paused->blocks.blocks.empty());
+  EXPECT_EQ(paused->n_computed, 40);  // all of it on the host, nothing to recompute
+  EXPECT_EQ(paused->n_recomputed, 0);
+}
+
+// A request whose KV was dropped needs its whole context back before it can sample again,
+// recomputed a few tokens per step: that is what counts, not its first chunk. Here the first
+// chunk (and even a full step's budget) fits in the free blocks but the whole context does
+// not, so the paused request is swapped out now, while it is cheap, rather than dropped
+// block by block later as the recomputation grows.
+TEST(SchedulerPressure, RecomputingRequestCountsItsWholeContext) {
+  PressureHarness h(20, PolicyKind::minwaste, /*budget=*/16);
+  Sequence* paused = h.add(23, 0.0);  // 6 blocks
+  h.run_and_pause(paused);
+  Sequence* dropped = h.add(47, 1.0);  // 12 blocks
+  h.run_and_pause(dropped);
+  ASSERT_EQ(h.device.n_free(), 2);
+  h.sched->release_paused(dropped);  // expired: KV gone, tokens kept
+  h.sched->resume(dropped, std::vector<int32_t>(9, 5), h.now);  // back to recompute 57 tokens
+  ASSERT_EQ(h.sched->n_waiting(), 1u);
+  const int64_t free = h.device.n_free();
+  ASSERT_EQ(free, 14);
+  ASSERT_GT(BlockTable::blocks_for((int64_t)dropped->tokens.size(), 4), free);  // 15 blocks
+  ASSERT_LE(BlockTable::blocks_for(h.cfg.max_tokens_per_step, 4), free);
+  const StepPlan p = h.step();
+  EXPECT_FALSE(p.swap_out.empty());
+  EXPECT_EQ(p.n_discards, 0);
+  EXPECT_EQ(paused->n_computed, 23);
+  EXPECT_EQ(paused->n_recomputed, 0);
+  // And the recomputation then runs to the end without taking anyone's KV.
+  for (int i = 0; i < 20 && dropped->n_computed < (int64_t)dropped->tokens.size() - 1; ++i) {
+    const StepPlan q = h.step();
+    EXPECT_EQ(q.n_discards, 0) << "step " << i;
+  }
+  EXPECT_EQ(paused->n_recomputed, 0);
+}
+
+// ttl reads the same signal: a pause past its TTL keeps its KV while nobody needs the blocks,
+// and gives it up as soon as the request next in line does.
+TEST(SchedulerPressure, TtlReleasesOnlyWhenTheBlocksAreNeeded) {
+  PressureHarness h(16, PolicyKind::ttl);  // ttl default: 1 s without observations
+  Sequence* paused = h.add(40, 0.0);  // 10 blocks, 6 free
+  h.run_and_pause(paused);
+  h.step(5.0);  // 5 s into the pause, no one waiting
+  Sequence* small = h.add(8, 1.0);  // 2 blocks: fits
+  StepPlan p = h.step();
+  EXPECT_EQ(p.n_discards, 0);
+  EXPECT_TRUE(h.scheduled(p, small));
+  EXPECT_EQ(paused->n_computed, 40);
+  Sequence* big = h.add(20, 2.0);  // 5 blocks of the 3 or 4 left: does not fit
+  p = h.step();
+  EXPECT_EQ(p.n_discards, 1);
+  EXPECT_TRUE(h.scheduled(p, big));
+  EXPECT_EQ(paused->n_computed, 0);
+}
+
 TEST(SchedulerInterception, RunningRequestTakesBlocksFromPausedOnesFirst) {
   TieredHarness h;  // 16 device blocks of 4 tokens
   Sequence* paused = h.add(40, 0.0);  // 10 blocks

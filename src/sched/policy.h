@@ -50,8 +50,9 @@ struct PolicyInput {
   // Tokens the policy may swap out this step: N_i less what the scheduler already planned
   // to swap in (budgeted policies spend all of it on swap-out, most wasteful first).
   int64_t swap_budget_tokens = 0;
-  // True when requests wait for device blocks (or the pool is nearly full): keeping KV of
-  // paused requests then costs the others. Without pressure preserve is free.
+  // True when the request next in line for device blocks cannot get them from the free
+  // pool (or the pool is nearly full): keeping KV of paused requests then costs the others.
+  // Without pressure preserve is free. (Scheduler::memory_pressure() says what counts.)
   bool memory_pressure = false;
 };
 

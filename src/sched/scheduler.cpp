@@ -137,8 +137,37 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
   seq->blocks.n_tokens = std::min(keep, (int64_t)seq->blocks.blocks.size() * bs);
 }
 
+// Memory pressure, as the policies that read it (minwaste, ttl) see it: the request next in
+// line for device blocks cannot get them from the free pool, or the pool is nearly full.
+// Queued requests are served oldest first, so only the oldest waiting and the oldest
+// resuming request are counted, and only for what they need before they can run:
+//  - a new request: its next prefill chunk (chunked prefill admits it chunk by chunk);
+//  - a request whose KV was dropped (preempted by recomputation, discarded or expired while
+//    paused): its whole context. It cannot sample before all of it is back, and it is
+//    recomputed in small chunks over many steps; counting only the first chunk would leave
+//    the rest to be taken, step after step, from paused requests by dropping their KV
+//    (free_a_paused_block) when the policy could have swapped it out under the budget;
+//  - a resuming request: its host part, plus, after a swap preemption, the headroom that
+//    swap_in_resuming() waits for (a block per running sequence).
+// Any waiting request used to count as pressure. With chunked prefill every arrival waits
+// one step, so minwaste (and ttl) moved or dropped paused KV with most of the cache free:
+// the CPU sweep and the simulator both showed it (docs/PERF.md 3.3, docs/BENCHMARKS.md).
 bool Scheduler::memory_pressure() const {
-  if (!waiting_.empty() || !resuming_.empty()) return true;
+  const int64_t bs = config_.block_size;
+  int64_t need = 0;
+  if (!waiting_.empty()) {
+    const Sequence* s = waiting_.front();
+    const int64_t tokens = s->n_computed_peak > 0
+                               ? (int64_t)s->tokens.size()
+                               : std::min(s->n_uncomputed(), config_.max_tokens_per_step);
+    need += BlockTable::blocks_for(tokens, bs);  // a waiting request holds no blocks
+  }
+  if (!resuming_.empty()) {
+    const Sequence* s = resuming_.front();
+    need += (int64_t)s->host_blocks.size();
+    if (s->swap_preempted) need += (int64_t)running_.size();
+  }
+  if (need > (int64_t)device_.n_free()) return true;
   return (double)device_.n_free() < config_.pressure_watermark * (double)device_.n_blocks();
 }
 
