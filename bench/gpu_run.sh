@@ -7,6 +7,9 @@
 # next while the machine is warm) and is put together here.
 #
 #   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE pack
+#     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
+#                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
+#     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
 # (run `pack` last, outside any timeout, so that what finished comes back)
 set -u
 # At most 8 files come back from a call: results go to $RES, packed into one archive at the end.
@@ -20,6 +23,8 @@ export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# Result-file tag: the set: stages in force, or the swap copy mode as before.
+tag() { local t=${TAGS:-${INFERCEPT_SWAP_COPY:-default}}; echo "${t//[^A-Za-z0-9_,.-]/_}"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 PROMPTS='[[1,504,3575,282,4649,314],[1,1489,28264,24,94,725],[1,5723,2056,253,655,28,281,253,1165,5945,28],[1,378,1751,3625,282],[1,20012,28,216,34,28,216,35,28,216,37],[1,2868,7160,5134,253]]'
 for stage in "$@"; do
@@ -30,7 +35,7 @@ for stage in "$@"; do
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
     ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
     floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
-    tiny) log "make-model tiny"; $BIN/infercept make-model --shape tiny --out models/tiny 2>&1 | tail -2 ;;
+    tiny) log "make-model tiny"; $BIN/infercept make-model --shape tiny --out models/tiny ${MM_ARGS:-} 2>&1 | tail -2 ;;
     modeltest) log "model tests"; INFERCEPT_GPU_TEST_MODEL=$PWD/models/tiny $BIN/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -E "OK|FAILED|identical for 32|segments identical|Failure|PASSED|error" | tail -40 ;;
     hf-*)  # hf-SHAPE: logits ours vs transformers on one checkpoint, plus transformers timings
       shape=${stage#hf-}; dir=models/$shape
@@ -54,8 +59,11 @@ for stage in "$@"; do
       [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -2; }
       log "bench-forward $shape"
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
-        --json-out "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-default}.json" --swap-blocks 256 2>&1 | tee "$OUT/fwd-$shape-${INFERCEPT_SWAP_COPY:-default}.txt" | tail -60
-      [ "$shape" = tiny ] || rm -rf "$dir" ;;
+        --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
+      [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    set:*) kv=${stage#set:}; export "${kv?}"; TAGS="${TAGS:-}${TAGS:+,}$kv"; log "from here on: $kv" ;;
+    unset:*) name=${stage#unset:}; unset "$name"; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^$name=" | paste -sd, -); log "unset $name" ;;
+    keep) KEEP=1 ;;
     batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;
     kernelcopy) export INFERCEPT_SWAP_COPY=kernel; log "swaps through the copy kernel from here on" ;;
     hostprep) log "host time per step at 256 running requests (tiny model, CUDA)"

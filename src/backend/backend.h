@@ -53,6 +53,21 @@ struct AttentionBatch {
   int32_t max_blocks = 0;
 };
 
+// One row of sampling done where the logits live (rows without penalties or logprobs: those
+// need the row on the host). Greedy: the argmax, lowest id on ties. Otherwise the weights
+// exp((logit - max) * inv_temperature) are cut to the top_k largest (0 = off), then to the
+// most-likely-first prefix holding top_p of their mass, then to w >= min_p (w_max = 1), and
+// u in [0, 1) picks among the survivors by inverse CDF in id order: the host sampler's
+// distribution, drawn in another order.
+struct DeviceSampleRow {
+  int32_t greedy = 0;
+  float inv_temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float u = 0.0f;
+};
+
 struct RopeParams {
   int64_t head_dim = 0;
   int64_t rot_dim = 0;  // dimensions rotated (== head_dim for Llama)
@@ -81,10 +96,18 @@ class Backend {
   virtual void to_host_f32(const Tensor& t, float* dst) = 0;
   // Waits until every op queued so far has finished (a no-op on the CPU).
   virtual void sync() = 0;
-  // Called by the model at the start of every forward step. Host arrays passed to the ops
-  // (tokens, positions, slots, the attention batch) keep their contents until the next
-  // begin_step, so a device backend may upload each once per step and reuse it per layer.
-  virtual void begin_step() {}
+  // The model queues every step's ops between begin_step() and end_step(). Host arrays
+  // passed to the ops (tokens, positions, slots, the attention batch) keep their contents
+  // until the next begin_step, so a device backend may upload each once per step and reuse
+  // it per layer. `replayable`: the step may be recorded and replayed as a whole (a CUDA
+  // graph; the model says so for decode-only steps). end_step() returns true when the step's
+  // work is queued; false asks the model to queue the same ops once more (a device backend's
+  // first pass may only stage the inputs and look the step up among recorded ones; the
+  // second pass records it or runs it directly). At most two passes per step.
+  virtual void begin_step(bool replayable = false) { (void)replayable; }
+  virtual bool end_step() { return true; }
+  // Steps run from a recording so far.
+  virtual int64_t replayed_steps() const { return 0; }
   // True when copy_blocks_between only queues the copies (a device backend with copy
   // streams): they then overlap the forward pass and the caller need not wait for them.
   virtual bool copies_are_async() const { return false; }
@@ -93,6 +116,13 @@ class Backend {
   // host (the CPU: its logits are already there); greedy_on_device() says so up front.
   virtual bool greedy_on_device() const { return false; }
   virtual bool argmax_rows(const Tensor& logits, int32_t* out) { return false; }
+  // Sampling of any DeviceSampleRow where the logits live; the logits are overwritten.
+  // Returns false when the backend leaves it to the host; samples_on_device() says so.
+  virtual bool samples_on_device() const { return false; }
+  virtual bool sample_rows(Tensor logits, std::span<const DeviceSampleRow> rows, int32_t* out) {
+    (void)logits, (void)rows, (void)out;
+    return false;
+  }
   // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
   virtual int64_t free_memory_bytes() const { return -1; }
   virtual int64_t total_memory_bytes() const { return -1; }
@@ -150,6 +180,9 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 struct CudaBackendOptions {
   int device = 0;
   DType activation_dtype = DType::bf16;  // bf16 or f16: weights are converted to it
+  // Decode steps recorded as CUDA graphs and replayed (one launch instead of ~10 a layer).
+  // Also off with INFERCEPT_CUDA_GRAPHS=0.
+  bool graphs = true;
 };
 // The CUDA backend (backend/cuda/); an error when this build has no CUDA or no device.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);

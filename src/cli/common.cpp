@@ -12,7 +12,7 @@ const std::set<std::string> kEngineFlags = {
     "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
     "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
     "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device",
-    "gpu-memory-utilization"};
+    "gpu-memory-utilization", "cuda-graphs"};
 const std::set<std::string> kSamplingFlags = {
     "max-tokens",         "temperature",      "top-p",
     "top-k",              "min-p",            "seed",
@@ -64,6 +64,10 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   c.chat_template = a.get("chat-template");
   c.device = a.get("device", "cpu");
   TRY_ASSIGN(c.gpu_memory_utilization, a.get_double("gpu-memory-utilization", 0.0));
+  const std::string graphs = a.get("cuda-graphs", "on");
+  if (graphs != "on" && graphs != "off")
+    return make_error("--cuda-graphs must be on or off, got '", graphs, "'");
+  c.cuda_graphs = graphs == "on";
   c.kv_cache_size_given = a.has("kv-cache-gb") || a.has("kv-cache-mb") || a.has("kv-cache-tokens");
   const std::string kv = a.get("kv-dtype", "f16");
   if (kv == "f16") c.kv_dtype = DType::f16;

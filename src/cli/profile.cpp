@@ -28,7 +28,7 @@ int run_profile(int argc, char** argv) {
   for (const auto& [x, t] : c.t_fwd_samples)
     std::printf("%10lld %12.2f %14.1f\n", (long long)x, t * 1e3, t * 1e6 / (double)x);
   const int64_t s = c.saturation();
-  std::printf("saturation point S: %lld tokens (step time within 20%% of a 1-token step)\n",
+  std::printf("saturation point S: %lld tokens (step time flat: at most +20%% per doubling of tokens, +44%% in all)\n",
               (long long)s);
   std::printf("KV bytes per token: %.0f\n", c.kv_bytes_per_token);
   std::printf("KV copy bandwidth (each way): %.2f GB/s\n", c.swap_bytes_per_second / 1e9);

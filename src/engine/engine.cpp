@@ -83,6 +83,7 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
         return make_error("bad --device '", config.device, "' (expected cpu, cuda or cuda:N)");
       o.device = std::stoi(config.device.substr(5));
     }
+    o.graphs = config.cuda_graphs;
     return make_cuda_backend(o);
   }
   return make_error("unknown --device '", config.device, "' (expected cpu, cuda or cuda:N)");
@@ -271,6 +272,9 @@ void EngineCore::build_step_input(const StepPlan& plan) {
   int32_t max_blocks = 0;
   for (const ScheduledSeq& ss : plan.scheduled)
     max_blocks = std::max(max_blocks, (int32_t)ss.seq->blocks.blocks.size());
+  // The table's width rounded up to 16 blocks: a decode step then keeps the same shape for
+  // hundreds of tokens, so a device backend can replay it from a recorded graph.
+  max_blocks = (max_blocks + 15) / 16 * 16;
   in.max_blocks = max_blocks;
   in.block_tables.assign((size_t)max_blocks * plan.scheduled.size(), 0);
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
@@ -496,23 +500,47 @@ std::vector<RequestOutput> EngineCore::step() {
   stats_.host_prepare_seconds += host_s;
   // Plain greedy rows (no penalties, no logprobs) can be sampled where the logits are, so
   // only token ids cross to the host: the logits of a big batch are megabytes per step.
-  bool device_greedy = true;
+  // Rows without penalties or logprobs can be sampled with top-k/top-p/min-p there too.
+  bool device_greedy = true, device_sample = true;
   for (const ScheduledSeq& ss : plan.scheduled) {
     if (!ss.sample) continue;
     const Active& a = *active_.at(ss.seq->id);
-    device_greedy = device_greedy && a.params.is_greedy() && !a.params.has_penalties() && a.logprobs < 0;
+    const bool row_ok = !a.params.has_penalties() && a.logprobs < 0;
+    device_greedy = device_greedy && a.params.is_greedy() && row_ok;
+    device_sample = device_sample && row_ok;
   }
   const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
   device_greedy = device_greedy && n_logit_rows > 0 && backend_->greedy_on_device();
+  device_sample = !device_greedy && device_sample && n_logit_rows > 0 && backend_->samples_on_device();
+  const bool on_device = device_greedy || device_sample;
   const double t0 = now_seconds();
-  model_->forward(step_input_, *kv_, device_greedy ? nullptr : logits_.data());
+  model_->forward(step_input_, *kv_, on_device ? nullptr : logits_.data());
+  if (on_device) device_tokens_.resize((size_t)n_logit_rows);
   if (device_greedy) {
-    device_tokens_.resize((size_t)n_logit_rows);
     CHECK(backend_->argmax_rows(model_->last_logits(n_logit_rows), device_tokens_.data()));
+  } else if (device_sample) {
+    device_rows_.clear();
+    for (const ScheduledSeq& ss : plan.scheduled) {
+      if (!ss.sample) continue;
+      Active& a = *active_.at(ss.seq->id);
+      const SamplingParams& p = a.params;
+      DeviceSampleRow r;
+      r.greedy = p.is_greedy() ? 1 : 0;
+      if (!p.is_greedy()) {
+        r.inv_temperature = 1.0f / p.temperature;
+        r.top_k = p.top_k > 0 ? p.top_k : 0;
+        r.top_p = p.top_p;
+        r.min_p = p.min_p;
+        r.u = a.sampler.draw_uniform();
+      }
+      device_rows_.push_back(r);
+    }
+    CHECK(backend_->sample_rows(model_->last_logits(n_logit_rows), device_rows_, device_tokens_.data()));
   }
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
   stats_.steps++;
+  stats_.replayed_steps = backend_->replayed_steps();
   // Recompute waste: the share of this step spent on tokens whose KV had existed before,
   // times the KV memory the batch holds meanwhile.
   int64_t recompute_rows = 0;
@@ -538,7 +566,7 @@ std::vector<RequestOutput> EngineCore::step() {
     if (!ss.sample) continue;
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);
-    const int32_t tok = device_greedy ? device_tokens_[logit_index]
+    const int32_t tok = on_device ? device_tokens_[logit_index]
                                       : a.sampler.sample(row, all.first((size_t)s.n_prompt),
                                                          all.subspan((size_t)s.n_prompt));
     ++logit_index;

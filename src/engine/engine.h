@@ -43,6 +43,7 @@ struct EngineConfig {
   // of this share of the device's memory after the weights and activations.
   double gpu_memory_utilization = 0.0;
   bool kv_cache_size_given = false;  // --kv-cache-gb/mb/tokens was passed
+  bool cuda_graphs = true;           // --cuda-graphs on|off: decode steps replayed as graphs
   DType kv_dtype = DType::f16;
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
   int64_t max_seqs = 64;              // sequences per step
@@ -136,6 +137,7 @@ struct EngineStats {
   int64_t recomputed_tokens = 0;
   double forward_seconds = 0.0;
   double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
+  int64_t replayed_steps = 0;  // steps the backend ran from a recording (CUDA graphs)
 };
 
 class EngineCore {
@@ -218,7 +220,8 @@ class EngineCore {
   int64_t max_context_ = 0;
   StepInput step_input_;
   std::vector<float> logits_;  // [max_seqs, vocab]
-  std::vector<int32_t> device_tokens_;  // greedy tokens sampled on the device this step
+  std::vector<int32_t> device_tokens_;  // tokens sampled on the device this step
+  std::vector<DeviceSampleRow> device_rows_;  // their sampling parameters
   EngineStats stats_;
 };
 

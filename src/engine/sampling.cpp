@@ -70,6 +70,11 @@ double Sampler::uniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
+float Sampler::draw_uniform() {
+  // Rounding to float may reach 1.0: keep the draw inside [0, 1).
+  return std::min(static_cast<float>(uniform()), 0x1.fffffep-1f);
+}
+
 void Sampler::compute_penalties(std::span<const float> logits,
                                 std::span<const int32_t> prompt_tokens,
                                 std::span<const int32_t> generated_tokens) {

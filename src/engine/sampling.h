@@ -65,6 +65,10 @@ class Sampler {
                  std::span<const int32_t> generated_tokens);
 
   const SamplingParams& params() const { return params_; }
+  // For a row sampled elsewhere (on the device): the uniform in [0, 1) that sample() would
+  // draw for it, consuming the same one draw, so a request's draws stay a function of its
+  // seed alone wherever its rows are sampled.
+  float draw_uniform();
 
  private:
   // Fills penalized_ with (id, penalized logit), sorted by id, one entry per distinct id.

@@ -91,31 +91,40 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
                         freq_factors_};
   const float scale = 1.0f / std::sqrt((float)c.head_dim);
 
-  b.begin_step();
-  b.embed(weights_.tok_embd, in.tokens, x);
-  b.rmsnorm(x, weights_.layers[0].attn_norm, c.rms_eps, h);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = weights_.layers[(size_t)l];
-    b.matmul(h, w.wq, &w.bq, q);
-    b.matmul(h, w.wk, &w.bk, k);
-    b.matmul(h, w.wv, &w.bv, v);
-    b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
-    b.attention(q, kv, l, batch, c.n_heads, scale, attn);
-    b.matmul(attn, w.wo, nullptr, o);
-    b.add_rmsnorm(x, o, w.ffn_norm, c.rms_eps, h);
-    b.matmul(h, w.w_gate, nullptr, gate);
-    b.matmul(h, w.w_up, nullptr, up);
-    b.silu_mul(gate, up, gate);
-    b.matmul(gate, w.w_down, nullptr, o);
-    const Weight& next_norm =
-        l + 1 < c.n_layers ? weights_.layers[(size_t)l + 1].attn_norm : weights_.output_norm;
-    b.add_rmsnorm(x, o, next_norm, c.rms_eps, h);
-  }
+  // Decode-only steps (one query row per sequence) have the same launches whenever the batch
+  // shape repeats: a device backend may replay them from a recording.
+  const bool replayable = n == in.n_seqs();
   const int64_t nl = (int64_t)in.logit_rows.size();
-  if (nl == 0) return;
   Tensor li = logits_in_.slice_rows(0, nl), lo = logits_.slice_rows(0, nl);
-  b.gather_rows(h, in.logit_rows, li);
-  b.matmul(li, weights_.output, nullptr, lo);
+  for (int pass = 0;; ++pass) {
+    CHECK_MSG(pass < 2, "a backend asked for a third pass over one step");
+    b.begin_step(replayable);
+    b.embed(weights_.tok_embd, in.tokens, x);
+    b.rmsnorm(x, weights_.layers[0].attn_norm, c.rms_eps, h);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& w = weights_.layers[(size_t)l];
+      b.matmul(h, w.wq, &w.bq, q);
+      b.matmul(h, w.wk, &w.bk, k);
+      b.matmul(h, w.wv, &w.bv, v);
+      b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
+      b.attention(q, kv, l, batch, c.n_heads, scale, attn);
+      b.matmul(attn, w.wo, nullptr, o);
+      b.add_rmsnorm(x, o, w.ffn_norm, c.rms_eps, h);
+      b.matmul(h, w.w_gate, nullptr, gate);
+      b.matmul(h, w.w_up, nullptr, up);
+      b.silu_mul(gate, up, gate);
+      b.matmul(gate, w.w_down, nullptr, o);
+      const Weight& next_norm =
+          l + 1 < c.n_layers ? weights_.layers[(size_t)l + 1].attn_norm : weights_.output_norm;
+      b.add_rmsnorm(x, o, next_norm, c.rms_eps, h);
+    }
+    if (nl > 0) {
+      b.gather_rows(h, in.logit_rows, li);
+      b.matmul(li, weights_.output, nullptr, lo);
+    }
+    if (b.end_step()) break;
+  }
+  if (nl == 0) return;
   if (logits != nullptr) b.to_host_f32(lo, logits);
 }
 

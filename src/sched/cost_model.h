@@ -28,8 +28,9 @@ struct CostModel {
   double t_swap(int64_t tokens) const;
   // The most tokens whose copy fits in `seconds` (the per-step swap budget N_i).
   int64_t swap_budget_tokens(double seconds) const;
-  // S: the largest sampled token count whose step time is within `tolerance` (relative) of
-  // a single-token step. Used when saturation_tokens is 0.
+  // S: where T_fwd(x) leaves its flat regime: the largest sampled token count reached while
+  // every stretch between samples grows by at most `tolerance` per doubling of x and the
+  // total by at most (1 + tolerance)^2. Used when saturation_tokens is 0.
   int64_t derive_saturation(double tolerance = 0.2) const;
   int64_t saturation() const { return saturation_tokens > 0 ? saturation_tokens : derive_saturation(); }
 

@@ -318,6 +318,9 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "engine_steps_total", "", (double)st.steps);
   header(o, p + "engine_forward_seconds_total", "counter", "Time in the model's forward pass.");
   sample(o, p + "engine_forward_seconds_total", "", st.forward_seconds);
+  header(o, p + "engine_replayed_steps_total", "counter",
+         "Steps run from a recorded CUDA graph (decode steps whose shape repeated).");
+  sample(o, p + "engine_replayed_steps_total", "", (double)st.replayed_steps);
   header(o, p + "engine_prompt_tokens_computed_total", "counter",
          "Prefill rows run, recomputation included.");
   sample(o, p + "engine_prompt_tokens_computed_total", "", (double)st.prompt_tokens_computed);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/cuda/gemv.h"
 #include "core/half.h"
 
 namespace infercept {
@@ -101,6 +102,44 @@ TEST(CudaOps, MatmulWithBiasAndF32Output) {
     EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << n << "x" << m << "x" << k;
     p.cpu->matmul(xc, *wc, nullptr, oc);
     EXPECT_LT(rel_error(get(*p.gpu, og32), get(*p.cpu, oc)), kBf16Tol);
+  }
+}
+
+// The GEMV kernel for decode at small batch, every row count it takes, strided input rows
+// and both output types, against the CPU backend; shapes with k not a multiple of 256 too.
+TEST(CudaOps, GemvEveryRowCountStridedInput) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  for (auto [m, k] : {std::pair{1000, 576}, {257, 4096}, {64, 11008}}) {
+    auto w = randn((size_t)(m * k), 0.05f);
+    auto w16 = to_f16(w);
+    auto wc = p.cpu->upload_weight(w16.data(), DType::f16, m, k);
+    auto wg = p.gpu->upload_weight(w16.data(), DType::f16, m, k);
+    ASSERT_TRUE(wc.ok() && wg.ok());
+    for (int n = 1; n <= cuda::kGemvMaxRows; ++n) {
+      // x is the second half of a [n, 2k] buffer: a row stride of 2k.
+      auto x2 = randn((size_t)(n * 2 * k));
+      std::vector<float> x((size_t)(n * k));
+      for (int r = 0; r < n; ++r)
+        std::copy_n(x2.begin() + (ptrdiff_t)(r * 2 * k + k), k, x.begin() + (ptrdiff_t)(r * k));
+      Tensor xc = put(*p.cpu, x, n, k);
+      Tensor xg = put(*p.gpu, x2, n, 2 * k).slice_cols(k, k);
+      ASSERT_TRUE(cuda::gemv_fits(n, k, xg.data, xg.stride, wg->data, xg.dtype, DType::f32));
+      Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
+      Tensor og32 = p.gpu->alloc_activation(n, m, DType::f32);
+      Tensor og = p.gpu->alloc_activation(n, m, p.gpu->activation_dtype());
+      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og32.data, og32.stride, DType::f32, nullptr);
+      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og.data, og.stride, og.dtype, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      p.cpu->matmul(xc, *wc, nullptr, oc);
+      const auto ref = get(*p.cpu, oc);
+      EXPECT_LT(rel_error(get(*p.gpu, og32), ref), kBf16Tol) << n << "x" << m << "x" << k;
+      EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << n << "x" << m << "x" << k;
+      // Through the backend's matmul (GEMV up to its row limit, cuBLASLt beyond).
+      Tensor ob = p.gpu->alloc_activation(n, m, DType::f32);
+      p.gpu->matmul(xg, *wg, nullptr, ob);
+      EXPECT_LT(rel_error(get(*p.gpu, ob), ref), kBf16Tol) << n << "x" << m << "x" << k;
+    }
   }
 }
 
@@ -263,6 +302,90 @@ TEST(CudaOps, ArgmaxRowsMatchesTheHostRule) {
     EXPECT_EQ(got[(size_t)r], want) << "row " << r;
   }
   EXPECT_FALSE(p.cpu->argmax_rows(t, got.data())) << "the CPU samples on the host";
+}
+
+// Device sampling against the exact filtered distribution: N copies of one logit row drawn
+// with stratified u = (j + 0.5) / N. The device draws by inverse CDF in id order, so token i
+// comes up round(p_i * N) times, give or take one; nothing outside the kept set ever does.
+TEST(CudaOps, SampleRowsMatchTheFilteredDistribution) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  ASSERT_TRUE(p.gpu->samples_on_device());
+  const int64_t vocab = 5000, n = 4000;
+  auto row = randn((size_t)vocab, 2.5f);
+  row[17] = std::nanf("");  // NaN is never drawn
+  struct Case {
+    float t;
+    int32_t top_k;
+    float top_p, min_p;
+  };
+  for (const Case& c : {Case{1.0f, 0, 1.0f, 0.0f}, Case{1.0f, 0, 0.9f, 0.0f}, Case{0.7f, 50, 1.0f, 0.0f},
+                        Case{1.3f, 20, 0.5f, 0.05f}, Case{1.0f, 0, 1.0f, 0.1f}, Case{0.5f, 0, 0.95f, 0.0f}}) {
+    // The exact distribution, in double, the host sampler's order of filters.
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i < vocab; ++i)
+      if (!std::isnan(row[(size_t)i])) ids.push_back(i);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return row[(size_t)a] > row[(size_t)b] || (row[(size_t)a] == row[(size_t)b] && a < b);
+    });
+    const double mx = row[(size_t)ids[0]];
+    if (c.top_k > 0) ids.resize((size_t)c.top_k);
+    std::vector<double> w;
+    double kept = 0;
+    for (int32_t i : ids) kept += std::exp((row[(size_t)i] - mx) / c.t);
+    double cum = 0;
+    std::vector<int32_t> keep;
+    for (int32_t i : ids) {
+      const double wi = std::exp((row[(size_t)i] - mx) / c.t);
+      if (c.min_p > 0 && wi < c.min_p) break;  // sorted: the rest are smaller
+      keep.push_back(i);
+      w.push_back(wi);
+      cum += wi;
+      if (c.top_p < 1.0f && cum >= c.top_p * kept) break;
+    }
+    std::vector<double> prob((size_t)vocab, 0.0);
+    for (size_t j = 0; j < keep.size(); ++j) prob[(size_t)keep[j]] = w[j] / cum;
+
+    std::vector<float> rows((size_t)(n * vocab));
+    for (int64_t r = 0; r < n; ++r) std::copy(row.begin(), row.end(), rows.begin() + r * vocab);
+    Tensor t = p.gpu->alloc_activation(n, vocab, DType::f32);
+    ASSERT_EQ(cudaMemcpy(t.data, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<DeviceSampleRow> params((size_t)n);
+    for (int64_t j = 0; j < n; ++j)
+      params[(size_t)j] = DeviceSampleRow{0, 1.0f / c.t, c.top_k, c.top_p, c.min_p, (float)((j + 0.5) / n)};
+    std::vector<int32_t> got((size_t)n, -1);
+    ASSERT_TRUE(p.gpu->sample_rows(t, params, got.data()));
+    std::vector<int> count((size_t)vocab, 0);
+    for (int32_t g : got) {
+      ASSERT_TRUE(g >= 0 && g < vocab);
+      ++count[(size_t)g];
+    }
+    int outside = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (prob[(size_t)i] == 0.0) outside += count[(size_t)i];
+      worst = std::max(worst, std::abs(count[(size_t)i] - prob[(size_t)i] * n));
+    }
+    EXPECT_EQ(outside, 0) << "T " << c.t << " top_k " << c.top_k << " top_p " << c.top_p;
+    EXPECT_LE(worst, 1.5) << "T " << c.t << " top_k " << c.top_k << " top_p " << c.top_p
+                          << ": kept " << keep.size();
+  }
+  // Greedy rows beside sampled ones: the argmax, lowest id on ties.
+  auto a = randn((size_t)(3 * vocab));
+  a[(size_t)(1 * vocab + 10)] = a[(size_t)(1 * vocab + 20)] = 50.0f;
+  Tensor t = p.gpu->alloc_activation(3, vocab, DType::f32);
+  ASSERT_EQ(cudaMemcpy(t.data, a.data(), a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<DeviceSampleRow> params(3);
+  params[0].greedy = params[1].greedy = 1;
+  params[2].u = 0.999f;
+  params[2].top_k = 1;  // top_k 1 at any u is the argmax too
+  std::vector<int32_t> got(3, -1);
+  ASSERT_TRUE(p.gpu->sample_rows(t, params, got.data()));
+  for (int r = 0; r < 3; ++r) {
+    const float* x = a.data() + r * vocab;
+    EXPECT_EQ(got[(size_t)r], (int32_t)(std::max_element(x, x + vocab) - x)) << "row " << r;
+  }
+  EXPECT_EQ(got[1], 10);
 }
 
 TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {

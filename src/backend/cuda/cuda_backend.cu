@@ -11,8 +11,19 @@
 // Host arrays given to the ops (tokens, positions, slots, the attention batch) are uploaded
 // once per step: begin_step() opens a staging area, and each array is copied the first time
 // an op sees it in that step and reused by every later layer.
+//
+// CUDA graphs (decode steps): a step of ~10 launches a layer is launch-bound at small batch
+// (~330 launches, ~2 ms of gaps on a 7B at batch 1). A replayable step is first run as a
+// probe pass: every op stages its host arrays at the same offsets as ever and appends its
+// launch parameters (pointers, shapes, plan sizes) to a signature, launching nothing. A
+// signature recorded before replays its graph (whose upload nodes read the staging area the
+// probe just filled); one seen twice is recorded on a second pass by stream capture; a new
+// one runs eagerly on the second pass (one-off shapes are not worth a capture). Steps that
+// must wait for a swap copy in flight run eagerly.
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
+#include <unordered_map>
 #include <cstring>
 #include <string>
 #include <memory>
@@ -23,7 +34,9 @@
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sampling.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -69,7 +82,7 @@ struct Staging {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType act) : device_(device), act_(act) {}
+  CudaBackend(int device, DType act, bool graphs) : device_(device), act_(act), graphs_on_(graphs) {}
 
   Status init() {
     if (cudaSetDevice(device_) != cudaSuccess) return make_error("cannot use CUDA device ", std::to_string(device_));
@@ -85,13 +98,21 @@ class CudaBackend final : public Backend {
     target_ctas_ = 2 * props_.multiProcessorCount;
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4, cudaHostAllocDefault));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_), argmax_capacity_ * sizeof(DeviceSampleRow)));
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_), argmax_capacity_ * sizeof(DeviceSampleRow),
+                             cudaHostAllocDefault));
     if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
       use_batch_copies_ = std::string(m) != "kernel";
+    if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
+      gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
+    if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
+      graphs_on_ = false;
     return ok_status();
   }
 
   ~CudaBackend() override {
     cudaDeviceSynchronize();
+    for (StepGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
     for (void* p : device_buffers_) cudaFree(p);
     for (Staging* s : {&step_, &swap_in_idx_, &swap_out_idx_}) {
       cudaFreeHost(s->host);
@@ -104,6 +125,8 @@ class CudaBackend final : public Backend {
     cudaFreeHost(logits_host_);
     cudaFree(argmax_dev_);
     cudaFreeHost(argmax_host_);
+    cudaFree(sample_params_dev_);
+    cudaFreeHost(sample_params_host_);
     gemm_.reset();
     cudaStreamDestroy(compute_);
     cudaStreamDestroy(h2d_);
@@ -113,6 +136,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return std::string("cuda:") + props_.name; }
   DType activation_dtype() const override { return act_; }
   bool copies_are_async() const override { return true; }
+  int64_t replayed_steps() const override { return graph_replays_ + graph_captures_; }
   int64_t free_memory_bytes() const override {
     size_t free = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -208,34 +232,117 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  bool samples_on_device() const override { return true; }
+  bool sample_rows(Tensor t, std::span<const DeviceSampleRow> rows, int32_t* out) override {
+    CHECK(t.dtype == DType::f32 && t.rows == (int64_t)rows.size() && t.rows <= argmax_capacity_);
+    if (t.rows == 0) return true;
+    // The previous call synchronized the stream, so the pinned parameters are free again.
+    std::memcpy(sample_params_host_, rows.data(), rows.size_bytes());
+    CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_, sample_params_host_, rows.size_bytes(),
+                               cudaMemcpyHostToDevice, compute_));
+    cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, sample_params_dev_, argmax_dev_,
+                      compute_);
+    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4, cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
+    return true;
+  }
+
   void sync() override {
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     CUDA_CHECK(cudaStreamSynchronize(h2d_));
     CUDA_CHECK(cudaStreamSynchronize(d2h_));
   }
 
-  void begin_step() override {
+  void begin_step(bool replayable) override {
     ++step_no_;
     CUDA_CHECK(cudaEventSynchronize(step_.done));  // the last step's uploads have left
     step_.used = 0;
     uploads_.clear();
     plan_ready_ = false;
+    sig_.clear();
+    sig_hash_ = 1469598103934665603ull;
+    step_needs_wait_ = false;
+    const Pass next = next_pass_;
+    next_pass_ = Pass::probe;
+    if (!graphs_on_ || !replayable) {
+      pass_ = Pass::eager;
+    } else if (next == Pass::capture) {
+      pass_ = Pass::capture;
+      // Relaxed: the swap bookkeeping queries events while this thread captures.
+      CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed));
+    } else {
+      pass_ = next;  // probe, or eager after a probe that found nothing to replay
+    }
+  }
+
+  bool end_step() override {
+    switch (pass_) {
+      case Pass::eager:
+        return true;
+      case Pass::probe: {
+        if (step_needs_wait_) {  // a swap copy in flight touches this step's blocks
+          next_pass_ = Pass::eager;
+          return false;
+        }
+        for (StepGraph& g : graphs_)
+          if (g.hash == sig_hash_ && g.sig == sig_) {
+            CUDA_CHECK(cudaGraphLaunch(g.exec, compute_));
+            CUDA_CHECK(cudaEventRecord(step_.done, compute_));
+            g.last_use = step_no_;
+            ++graph_replays_;
+            return true;
+          }
+        if (seen_.size() > 4096) seen_.clear();
+        const bool again = ++seen_[sig_hash_] >= 2;
+        next_pass_ = again ? Pass::capture : Pass::eager;
+        probe_sig_ = sig_;
+        return false;
+      }
+      case Pass::capture: {
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
+        CHECK_MSG(sig_ == probe_sig_, "a step's launches changed between its probe and its capture");
+        cudaGraphExec_t exec = nullptr;
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        if (graphs_.size() >= kMaxGraphs) {  // drop the least recently used
+          auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const StepGraph& a, const StepGraph& b) {
+            return a.last_use < b.last_use;
+          });
+          CUDA_CHECK(cudaStreamSynchronize(compute_));
+          CUDA_CHECK(cudaGraphExecDestroy(lru->exec));
+          graphs_.erase(lru);
+        }
+        graphs_.push_back({sig_hash_, std::move(sig_), exec, step_no_});
+        seen_.erase(sig_hash_);
+        CUDA_CHECK(cudaGraphLaunch(exec, compute_));
+        CUDA_CHECK(cudaEventRecord(step_.done, compute_));
+        ++graph_captures_;
+        return true;
+      }
+    }
+    return true;
   }
 
   // ---- ops ----
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override {
     CHECK((int64_t)tokens.size() == out.rows && table.cols == out.cols);
-    cuda::embed(table.data, table.dtype, dev(tokens), view(out), compute_);
+    const int32_t* t = dev(tokens);
+    if (skip_launch(1, table.data, t, out)) return;
+    cuda::embed(table.data, table.dtype, t, view(out), compute_);
   }
 
   void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) override {
     CHECK(w.dtype == DType::f32 && w.cols == x.cols);
+    if (skip_launch(2, x, w.data, eps, out)) return;
     cuda::rmsnorm(view(x), static_cast<const float*>(w.data), eps, view(out), nullptr, compute_);
   }
 
   void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
                    Tensor out) override {
     CHECK(w.dtype == DType::f32 && w.cols == x.cols);
+    if (skip_launch(3, residual, x, w.data, eps, out)) return;
     RowsView res = view(residual);
     cuda::rmsnorm(view(x), static_cast<const float*>(w.data), eps, view(out), &res, compute_);
   }
@@ -243,8 +350,14 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
     CHECK(x.cols == w.cols && out.cols == w.rows && out.rows == x.rows);
     CHECK(x.dtype == act_ && w.dtype == act_);
-    gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
-               out.dtype, compute_);
+    const void* b = bias != nullptr && bias->present() ? bias->data : nullptr;
+    if (skip_launch(4, x, w.data, w.rows, w.cols, b, out)) return;
+    if (x.rows <= gemv_max_rows_ && cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
+      cuda::gemv(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
+                 out.dtype, compute_);
+    else
+      gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
+                 out.dtype, compute_);
     if (bias != nullptr && bias->present()) {
       CHECK(out.dtype == act_ && bias->cols == out.cols);
       cuda::add_bias(view(out), static_cast<const float*>(bias->data), compute_);
@@ -267,6 +380,7 @@ class CudaBackend final : public Backend {
     a.n_heads = 0;
     a.theta_base = 1.0f;
     a.positions = zero_positions(k.rows);
+    if (skip_launch(10, bytes_of(a))) return;
     cuda::rope_store_kv(a, compute_);
   }
 
@@ -306,7 +420,8 @@ class CudaBackend final : public Backend {
           plan_.combines.data(), plan_.combines.size() * sizeof(cuda::AttnCombine), nullptr));
       plan_ready_ = true;
     }
-    cuda::AttnArgs a{};
+    cuda::AttnArgs a;
+    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
     a.q = q.data;
     a.q_stride = q.stride;
     a.k_cache = s.k(layer);
@@ -334,18 +449,25 @@ class CudaBackend final : public Backend {
     a.scale = scale;
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
+    if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill_tiles_.size())) return;
     cuda::attention(a, compute_);
     if (!prefill_tiles_.empty())
       cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill_tiles_.size(), compute_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
+    if (skip_launch(5, gate, up, out)) return;
     cuda::silu_mul(view(gate), view(up), view(out), compute_);
   }
-  void add(Tensor a, const Tensor& b) override { cuda::add(view(a), view(b), compute_); }
+  void add(Tensor a, const Tensor& b) override {
+    if (skip_launch(6, a, b)) return;
+    cuda::add(view(a), view(b), compute_);
+  }
   void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor out) override {
     CHECK((int64_t)rows.size() == out.rows);
-    cuda::gather_rows(view(x), dev(rows), view(out), compute_);
+    const int32_t* r = dev(rows);
+    if (skip_launch(7, x, r, out)) return;
+    cuda::gather_rows(view(x), r, view(out), compute_);
   }
 
   void copy_blocks(KvStorage& kv, std::span<const int32_t> src,
@@ -531,9 +653,11 @@ class CudaBackend final : public Backend {
     const size_t off = (step_.used + 255) / 256 * 256;
     CHECK_MSG(off + bytes <= step_.bytes, "CUDA step staging buffer overflow");
     std::memcpy(step_.host + off, src, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaEventRecord(step_.done, st));
     step_.used = off + bytes;
+    if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
+    CUDA_CHECK(cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
+    // In a capture the copy is a graph node; end_step records `done` after the launch.
+    if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
     return step_.dev + off;
   }
 
@@ -577,6 +701,7 @@ class CudaBackend final : public Backend {
           store_wait_in_ = store_wait_in_ || (b < in_inflight_.size() && in_inflight_[b]);
         }
     }
+    if ((store_wait_out_ || store_wait_in_) && !must_wait()) return;
     if (store_wait_out_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_out_[(size_t)layer]));
     if (store_wait_in_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
   }
@@ -596,7 +721,64 @@ class CudaBackend final : public Backend {
           }
         }
     }
-    if (attn_wait_in_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
+    if (attn_wait_in_ && must_wait()) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
+  }
+
+  // A wait on a swap copy cannot go into a graph: a probe notes it (the step then runs
+  // eagerly) and tells the caller to skip the wait; an eager pass waits.
+  bool must_wait() {
+    CHECK_MSG(pass_ != Pass::capture, "a captured step would wait for a swap copy");
+    if (pass_ == Pass::probe) {
+      step_needs_wait_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // The signature of a step: every launch parameter of every op, in order.
+  struct Bytes {
+    const void* p;
+    size_t n;
+  };
+  template <class T>
+  static Bytes bytes_of(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return Bytes{&v, sizeof v};
+  }
+  void sig_word(uint64_t w) {
+    sig_.push_back(w);
+    sig_hash_ = (sig_hash_ ^ w) * 1099511628211ull;
+  }
+  void sig_add(const Tensor& t) {
+    sig_word(reinterpret_cast<uintptr_t>(t.data));
+    sig_word((uint64_t)t.rows);
+    sig_word((uint64_t)t.cols);
+    sig_word((uint64_t)t.stride);
+    sig_word((uint64_t)t.dtype);
+  }
+  void sig_add(Bytes b) {
+    for (size_t i = 0; i < b.n; i += 8) {
+      uint64_t w = 0;
+      std::memcpy(&w, static_cast<const char*>(b.p) + i, std::min<size_t>(8, b.n - i));
+      sig_word(w);
+    }
+  }
+  void sig_add(const void* p) { sig_word(reinterpret_cast<uintptr_t>(p)); }
+  void sig_add(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    sig_word(u);
+  }
+  template <class I>
+    requires std::is_integral_v<I>
+  void sig_add(I v) { sig_word((uint64_t)v); }
+  // Appends an op's launch parameters to the step's signature while recording (probe or
+  // capture) and says whether to skip the launch (the probe launches nothing).
+  template <class... A>
+  bool skip_launch(const A&... args) {
+    if (pass_ == Pass::eager) return false;
+    (sig_add(args), ...);
+    return pass_ == Pass::probe;
   }
 
   const float* freq_factors(std::span<const float> f) {
@@ -618,7 +800,8 @@ class CudaBackend final : public Backend {
   cuda::RopeStoreArgs rope_args(Tensor q, Tensor k, const Tensor& v,
                                 std::span<const int32_t> positions, const RopeParams& p,
                                 CudaKvStorage* kv, int64_t layer, std::span<const int32_t> slots) {
-    cuda::RopeStoreArgs a{};
+    cuda::RopeStoreArgs a;
+    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
     a.q = view(q);
     a.k = view(k);
     a.v = view(v);
@@ -646,7 +829,9 @@ class CudaBackend final : public Backend {
     CHECK_MSG(p.rot_dim == p.head_dim, "CUDA RoPE rotates whole heads");
     CHECK((int64_t)positions.size() == q.rows && q.rows == k.rows);
     if (kv != nullptr) CHECK((int64_t)slots.size() == k.rows);
-    cuda::rope_store_kv(rope_args(q, k, v, positions, p, kv, layer, slots), compute_);
+    const cuda::RopeStoreArgs a = rope_args(q, k, v, positions, p, kv, layer, slots);
+    if (skip_launch(9, bytes_of(a))) return;
+    cuda::rope_store_kv(a, compute_);
   }
 
   void ensure_logits_host(size_t n) {
@@ -668,10 +853,31 @@ class CudaBackend final : public Backend {
 
   int device_;
   DType act_;
+  // Step graphs (see the top of the file).
+  enum class Pass { eager, probe, capture };
+  struct StepGraph {
+    uint64_t hash;
+    std::vector<uint64_t> sig;
+    cudaGraphExec_t exec;
+    int64_t last_use;
+  };
+  static constexpr size_t kMaxGraphs = 64;
+  bool graphs_on_ = true;
+  Pass pass_ = Pass::eager, next_pass_ = Pass::probe;
+  std::vector<uint64_t> sig_, probe_sig_;
+  uint64_t sig_hash_ = 0;
+  bool step_needs_wait_ = false;
+  std::vector<StepGraph> graphs_;
+  std::unordered_map<uint64_t, int> seen_;  // signatures run eagerly, and how often
+  int64_t graph_replays_ = 0, graph_captures_ = 0;
   // Swaps through the copy engines (cudaMemcpyBatchAsync, the default: no SM time, and both
   // directions at once reach 87 GB/s on the H200 against 57 for the copy kernel over mapped
   // pinned memory); INFERCEPT_SWAP_COPY=kernel picks the kernel.
   bool use_batch_copies_ = true;
+  // Products of at most this many rows go to the GEMV kernel (INFERCEPT_GEMV_MAX_ROWS; 0 =
+  // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
+  // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
+  int gemv_max_rows_ = 2;
   std::vector<void*> batch_src_, batch_dst_;
   std::vector<size_t> batch_sizes_;
   cudaDeviceProp props_{};
@@ -706,6 +912,8 @@ class CudaBackend final : public Backend {
   static constexpr int64_t argmax_capacity_ = 1 << 16;  // rows sampled per step, at most
   int32_t* argmax_dev_ = nullptr;
   int32_t* argmax_host_ = nullptr;
+  DeviceSampleRow* sample_params_dev_ = nullptr;
+  DeviceSampleRow* sample_params_host_ = nullptr;
   size_t logits_host_elems_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_elems_ = 0;
@@ -723,7 +931,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   }
   if (options.device < 0 || options.device >= count)
     return make_error("CUDA device ", std::to_string(options.device), " does not exist (", std::to_string(count), " found)");
-  auto b = std::make_unique<CudaBackend>(options.device, options.activation_dtype);
+  auto b = std::make_unique<CudaBackend>(options.device, options.activation_dtype, options.graphs);
   TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
 }
