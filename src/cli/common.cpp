@@ -12,7 +12,7 @@ const std::set<std::string> kEngineFlags = {
     "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
     "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
     "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device",
-    "gpu-memory-utilization", "cuda-graphs"};
+    "gpu-memory-utilization", "cuda-graphs", "dtype"};
 const std::set<std::string> kSamplingFlags = {
     "max-tokens",         "temperature",      "top-p",
     "top-k",              "min-p",            "seed",
@@ -68,6 +68,10 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   if (graphs != "on" && graphs != "off")
     return make_error("--cuda-graphs must be on or off, got '", graphs, "'");
   c.cuda_graphs = graphs == "on";
+  const std::string dt = a.get("dtype", "bf16");
+  if (dt == "bf16") c.compute_dtype = DType::bf16;
+  else if (dt == "f16") c.compute_dtype = DType::f16;
+  else return make_error("--dtype must be bf16 or f16, got '", dt, "'");
   c.kv_cache_size_given = a.has("kv-cache-gb") || a.has("kv-cache-mb") || a.has("kv-cache-tokens");
   const std::string kv = a.get("kv-dtype", "f16");
   if (kv == "f16") c.kv_dtype = DType::f16;

@@ -84,6 +84,7 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
       o.device = std::stoi(config.device.substr(5));
     }
     o.graphs = config.cuda_graphs;
+    o.activation_dtype = config.compute_dtype;
     return make_cuda_backend(o);
   }
   return make_error("unknown --device '", config.device, "' (expected cpu, cuda or cuda:N)");

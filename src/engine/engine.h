@@ -44,6 +44,7 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.0;
   bool kv_cache_size_given = false;  // --kv-cache-gb/mb/tokens was passed
   bool cuda_graphs = true;           // --cuda-graphs on|off: decode steps replayed as graphs
+  DType compute_dtype = DType::bf16;  // --dtype bf16|f16: weights and activations on a GPU
   DType kv_dtype = DType::f16;
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
   int64_t max_seqs = 64;              // sequences per step

@@ -53,10 +53,12 @@ struct GreedyAgreement {
   double mean_prefix = 0;
 };
 
-GreedyAgreement compare_greedy(const std::string& model) {
+GreedyAgreement compare_greedy(const std::string& model, DType gpu_dtype = DType::bf16) {
   GreedyAgreement g;
   auto cpu = EngineCore::create(config(model, "cpu"));
-  auto gpu = EngineCore::create(config(model, "cuda"));
+  EngineConfig gc = config(model, "cuda");
+  gc.compute_dtype = gpu_dtype;
+  auto gpu = EngineCore::create(gc);
   EXPECT_TRUE(cpu.ok()) << (cpu.ok() ? "" : cpu.error().message);
   EXPECT_TRUE(gpu.ok()) << (gpu.ok() ? "" : gpu.error().message);
   if (!cpu.ok() || !gpu.ok()) return g;
@@ -89,6 +91,14 @@ TEST(CudaModel, TinyCheckpointGreedyTokensMatchTheCpuBackendOnMostPrompts) {
   ASSERT_FALSE(tiny.empty()) << "set INFERCEPT_GPU_TEST_MODEL to a make-model --shape tiny "
                                 "checkpoint (make test-gpu does)";
   const GreedyAgreement g = compare_greedy(tiny);
+  EXPECT_GT(g.full * 2, g.prompts) << "most prompts must agree for 32 tokens";
+}
+
+// The same in f16 (weights converted from bf16 at load, activations f16).
+TEST(CudaModel, TinyCheckpointInF16TracksTheCpuBackend) {
+  const std::string tiny = tiny_model_path();
+  ASSERT_FALSE(tiny.empty()) << "set INFERCEPT_GPU_TEST_MODEL (make test-gpu does)";
+  const GreedyAgreement g = compare_greedy(tiny, DType::f16);
   EXPECT_GT(g.full * 2, g.prompts) << "most prompts must agree for 32 tokens";
 }
 
