@@ -27,7 +27,10 @@ length, not the script's (SmolLM2-135M at temperature 0: 19 tokens per call, 29 
 resume where no call opening is forced; the JSON gives generated tokens, actual and scripted).
 When the model does not close a call within max_tokens, the client makes the call up itself
 (a synthesized call: the conversation goes on the same way, but the server did not pause);
-the JSON counts both. --call-style synthetic sends no tools at all (lengths exact through
+the JSON counts both. infercept forces the opening of the call (tool_choice required or named); a
+server that does not (llama.cpp's llama-server, whose grammar waits for the model to open a
+call) gets it as an assistant message to continue, with --call-prefill.
+--call-style synthetic sends no tools at all (lengths exact through
 max_tokens unless the model stops early, every call made up by the client, no pause).
 The server is never told a tool's duration unless --hint is given (expected_duration_ms in
 the tool definition; in native mode also POST /v1/interceptions/{id}/hint).
@@ -36,7 +39,9 @@ Records per request: arrival, first token (TTFT: the first streamed chunk that c
 content, a tool call or logprobs), end, total interception time (the client's tool waits),
 output tokens (generated tokens from usage + the tool's returned tokens, as in the paper).
 Reads /metrics before and after (when the server has it) for server-side deltas: recomputed
-tokens, swapped tokens and bytes, waste by cause, policy decisions, resumes.
+tokens, swapped tokens and bytes, waste by cause, policy decisions, resumes (infercept);
+prompt tokens computed and cached, generated tokens (llama.cpp's llama-server --metrics);
+any other server's counters raw.
 
 Output: the paper's metrics (normalized latency = (end - arrival - interception time) / output
 tokens, mean/p50/p90/p99; TTFT; completed requests/s = completed / --duration) as a Markdown
@@ -201,6 +206,10 @@ def metrics_report(before, after):
     }
     if not any(k.startswith(p) for k in after):
         rep = {"counters_delta": rep["counters_delta"]}  # another server: its raw counters
+        if any(k.startswith("llamacpp:") for k in after):  # llama.cpp's llama-server --metrics
+            rep.update(prompt_tokens_computed=g("llamacpp:prompt_tokens_total"),
+                       cached_prompt_tokens=g("llamacpp:prompt_tokens_cached_total"),
+                       generated_tokens=g("llamacpp:tokens_predicted_total"))
     return rep
 
 
@@ -272,6 +281,7 @@ class LoadGen:
         self.model = args.model
         self.overhead = 0  # template tokens around the prompt's filler (calibrated)
         self.tokens_per_word = 1.0
+        self.call_prefill = args.call_prefill.encode("utf-8").decode("unicode_escape")
         self.counters = {k: 0 for k in (
             "segments", "server_tool_calls", "server_interceptions", "synthesized_calls",
             "native_resumes", "native_fallbacks", "cached_prompt_tokens", "deleted_interceptions",
@@ -331,6 +341,8 @@ class LoadGen:
                 body["tool_choice"] = "required"
             if not last:
                 n = max(n, self.a.min_call_tokens)
+            if not last and self.call_prefill:  # the call's opening, for the model to go on from
+                body["messages"] = messages + [{"role": "assistant", "content": self.call_prefill}]
         body["max_tokens"] = n
         if self.a.logprobs:
             body["logprobs"] = True
@@ -620,6 +632,9 @@ def format_table(res):
                      f"{s['swapped_out_tokens']}/{s['swapped_in_tokens']} tokens "
                      f"({(s['swapped_out_bytes'] or 0) / 1e6:.1f}/{(s['swapped_in_bytes'] or 0) / 1e6:.1f} MB), "
                      f"preemptions {s['preemptions']}, waste GB*s recompute / preserve / swap stall {wtxt}")
+    elif s and s.get("prompt_tokens_computed") is not None:
+        lines.append(f"server (llama.cpp): prompt tokens computed {s['prompt_tokens_computed']}, "
+                     f"from its cache {s['cached_prompt_tokens']}; generated {s['generated_tokens']}")
     elif s is None:
         lines.append("server: no /metrics")
     return "\n".join(lines)
@@ -665,6 +680,11 @@ def build_parser():
                    help="words in the example calls' argument: a number, or auto (sized to the "
                         "request's mean tokens per segment, up to --max-call-words)")
     g.add_argument("--max-call-words", type=int, default=64)
+    g.add_argument("--call-prefill", default="", metavar="TEXT",
+                   help="on a turn that must end in a call, end the messages with an assistant message "
+                        "TEXT (backslash escapes decoded), the opening of a call in the model's format, "
+                        "e.g. '<tool_call>\\n' (ChatML/Hermes): for a server that does not force the "
+                        "opening itself (llama.cpp's llama-server; infercept does)")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--no-logprobs", dest="logprobs", action="store_false",
                    help="do not ask for logprobs (they time the first token of a held-back tool call)")

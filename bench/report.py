@@ -7,6 +7,7 @@ writes into --out-dir:
   norm_latency_vs_rate.png  mean normalized latency (ms/token) against arrival rate, one line
                             per policy/server (the paper's main figure); p90 dashed
   ttft_vs_rate.png          mean TTFT against arrival rate
+  throughput_vs_rate.png    completed requests/s against arrival rate (the diagonal: all served)
   waste_by_cause.png        memory waste (GB*s) by cause (recompute, preserve, swap stall),
                             stacked, one bar per policy/server, one panel per rate
 A line is a result's `label` (loadgen --label; else policy, plus the client mode when it is
@@ -109,6 +110,30 @@ def plot_vs_rate(results, key, ylabel, path, title, scale=1e3, p90=False):
     plt.close(fig)
 
 
+def plot_throughput(results, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    top = 0.0
+    for i, (lab, rs) in enumerate(series(results).items()):
+        xs = [rate_of(r) for r in rs]
+        ys = [r["summary"]["throughput_rps"] for r in rs]
+        top = max([top] + xs + ys)
+        ax.plot(xs, ys, "o-", color=f"C{i % 10}", label=lab)
+    ax.plot([0, top], [0, top], ":", color="grey", linewidth=1, label="= arrival rate")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("completed requests/s")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def plot_waste(results, path, title):
     import matplotlib
     matplotlib.use("Agg")
@@ -159,11 +184,13 @@ def main(argv=None):
         r.setdefault("label", label_of(r))
     os.makedirs(a.out_dir, exist_ok=True)
     t = (" - " + a.title) if a.title else ""
-    paths = [os.path.join(a.out_dir, n) for n in ("norm_latency_vs_rate.png", "ttft_vs_rate.png", "waste_by_cause.png")]
+    paths = [os.path.join(a.out_dir, n) for n in ("norm_latency_vs_rate.png", "ttft_vs_rate.png",
+                                                  "waste_by_cause.png", "throughput_vs_rate.png")]
     plot_vs_rate(results, "normalized_latency_s_per_token", "normalized latency (ms/token)", paths[0],
                  "Normalized latency vs arrival rate" + t, p90=True)
     plot_vs_rate(results, "ttft_s", "TTFT, mean (ms)", paths[1], "Time to first token vs arrival rate" + t)
     plot_waste(results, paths[2], "Memory waste by cause" + t)
+    plot_throughput(results, paths[3], "Throughput vs arrival rate" + t)
     print(table(results))
     print()
     for p in paths:

@@ -8,7 +8,8 @@ interception time inside the request), every tool turn answered, the server's /m
 deltas read; standard mode's follow-ups resumed paused requests by prefix and native mode's
 went through POST /v1/interceptions/{id}/resume (the server's explicit-resume counter and
 cached prompt tokens). Then bench/report.py turns both results into PNGs (skipped without
-matplotlib). Exits 77 (skipped) when no interpreter here has httpx.
+matplotlib). First, without a server: loadgen reads llama.cpp's llama-server /metrics (the peer
+of bench/sweep_server.py --llama-server). Exits 77 (skipped) when no interpreter here has httpx.
 Prints 'N passed, N failed'.
 """
 import argparse
@@ -77,7 +78,31 @@ def check_common(res, mode):
           f"{res['client']['synthesized_calls']} calls made up by the client)")
 
 
+def check_peer_metrics():
+    """Another server's /metrics (llama.cpp's llama-server, Prometheus text): no infercept keys,
+    so no policy or waste, its prompt and generated token counters, and the table prints."""
+    import loadgen
+    text = ("# HELP llamacpp:prompt_tokens_total x\n# TYPE llamacpp:prompt_tokens_total counter\n"
+            "llamacpp:prompt_tokens_total {}\nllamacpp:prompt_tokens_cached_total {}\n"
+            "llamacpp:tokens_predicted_total {}\nllamacpp:requests_processing 0\n")
+    rep = loadgen.metrics_report(loadgen.parse_metrics(text.format(10, 0, 5)),
+                                 loadgen.parse_metrics(text.format(110, 40, 25)))
+    check(rep is not None and rep["prompt_tokens_computed"] == 100 and rep["cached_prompt_tokens"] == 40 and
+          rep["generated_tokens"] == 20 and "policy" not in rep and "waste_byte_seconds" not in rep,
+          f"llama-server /metrics: prompt tokens computed / cached, generated ({rep})")
+    res = {"workload": "qa", "rate": 0.1, "duration_s": 10, "mode": "standard", "base_url": "x", "wall_s": 1,
+           "summary": loadgen.summarize([], 10), "by_augmentation": {}, "server": rep,
+           "client": {k: 0 for k in ("segments", "server_tool_calls", "server_interceptions", "synthesized_calls",
+                                     "native_resumes", "native_fallbacks", "cached_prompt_tokens",
+                                     "generated_tokens_actual", "generated_tokens_scripted",
+                                     "prompt_tokens_actual", "prompt_tokens_scripted", "errors")}}
+    res["client"]["error_kinds"] = {}
+    check("server (llama.cpp): prompt tokens computed 100" in loadgen.format_table(res),
+          "loadgen's table reads another server's counters")
+
+
 def main():
+    check_peer_metrics()
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
     ap.add_argument("--model", required=True)
@@ -114,9 +139,10 @@ def main():
                 p = subprocess.run([rpy, os.path.join(ROOT, "bench", "report.py"), os.path.join(d, "standard.json"),
                                     os.path.join(d, "native.json"), "--out-dir", out], capture_output=True, text=True)
                 print(p.stdout + p.stderr[-2000:])
-                pngs = ["norm_latency_vs_rate.png", "ttft_vs_rate.png", "waste_by_cause.png"]
+                pngs = ["norm_latency_vs_rate.png", "ttft_vs_rate.png", "waste_by_cause.png",
+                        "throughput_vs_rate.png"]
                 check(p.returncode == 0 and all(os.path.getsize(os.path.join(out, f)) > 1000 for f in pngs),
-                      "report.py writes the three plots")
+                      "report.py writes the four plots")
                 check("minwaste (native)" in p.stdout, "report.py's table has a line per label")
     finally:
         rc = server.stop()
