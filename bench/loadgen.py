@@ -32,6 +32,9 @@ server that does not (llama.cpp's llama-server, whose grammar waits for the mode
 call) gets it as an assistant message to continue, with --call-prefill.
 --call-style synthetic sends no tools at all (lengths exact through
 max_tokens unless the model stops early, every call made up by the client, no pause).
+--call-style scripted uses infercept's intercept_after_tokens extension (docs/SERVER.md): each
+turn generates exactly the segment's tokens and ends in a call to the segment's tool, paused
+(the paper's setting; it also drives random-weight checkpoints, which never write a call).
 The server is never told a tool's duration unless --hint is given (expected_duration_ms in
 the tool definition; in native mode also POST /v1/interceptions/{id}/hint).
 
@@ -335,11 +338,15 @@ class LoadGen:
             body["tools"] = [tool_def(tools_for, hint)]
             if last:
                 body["tool_choice"] = "auto"
+            elif self.a.call_style == "scripted":  # infercept's extension: exactly n, then the call
+                body["tool_choice"] = "auto"
+                body["intercept_after_tokens"] = n
+                body["intercept_tool"] = tools_for
             elif self.a.call_style == "named":
                 body["tool_choice"] = {"type": "function", "function": {"name": tools_for}}
             else:
                 body["tool_choice"] = "required"
-            if not last:
+            if not last and self.a.call_style != "scripted":
                 n = max(n, self.a.min_call_tokens)
             if not last and self.call_prefill:  # the call's opening, for the model to go on from
                 body["messages"] = messages + [{"role": "assistant", "content": self.call_prefill}]
@@ -438,11 +445,15 @@ class LoadGen:
             last = not seg.get("tool")
             tool = seg.get("tool") or tool0
             if a.mode == "native" and pending is not None:
+                scripted = a.call_style == "scripted" and not last
                 body = {"tool_results": [{"tool_call_id": cid, "content": result_text if k == 0 else "ok"}
                                          for k, cid in enumerate(pending[1])],
-                        "max_tokens": (seg["generate_tokens"] if last else
+                        "max_tokens": (seg["generate_tokens"] if last or scripted else
                                        max(seg["generate_tokens"], a.min_call_tokens)),
                         "stream": True, "stream_options": {"include_usage": True}}
+                if scripted:
+                    body["intercept_after_tokens"] = seg["generate_tokens"]
+                    body["intercept_tool"] = tool
                 try:
                     res = await stream_chat(client, f"{self.base}/interceptions/{pending[0]}/resume",
                                             body, self.headers)
@@ -671,8 +682,10 @@ def build_parser():
     g.add_argument("--drain", type=float, default=None,
                    help="seconds after the last arrival to let agents finish (default 3 x duration, at least 60)")
     g.add_argument("--hint", action="store_true", help="tell the server each tool's duration")
-    g.add_argument("--call-style", choices=["required", "named", "synthetic"], default="required",
-                   help="how a turn is made to end in a tool call (see below)")
+    g.add_argument("--call-style", choices=["required", "named", "synthetic", "scripted"], default="required",
+                   help="how a turn is made to end in a tool call (see below); scripted: infercept's "
+                        "intercept_after_tokens extension, exactly the segment's tokens and then the "
+                        "call, paused (works with random-weight checkpoints)")
     g.add_argument("--call-examples", type=int, default=2, help="example calls in each prompt")
     g.add_argument("--min-call-tokens", type=int, default=32,
                    help="max_tokens of a turn that must end in a call is at least this")

@@ -169,6 +169,57 @@ TEST(ServerInterception, ExplicitApi) {
   EXPECT_TRUE(s.kv_empty_within(5.0));
 }
 
+// intercept_after_tokens (a benchmark extension): the turn generates exactly N tokens, EOS
+// ignored, and ends as a call to the named tool, paused; the explicit resume may script the
+// next turn the same way. Bad values are errors naming the field.
+TEST(ServerInterception, ScriptedCallAfterNTokens) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req.erase("tool_choice");  // free text: the model is not steered into a call
+  req["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a long story."}}});
+  req["max_tokens"] = 64;
+  req["intercept_after_tokens"] = 7;
+  Reply first = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(first.status, 200) << first.raw;
+  const json& choice = first.body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(first.body["usage"]["completion_tokens"], 7);
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << first.raw;
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  const std::string id = first.body["interception"]["id"];
+  const std::string call_id = choice["message"]["tool_calls"][0]["id"];
+
+  // max_tokens equal to N: the call still ends the turn (what a client sizing turns sends).
+  json results = {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
+                  {"max_tokens", 5},
+                  {"intercept_after_tokens", 5}};
+  Reply resumed = s.post("/v1/interceptions/" + id + "/resume", results);
+  ASSERT_EQ(resumed.status, 200) << resumed.raw;
+  EXPECT_EQ(resumed.body["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(resumed.body["usage"]["completion_tokens"], 5);
+  EXPECT_GT(resumed.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  ASSERT_TRUE(resumed.body.contains("interception"));
+  Reply del = s.request("DELETE", "/v1/interceptions/" + resumed.body["interception"]["id"].get<std::string>());
+  EXPECT_EQ(del.status, 200);
+
+  for (const json& bad : {json(0), json("5"), json(-3)}) {
+    json b = req;
+    b["intercept_after_tokens"] = bad;
+    Reply r = s.post("/v1/chat/completions", b);
+    EXPECT_EQ(r.status, 400) << r.raw;
+    EXPECT_EQ(r.body["error"]["param"], "intercept_after_tokens") << r.raw;
+  }
+  json unknown = req;
+  unknown["intercept_tool"] = "no_such_tool";
+  EXPECT_EQ(s.post("/v1/chat/completions", unknown).body["error"]["param"], "intercept_tool");
+  json no_tools = req;
+  no_tools.erase("tools");
+  EXPECT_EQ(s.post("/v1/chat/completions", no_tools).status, 400);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
 TEST(ServerInterception, ExpiryDropsThePausedRequest) {
   server::ServerOptions o = server_test_options();
   o.interception_expiry_s = 0.5;

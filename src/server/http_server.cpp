@@ -75,6 +75,7 @@ struct Generation {
   bool tools_active = false;  // the model saw tools: its turn may hold calls
   bool keep_paused = false;   // a turn with calls leaves the request paused
   std::string forced_prefix;  // the turn starts with this (tool_choice required/named)
+  std::string scripted_tool;  // intercept_after_tokens: the call the turn ends in
   ChatTemplateKind kind = ChatTemplateKind::chatml;
   std::vector<int32_t> prompt;
   bool stream = false, include_usage = false, return_token_ids = false;
@@ -619,6 +620,18 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   gr.turn_prefix = g->forced_prefix;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
+  if (cr.intercept_after_tokens > 0) {
+    ScriptedInterception si;
+    si.after_generated = cr.intercept_after_tokens;
+    si.tool = cr.intercept_tool;
+    if (auto h = cr.tool_hints_s.find(si.tool); h != cr.tool_hints_s.end()) si.hint = h->second;
+    gr.script.push_back(std::move(si));
+    gr.params.ignore_eos = true;
+    // The engine ends a request at max_tokens before it looks for a pause: with N equal to
+    // max_tokens the call must still win, so leave one token of room (never generated).
+    if (gr.params.max_tokens == cr.intercept_after_tokens) gr.params.max_tokens += 1;
+    g->scripted_tool = cr.intercept_tool;
+  }
   const bool explicit_resume = entry.has_value();
   if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
   if (!entry && g->keep_paused && registry->full(owner)) {
@@ -766,6 +779,14 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
     turn.content = g.text;
   f.content = turn.content;
   f.calls = turn.calls;
+  if (g.intercepted && f.calls.empty() && !g.scripted_tool.empty()) {
+    // intercept_after_tokens: the turn's tokens were generated; it ends in the scripted call.
+    ToolCall c;
+    c.id = random_id("call_");
+    c.name = g.scripted_tool;
+    c.arguments_json = "{}";
+    f.calls.push_back(std::move(c));
+  }
   if (g.intercepted && !f.calls.empty() && !g.server_tool_names.empty() && !stopping &&
       g.server_rounds < opt.max_server_tool_rounds) {
     bool all_server = true;
@@ -1312,6 +1333,8 @@ void HttpServer::Impl::handle_interception_resume(const httplib::Request& req,
   }
   cr.stream = stream;
   cr.include_usage = include_usage;
+  // A scripted call is per turn: the resume names its own or none.
+  if (auto e = parse_scripted_call(body, cr)) return send_error(res, *e);
   // A forced tool call was for the first turn; the continuation chooses freely.
   if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
     cr.tool_choice = ToolChoice::automatic;

@@ -464,6 +464,31 @@ std::optional<ApiError> parse_messages(const json& arr, const std::string& param
   return std::nullopt;
 }
 
+std::optional<ApiError> parse_scripted_call(const json& body, ChatRequest& out) {
+  std::optional<int64_t> after;
+  std::optional<std::string> tool;
+  RETURN_IF_ERROR(opt_int(body, "intercept_after_tokens", "", after));
+  RETURN_IF_ERROR(opt_string(body, "intercept_tool", "", tool));
+  out.intercept_after_tokens = 0;
+  out.intercept_tool.clear();
+  if (!after) {
+    if (tool) return invalid_request("intercept_tool needs intercept_after_tokens", "intercept_tool");
+    return std::nullopt;
+  }
+  if (*after < 1) return invalid_request("intercept_after_tokens must be >= 1", "intercept_after_tokens");
+  if (out.tools.empty())
+    return invalid_request("intercept_after_tokens needs tools", "intercept_after_tokens");
+  std::string name = tool.value_or(out.tool_choice == ToolChoice::named ? out.tool_choice_name
+                                                                        : out.tools[0].name);
+  bool known = false;
+  for (const ToolDefinition& t : out.tools) known = known || t.name == name;
+  if (!known)
+    return invalid_request("intercept_tool names '" + name + "', which is not in tools", "intercept_tool");
+  out.intercept_after_tokens = *after;
+  out.intercept_tool = std::move(name);
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits& limits,
                                            ChatRequest& out) {
   RETURN_IF_ERROR(check_model(body, out.model));
@@ -503,6 +528,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   out.logprobs = logprobs.value_or(false) ? (int32_t)top.value_or(0) : -1;
   out.intercept = intercept.value_or(true);
   out.return_token_ids = ids.value_or(false);
+  RETURN_IF_ERROR(parse_scripted_call(body, out));
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
     std::optional<std::string> type;

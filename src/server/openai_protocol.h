@@ -57,6 +57,11 @@ struct ChatRequest {
   int32_t logprobs = -1;          // -1 off; otherwise top_logprobs (0..20)
   bool intercept = true;          // infercept extension: "intercept": false never keeps it paused
   bool return_token_ids = false;  // extension (vLLM's name): token ids in the choice
+  // Extension for benchmarks: the turn generates exactly this many tokens (EOS ignored) and
+  // then ends as a call to `intercept_tool` (default: the named tool_choice, else the first
+  // tool), paused like any call; a call the model writes itself before that counts as usual.
+  int64_t intercept_after_tokens = 0;
+  std::string intercept_tool;
   // Extension: server-side tools this request may use ("server_tools": ["calculator"], or
   // true for all); the server runs their calls itself and continues the generation.
   std::vector<std::string> server_tools;
@@ -83,6 +88,9 @@ std::optional<ApiError> parse_sampling(const json& body, const RequestLimits& li
 
 std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits& limits,
                                            ChatRequest& out);
+// "intercept_after_tokens" / "intercept_tool" of a chat request or a resume (out.tools must be
+// filled); resets both when absent.
+std::optional<ApiError> parse_scripted_call(const json& body, ChatRequest& out);
 std::optional<ApiError> parse_completion_request(const json& body, const RequestLimits& limits,
                                                  CompletionRequest& out);
 // Messages only (the explicit resume endpoint's tool results): same rules as in a chat.
