@@ -12,16 +12,23 @@ the device works too), then
      simulated against measured with the error in %, marking the points below saturation
      (issue 6, item 5 asks for the mean within 15% there);
   3. checks the issue's targets that the points allow (minwaste against discard, ttl, swap;
-     the estimators);
-  4. draws into --out-dir, per workload: norm_latency_vs_rate_W.png (measured solid, simulated
-     dotted, one colour per policy; the paper's main figure), ttft_vs_rate_W.png,
-     waste_by_cause_W.png (stacked bars per policy, one panel per rate), and
-     sim_vs_measured.png (every point, with the +-15% band).
+     the estimators), each comparison with both points' done counts and regime: past
+     saturation a mean covers only the requests that finished in the window;
+  4. draws into --out-dir, per workload measured at two rates or more:
+     norm_latency_vs_rate_W.png (measured solid, simulated dotted, one colour per policy; the
+     paper's main figure; below it the share of requests that finished), ttft_vs_rate_W.png,
+     waste_by_cause_W.png (stacked bars per policy, one panel per rate, the KV pool x run time
+     as the ceiling); single_rate_workloads.png for the workloads measured at one rate (bars,
+     measured against simulated, and waste); sim_vs_measured.png (every point, with the
+     +-15% band; filled where below saturation).
 
   python3 bench/paper_report.py RESULTS... [--out-dir DIR] [--bin build/infercept]
       [--sim-profile PROFILE] [--sim-args FLAGS] [--no-sim] [--markdown FILE]
 RESULTS: folders (searched for manifest.jsonl) or .tgz archives. A point that appears in
 several folders is taken from the last one given that has its result.
+--sim-profile FILE (a profile cache, e.g. the one packed with the results) gets the shape's
+--model-context added unless --sim-args has one: a cache does not hold it, and without it
+the simulation would keep the requests that bench skipped as too long.
 Needs matplotlib for the plots (Debian python3-matplotlib); when the running interpreter
 lacks it, the script re-runs itself with /usr/bin/python3 (--no-plots to skip them).
 """
@@ -69,6 +76,10 @@ ESTIMATOR_STYLE = {"learned": "o", "oracle": "s", "elapsed": "^"}
 CAUSES = [("recompute", "recompute", "#d62728"), ("preserve", "preserve", "#1f77b4"),
           ("swap_stall", "swap stall", "#ff7f0e")]
 WORKLOAD_ORDER = ["mixed", "qa", "chat", "math", "ve", "image", "tts"]
+# Per shape: the model's context (what `bench` skips requests beyond; a profile cache does not
+# carry it, so a simulation with one would keep them) and KV bytes per token (bf16).
+SHAPES = {"llama2-7b": (4096, 2 * 32 * 32 * 128 * 2), "llama2-13b": (4096, 2 * 40 * 40 * 128 * 2),
+          "llama3-8b": (8192, 2 * 32 * 8 * 128 * 2)}
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -133,9 +144,16 @@ def sim_profile_for(point, override):
 def simulate(points, binary, profile_override, extra, jobs, tmp):
     def one(e):
         out = os.path.join(tmp, "sim-" + e["name"] + ".json")
-        cmd = [binary, "simulate", "--profile", sim_profile_for(e, profile_override),
+        prof = sim_profile_for(e, profile_override)
+        more = list(extra)
+        # A profile cache (a file, not a built-in h200-* name) has no model context: give the
+        # shape's, so the simulation skips the same over-long requests as the measurement.
+        shape = SHAPES.get(e.get("shape", ""))
+        if os.path.exists(prof) and shape and "--model-context" not in more:
+            more += ["--model-context", str(shape[0])]
+        cmd = [binary, "simulate", "--profile", prof,
                "--workload", e["workload"], "--policy", e["policy"], "--estimator", e["estimator"],
-               "--rate", str(e["rate"])] + list(e["shared_args"]) + extra + ["--json", out, "--quiet"]
+               "--rate", str(e["rate"])] + list(e["shared_args"]) + more + ["--json", out, "--quiet"]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             sys.stderr.write(f"simulate failed for {e['name']}: {p.stderr.strip()}\n  {' '.join(cmd)}\n")
@@ -279,10 +297,13 @@ def sim_table(points, min_done, max_ttft_ms, tol):
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     below = within = 0
     worst = None
+    differ = []
     for e in points:
         r, s = e["result"], e.get("sim")
         if s is None:
             continue
+        if r is not None and r["summary"]["submitted"] != s["summary"]["submitted"]:
+            differ.append(e["name"])
         sim_part = (f"{nl(s):.1f} / {nl(s, 'p50'):.1f} / {nl(s, 'p90'):.1f} / {nl(s, 'p99'):.1f}"
                     if has_lat(s) else "-")
         if r is None:
@@ -318,7 +339,12 @@ def sim_table(points, min_done, max_ttft_ms, tol):
                f"{tol:.0f}% of measured at {within}")
     if worst:
         summary += f"; largest error {worst[0]:+.1f}% ({worst[1]})"
-    return "\n".join(lines), summary + "."
+    summary += "."
+    if differ:
+        summary += (f"\nThe simulation submitted a different number of requests at {len(differ)} points "
+                    f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}): different requests "
+                    "skipped as longer than the model's context (--model-context)?")
+    return "\n".join(lines), summary
 
 
 def interp_rate(curve, y):
@@ -330,22 +356,33 @@ def interp_rate(curve, y):
     return None
 
 
-def targets(points, slo, min_done):
-    """The issue's targets, as far as these points go (mixed workload, learned estimator)."""
+def targets(points, slo, min_done, max_ttft_ms):
+    """The issue's targets, as far as these points go (per workload, learned estimator unless
+    said). Past saturation a mean covers only the requests that finished in the window, so
+    every comparison carries both done counts and the regime of both points."""
     out = []
+
+    def done(e):
+        s = e["result"]["summary"]
+        return f"{s['completed']}/{s['submitted']}"
+
+    def regime(e):
+        return "below" if below_saturation(e, min_done, max_ttft_ms) else "saturated"
+
     for wl in sorted({e["workload"] for e in points}, key=lambda w: WORKLOAD_ORDER.index(w)
                      if w in WORKLOAD_ORDER else 99):
         by = {}
         for e in points:
             if e["workload"] == wl and has_lat(e["result"]):
-                by.setdefault((e["policy"], e["estimator"]), {})[float(e["rate"])] = e["result"]
+                by.setdefault((e["policy"], e["estimator"]), {})[float(e["rate"])] = e
         mw, dc = by.get(("minwaste", "learned"), {}), by.get(("discard", "learned"), {})
         if not mw and not dc:
             continue
         out.append(f"{wl}:")
 
         def sustained(curve):
-            ok = [rate for rate, r in sorted(curve.items()) if nl(r) <= slo and done_frac(r) >= min_done]
+            ok = [rate for rate, e in sorted(curve.items())
+                  if nl(e["result"]) <= slo and done_frac(e["result"]) >= min_done]
             return max(ok) if ok else None
 
         for (pol, est), curve in sorted(by.items(), key=lambda kv: (POLICIES.index(kv[0][0])
@@ -355,35 +392,61 @@ def targets(points, slo, min_done):
                        f"{pol} ({est}): {fmt_rate(s) if s is not None else '< ' + fmt_rate(min(curve))} req/s "
                        f"of {', '.join(fmt_rate(x) for x in sorted(curve))}")
         if mw and dc:
-            mcurve = sorted((rate, nl(r)) for rate, r in mw.items())
-            for rate, r in sorted(dc.items()):
-                m = interp_rate(mcurve, nl(r))
-                if m is not None:
-                    out.append(f"  equal latency: discard at {fmt_rate(rate)} req/s has {nl(r):.1f} ms/token; "
-                               f"minwaste reaches it at {m:.2f} req/s ({m / rate:.2f}x; target >= 2x)")
+            mcurve = sorted((rate, nl(e["result"])) for rate, e in mw.items())
+            for rate, e in sorted(dc.items()):
+                m = interp_rate(mcurve, nl(e["result"]))
+                if m is None:
+                    continue
+                lo = max(r for r in mw if r <= m)
+                hi = min(r for r in mw if r >= m)
+                sat = [r for r in (lo, hi) if regime(mw[r]) == "saturated"]
+                out.append(f"  equal latency: discard at {fmt_rate(rate)} req/s ({done(e)} done, {regime(e)}) has "
+                           f"{nl(e['result']):.1f} ms/token; minwaste reaches it at {m:.2f} req/s "
+                           f"({m / rate:.2f}x; target >= 2x), between its points at {fmt_rate(lo)} "
+                           f"({done(mw[lo])} done) and {fmt_rate(hi)} req/s ({done(mw[hi])} done)"
+                           + (f"; saturated at {', '.join(fmt_rate(r) for r in sat)}: its mean there is over "
+                              "the survivors only, so the crossing is an upper bound" if sat else ""))
             for rate in sorted(set(mw) & set(dc)):
                 a, b = dc[rate], mw[rate]
-                rw = gbs(b, "recompute") / gbs(a, "recompute") if gbs(a, "recompute") > 0 else float("nan")
-                out.append(f"  at {fmt_rate(rate)} req/s: discard/minwaste latency {nl(a) / max(nl(b), 1e-9):.2f}x "
-                           f"(target >= 2x where discard is loaded); recompute waste {100 * (rw - 1):+.0f}% "
-                           f"(target <= -60%)")
+                ra, rb = a["result"], b["result"]
+                rw = gbs(rb, "recompute") / gbs(ra, "recompute") if gbs(ra, "recompute") > 0 else float("nan")
+                ca, cb = ra["summary"]["completed"], rb["summary"]["completed"]
+                per = (gbs(rb, "recompute") / cb) / (gbs(ra, "recompute") / ca) if ca and cb and gbs(
+                    ra, "recompute") > 0 else float("nan")
+                out.append(f"  at {fmt_rate(rate)} req/s (discard {done(a)} done, {regime(a)}; minwaste {done(b)}, "
+                           f"{regime(b)}): discard/minwaste mean latency {nl(ra) / max(nl(rb), 1e-9):.2f}x, "
+                           f"p90 {nl(ra, 'p90') / max(nl(rb, 'p90'), 1e-9):.2f}x (target >= 2x where discard is "
+                           f"loaded); recompute waste {gbs(ra, 'recompute'):.1f} -> {gbs(rb, 'recompute'):.1f} GB*s "
+                           f"({100 * (rw - 1):+.0f}%; per completed request {100 * (per - 1):+.0f}%; target <= -60%); "
+                           f"recomputed tokens {ra.get('recomputed_tokens', 0)} -> {rb.get('recomputed_tokens', 0)}, "
+                           f"preemptions {ra.get('preemptions', 0)} -> {rb.get('preemptions', 0)}")
         sw = by.get(("swap", "learned"), {})
         for rate in sorted(set(mw) & set(sw)):
-            a, b = gbs(sw[rate], "swap_stall"), gbs(mw[rate], "swap_stall")
+            a, b = gbs(sw[rate]["result"], "swap_stall"), gbs(mw[rate]["result"], "swap_stall")
             out.append(f"  at {fmt_rate(rate)} req/s: swap-stall waste minwaste {b:.2f} against swap {a:.2f} GB*s "
                        f"({100 * b / a:.1f}%; target <= 5%)" if a > 0 else
-                       f"  at {fmt_rate(rate)} req/s: swap-stall waste minwaste {b:.2f}, swap 0 GB*s")
+                       f"  at {fmt_rate(rate)} req/s: swap-stall waste minwaste {b:.2f}, swap 0 GB*s: not "
+                       f"comparable (the engine books a swap stall only where the backend copies "
+                       f"synchronously; on CUDA the copies run on copy streams, `swap`'s included, and what "
+                       f"is not hidden lengthens the step instead); swapped out "
+                       f"{mw[rate]['result'].get('swapped_out_tokens', 0)} against "
+                       f"{sw[rate]['result'].get('swapped_out_tokens', 0)} tokens, mean latency "
+                       f"{nl(mw[rate]['result']):.1f} against {nl(sw[rate]['result']):.1f} ms/token")
         tt = by.get(("ttl", "learned"), {})
         for rate in sorted(set(mw) & set(tt)):
-            d = 100.0 * (nl(mw[rate]) / nl(tt[rate]) - 1.0)
-            out.append(f"  at {fmt_rate(rate)} req/s: minwaste {nl(mw[rate]):.1f} against ttl {nl(tt[rate]):.1f} "
-                       f"ms/token ({d:+.1f}%: " + ("better" if d < -2.0 else "equal within 2%" if d <= 2.0
-                                                   else "WORSE") + ")")
+            a, b = tt[rate], mw[rate]
+            d = 100.0 * (nl(b["result"]) / nl(a["result"]) - 1.0)
+            d90 = 100.0 * (nl(b["result"], "p90") / nl(a["result"], "p90") - 1.0)
+            out.append(f"  at {fmt_rate(rate)} req/s: minwaste {nl(b['result']):.1f} ({done(b)} done, {regime(b)}) "
+                       f"against ttl {nl(a['result']):.1f} ms/token ({done(a)}, {regime(a)}): mean {d:+.1f}%, "
+                       f"p90 {d90:+.1f}% (" + ("better" if d < -2.0 else "equal within 2%" if d <= 2.0
+                                               else "WORSE") + ")")
         ests = {est: c for (pol, est), c in by.items() if pol == "minwaste"}
         common = sorted(set.intersection(*(set(c) for c in ests.values()))) if len(ests) > 1 else []
         for rate in common:
-            out.append(f"  minwaste at {fmt_rate(rate)} req/s by estimator: " + ", ".join(
-                f"{est} {nl(c[rate]):.1f}" for est, c in sorted(ests.items())) + " ms/token (mean)")
+            out.append(f"  minwaste at {fmt_rate(rate)} req/s by estimator (mean / p90 ms/token, done): " + "; ".join(
+                f"{est} {nl(c[rate]['result']):.1f} / {nl(c[rate]['result'], 'p90'):.1f}, {done(c[rate])} "
+                f"({regime(c[rate])})" for est, c in sorted(ests.items())))
     return "\n".join(out)
 
 
@@ -398,7 +461,47 @@ def log_axis(axis):
     axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
-def plots(points, out_dir, title, tol):
+def arg_value(args, flag, default=None):
+    """The value of a flag in a point's shared_args."""
+    for i, x in enumerate(args[:-1]):
+        if x == flag:
+            return args[i + 1]
+    return default
+
+
+def waste_cap_gbs(e):
+    """The most waste a point can book: every byte of the KV pool held for the whole run
+    (waste is byte-seconds of KV held while a step recomputes, preserves or stalls)."""
+    shape = SHAPES.get(e.get("shape", ""))
+    sa = e["shared_args"]
+    tokens, dur, drain = (arg_value(sa, "--kv-cache-tokens"), arg_value(sa, "--duration"),
+                          arg_value(sa, "--drain", "0"))
+    if not shape or tokens is None or dur is None:
+        return None
+    return int(tokens) * shape[1] * (float(dur) + float(drain)) / 1e9
+
+
+def waste_panel(ax, es, rate_label, annotate=True):
+    x = list(range(len(es)))
+    bottom = [0.0] * len(es)
+    for key, name, color in CAUSES:
+        v = [gbs(e["result"], key) for e in es]
+        ax.bar(x, v, bottom=bottom, color=color, label=name)
+        bottom = [b + y for b, y in zip(bottom, v)]
+    if annotate:
+        for xi, e, top in zip(x, es, bottom):
+            s = e["result"]["summary"]
+            ax.text(xi, top, f"{s['completed']}/{s['submitted']}", ha="center", va="bottom", fontsize=6)
+    caps = {waste_cap_gbs(e) for e in es} - {None}
+    if len(caps) == 1:
+        ax.axhline(caps.pop(), color="#7f7f7f", linestyle="--", linewidth=0.8, label="KV pool x run time")
+    ax.set_xticks(x)
+    ax.set_xticklabels([label(e) for e in es], rotation=60, ha="right", fontsize=7)
+    ax.set_title(rate_label, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def plots(points, out_dir, title, tol, min_done, max_ttft_ms):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -407,17 +510,27 @@ def plots(points, out_dir, title, tol):
     written = []
     workloads = sorted({e["workload"] for e in points},
                        key=lambda w: WORKLOAD_ORDER.index(w) if w in WORKLOAD_ORDER else 99)
+    single = []  # workloads measured at one rate only: bars, not lines
     for wl in workloads:
         pts = [e for e in points if e["workload"] == wl]
+        rates = sorted({float(e["rate"]) for e in pts if e["result"] is not None})
+        if len(rates) < 2:
+            single.append(wl)
+            continue
         lines = {}
         for e in pts:
             lines.setdefault((e["policy"], e["estimator"]), []).append(e)
+        ordered = sorted(lines.items(), key=lambda kv: (POLICIES.index(kv[0][0]) if kv[0][0] in POLICIES else 99,
+                                                        kv[0][1] != "learned", kv[0][1]))
         for metric, fname, ylab in ((nl, "norm_latency_vs_rate", "mean normalized latency (ms/token)"),
                                     (ttft, "ttft_vs_rate", "mean TTFT (ms)")):
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            for (pol, est), es in sorted(lines.items(), key=lambda kv: (POLICIES.index(kv[0][0])
-                                                                         if kv[0][0] in POLICIES else 99,
-                                                                         kv[0][1] != "learned", kv[0][1])):
+            with_done = fname == "norm_latency_vs_rate"
+            if with_done:
+                fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True,
+                                              gridspec_kw={"height_ratios": [2.2, 1]})
+            else:
+                fig, ax = plt.subplots(figsize=(7, 4.5))
+            for (pol, est), es in ordered:
                 es = sorted(es, key=lambda e: float(e["rate"]))
                 c = COLORS.get(pol, "#7f7f7f")
                 mk = ESTIMATOR_STYLE.get(est, "x")
@@ -429,43 +542,86 @@ def plots(points, out_dir, title, tol):
                 if s:
                     ax.plot(*zip(*s), marker=mk, color=c, linestyle=":", linewidth=1.0, alpha=0.6,
                             markerfacecolor="none", label=None if m else lab + " (SIM only)")
-            ax.set_xlabel("arrival rate (req/s)")
+                if with_done:
+                    md = [(float(e["rate"]), done_frac(e["result"])) for e in es if e["result"] is not None]
+                    sd = [(float(e["rate"]), done_frac(e["sim"])) for e in es if e.get("sim") is not None]
+                    if md:
+                        ax2.plot(*zip(*md), marker=mk, color=c, linewidth=1.6)
+                    if sd:
+                        ax2.plot(*zip(*sd), marker=mk, color=c, linestyle=":", linewidth=1.0, alpha=0.6,
+                                 markerfacecolor="none")
             ax.set_ylabel(ylab)
             log_axis(ax.yaxis)
             ax.grid(True, which="both", alpha=0.3)
             ax.set_title(f"{title}: {wl} (solid measured, dotted SIMULATED)", fontsize=10)
             ax.legend(fontsize=8)
+            last = ax
+            if with_done:
+                ax2.axhline(min_done, color="#7f7f7f", linestyle="--", linewidth=0.8)
+                ax2.set_ylim(0, 1.05)
+                ax2.set_ylabel("share of requests\nfinished in the run", fontsize=9)
+                ax2.grid(True, alpha=0.3)
+                last = ax2
+            last.set_xlabel("arrival rate (req/s)")
             fig.tight_layout()
             p = os.path.join(out_dir, f"{fname}_{wl}.png")
-            fig.savefig(p, dpi=120)
+            fig.savefig(p, dpi=110)
             plt.close(fig)
             written.append(p)
 
-        # Waste by cause: one panel per rate, a stacked bar per policy (and estimator).
-        rates = sorted({float(e["rate"]) for e in pts if e["result"] is not None})
-        if rates:
-            fig, axes = plt.subplots(1, len(rates), figsize=(3.2 * len(rates) + 1, 4.2), squeeze=False)
-            for ax, rate in zip(axes[0], rates):
-                es = sorted([e for e in pts if float(e["rate"]) == rate and e["result"] is not None],
-                            key=sort_key)
-                x = list(range(len(es)))
-                bottom = [0.0] * len(es)
-                for key, name, color in CAUSES:
-                    v = [gbs(e["result"], key) for e in es]
-                    ax.bar(x, v, bottom=bottom, color=color, label=name)
-                    bottom = [b + y for b, y in zip(bottom, v)]
-                ax.set_xticks(x)
-                ax.set_xticklabels([label(e) for e in es], rotation=60, ha="right", fontsize=7)
-                ax.set_title(f"{fmt_rate(rate)} req/s", fontsize=9)
-                ax.grid(True, axis="y", alpha=0.3)
-            axes[0][0].set_ylabel("waste (GB*s)")
-            axes[0][-1].legend(fontsize=7)
-            fig.suptitle(f"{title}: {wl}, memory waste by cause (measured)", fontsize=10)
-            fig.tight_layout()
-            p = os.path.join(out_dir, f"waste_by_cause_{wl}.png")
-            fig.savefig(p, dpi=120)
-            plt.close(fig)
-            written.append(p)
+        # Waste by cause: one panel per rate, a stacked bar per policy (and estimator), the same
+        # scale throughout, done/submitted over each bar.
+        fig, axes = plt.subplots(1, len(rates), figsize=(2.6 * len(rates) + 1.2, 4.4), squeeze=False,
+                                 sharey=True)
+        for ax, rate in zip(axes[0], rates):
+            es = sorted([e for e in pts if float(e["rate"]) == rate and e["result"] is not None], key=sort_key)
+            waste_panel(ax, es, f"{fmt_rate(rate)} req/s")
+        axes[0][0].set_ylabel("waste (GB*s)")
+        axes[0][-1].legend(fontsize=6)
+        fig.suptitle(f"{title}: {wl}, memory waste by cause (measured; requests done/submitted on top)",
+                     fontsize=10)
+        fig.tight_layout()
+        p = os.path.join(out_dir, f"waste_by_cause_{wl}.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+
+    if single:
+        # Latency (measured against SIMULATED) and waste per policy, one column per workload.
+        fig, axes = plt.subplots(2, len(single), figsize=(3.4 * len(single) + 1, 7), squeeze=False)
+        for col, wl in enumerate(single):
+            es = sorted([e for e in points if e["workload"] == wl and e["result"] is not None], key=sort_key)
+            rate = fmt_rate(float(es[0]["rate"])) if es else "?"
+            ax = axes[0][col]
+            x = list(range(len(es)))
+            mv = [nl(e["result"]) if has_lat(e["result"]) else 0.0 for e in es]
+            sv = [nl(e["sim"]) if has_lat(e.get("sim")) else 0.0 for e in es]
+            ax.bar([i - 0.2 for i in x], mv, width=0.4, color=[COLORS.get(e["policy"], "#7f7f7f") for e in es],
+                   label="measured")
+            ax.bar([i + 0.2 for i in x], sv, width=0.4, color="none", hatch="//",
+                   edgecolor=[COLORS.get(e["policy"], "#7f7f7f") for e in es], label="SIMULATED")
+            for i, e in enumerate(es):
+                s = e["result"]["summary"]
+                ax.text(i - 0.2, mv[i], f"{s['completed']}/{s['submitted']}", ha="center", va="bottom", fontsize=7)
+                if e.get("sim") is not None:
+                    ss = e["sim"]["summary"]
+                    ax.text(i + 0.2, sv[i], f"{ss['completed']}/{ss['submitted']}", ha="center", va="bottom",
+                            fontsize=6, color="#555555")
+            ax.set_xticks(x)
+            ax.set_xticklabels([label(e) for e in es], fontsize=8)
+            ax.set_title(f"{wl}, {rate} req/s: mean normalized latency\n(done/submitted on top)", fontsize=9)
+            ax.set_ylabel("ms/token")
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.legend(fontsize=7)
+            waste_panel(axes[1][col], es, f"{wl}, {rate} req/s: waste by cause (measured)", annotate=False)
+            axes[1][col].set_ylabel("waste (GB*s)")
+            axes[1][col].legend(fontsize=6)
+        fig.suptitle(f"{title}: single-rate workloads", fontsize=10)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "single_rate_workloads.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
 
     both = [e for e in points if has_lat(e["result"]) and has_lat(e.get("sim"))]
     if both:
@@ -479,9 +635,11 @@ def plots(points, out_dir, title, tol):
         seen = set()
         for e in both:
             pol = e["policy"]
-            ax.scatter(nl(e["result"]), nl(e["sim"]), color=COLORS.get(pol, "#7f7f7f"),
+            c = COLORS.get(pol, "#7f7f7f")
+            below = below_saturation(e, min_done, max_ttft_ms)
+            ax.scatter(nl(e["result"]), nl(e["sim"]), edgecolors=c, facecolors=c if below else "none",
                        marker={"mixed": "o", "qa": "s", "chat": "^"}.get(e["workload"], "x"),
-                       label=None if pol in seen else pol, s=22)
+                       label=None if pol in seen else pol, s=26, linewidths=1.2)
             seen.add(pol)
         log_axis(ax.xaxis)
         log_axis(ax.yaxis)
@@ -489,12 +647,13 @@ def plots(points, out_dir, title, tol):
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured mean normalized latency (ms/token)")
         ax.set_ylabel("SIMULATED (ms/token)")
-        ax.set_title(f"{title}: simulator against measurement\n(o mixed, square QA, triangle chat)", fontsize=9)
+        ax.set_title(f"{title}: simulator against measurement\n(o mixed, square QA, triangle chat; "
+                     "filled: below saturation)", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
         p = os.path.join(out_dir, "sim_vs_measured.png")
-        fig.savefig(p, dpi=120)
+        fig.savefig(p, dpi=110)
         plt.close(fig)
         written.append(p)
     return written
@@ -553,7 +712,7 @@ def main():
                     ", same flags) against measured\n")
         text.append(t)
         text.append("\n" + s)
-    tg = targets(points, args.slo, args.min_done)
+    tg = targets(points, args.slo, args.min_done, args.max_ttft_ms)
     if tg:
         text.append("\n## The issue's targets, as far as these points go\n")
         text.append(tg)
@@ -563,7 +722,7 @@ def main():
         with open(args.markdown, "w") as f:
             f.write(report + "\n")
     if args.out_dir and not args.no_plots:
-        for p in plots(points, args.out_dir, args.title, args.tolerance):
+        for p in plots(points, args.out_dir, args.title, args.tolerance, args.min_done, args.max_ttft_ms):
             print("wrote", p)
 
 
