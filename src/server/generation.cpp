@@ -1,0 +1,632 @@
+// Chat and completion requests: from the HTTP body to an engine request, and its turn
+// answered as one response or a stream (tool calls, interceptions, server-side tool rounds).
+#include "server/http_server_impl.h"
+
+namespace infercept::server {
+
+void HttpServer::Impl::handle_chat(const httplib::Request& req, httplib::Response& res) {
+  Guard guard(this);
+  json body;
+  if (auto e = parse_body(req.body, body)) return send_error(res, *e);
+  ChatRequest cr;
+  if (auto e = parse_chat_request(body, limits, cr)) return send_error(res, *e);
+  if (cr.model != model_name)
+    return send_error(res,
+                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  run_chat(std::move(cr), owner_of(req), std::nullopt, res);
+}
+
+void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
+                                std::optional<PausedRequest> entry, httplib::Response& res) {
+  if (!has_template)
+    return send_error(
+        res, invalid_request("the model has no chat template; start the server with "
+                             "--chat-template chatml|llama3|llama2 or use /v1/completions"));
+  auto g = std::make_shared<Generation>();
+  g->endpoint = Endpoint::chat;
+  g->t_received = steady_now();
+  g->response_id = random_id("chatcmpl-");
+  g->created = unix_now();
+  g->model = model_name;
+  g->owner = owner;
+  g->kind = core->chat_template().kind;
+  // Server-side tools join the client's in the prompt.
+  const std::vector<std::string> st_names = cr.all_server_tools ? tools.names() : cr.server_tools;
+  for (const std::string& name : st_names) {
+    const ServerTool* t = tools.find(name);
+    if (t == nullptr) {
+      std::string have;
+      for (const std::string& n : tools.names()) have += (have.empty() ? "" : ", ") + n;
+      return send_error(
+          res, invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
+                               "server_tools"));
+    }
+    if (g->server_tool_names.count(name) != 0) continue;
+    for (const ToolDefinition& d : cr.tools)
+      if (d.name == name && !entry)
+        return send_error(
+            res, invalid_request("tool '" + name + "' is both a client and a server-side tool",
+                                 "tools"));
+    g->server_tool_names.insert(name);
+    bool listed = false;
+    for (const ToolDefinition& d : cr.tools) listed = listed || d.name == name;
+    if (!listed) cr.tools.push_back(t->def);
+  }
+  if (cr.tool_choice == ToolChoice::named) {
+    bool known = false;
+    for (const ToolDefinition& d : cr.tools) known = known || d.name == cr.tool_choice_name;
+    if (!known)
+      return send_error(res, invalid_request("tool_choice names '" + cr.tool_choice_name +
+                                                 "', which is not in tools",
+                                             "tool_choice.function.name"));
+  }
+  const std::vector<ToolDefinition> prompt_tools =
+      cr.tool_choice == ToolChoice::none ? std::vector<ToolDefinition>() : cr.tools;
+  g->tools_active = !prompt_tools.empty();
+  g->forced_prefix = forced_tool_prefix(g->kind, cr.tool_choice, cr.tool_choice_name);
+  g->keep_paused = opt.interception && cr.intercept && g->tools_active;
+  g->stream = cr.stream;
+  g->include_usage = cr.include_usage;
+  g->logprobs = cr.logprobs;
+  g->return_token_ids = cr.return_token_ids;
+  g->filter = ToolTextFilter(g->kind, g->tools_active);
+  (void)g->filter.push(g->forced_prefix);
+  auto text = render_chat(core->chat_template(), cr.messages, prompt_tools, true);
+  if (!text.ok()) return send_error(res, invalid_request(text.error().message, "messages"));
+  g->prompt =
+      core->tokenizer().encode(*text + g->forced_prefix, /*add_bos=*/true, /*parse_special=*/true);
+  if (auto e = check_lengths(g->prompt, cr.params, cr.max_tokens_given, "messages")) {
+    metrics.add_rejected("context_length");
+    return send_error(res, *e);
+  }
+  GenerateRequest gr;
+  gr.prompt = g->prompt;
+  gr.params = cr.params;
+  gr.pause_at_tool_turn_end = g->keep_paused || (g->tools_active && !g->server_tool_names.empty());
+  gr.turn_prefix = g->forced_prefix;
+  gr.tool_duration_hints = cr.tool_hints_s;
+  gr.logprobs = cr.logprobs;
+  if (cr.intercept_after_tokens > 0) {
+    ScriptedInterception si;
+    si.after_generated = cr.intercept_after_tokens;
+    si.tool = cr.intercept_tool;
+    if (auto h = cr.tool_hints_s.find(si.tool); h != cr.tool_hints_s.end()) si.hint = h->second;
+    gr.script.push_back(std::move(si));
+    gr.params.ignore_eos = true;
+    // The engine ends a request at max_tokens before it looks for a pause: with N equal to
+    // max_tokens the call must still win, so leave one token of room (never generated).
+    if (gr.params.max_tokens == cr.intercept_after_tokens) gr.params.max_tokens += 1;
+    g->scripted_tool = cr.intercept_tool;
+  }
+  const bool explicit_resume = entry.has_value();
+  if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
+  if (!entry && g->keep_paused && registry->full(owner)) {
+    metrics.add_rejected("too_many_paused");
+    ApiError e;
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "too_many_paused_requests";
+    e.message = "this key already has " + std::to_string(registry->count(owner)) +
+                " paused requests (the limit): resume or DELETE /v1/interceptions/{id} first";
+    return send_error(res, e);
+  }
+  g->chat = std::move(cr);
+  if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
+    return send_error(res, *e);
+  respond(g, res);
+}
+
+void HttpServer::Impl::handle_completion(const httplib::Request& req, httplib::Response& res) {
+  Guard guard(this);
+  json body;
+  if (auto e = parse_body(req.body, body)) return send_error(res, *e);
+  CompletionRequest cr;
+  if (auto e = parse_completion_request(body, limits, cr)) return send_error(res, *e);
+  if (cr.model != model_name)
+    return send_error(res,
+                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  auto g = std::make_shared<Generation>();
+  g->endpoint = Endpoint::completion;
+  g->t_received = steady_now();
+  g->response_id = random_id("cmpl-");
+  g->created = unix_now();
+  g->model = model_name;
+  g->owner = owner_of(req);
+  g->stream = cr.stream;
+  g->include_usage = cr.include_usage;
+  g->logprobs = cr.logprobs;
+  g->return_token_ids = cr.return_token_ids;
+  if (!cr.prompt_tokens.empty()) {
+    const int32_t vocab = core->tokenizer().vocab_size();
+    for (int32_t t : cr.prompt_tokens)
+      if (t >= vocab)
+        return send_error(
+            res, invalid_request("prompt token id " + std::to_string(t) +
+                                     " is outside the vocabulary (" + std::to_string(vocab) + ")",
+                                 "prompt"));
+    g->prompt = cr.prompt_tokens;
+  } else {
+    g->prompt = core->tokenizer().encode(cr.prompt_text, /*add_bos=*/true, /*parse_special=*/false);
+  }
+  if (g->prompt.empty()) return send_error(res, invalid_request("the prompt is empty", "prompt"));
+  if (auto e = check_lengths(g->prompt, cr.params, cr.max_tokens_given, "prompt")) {
+    metrics.add_rejected("context_length");
+    return send_error(res, *e);
+  }
+  GenerateRequest gr;
+  gr.prompt = g->prompt;
+  gr.params = cr.params;
+  gr.logprobs = cr.logprobs;
+  if (auto e = start(*g, std::move(gr), std::nullopt, false)) return send_error(res, *e);
+  respond(g, res);
+}
+
+std::optional<ApiError> HttpServer::Impl::start(Generation& g, GenerateRequest gr,
+                                                std::optional<PausedRequest> entry,
+                                                bool explicit_resume) {
+  if (stopping) return server_error("the server is shutting down", 503);
+  g.ch = std::make_shared<Channel>();
+  auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };
+  if (entry) {
+    const double waited = steady_now() - entry->paused_at;
+    auto r = engine->continue_paused(entry->engine_id, gr, cb);
+    if (r.ok()) {
+      g.engine_id = entry->engine_id;
+      g.cached_tokens = *r;
+      g.resumed_from = entry->id;
+      track(g.engine_id);
+      metrics.observe_interception(entry->tool_names.empty() ? "?" : entry->tool_names[0], waited);
+      metrics.add_resume(!explicit_resume);
+      return std::nullopt;
+    }
+    // The paused request is gone or cannot take this prompt: answer from scratch.
+    LOG_INFO("resume of %s failed (%s); prefilling from scratch", entry->id.c_str(),
+             r.error().message.c_str());
+    engine->abort(entry->engine_id);
+  }
+  auto id = engine->submit(std::move(gr), cb);
+  if (!id.ok()) return invalid_request(id.error().message);
+  g.engine_id = *id;
+  track(g.engine_id);
+  return std::nullopt;
+}
+
+TokenInfo HttpServer::Impl::token_info(const RequestOutput& o, size_t i) const {
+  TokenInfo t;
+  t.text = core->tokenizer().token_to_bytes(o.new_tokens[i], /*render_special=*/true);
+  t.logprob = i < o.logprobs.size() ? o.logprobs[i] : 0.0f;
+  if (i < o.top_logprobs.size())
+    for (const TokenLogprob& tl : o.top_logprobs[i])
+      t.top.emplace_back(core->tokenizer().token_to_bytes(tl.id, true), tl.logprob);
+  return t;
+}
+
+void HttpServer::Impl::consume(Generation& g, const Channel::Item& item) {
+  const RequestOutput& o = item.out;
+  if (!o.new_tokens.empty()) {
+    if (g.tokens.empty()) {
+      g.t_first = item.t;
+      metrics.observe_ttft(item.t - g.t_received);
+    } else {
+      metrics.observe_itl(item.t - g.t_last);
+    }
+    g.t_last = item.t;
+    for (size_t i = 0; i < o.new_tokens.size(); ++i) {
+      g.tokens.push_back(o.new_tokens[i]);
+      if (g.logprobs >= 0) g.lps.push_back(token_info(o, i));
+    }
+  }
+  g.text += o.text;
+  if (o.intercepted) {
+    g.intercepted = true;
+    g.done = true;
+  }
+  if (o.finished()) {
+    g.finish = o.finish;
+    g.done = true;
+  }
+}
+
+FinalTurn HttpServer::Impl::finalize(Generation& g) {
+  FinalTurn f;
+  g.finalized = true;
+  const double t_end = steady_now();
+  if (g.finish == FinishReason::abort) {
+    untrack(g.engine_id);
+    f.error =
+        server_error(stopping ? "the server is shutting down" : "the request was cancelled", 503);
+    f.finish_reason = "abort";
+    return f;
+  }
+  AssistantTurn turn;
+  if (g.endpoint == Endpoint::chat && g.tools_active)
+    turn = parse_assistant_turn(g.forced_prefix + g.text, g.kind);
+  else
+    turn.content = g.text;
+  f.content = turn.content;
+  f.calls = turn.calls;
+  if (g.intercepted && f.calls.empty() && !g.scripted_tool.empty()) {
+    // intercept_after_tokens: the turn's tokens were generated; it ends in the scripted call.
+    ToolCall c;
+    c.id = random_id("call_");
+    c.name = g.scripted_tool;
+    c.arguments_json = "{}";
+    f.calls.push_back(std::move(c));
+  }
+  if (g.intercepted && !f.calls.empty() && !g.server_tool_names.empty() && !stopping &&
+      g.server_rounds < opt.max_server_tool_rounds) {
+    bool all_server = true;
+    for (const ToolCall& c : f.calls)
+      all_server = all_server && g.server_tool_names.count(c.name) != 0;
+    if (all_server) {
+      f.server_round = true;
+      return f;
+    }
+  }
+  untrack(g.engine_id);
+  if (g.intercepted) {
+    if (!f.calls.empty() && g.keep_paused && !stopping) {
+      PausedRequest p;
+      p.owner = g.owner;
+      p.engine_id = g.engine_id;
+      p.tokens = g.prompt;
+      p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
+      p.n_prompt = (int64_t)g.prompt.size();
+      p.request = g.chat;
+      ChatMessage assistant;
+      assistant.role = "assistant";
+      assistant.content = f.content;
+      assistant.tool_calls = f.calls;
+      p.request.messages.push_back(std::move(assistant));
+      for (const ToolCall& c : f.calls) {
+        p.tool_names.push_back(c.name);
+        p.call_ids.push_back(c.id);
+      }
+      p.paused_at = t_end;
+      const std::string id = registry->add(std::move(p), t_end);
+      auto stored = registry->get(g.owner, id);
+      f.interception = {{"id", id},
+                        {"expires_at", stored ? stored->expires_at_unix : unix_now()},
+                        {"resume_url", "/v1/interceptions/" + id + "/resume"}};
+      metrics.add_pause();
+    } else {
+      engine->abort(g.engine_id);  // nobody will resume it
+    }
+    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
+  } else if (g.finish == FinishReason::length) {
+    f.finish_reason = "length";
+  } else {
+    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
+  }
+  metrics.observe_e2e(t_end - g.t_received);
+  metrics.add_request(g.endpoint == Endpoint::chat ? "chat" : "completion", f.finish_reason,
+                      (int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens);
+  log_line({{"event", "generation"},
+            {"id", g.response_id},
+            {"owner", g.owner},
+            {"prompt_tokens", g.prompt.size()},
+            {"completion_tokens", g.completion_tokens()},
+            {"server_tool_calls", g.server_calls.size()},
+            {"cached_tokens", g.cached_tokens},
+            {"finish_reason", f.finish_reason},
+            {"resumed_from", g.resumed_from},
+            {"interception", f.interception.is_null() ? json(nullptr) : f.interception["id"]},
+            {"ttft_ms", g.t_first > 0 ? (g.t_first - g.t_received) * 1000.0 : 0.0},
+            {"e2e_ms", (t_end - g.t_received) * 1000.0}});
+  return f;
+}
+
+std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const FinalTurn& f) {
+  ChatRequest& cr = g.chat;
+  ChatMessage assistant;
+  assistant.role = "assistant";
+  assistant.content = f.content;
+  assistant.tool_calls = f.calls;
+  cr.messages.push_back(assistant);
+  // The request stays paused in the engine while the tools run: a real interception.
+  for (const ToolCall& c : f.calls) {
+    const double t0 = steady_now();
+    const std::string result = tools.run(*tools.find(c.name), c.arguments_json);
+    const double dt = steady_now() - t0;
+    ChatMessage m;
+    m.role = "tool";
+    m.tool_call_id = c.id;
+    m.name = c.name;
+    m.content = result;
+    cr.messages.push_back(std::move(m));
+    g.server_calls.push_back({{"id", c.id},
+                              {"name", c.name},
+                              {"arguments", c.arguments_json},
+                              {"result", result},
+                              {"duration_ms", dt * 1000.0}});
+  }
+  if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
+    cr.tool_choice = ToolChoice::automatic;
+  const double waited = steady_now() - g.t_last;
+  auto text = render_chat(core->chat_template(), cr.messages, cr.tools, true);
+  if (!text.ok()) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    return invalid_request(text.error().message, "messages");
+  }
+  std::vector<int32_t> prompt =
+      core->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
+  SamplingParams params = cr.params;
+  const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
+  if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    if (e) return e;
+    return invalid_request("max_tokens was used up by the server-side tool rounds", "max_tokens");
+  }
+  params.max_tokens = (int32_t)std::min<int64_t>(params.max_tokens, left);
+  GenerateRequest gr;
+  gr.prompt = prompt;
+  gr.params = params;
+  gr.pause_at_tool_turn_end = true;
+  gr.tool_duration_hints = cr.tool_hints_s;
+  gr.logprobs = g.logprobs;
+  auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };
+  auto r = engine->continue_paused(g.engine_id, std::move(gr), cb);
+  if (!r.ok()) {
+    engine->abort(g.engine_id);
+    untrack(g.engine_id);
+    return server_error("the paused request could not continue: " + r.error().message);
+  }
+  metrics.observe_interception(f.calls[0].name, waited);
+  // The next turn starts; what the response reports is the last turn's, tokens summed.
+  g.completion_before += (int64_t)g.tokens.size();
+  g.prompt = std::move(prompt);
+  g.cached_tokens = *r;
+  g.text.clear();
+  g.tokens.clear();
+  g.lps.clear();
+  g.finish = FinishReason::none;
+  g.intercepted = false;
+  g.done = false;
+  g.finalized = false;
+  g.forced_prefix.clear();
+  g.filter = ToolTextFilter(g.kind, true);
+  g.server_rounds++;
+  return std::nullopt;
+}
+
+json HttpServer::Impl::chunk(const Generation& g, json choice) const {
+  json c = {{"id", g.response_id},
+            {"object", g.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", g.created},
+            {"model", g.model},
+            {"choices", json::array({std::move(choice)})}};
+  if (g.include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+json HttpServer::Impl::completion_logprobs(const std::vector<TokenInfo>& lps,
+                                           size_t text_offset) const {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  size_t off = text_offset;
+  for (const TokenInfo& t : lps) {
+    tokens.push_back(t.text);
+    token_lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [text, lp] : t.top) top[text] = lp;
+    tops.push_back(top);
+    offsets.push_back(off);
+    off += t.text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) const {
+  json msg = {{"role", "assistant"}};
+  msg["content"] = f.calls.empty() || !f.content.empty() ? json(f.content) : json(nullptr);
+  if (!f.calls.empty()) msg["tool_calls"] = tool_calls_json(f.calls);
+  json choice = {{"index", 0}, {"message", msg}, {"finish_reason", f.finish_reason}};
+  if (g.logprobs >= 0) {
+    json content = json::array();
+    for (const TokenInfo& t : g.lps) content.push_back(chat_logprob_entry(t));
+    choice["logprobs"] = {{"content", content}};
+  } else {
+    choice["logprobs"] = nullptr;
+  }
+  if (g.return_token_ids) choice["token_ids"] = g.tokens;
+  json r = {
+      {"id", g.response_id},
+      {"object", "chat.completion"},
+      {"created", g.created},
+      {"model", g.model},
+      {"choices", json::array({choice})},
+      {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+  if (!f.interception.is_null()) r["interception"] = f.interception;
+  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  return r;
+}
+
+json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn& f) const {
+  json choice = {{"index", 0}, {"text", f.content}, {"finish_reason", f.finish_reason}};
+  choice["logprobs"] = g.logprobs >= 0 ? completion_logprobs(g.lps, 0) : json(nullptr);
+  if (g.return_token_ids) choice["token_ids"] = g.tokens;
+  return {
+      {"id", g.response_id},
+      {"object", "text_completion"},
+      {"created", g.created},
+      {"model", g.model},
+      {"choices", json::array({choice})},
+      {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+}
+
+void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response& res) {
+  if (!g->resumed_from.empty()) res.set_header("X-Infercept-Resumed", g->resumed_from);
+  if (!g->stream) {
+    FinalTurn f;
+    for (;;) {
+      while (!g->done) {
+        auto item = g->ch->pop(std::chrono::milliseconds(500));
+        cancel_if_stopping(*g);
+        if (item) consume(*g, *item);
+      }
+      f = finalize(*g);
+      if (!f.server_round) break;
+      if (auto e = server_tool_round(*g, f)) return send_error(res, *e);
+    }
+    if (f.error) return send_error(res, *f.error);
+    send_json(res, 200,
+              g->endpoint == Endpoint::chat ? chat_response(*g, f) : completion_response(*g, f));
+    return;
+  }
+  struct StreamState {
+    std::shared_ptr<Generation> g;
+    std::unique_ptr<Guard> guard;
+    bool started = false;
+    size_t text_offset = 0;  // completions: bytes of text sent
+  };
+  auto st = std::make_shared<StreamState>();
+  st->g = g;
+  st->guard = std::make_unique<Guard>(this);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st](size_t, httplib::DataSink& sink) -> bool {
+        Generation& g = *st->g;
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        const bool chat = g.endpoint == Endpoint::chat;
+        if (!st->started) {
+          st->started = true;
+          if (chat) {
+            json choice = {{"index", 0},
+                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}};
+            return write(sse(chunk(g, choice)));
+          }
+          return true;
+        }
+        auto item = g.ch->pop(std::chrono::milliseconds(250));
+        cancel_if_stopping(g);
+        if (!item) return sink.is_writable();
+        const size_t lp_before = g.lps.size();
+        consume(g, *item);
+        json lps_now = json::array();
+        std::vector<TokenInfo> new_lps(g.lps.begin() + (ptrdiff_t)lp_before, g.lps.end());
+        if (!g.done) {
+          const std::string piece = chat ? g.filter.push(item->out.text) : item->out.text;
+          if (piece.empty() && new_lps.empty()) return true;
+          json choice;
+          if (chat) {
+            json lp = nullptr;
+            if (g.logprobs >= 0) {
+              json content = json::array();
+              for (const TokenInfo& t : new_lps) content.push_back(chat_logprob_entry(t));
+              lp = {{"content", content}};
+            }
+            choice = {{"index", 0},
+                      {"delta", {{"content", piece}}},
+                      {"logprobs", lp},
+                      {"finish_reason", nullptr}};
+          } else {
+            choice = {{"index", 0},
+                      {"text", piece},
+                      {"logprobs", g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset)
+                                                   : json(nullptr)},
+                      {"finish_reason", nullptr}};
+            st->text_offset += piece.size();
+          }
+          return write(sse(chunk(g, choice)));
+        }
+        // The turn is over.
+        FinalTurn f = finalize(g);
+        if (f.server_round) {
+          // The turn's content went out already; the calls run here, the next turn streams on.
+          if (auto e = server_tool_round(g, f))
+            f.error = e;
+          else
+            return true;
+        }
+        if (f.error) {
+          write(sse(error_body(*f.error)));
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        std::string out;
+        if (chat) {
+          const size_t sent = g.filter.emitted();
+          const std::string rest = f.content.size() > sent ? f.content.substr(sent) : std::string();
+          json lp = nullptr;
+          if (g.logprobs >= 0) {
+            json content = json::array();
+            for (const TokenInfo& t : new_lps) content.push_back(chat_logprob_entry(t));
+            lp = {{"content", content}};
+          }
+          if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
+            out += sse(chunk(g, {{"index", 0},
+                                 {"delta", {{"content", rest}}},
+                                 {"logprobs", lp},
+                                 {"finish_reason", nullptr}}));
+          if (!f.calls.empty()) {
+            json calls = json::array();
+            for (size_t i = 0; i < f.calls.size(); ++i)
+              calls.push_back(
+                  {{"index", i},
+                   {"id", f.calls[i].id},
+                   {"type", "function"},
+                   {"function",
+                    {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
+            out += sse(chunk(g, {{"index", 0},
+                                 {"delta", {{"tool_calls", calls}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}));
+          }
+          json last = chunk(g, {{"index", 0},
+                                {"delta", json::object()},
+                                {"logprobs", nullptr},
+                                {"finish_reason", f.finish_reason}});
+          if (!f.interception.is_null()) last["interception"] = f.interception;
+          if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
+          if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
+          out += sse(last);
+        } else {
+          json choice = {
+              {"index", 0},
+              {"text", item->out.text},
+              {"logprobs",
+               g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset) : json(nullptr)},
+              {"finish_reason", f.finish_reason}};
+          if (g.return_token_ids) choice["token_ids"] = g.tokens;
+          out += sse(chunk(g, choice));
+        }
+        if (g.include_usage) {
+          json u = {{"id", g.response_id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", g.created},
+                    {"model", g.model},
+                    {"choices", json::array()},
+                    {"usage",
+                     usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+          out += sse(u);
+        }
+        out += "data: [DONE]\n\n";
+        if (!write(out)) return false;
+        sink.done();
+        return true;
+      },
+      [this, st](bool success) {
+        Generation& g = *st->g;
+        if (!g.finalized) {
+          // The client went away mid-stream: stop generating for it.
+          engine->abort(g.engine_id);
+          untrack(g.engine_id);
+          log_line({{"event", "client_disconnected"}, {"id", g.response_id}, {"owner", g.owner}});
+        }
+        (void)success;
+        st->guard.reset();
+      });
+}
+
+}  // namespace infercept::server

@@ -1,0 +1,255 @@
+// Internals of the HTTP server shared by its files: the per-request state (Generation),
+// the channel from the engine thread, and HttpServer::Impl. http_server.cpp holds the
+// life cycle and the routes, generation.cpp the chat/completion handlers and how a turn
+// is answered, interception_api.cpp the explicit /v1/interceptions endpoints.
+#pragma once
+
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/log.h"
+#include "server/auth.h"
+#include "server/dashboard.h"
+#include "server/interception_registry.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+#include "server/server_tools.h"
+#include "server/tool_parser.h"
+
+namespace infercept::server {
+
+
+inline double steady_now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline int64_t unix_now() {
+  using namespace std::chrono;
+  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// Outputs of one engine request, from the engine thread to the HTTP thread answering it.
+struct Channel {
+  struct Item {
+    RequestOutput out;
+    double t = 0.0;  // when the engine produced it
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Item> q;
+
+  void push(const RequestOutput& o) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      q.push_back({o, steady_now()});
+    }
+    cv.notify_all();
+  }
+  std::optional<Item> pop(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, timeout, [&] { return !q.empty(); })) return std::nullopt;
+    Item it = std::move(q.front());
+    q.pop_front();
+    return it;
+  }
+};
+
+enum class Endpoint { chat, completion };
+
+// One response being produced: what was asked and what has come so far.
+struct Generation {
+  Endpoint endpoint = Endpoint::chat;
+  std::string response_id;
+  int64_t created = 0;
+  std::string model;
+  std::string owner;
+  ChatRequest chat;  // the request (chat): kept with a paused request for an explicit resume
+  bool tools_active = false;  // the model saw tools: its turn may hold calls
+  bool keep_paused = false;   // a turn with calls leaves the request paused
+  std::string forced_prefix;  // the turn starts with this (tool_choice required/named)
+  std::string scripted_tool;  // intercept_after_tokens: the call the turn ends in
+  ChatTemplateKind kind = ChatTemplateKind::chatml;
+  std::vector<int32_t> prompt;
+  bool stream = false, include_usage = false, return_token_ids = false;
+  int32_t logprobs = -1;
+  // Engine side.
+  std::shared_ptr<Channel> ch;
+  uint64_t engine_id = 0;
+  int64_t cached_tokens = 0;
+  std::string resumed_from;  // interception id
+  // Progress.
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenInfo> lps;
+  FinishReason finish = FinishReason::none;
+  bool intercepted = false;
+  bool done = false;
+  bool finalized = false;
+  double t_received = 0.0, t_first = 0.0, t_last = 0.0;
+  ToolTextFilter filter{ChatTemplateKind::chatml, false};
+  // Server-side tools: which this request may use, and the calls run so far.
+  std::set<std::string> server_tool_names;
+  int server_rounds = 0;
+  json server_calls = json::array();
+  int64_t completion_before = 0;  // tokens generated in earlier rounds
+  bool cancel_sent = false;
+  int64_t completion_tokens() const { return completion_before + (int64_t)tokens.size(); }
+};
+
+// How a finished turn is reported.
+struct FinalTurn {
+  std::string finish_reason;
+  std::string content;
+  std::vector<ToolCall> calls;
+  json interception;  // null unless the request stays paused
+  std::optional<ApiError> error;
+  bool server_round = false;  // every call is a server-side tool: run them and go on
+};
+
+inline ApiError server_error(std::string message, int status = 500) {
+  ApiError e;
+  e.status = status;
+  e.type = status == 503 ? "service_unavailable" : "server_error";
+  e.message = std::move(message);
+  return e;
+}
+
+inline void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+inline void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, error_body(e));
+}
+
+inline std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
+
+
+struct HttpServer::Impl {
+  ServerOptions opt;
+  std::unique_ptr<Engine> engine;
+  const EngineCore* core =
+      nullptr;  // immutable parts only (tokenizer, config) off the engine thread
+  ApiKeys keys;
+  ServerTools tools;
+  std::unique_ptr<InterceptionRegistry> registry;
+  Metrics metrics;
+  RequestLimits limits;
+  std::string model_name;
+  int64_t context_limit = 0;  // prompt + completion
+  bool has_template = false;
+  httplib::Server svr;
+  int port = -1;
+  std::thread listen_thread;
+  std::thread reaper;
+  std::atomic<bool> stopping{false};
+  std::atomic<double> cancel_after{0.0};  // steady time past which stragglers cancel themselves
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<uint64_t> in_flight;  // engine ids generating for an HTTP request
+  int64_t active = 0;            // handlers and streams in progress
+  bool stopped = false;
+  bool reaper_stop = false;
+
+  // Counts a handler (or a stream) in progress, for the shutdown.
+  struct Guard {
+    Impl* impl;
+    explicit Guard(Impl* i) : impl(i) {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      impl->active++;
+    }
+    ~Guard() {
+      {
+        std::lock_guard<std::mutex> lock(impl->mu);
+        impl->active--;
+      }
+      impl->cv.notify_all();
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+  };
+
+  void track(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    in_flight.insert(id);
+  }
+  void untrack(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      in_flight.erase(id);
+    }
+    cv.notify_all();
+  }
+
+  std::string owner_of(const httplib::Request& req) const {
+    auto o =
+        keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"));
+    return o.value_or("");
+  }
+
+  void log_line(const json& j) const {
+    if (!opt.log_requests) return;
+    json line = j;
+    line["ts"] = unix_now();
+    const std::string s = dump(line) + "\n";
+    std::fwrite(s.data(), 1, s.size(), stderr);
+  }
+
+  void setup_routes();
+  void reap_loop();
+
+  // --- generation ---------------------------------------------------------------------
+  void handle_chat(const httplib::Request& req, httplib::Response& res);
+  void handle_completion(const httplib::Request& req, httplib::Response& res);
+  void run_chat(ChatRequest cr, const std::string& owner, std::optional<PausedRequest> entry,
+                httplib::Response& res);
+  std::optional<ApiError> start(Generation& g, GenerateRequest gr,
+                                std::optional<PausedRequest> entry, bool explicit_resume);
+  std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
+                                        bool max_tokens_given, const char* param) const;
+  void consume(Generation& g, const Channel::Item& item);
+  FinalTurn finalize(Generation& g);
+  std::optional<ApiError> server_tool_round(Generation& g, const FinalTurn& f);
+  void respond(std::shared_ptr<Generation> g, httplib::Response& res);
+  json chat_response(const Generation& g, const FinalTurn& f) const;
+  json completion_response(const Generation& g, const FinalTurn& f) const;
+  json completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const;
+  json chunk(const Generation& g, json choice) const;
+  TokenInfo token_info(const RequestOutput& o, size_t i) const;
+  // A request that started while the server began to stop cancels itself after the grace.
+  void cancel_if_stopping(Generation& g) {
+    if (stopping && !g.cancel_sent && steady_now() > cancel_after) {
+      g.cancel_sent = true;
+      engine->abort(g.engine_id);
+    }
+  }
+
+  // --- interceptions ----------------------------------------------------------------------
+  void handle_interception_list(const httplib::Request& req, httplib::Response& res);
+  void handle_interception_get(const httplib::Request& req, httplib::Response& res);
+  void handle_interception_delete(const httplib::Request& req, httplib::Response& res);
+  void handle_interception_resume(const httplib::Request& req, httplib::Response& res);
+  void handle_interception_hint(const httplib::Request& req, httplib::Response& res);
+  json interception_json(const PausedRequest& p, const PausedSeqInfo* seq) const;
+  ApiError take_error(const std::string& id, TakeError why) const;
+
+  void stop();
+};
+
+}  // namespace infercept::server
