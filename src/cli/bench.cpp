@@ -244,6 +244,17 @@ int run_bench(int argc, char** argv) {
       tools.push_back({{"tool", ts.tool}, {"count", ts.count}, {"p50", ts.p50}, {"p95", ts.p95},
                        {"p99", ts.p99}});
     j["tools"] = tools;
+    // Where the engine's time went: a measured run set against a simulated one needs these.
+    j["engine"] = {{"steps", st.steps},
+                   {"forward_seconds", st.forward_seconds},
+                   {"mean_step_ms", st.steps > 0 ? st.forward_seconds / (double)st.steps * 1e3 : 0.0},
+                   {"host_prepare_seconds", st.host_prepare_seconds},
+                   {"swap_seconds", st.swap_seconds},
+                   {"prompt_tokens_computed", st.prompt_tokens_computed},
+                   {"decode_tokens", st.decode_tokens},
+                   {"replayed_steps", st.replayed_steps},
+                   {"swap_preemptions", st.swap_preemptions},
+                   {"run_seconds", wall}};
     std::ofstream out(a.get("json"));
     if (!out) return fail(Error{"cannot write '" + a.get("json") + "'"});
     out << j.dump(2) << "\n";

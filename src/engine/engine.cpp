@@ -401,8 +401,10 @@ void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
   run(plan.swap_in, *host_kv_, *kv_);
   run(plan.swap_out, *kv_, *host_kv_);
   // A device backend only queues the copies on its copy streams: they run under the forward
-  // pass, and what is not hidden shows up in the step time, not as a stall here.
-  const bool async = backend_->copies_are_async();
+  // pass, and what is not hidden shows up in the step time, not as a stall here. The naive
+  // `swap` policy (the paper's baseline: the whole context at once, synchronously) waits for
+  // its copies on every backend, and the wait is its stall.
+  const bool async = backend_->copies_are_async() && policy_->kind() != PolicyKind::swap;
   if (!async) backend_->sync();
   const double dt = now_seconds() - t;
   stats_.swap_seconds += dt;
