@@ -64,6 +64,17 @@ PEER_LOADGEN_ARGS = ["--no-logprobs", "--call-prefill", '<tool_call>\\n{"name": 
 PEER_LABEL = "llama.cpp server"
 
 
+def stop_process(proc, timeout):
+    """SIGTERM (a graceful stop), then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Server:
     """`infercept serve` on a free port; the port is read from its start-up line."""
 
@@ -102,13 +113,7 @@ class Server:
             self._keep(line)
 
     def stop(self, timeout=60):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         if self.log_file:
             self.log_file.close()
         return self.proc.returncode
@@ -146,13 +151,7 @@ class LlamaServer:
             time.sleep(0.5)
 
     def stop(self, timeout=60):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         if self.log_file is not subprocess.DEVNULL:
             self.log_file.close()
         return self.proc.returncode
