@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/common.h"
+#include "cli/workload_options.h"
 #include "workload/metrics.h"
 #include "workload/trace.h"
 #include "workload/workload.h"
@@ -51,9 +52,7 @@ struct Resume {
 int run_bench(int argc, char** argv) {
   auto args = Args::parse(
       argc, argv,
-      merge({kEngineFlags,
-             {"workload", "rate", "duration", "seed", "json", "time-scale", "context-scale",
-              "max-context", "drain", "trace-out", "tokens"}}),
+      merge({kEngineFlags, kWorkloadFlags, {"json"}}),
       {"quiet"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
@@ -61,47 +60,11 @@ int run_bench(int argc, char** argv) {
   if (!cfg.ok()) return fail(cfg.error());
 
   // The workload: a built-in generator or a trace file.
-  const std::string wl = a.get("workload", "mixed");
-  std::vector<TraceRequest> trace;
-  double duration = 0.0;
-  if (is_builtin_workload(wl)) {
-    WorkloadSpec spec;
-    spec.name = wl;
-    auto rate = a.get_double("rate", 1.0);
-    auto dur = a.get_double("duration", 60.0);
-    auto seed = a.get_int("seed", 0);
-    auto ts = a.get_double("time-scale", 1.0);
-    auto cs = a.get_double("context-scale", 1.0);
-    auto mc = a.get_int("max-context", 0);
-    for (auto* r : {&rate, &dur, &ts, &cs})
-      if (!r->ok()) return fail(r->error());
-    if (!seed.ok()) return fail(seed.error());
-    if (!mc.ok()) return fail(mc.error());
-    spec.rate = *rate;
-    spec.duration_s = *dur;
-    spec.seed = (uint64_t)*seed;
-    spec.time_scale = *ts;
-    spec.context_scale = *cs;
-    spec.max_context = (int32_t)*mc;
-    for (const std::string& o : a.get_all("tokens")) {
-      Status st = apply_token_override(spec, o);
-      if (!st.ok()) return fail(st.error());
-    }
-    if (Status st = validate_workload_spec(spec); !st.ok()) return fail(st.error());
-    trace = generate_workload(spec);
-    duration = spec.duration_s;
-  } else {
-    auto t = read_trace(wl);
-    if (!t.ok()) return fail(t.error());
-    trace = std::move(*t);
-    for (const auto& r : trace) duration = std::max(duration, r.arrival_s);
-    duration = std::max(duration, 1.0);
-  }
-  if (a.has("trace-out")) {
-    if (Status st = write_trace(a.get("trace-out"), trace); !st.ok()) return fail(st.error());
-  }
-  auto drain = a.get_double("drain", 3.0 * duration);
-  if (!drain.ok()) return fail(drain.error());
+  auto run = workload_from(a);
+  if (!run.ok()) return fail(run.error());
+  const std::string& wl = run->name;
+  const std::vector<TraceRequest>& trace = run->trace;
+  const double duration = run->duration_s;
 
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());
@@ -117,7 +80,7 @@ int run_bench(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
-  const double hard_stop = duration + *drain;
+  const double hard_stop = duration + run->drain_s;
 
   while (true) {
     const double t = elapsed();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/workload_options.h"
 #include "engine/simulator.h"
 #include "workload/metrics.h"
 #include "workload/trace.h"
@@ -18,38 +19,14 @@ namespace infercept::cli {
 
 int run_simulate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
-                          {"profile",
-                           "workload",
-                           "policy",
-                           "estimator",
-                           "rate",
-                           "duration",
-                           "seed",
-                           "json",
-                           "time-scale",
-                           "context-scale",
-                           "max-context",
-                           "drain",
-                           "trace-out",
-                           "tokens",
-                           "kv-cache-tokens",
-                           "kv-cache-gb",
-                           "kv-cache-mb",
-                           "swap-space-tokens",
-                           "swap-space-gb",
-                           "swap-space-mb",
-                           "max-batch-tokens",
-                           "max-seqs",
-                           "block-size",
-                           "interception-timeout",
-                           "gpus",
-                           "tp-efficiency",
-                           "copy-mode",
-                           "model-context",
-                           "idle-tick",
-                           "context-cost-us",
-                           "sample-cost-us",
-                           "gpu-memory-utilization"},
+                          merge({kWorkloadFlags,
+                                 {"profile", "policy", "estimator", "json", "kv-cache-tokens",
+                                  "kv-cache-gb", "kv-cache-mb", "swap-space-tokens",
+                                  "swap-space-gb", "swap-space-mb", "max-batch-tokens",
+                                  "max-seqs", "block-size", "interception-timeout", "gpus",
+                                  "tp-efficiency", "copy-mode", "model-context", "idle-tick",
+                                  "context-cost-us", "sample-cost-us",
+                                  "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
@@ -146,51 +123,13 @@ int run_simulate(int argc, char** argv) {
   cfg.swap_space_tokens = *swap;
 
   // The workload, exactly as bench draws or reads it.
-  const std::string wl = a.get("workload", "mixed");
-  std::vector<TraceRequest> trace;
-  double duration = 0.0;
-  if (is_builtin_workload(wl)) {
-    WorkloadSpec spec;
-    spec.name = wl;
-    auto rate = a.get_double("rate", 1.0);
-    auto dur = a.get_double("duration", 60.0);
-    auto seed = a.get_int("seed", 0);
-    auto ts = a.get_double("time-scale", 1.0);
-    auto cs = a.get_double("context-scale", 1.0);
-    auto mc = a.get_int("max-context", 0);
-    for (auto* r : {&rate, &dur, &ts, &cs})
-      if (!r->ok()) return fail(r->error());
-    if (!seed.ok()) return fail(seed.error());
-    if (!mc.ok()) return fail(mc.error());
-    spec.rate = *rate;
-    spec.duration_s = *dur;
-    spec.seed = (uint64_t)*seed;
-    spec.time_scale = *ts;
-    spec.context_scale = *cs;
-    spec.max_context = (int32_t)*mc;
-    for (const std::string& o : a.get_all("tokens")) {
-      Status st = apply_token_override(spec, o);
-      if (!st.ok()) return fail(st.error());
-    }
-    if (Status st = validate_workload_spec(spec); !st.ok()) return fail(st.error());
-    trace = generate_workload(spec);
-    duration = spec.duration_s;
-  } else {
-    auto tr = read_trace(wl);
-    if (!tr.ok()) return fail(tr.error());
-    trace = std::move(*tr);
-    for (const auto& r : trace) duration = std::max(duration, r.arrival_s);
-    duration = std::max(duration, 1.0);
-  }
-  if (a.has("trace-out")) {
-    if (Status st = write_trace(a.get("trace-out"), trace); !st.ok()) return fail(st.error());
-  }
-  // bench's default drain (3x the arrival window); "inf" runs until every request is done.
-  auto drain = a.get_double("drain", 3.0 * duration);
-  if (!drain.ok()) return fail(drain.error());
-  if (!(*drain >= 0.0)) return fail(Error{"--drain must be >= 0"});
+  auto run = workload_from(a);
+  if (!run.ok()) return fail(run.error());
+  const std::string& wl = run->name;
+  const std::vector<TraceRequest>& trace = run->trace;
+  const double duration = run->duration_s;
   cfg.duration_s = duration;
-  cfg.drain_s = *drain;
+  cfg.drain_s = run->drain_s;
 
   auto result = simulate(cfg, trace);
   if (!result.ok()) return fail(result.error());
