@@ -22,8 +22,6 @@
 // must wait for a swap copy in flight run eagerly.
 #include <algorithm>
 #include <cstdlib>
-#include <type_traits>
-#include <unordered_map>
 #include <cstring>
 #include <string>
 #include <memory>
@@ -37,6 +35,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/step_graphs.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -112,7 +111,6 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaDeviceSynchronize();
-    for (StepGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
     for (void* p : device_buffers_) cudaFree(p);
     for (Staging* s : {&step_, &swap_in_idx_, &swap_out_idx_}) {
       cudaFreeHost(s->host);
@@ -261,7 +259,6 @@ class CudaBackend final : public Backend {
     uploads_.clear();
     plan_ready_ = false;
     sig_.clear();
-    sig_hash_ = 1469598103934665603ull;
     step_needs_wait_ = false;
     const Pass next = next_pass_;
     next_pass_ = Pass::probe;
@@ -285,17 +282,13 @@ class CudaBackend final : public Backend {
           next_pass_ = Pass::eager;
           return false;
         }
-        for (StepGraph& g : graphs_)
-          if (g.hash == sig_hash_ && g.sig == sig_) {
-            CUDA_CHECK(cudaGraphLaunch(g.exec, compute_));
-            CUDA_CHECK(cudaEventRecord(step_.done, compute_));
-            g.last_use = step_no_;
-            ++graph_replays_;
-            return true;
-          }
-        if (seen_.size() > 4096) seen_.clear();
-        const bool again = ++seen_[sig_hash_] >= 2;
-        next_pass_ = again ? Pass::capture : Pass::eager;
+        if (cudaGraphExec_t exec = graphs_.find(sig_, step_no_)) {
+          CUDA_CHECK(cudaGraphLaunch(exec, compute_));
+          CUDA_CHECK(cudaEventRecord(step_.done, compute_));
+          ++graph_replays_;
+          return true;
+        }
+        next_pass_ = graphs_.worth_recording(sig_) ? Pass::capture : Pass::eager;
         probe_sig_ = sig_;
         return false;
       }
@@ -303,19 +296,8 @@ class CudaBackend final : public Backend {
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
         CHECK_MSG(sig_ == probe_sig_, "a step's launches changed between its probe and its capture");
-        cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaGraphExec_t exec = graphs_.add(sig_, graph, step_no_, compute_);
         CUDA_CHECK(cudaGraphDestroy(graph));
-        if (graphs_.size() >= kMaxGraphs) {  // drop the least recently used
-          auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const StepGraph& a, const StepGraph& b) {
-            return a.last_use < b.last_use;
-          });
-          CUDA_CHECK(cudaStreamSynchronize(compute_));
-          CUDA_CHECK(cudaGraphExecDestroy(lru->exec));
-          graphs_.erase(lru);
-        }
-        graphs_.push_back({sig_hash_, std::move(sig_), exec, step_no_});
-        seen_.erase(sig_hash_);
         CUDA_CHECK(cudaGraphLaunch(exec, compute_));
         CUDA_CHECK(cudaEventRecord(step_.done, compute_));
         ++graph_captures_;
@@ -735,49 +717,13 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  // The signature of a step: every launch parameter of every op, in order.
-  struct Bytes {
-    const void* p;
-    size_t n;
-  };
-  template <class T>
-  static Bytes bytes_of(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    return Bytes{&v, sizeof v};
-  }
-  void sig_word(uint64_t w) {
-    sig_.push_back(w);
-    sig_hash_ = (sig_hash_ ^ w) * 1099511628211ull;
-  }
-  void sig_add(const Tensor& t) {
-    sig_word(reinterpret_cast<uintptr_t>(t.data));
-    sig_word((uint64_t)t.rows);
-    sig_word((uint64_t)t.cols);
-    sig_word((uint64_t)t.stride);
-    sig_word((uint64_t)t.dtype);
-  }
-  void sig_add(Bytes b) {
-    for (size_t i = 0; i < b.n; i += 8) {
-      uint64_t w = 0;
-      std::memcpy(&w, static_cast<const char*>(b.p) + i, std::min<size_t>(8, b.n - i));
-      sig_word(w);
-    }
-  }
-  void sig_add(const void* p) { sig_word(reinterpret_cast<uintptr_t>(p)); }
-  void sig_add(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    sig_word(u);
-  }
-  template <class I>
-    requires std::is_integral_v<I>
-  void sig_add(I v) { sig_word((uint64_t)v); }
+  static cuda::LaunchSignature::Bytes bytes_of(const auto& v) { return cuda::LaunchSignature::bytes_of(v); }
   // Appends an op's launch parameters to the step's signature while recording (probe or
   // capture) and says whether to skip the launch (the probe launches nothing).
   template <class... A>
   bool skip_launch(const A&... args) {
     if (pass_ == Pass::eager) return false;
-    (sig_add(args), ...);
+    (sig_.add(args), ...);
     return pass_ == Pass::probe;
   }
 
@@ -855,20 +801,11 @@ class CudaBackend final : public Backend {
   DType act_;
   // Step graphs (see the top of the file).
   enum class Pass { eager, probe, capture };
-  struct StepGraph {
-    uint64_t hash;
-    std::vector<uint64_t> sig;
-    cudaGraphExec_t exec;
-    int64_t last_use;
-  };
-  static constexpr size_t kMaxGraphs = 64;
   bool graphs_on_ = true;
   Pass pass_ = Pass::eager, next_pass_ = Pass::probe;
-  std::vector<uint64_t> sig_, probe_sig_;
-  uint64_t sig_hash_ = 0;
+  cuda::LaunchSignature sig_, probe_sig_;
   bool step_needs_wait_ = false;
-  std::vector<StepGraph> graphs_;
-  std::unordered_map<uint64_t, int> seen_;  // signatures run eagerly, and how often
+  cuda::StepGraphCache graphs_;
   int64_t graph_replays_ = 0, graph_captures_ = 0;
   // Swaps through the copy engines (cudaMemcpyBatchAsync, the default: no SM time, and both
   // directions at once reach 87 GB/s on the H200 against 57 for the copy kernel over mapped
