@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -61,6 +61,20 @@ for stage in "$@"; do
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    ncu-*)  # ncu-SHAPE: every kernel of decode steps at batch 1, context 1,024, timed by Nsight
+      # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
+      # The context is filled in one 1,024-row step first: NCU_SKIP skips its matching kernels
+      # (32 RoPE stores and 64 norms with the default NCU_KERNELS on a 32-layer model).
+      shape=${stage#ncu-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      log "ncu kernel times: $shape decode batch 1"
+      timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        --kernel-name regex:"${NCU_KERNELS:-gemv|decode_kernel|combine_kernel|rope_store|attention_kernel|rmsnorm|silu|add}" \
+        --launch-skip ${NCU_SKIP:-32} --launch-count ${NCU_COUNT:-300} \
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
+        --prefill 1024 --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
+      python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     set:*) kv=${stage#set:}; export "${kv?}"; TAGS="${TAGS:-}${TAGS:+,}$kv"; log "from here on: $kv" ;;
     unset:*) name=${stage#unset:}; unset "$name"; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^$name=" | paste -sd, -); log "unset $name" ;;
     keep) KEEP=1 ;;

@@ -77,6 +77,13 @@ struct RopeParams {
   std::span<const float> freq_factors;
 };
 
+// One product of a group sharing its input (norm_project): out = input @ w^T (+ bias).
+struct Projection {
+  const Weight* w = nullptr;
+  const Weight* bias = nullptr;  // nullptr or an absent weight: none
+  Tensor out;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -157,6 +164,34 @@ class Backend {
                          Tensor out) = 0;
   // out = silu(gate) * up           gate, up, out: [n, f]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+
+  // ---- fused groups ----
+  // What a decoder layer does around its products, as single calls, so that a device backend
+  // can run each as one launch (at batch 1 a layer is otherwise ~13 launches, and each costs
+  // ramp-up and drain). The defaults compose the ops above; the CPU backend keeps them, so
+  // they are the oracle of any fused form.
+  //
+  // h = rmsnorm(x) * norm, then every projection of h: out = h @ w^T (+ bias). h is scratch
+  // ([n, d]): a backend that normalizes inside the products leaves it unwritten.
+  virtual void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                            std::span<const Projection> projections) {
+    rmsnorm(x, norm, eps, h);
+    for (const Projection& p : projections) matmul(h, *p.w, p.bias, p.out);
+  }
+  // gate = silu(h @ w_gate^T) * (h @ w_up^T) with h = rmsnorm(x) * norm (SwiGLU's first
+  // half). h and up are scratch.
+  virtual void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                              const Weight& w_gate, const Weight& w_up, Tensor gate, Tensor up) {
+    rmsnorm(x, norm, eps, h);
+    matmul(h, w_gate, nullptr, gate);
+    matmul(h, w_up, nullptr, up);
+    silu_mul(gate, up, gate);
+  }
+  // residual += x @ w^T. scratch ([n, w.rows]) holds the product where a backend needs it.
+  virtual void project_add(const Tensor& x, const Weight& w, Tensor residual, Tensor scratch) {
+    matmul(x, w, nullptr, scratch);
+    add(residual, scratch);
+  }
   // a += b
   virtual void add(Tensor a, const Tensor& b) = 0;
   // out[i] = x[rows[i]]              x: [n, d]; out: [rows.size(), d]

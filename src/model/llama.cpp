@@ -100,25 +100,18 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
     CHECK_MSG(pass < 2, "a backend asked for a third pass over one step");
     b.begin_step(replayable);
     b.embed(weights_.tok_embd, in.tokens, x);
-    b.rmsnorm(x, weights_.layers[0].attn_norm, c.rms_eps, h);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const LayerWeights& w = weights_.layers[(size_t)l];
-      b.matmul(h, w.wq, &w.bq, q);
-      b.matmul(h, w.wk, &w.bk, k);
-      b.matmul(h, w.wv, &w.bv, v);
+      const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
+      b.norm_project(x, w.attn_norm, c.rms_eps, h, qkv);
       b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
       b.attention(q, kv, l, batch, c.n_heads, scale, attn);
-      b.matmul(attn, w.wo, nullptr, o);
-      b.add_rmsnorm(x, o, w.ffn_norm, c.rms_eps, h);
-      b.matmul(h, w.w_gate, nullptr, gate);
-      b.matmul(h, w.w_up, nullptr, up);
-      b.silu_mul(gate, up, gate);
-      b.matmul(gate, w.w_down, nullptr, o);
-      const Weight& next_norm =
-          l + 1 < c.n_layers ? weights_.layers[(size_t)l + 1].attn_norm : weights_.output_norm;
-      b.add_rmsnorm(x, o, next_norm, c.rms_eps, h);
+      b.project_add(attn, w.wo, x, o);
+      b.norm_gated_ffn(x, w.ffn_norm, c.rms_eps, h, w.w_gate, w.w_up, gate, up);
+      b.project_add(gate, w.w_down, x, o);
     }
     if (nl > 0) {
+      b.rmsnorm(x, weights_.output_norm, c.rms_eps, h);
       b.gather_rows(h, in.logit_rows, li);
       b.matmul(li, weights_.output, nullptr, lo);
     }

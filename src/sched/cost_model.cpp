@@ -82,18 +82,30 @@ int64_t CostModel::derive_saturation(double tolerance) const {
   // the flat stretch behind it look steep. The total cap keeps a slow creep from counting as
   // flat forever.
   const double tol = std::max(0.0, tolerance);
-  const double first = t_fwd_samples.front().second;
-  // The first sample is in the flat regime by definition (nothing smaller was measured), so
-  // S is at least its token count. Stop at the first stretch that grows too fast: past it
-  // the curve has left the flat regime, and a later dip is measurement noise.
-  int64_t s = t_fwd_samples.front().first;
-  for (size_t i = 1; i < t_fwd_samples.size(); ++i) {
-    const auto& [x0, t0] = t_fwd_samples[i - 1];
-    const auto& [x1, t1] = t_fwd_samples[i];
-    const double doublings = std::log2((double)x1 / (double)x0);
-    const double per_doubling = t0 > 0 ? std::pow(t1 / t0, 1.0 / doublings) : INFINITY;
-    if (per_doubling > 1.0 + tol || t1 > first * (1.0 + tol) * (1.0 + tol)) break;
-    s = x1;
+  // The flat stretch that starts at sample `from`: the last token count before the first
+  // stretch that grows too fast (past it the curve has left the flat regime, and a later dip
+  // is measurement noise). The first sample is in the flat regime by definition.
+  auto flat_from = [&](size_t from) {
+    const double base = t_fwd_samples[from].second;
+    int64_t s = t_fwd_samples[from].first;
+    for (size_t i = from + 1; i < t_fwd_samples.size(); ++i) {
+      const auto& [x0, t0] = t_fwd_samples[i - 1];
+      const auto& [x1, t1] = t_fwd_samples[i];
+      const double doublings = std::log2((double)x1 / (double)x0);
+      const double per_doubling = t0 > 0 ? std::pow(t1 / t0, 1.0 / doublings) : INFINITY;
+      if (per_doubling > 1.0 + tol || t1 > base * (1.0 + tol) * (1.0 + tol)) break;
+      s = x1;
+    }
+    return s;
+  };
+  int64_t s = flat_from(0);
+  // The one-token step may be a path of its own even against x = 2 (on the H200 the decode
+  // of one row replays a CUDA graph of one-row GEMV kernels: 4.2 ms, while x = 2..128 sit at
+  // 5.2-6.4 ms). When only that first stretch is steep, the flat stretch behind it is the
+  // saturation point: a chunk of x <= S tokens still rides along at the cost of two.
+  if (s == t_fwd_samples.front().first && t_fwd_samples.size() >= 2) {
+    const int64_t behind = flat_from(1);
+    if (behind > t_fwd_samples[1].first) s = behind;
   }
   return std::max<int64_t>(1, s);
 }

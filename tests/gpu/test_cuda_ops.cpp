@@ -143,6 +143,62 @@ TEST(CudaOps, GemvEveryRowCountStridedInput) {
   }
 }
 
+// The fused groups of a decoder layer (norm + Q/K/V with a bias, norm + SwiGLU gate/up,
+// product + residual add) against the CPU backend's composed ops: at 1-2 rows (one fused
+// GEMV launch each) and at 5 and 40 rows (rmsnorm + cuBLASLt, residual by beta = 1).
+TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  const int64_t d = 576, qd = 576, kvd = 192, f = 1536;
+  auto upload = [&](Backend& b, const std::vector<uint16_t>& w16, int64_t rows, int64_t cols) {
+    auto w = b.upload_weight(w16.data(), DType::f16, rows, cols);
+    EXPECT_TRUE(w.ok());
+    return *w;
+  };
+  auto upload_f32 = [&](Backend& b, const std::vector<float>& v) {
+    auto w = b.upload_weight(v.data(), DType::f32, 1, (int64_t)v.size());
+    EXPECT_TRUE(w.ok());
+    return *w;
+  };
+  const auto wq = to_f16(randn((size_t)(qd * d), 0.05f)), wk = to_f16(randn((size_t)(kvd * d), 0.05f)),
+             wv = to_f16(randn((size_t)(kvd * d), 0.05f)), wg = to_f16(randn((size_t)(f * d), 0.05f)),
+             wu = to_f16(randn((size_t)(f * d), 0.05f)), wd = to_f16(randn((size_t)(d * f), 0.03f));
+  const auto norm = randn((size_t)d, 1.0f), bk = randn((size_t)kvd, 0.5f);
+  struct Side {
+    Weight wq, wk, wv, wg, wu, wd, norm, bk, none;
+  };
+  auto side = [&](Backend& b) {
+    return Side{upload(b, wq, qd, d), upload(b, wk, kvd, d), upload(b, wv, kvd, d),
+                upload(b, wg, f, d),  upload(b, wu, f, d),   upload(b, wd, d, f),
+                upload_f32(b, norm),  upload_f32(b, bk),     Weight{}};
+  };
+  const Side c = side(*p.cpu), g = side(*p.gpu);
+  for (int64_t n : {1, 2, 5, 40}) {
+    const auto x = randn((size_t)(n * d)), act = randn((size_t)(n * f));
+    Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
+    auto outs = [&](Backend& b, DType t) {
+      std::vector<Tensor> o;
+      for (int64_t cols : {d, qd, kvd, kvd, f, f, d}) o.push_back(b.alloc_activation(n, cols, t));
+      return o;
+    };
+    auto oc = outs(*p.cpu, DType::f32), og = outs(*p.gpu, p.gpu->activation_dtype());
+    // [0] h, [1] q, [2] k, [3] v, [4] gate, [5] up, [6] scratch
+    const Projection pc[] = {{&c.wq, &c.none, oc[1]}, {&c.wk, &c.bk, oc[2]}, {&c.wv, nullptr, oc[3]}};
+    const Projection pg[] = {{&g.wq, &g.none, og[1]}, {&g.wk, &g.bk, og[2]}, {&g.wv, nullptr, og[3]}};
+    p.cpu->norm_project(xc, c.norm, 1e-5f, oc[0], pc);
+    p.gpu->norm_project(xg, g.norm, 1e-5f, og[0], pg);
+    for (int i = 1; i <= 3; ++i)
+      EXPECT_LT(rel_error(get(*p.gpu, og[i]), get(*p.cpu, oc[i])), kBf16Tol) << "n " << n << " qkv " << i;
+    p.cpu->norm_gated_ffn(xc, c.norm, 1e-5f, oc[0], c.wg, c.wu, oc[4], oc[5]);
+    p.gpu->norm_gated_ffn(xg, g.norm, 1e-5f, og[0], g.wg, g.wu, og[4], og[5]);
+    EXPECT_LT(rel_error(get(*p.gpu, og[4]), get(*p.cpu, oc[4])), kBf16Tol) << "n " << n << " gated";
+    Tensor ac = put(*p.cpu, act, n, f), ag = put(*p.gpu, act, n, f);
+    p.cpu->project_add(ac, c.wd, xc, oc[6]);
+    p.gpu->project_add(ag, g.wd, xg, og[6]);
+    EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol) << "n " << n << " residual";
+  }
+}
+
 TEST(CudaOps, NormsElementwiseEmbedGather) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);

@@ -76,6 +76,7 @@ namespace {
 
 template <typename T, typename KV, int HD>
 __global__ void attention_kernel(AttnArgs a) {
+  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
   constexpr int kPer = HD / 32;  // output dims per lane
   extern __shared__ unsigned char smem_raw[];
   float* qs = reinterpret_cast<float*>(smem_raw);                        // [32][HD]
@@ -194,6 +195,7 @@ __global__ void attention_kernel(AttnArgs a) {
 // memory at the end.
 template <typename T, typename KV, int HD, int GMAX>
 __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
+  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
   constexpr int kWarps = 4, kPer = HD / 32, kVecElems = 16 / sizeof(KV);
   __shared__ float qs[GMAX][HD];
   __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
@@ -255,31 +257,40 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
     }
+    // Values: the warp reads key j's V row coalesced, eight rows in flight (one row at a time
+    // left each warp waiting out a full memory latency per key: 23 us a layer at batch 1,
+    // context 1,024, on the H200). Key j's slot comes from lane j; past the chunk's end a
+    // lane holds the last key's slot (a valid row) and p = 0, so no load needs a guard.
     const int n_keys = min(32, it.kend - c0);
-    for (int j = 0; j < n_keys; ++j) {
-      const int tj = c0 + j;
-      const int64_t sj = (int64_t)bt[tj / a.block_size] * a.block_size + tj % a.block_size;
-      const KV* vrow = vc + sj * kv_width + kvh * HD + lane * kPer;
-      float vf[kPer];
-      if constexpr (kPer == 4) {
-        const uint2 w = *reinterpret_cast<const uint2*>(vrow);
-        const KV* e = reinterpret_cast<const KV*>(&w);
+    for (int j0 = 0; j0 < n_keys; j0 += 8) {
+      float vf[8][kPer];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) vf[i] = to_f32(e[i]);
-      } else if constexpr (kPer == 2) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(vrow);
-        const KV* e = reinterpret_cast<const KV*>(&w);
-        vf[0] = to_f32(e[0]);
-        vf[1] = to_f32(e[1]);
-      } else {
+      for (int u = 0; u < 8; ++u) {
+        const int64_t sj = __shfl_sync(0xffffffff, slot, j0 + u);
+        const KV* vrow = vc + sj * kv_width + kvh * HD + lane * kPer;
+        if constexpr (kPer == 4) {
+          const uint2 w = *reinterpret_cast<const uint2*>(vrow);
+          const KV* e = reinterpret_cast<const KV*>(&w);
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) vf[i] = to_f32(vrow[i]);
+          for (int i = 0; i < 4; ++i) vf[u][i] = to_f32(e[i]);
+        } else if constexpr (kPer == 2) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(vrow);
+          const KV* e = reinterpret_cast<const KV*>(&w);
+          vf[u][0] = to_f32(e[0]);
+          vf[u][1] = to_f32(e[1]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) vf[u][i] = to_f32(vrow[i]);
+        }
       }
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        const float pj = __shfl_sync(0xffffffff, p[g], j);
+      for (int u = 0; u < 8; ++u) {
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+        for (int g = 0; g < GMAX; ++g) {
+          const float pj = __shfl_sync(0xffffffff, p[g], j0 + u);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[u][i];
+        }
       }
     }
   }
@@ -324,6 +335,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
 // One block per (combine, head); thread d owns one output dimension of every row.
 template <typename T>
 __global__ void combine_kernel(AttnArgs a) {
+  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
   const AttnCombine c = a.combines[blockIdx.x];
   const int head = blockIdx.y, hd = a.head_dim;
   T* out = static_cast<T*>(a.out);

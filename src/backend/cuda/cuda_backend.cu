@@ -106,6 +106,12 @@ class CudaBackend final : public Backend {
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
       graphs_on_ = false;
+    // Ablation switches for the fused decode forms and programmatic launch (docs/PERF.md).
+    if (const char* f = std::getenv("INFERCEPT_FUSED"); f != nullptr && std::string(f) == "0")
+      fused_on_ = false;
+    bool pdl = props_.major >= 9;
+    if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0") pdl = false;
+    cuda::set_gemv_programmatic_launch(pdl);
     return ok_status();
   }
 
@@ -344,6 +350,61 @@ class CudaBackend final : public Backend {
       CHECK(out.dtype == act_ && bias->cols == out.cols);
       cuda::add_bias(view(out), static_cast<const float*>(bias->data), compute_);
     }
+  }
+
+  // The fused groups run as one GEMV launch each when the batch is small enough for the GEMV
+  // kernel (decode at batch 1-2); otherwise as the composed ops, with the residual add done by
+  // cuBLASLt's beta = 1 instead of a kernel of its own.
+  void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                    std::span<const Projection> projections) override {
+    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
+    a.norm = static_cast<const float*>(norm.data);
+    a.eps = eps;
+    a.n_segments = (int)projections.size();
+    bool fits = norm.dtype == DType::f32 && norm.cols == x.cols &&
+                projections.size() <= (size_t)cuda::kGemvMaxSegments;
+    for (size_t i = 0; fits && i < projections.size(); ++i) {
+      const Projection& p = projections[i];
+      CHECK(p.w->cols == x.cols && p.out.cols == p.w->rows && p.out.rows == x.rows);
+      const bool has_bias = p.bias != nullptr && p.bias->present();
+      fits = p.w->dtype == act_ && p.out.dtype == act_ &&
+             (!has_bias || (p.bias->dtype == DType::f32 && p.bias->cols == p.w->rows));
+      set_segment(a.seg[i], p.w->data, nullptr,
+                  has_bias ? static_cast<const float*>(p.bias->data) : nullptr, p.out, p.w->rows);
+    }
+    if (!fits || !fused_fits(a)) return Backend::norm_project(x, norm, eps, h, projections);
+    if (skip_launch(11, bytes_of(a))) return;
+    cuda::gemv(a, compute_);
+  }
+
+  void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                      const Weight& w_gate, const Weight& w_up, Tensor gate, Tensor up) override {
+    CHECK(w_gate.rows == w_up.rows && w_gate.cols == x.cols && w_up.cols == x.cols);
+    CHECK(gate.rows == x.rows && gate.cols == w_gate.rows);
+    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::gated);
+    a.norm = static_cast<const float*>(norm.data);
+    a.eps = eps;
+    set_segment(a.seg[0], w_gate.data, w_up.data, nullptr, gate, w_gate.rows);
+    const bool fits = norm.dtype == DType::f32 && norm.cols == x.cols && w_gate.dtype == act_ &&
+                      w_up.dtype == act_ && gate.dtype == act_;
+    if (!fits || !fused_fits(a))
+      return Backend::norm_gated_ffn(x, norm, eps, h, w_gate, w_up, gate, up);
+    if (skip_launch(12, bytes_of(a))) return;
+    cuda::gemv(a, compute_);
+  }
+
+  void project_add(const Tensor& x, const Weight& w, Tensor residual, Tensor scratch) override {
+    CHECK(x.cols == w.cols && residual.cols == w.rows && residual.rows == x.rows);
+    CHECK(x.dtype == act_ && w.dtype == act_ && residual.dtype == act_);
+    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::accumulate);
+    set_segment(a.seg[0], w.data, nullptr, nullptr, residual, w.rows);
+    if (!fused_on_) return Backend::project_add(x, w, residual, scratch);
+    if (skip_launch(13, bytes_of(a))) return;
+    if (fused_fits(a))
+      cuda::gemv(a, compute_);
+    else
+      gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, residual.data,
+                 residual.stride, act_, compute_, /*accumulate=*/true);
   }
 
   void rope(Tensor q, Tensor k, std::span<const int32_t> positions, const RopeParams& p) override {
@@ -718,6 +779,33 @@ class CudaBackend final : public Backend {
   }
 
   static cuda::LaunchSignature::Bytes bytes_of(const auto& v) { return cuda::LaunchSignature::bytes_of(v); }
+  cuda::GemvArgs gemv_args(const Tensor& x, cuda::GemvEpilogue epilogue) const {
+    cuda::GemvArgs a;
+    std::memset(static_cast<void*>(&a), 0, sizeof a);  // hashed as bytes: no stray padding
+    a.n_segments = 1;
+    a.x = x.data;
+    a.x_stride = x.stride;
+    a.n = (int)x.rows;
+    a.k = (int)x.cols;
+    a.in_dtype = act_;
+    a.out_dtype = act_;
+    a.epilogue = epilogue;
+    return a;
+  }
+  // Member by member: the zeroed padding of gemv_args() stays zero for the signature hash.
+  static void set_segment(cuda::GemvSegment& g, const void* w, const void* w2, const float* bias,
+                          const Tensor& out, int64_t m) {
+    g.w = w;
+    g.w2 = w2;
+    g.bias = bias;
+    g.out = out.data;
+    g.out_stride = out.stride;
+    g.m = (int)m;
+  }
+  bool fused_fits(const cuda::GemvArgs& a) const {
+    return fused_on_ && a.n <= gemv_max_rows_ && cuda::gemv_fits(a);
+  }
+
   // Appends an op's launch parameters to the step's signature while recording (probe or
   // capture) and says whether to skip the launch (the probe launches nothing).
   template <class... A>
@@ -815,6 +903,7 @@ class CudaBackend final : public Backend {
   // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
   // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
   int gemv_max_rows_ = 2;
+  bool fused_on_ = true;  // the fused GEMV forms of norm_project / norm_gated_ffn / project_add
   std::vector<void*> batch_src_, batch_dst_;
   std::vector<size_t> batch_sizes_;
   cudaDeviceProp props_{};

@@ -40,6 +40,22 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half(x); }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with the programmatic-
+// serialization attribute may start before the previous kernel in the stream has finished:
+// it must call pdl_wait() before reading anything that kernel writes (or writing anything it
+// reads). pdl_launch_dependents() lets such a dependent be scheduled as this kernel's blocks
+// retire; it is harmless when no dependent waits. Both are no-ops on older architectures.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
 
 }  // namespace infercept::cuda

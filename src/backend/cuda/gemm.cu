@@ -78,10 +78,10 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
 
 void Gemm::run(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n,
                int64_t m, int64_t k, void* out, int64_t out_stride, DType out_dtype,
-               cudaStream_t s) {
+               cudaStream_t s, bool accumulate) {
   if (n == 0) return;
   const Plan& p = plan(Key{n, m, k, x_stride, out_stride, (int)in_dtype, (int)out_dtype});
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out,
                               p.c, &p.algo, workspace_, workspace_bytes_, s));
 }

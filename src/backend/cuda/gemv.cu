@@ -1,5 +1,8 @@
 #include "backend/cuda/gemv.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
 
@@ -7,6 +10,23 @@ namespace infercept::cuda {
 namespace {
 
 constexpr int kWarps = 8;  // per block; one output feature per warp
+// The fused forms (norm prologue, accumulate, gated) serve decode at batch 1-2: fewer row
+// counts keep the number of kernel instances (and the build time) down.
+constexpr int kFusedMaxRows = 4;
+// Normalized input rows live in shared memory: at most this much a block.
+constexpr size_t kMaxStagedBytes = 96u << 10;
+
+bool g_programmatic_launch = false;
+
+int multiprocessors() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return n;
+}
 
 // 16 bytes of weights, read once per step: bypass L1 (it keeps the shared input rows).
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
@@ -15,6 +35,10 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 template <typename T>
@@ -39,65 +63,261 @@ __device__ __forceinline__ void unpack8<__half>(const uint4& v, float f[8]) {
   }
 }
 
-template <typename T, int NR>
-__device__ __forceinline__ void dot_chunk(const uint4& wv, const T* x, int64_t xs, int c,
-                                          float acc[NR]) {
-  float wf[8];
-  unpack8<T>(wv, wf);
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  uint32_t u[4];
 #pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    float xf[8];
-    unpack8<T>(__ldg(reinterpret_cast<const uint4*>(x + r * xs) + c), xf);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+  for (int i = 0; i < 4; ++i) {
+    const T lo = from_f32<T>(f[2 * i]), hi = from_f32<T>(f[2 * i + 1]);
+    u[i] = (uint32_t)*reinterpret_cast<const uint16_t*>(&lo) |
+           ((uint32_t)*reinterpret_cast<const uint16_t*>(&hi) << 16);
   }
+  return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-// One warp per output feature: its lanes stream the weight row in 16-byte pieces, four in
-// flight per lane, and keep one f32 sum per input row; a butterfly reduces them.
-template <typename T, typename OutT, int NR>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const T* __restrict__ x, int64_t xs, const T* __restrict__ w, int m, int k,
-                OutT* __restrict__ out, int64_t os) {
-  const int row = blockIdx.x * kWarps + (int)threadIdx.x / 32;
-  const int lane = (int)threadIdx.x % 32;
-  if (row >= m) return;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + (int64_t)row * k);
-  const int nv = k / 8;
-  float acc[NR];
-#pragma unroll
-  for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
-  int c = lane;
-  for (; c + 96 < nv; c += 128) {
-    const uint4 w0 = load_stream(wr + c), w1 = load_stream(wr + c + 32),
-                w2 = load_stream(wr + c + 64), w3 = load_stream(wr + c + 96);
-    dot_chunk<T, NR>(w0, x, xs, c, acc);
-    dot_chunk<T, NR>(w1, x, xs, c + 32, acc);
-    dot_chunk<T, NR>(w2, x, xs, c + 64, acc);
-    dot_chunk<T, NR>(w3, x, xs, c + 96, acc);
-  }
-  for (; c < nv; c += 32) dot_chunk<T, NR>(load_stream(wr + c), x, xs, c, acc);
+struct KernelSegment {
+  const void* w;
+  const void* w2;
+  const float* bias;
+  void* out;
+  int64_t out_stride;
+  int m;
+  int first_block;  // blocks [first_block, next segment's first_block) compute this segment
+};
+
+struct KernelArgs {
+  const void* x;
+  int64_t x_stride;
+  int k;
+  const float* norm;
+  float eps;
+  KernelSegment seg[kGemvMaxSegments];
+  int n_segments;
+  int total_blocks;  // virtual blocks of kWarps features over all segments
+};
+
+// Input rows normalized into shared memory (the unfused path's rmsnorm, same rounding:
+// h = T((x * inv_rms) * w)); every thread of the block takes part. x is read from global
+// memory once (into shared memory, summing squares on the way) and normalized in place.
+template <typename T, int NR>
+__device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
+  __shared__ float partial[kWarps][NR];
+  __shared__ float inv_rms[NR];
+  const int nv = a.k / 8, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+  const T* x = static_cast<const T*>(a.x);
+  uint4* sh = reinterpret_cast<uint4*>(xs_sh);
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
+    float ss = 0.0f;
+    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
+      sh[r * nv + c] = v;
+      float f[8];
+      unpack8<T>(v, f);
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+      for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) partial[warp][r] = ss;
   }
-  if (lane < NR) {
-    float v = acc[0];
+  __syncthreads();
+  if (threadIdx.x < NR) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) ss += partial[w][threadIdx.x];
+    inv_rms[threadIdx.x] = rsqrtf(ss / (float)a.k + a.eps);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const float inv = inv_rms[r];
+    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32) {
+      float f[8];
+      unpack8<T>(sh[r * nv + c], f);  // this thread's own store above: no barrier needed
+      const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c);
+      const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c + 1);
+      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
+      sh[r * nv + c] = pack8<T>(f);
+    }
+  }
+  __syncthreads();
+}
+
+// One warp per output feature (per pair of features when gated): its lanes stream the weight
+// row in 16-byte pieces, several in flight per lane, and keep one f32 sum per input row; a
+// butterfly reduces them.
+template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
+  constexpr bool kGated = kEpi == GemvEpilogue::gated;
+  // 16-byte weight loads in flight per lane: 8 (two rows' worth of 4 when gated). With 4, a
+  // 4096-wide row took 4 round trips to memory and the O projection ran at ~2.7 TB/s.
+  constexpr int kUnroll = kGated ? 4 : 8;
+  extern __shared__ uint4 staged_raw[];
+  T* xs_sh = reinterpret_cast<T*>(staged_raw);
+
+  // The next kernel may be scheduled as our blocks retire; it waits for our results itself.
+  pdl_launch_dependents();
+  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+  const int nv = a.k / 8;
+  // The grid is at most what fits on the device at once: block b computes virtual blocks
+  // b, b + gridDim.x, ... (kWarps output features each), so the input rows are staged and
+  // normalized once per resident block rather than once per 8 features (1,536 times for a
+  // 7B layer's Q, K and V: as many bytes from L2 as half the weights).
+  auto locate = [&](int vb, const uint4*& wr, const uint4*& ur) {
+    int s = 0;
+    while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
+    const KernelSegment& g = a.seg[s];
+    const int row = (vb - g.first_block) * kWarps + warp;
+    wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)row * a.k);
+    ur = kGated ? reinterpret_cast<const uint4*>(static_cast<const T*>(g.w2) + (int64_t)row * a.k)
+                : nullptr;
+    return row < g.m ? s : -1;
+  };
+  {
+    // Weights do not depend on the previous kernel: ask for the first 4 KB of this warp's
+    // first rows while it may still be running.
+    const uint4 *wr, *ur;
+    if ((int)blockIdx.x < a.total_blocks && locate((int)blockIdx.x, wr, ur) >= 0 && lane * 8 < nv) {
+      prefetch_l2(wr + lane * 8);
+      if (kGated) prefetch_l2(ur + lane * 8);
+    }
+  }
+  pdl_wait();
+  if constexpr (kNorm) stage_normalized<T, NR>(a, xs_sh);
+
+  const T* x = static_cast<const T*>(a.x);
+  auto load_x = [&](int r, int c) {
+    if constexpr (kNorm) return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];
+    else return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
+  };
+  for (int vb = (int)blockIdx.x; vb < a.total_blocks; vb += (int)gridDim.x) {
+    const uint4 *wr, *ur;
+    const int s = locate(vb, wr, ur);
+    if (s < 0) continue;  // past the last feature of a segment
+    const KernelSegment& g = a.seg[s];
+    const int row = (vb - g.first_block) * kWarps + warp;
+    float acc[NR], acc2[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
+    auto dot = [&](const uint4& wv, const uint4& uv, int c) {
+      float wf[8], uf[8];
+      unpack8<T>(wv, wf);
+      if constexpr (kGated) unpack8<T>(uv, uf);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        float xf[8];
+        unpack8<T>(load_x(r, c), xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          acc[r] = fmaf(wf[j], xf[j], acc[r]);
+          if constexpr (kGated) acc2[r] = fmaf(uf[j], xf[j], acc2[r]);
+        }
+      }
+    };
+    // Every round issues all its loads before the first use, the row's last partial round
+    // too (a tail taken one load at a time cost a full memory latency per piece).
+    for (int c0 = lane; c0 < nv; c0 += 32 * kUnroll) {
+      uint4 wv[kUnroll], uv[kUnroll];
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i) {
+        const int c = c0 + 32 * i;
+        wv[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        if constexpr (kGated) uv[i] = c < nv ? load_stream(ur + c) : make_uint4(0, 0, 0, 0);
+        else uv[i] = wv[i];
+      }
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i)
+        if (c0 + 32 * i < nv) dot(wv[i], uv[i], c0 + 32 * i);
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+        if constexpr (kGated) acc2[r] += __shfl_xor_sync(0xffffffffu, acc2[r], off);
+      }
+    }
+    if (lane >= NR) continue;
+    float v = acc[0], v2 = acc2[0];
 #pragma unroll
     for (int r = 1; r < NR; ++r)
-      if (lane == r) v = acc[r];
-    out[(int64_t)lane * os + row] = from_f32<OutT>(v);
+      if (lane == r) v = acc[r], v2 = acc2[r];
+    OutT* out = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride + row;
+    if constexpr (kEpi == GemvEpilogue::store) {
+      if (g.bias != nullptr) v += g.bias[row];
+      *out = from_f32<OutT>(v);
+    } else if constexpr (kEpi == GemvEpilogue::accumulate) {
+      // Rounded as the unfused product (to T) and residual add (to T) would be.
+      *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
+    } else {
+      const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
+      *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+    }
   }
 }
 
-template <typename T, typename OutT>
-void launch_rows(const T* x, int64_t xs, const T* w, int n, int m, int k, OutT* out,
-                 int64_t os, cudaStream_t s) {
-  const dim3 grid((unsigned)ceil_div(m, kWarps)), block(kWarps * 32);
-  switch (n) {
-#define INFERCEPT_GEMV_CASE(N) \
-  case N: gemv_kernel<T, OutT, N><<<grid, block, 0, s>>>(x, xs, w, m, k, out, os); break;
+size_t staged_bytes(const GemvArgs& a) {
+  return a.norm != nullptr ? (size_t)a.n * (size_t)a.k * 2 : 0;
+}
+
+template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
+void launch(const GemvArgs& a, cudaStream_t s) {
+  KernelArgs k{};
+  k.x = a.x;
+  k.x_stride = a.x_stride;
+  k.k = a.k;
+  k.norm = a.norm;
+  k.eps = a.eps;
+  k.n_segments = a.n_segments;
+  int blocks = 0;
+  for (int i = 0; i < a.n_segments; ++i) {
+    const GemvSegment& g = a.seg[i];
+    k.seg[i] = KernelSegment{g.w, g.w2, g.bias, g.out, g.out_stride, g.m, blocks};
+    blocks += ceil_div(g.m, kWarps);
+  }
+  k.total_blocks = blocks;
+  auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
+  const size_t smem = staged_bytes(a);
+  // Above 48 KB a kernel must opt in to dynamic shared memory; once per instance.
+  static std::atomic<bool> opted_in{false};
+  if (smem > (48u << 10) && !opted_in.load()) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)kMaxStagedBytes));
+    opted_in.store(true);
+  }
+  // As many blocks as are resident at once (the occupancy for this shared-memory size,
+  // remembered for the last size asked).
+  static std::atomic<size_t> occupancy_smem{~size_t{0}};
+  static std::atomic<int> occupancy_blocks{0};
+  if (occupancy_smem.load() != smem) {
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
+    occupancy_blocks.store(std::max(1, per_sm) * multiprocessors());
+    occupancy_smem.store(smem);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3((unsigned)std::min(blocks, occupancy_blocks.load()));
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = g_programmatic_launch ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k));
+}
+
+template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi, int kMax>
+void launch_rows(const GemvArgs& a, cudaStream_t s) {
+  switch (a.n) {
+#define INFERCEPT_GEMV_CASE(N)                                      \
+  case N:                                                           \
+    if constexpr (N <= kMax) return launch<T, OutT, N, kNorm, kEpi>(a, s); \
+    break;
     INFERCEPT_GEMV_CASE(1)
     INFERCEPT_GEMV_CASE(2)
     INFERCEPT_GEMV_CASE(3)
@@ -107,39 +327,89 @@ void launch_rows(const T* x, int64_t xs, const T* w, int n, int m, int k, OutT* 
     INFERCEPT_GEMV_CASE(7)
     INFERCEPT_GEMV_CASE(8)
 #undef INFERCEPT_GEMV_CASE
-    default: CHECK_MSG(false, "gemv: too many rows");
+    default: break;
   }
-  CUDA_CHECK_LAUNCH();
+  CHECK_MSG(false, "gemv: unsupported row count");
 }
 
 template <typename T>
-void launch_out(const void* x, int64_t xs, const void* w, int n, int m, int k, void* out,
-                int64_t os, DType out_dtype, cudaStream_t s) {
-  if (out_dtype == DType::f32)
-    launch_rows<T, float>(static_cast<const T*>(x), xs, static_cast<const T*>(w), n, m, k,
-                          static_cast<float*>(out), os, s);
-  else
-    launch_rows<T, T>(static_cast<const T*>(x), xs, static_cast<const T*>(w), n, m, k,
-                      static_cast<T*>(out), os, s);
+void launch_typed(const GemvArgs& a, cudaStream_t s) {
+  const bool norm = a.norm != nullptr;
+  switch (a.epilogue) {
+    case GemvEpilogue::store:
+      if (norm) return launch_rows<T, T, true, GemvEpilogue::store, kFusedMaxRows>(a, s);
+      if (a.out_dtype == DType::f32)
+        return launch_rows<T, float, false, GemvEpilogue::store, kGemvMaxRows>(a, s);
+      return launch_rows<T, T, false, GemvEpilogue::store, kGemvMaxRows>(a, s);
+    case GemvEpilogue::accumulate:
+      return launch_rows<T, T, false, GemvEpilogue::accumulate, kFusedMaxRows>(a, s);
+    case GemvEpilogue::gated:
+      return launch_rows<T, T, true, GemvEpilogue::gated, kFusedMaxRows>(a, s);
+  }
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
+bool gemv_fits(const GemvArgs& a) {
+  const bool half = a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
+  const bool plain = a.norm == nullptr && a.epilogue == GemvEpilogue::store;
+  if (!half || a.n < 1 || a.n > (plain ? kGemvMaxRows : kFusedMaxRows)) return false;
+  if (a.out_dtype != a.in_dtype && !(plain && a.out_dtype == DType::f32)) return false;
+  // The gated form always normalizes (it is the FFN's first half); accumulate never does.
+  if (a.epilogue == GemvEpilogue::gated && a.norm == nullptr) return false;
+  if (a.epilogue == GemvEpilogue::accumulate && a.norm != nullptr) return false;
+  if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
+  if (a.k % 8 != 0 || a.x_stride % 8 != 0 || !aligned16(a.x) || a.k / 8 >= (1 << 30)) return false;
+  if (a.norm != nullptr && (!aligned16(a.norm) || staged_bytes(a) > kMaxStagedBytes)) return false;
+  for (int i = 0; i < a.n_segments; ++i) {
+    const GemvSegment& g = a.seg[i];
+    if (g.w == nullptr || !aligned16(g.w) || g.out == nullptr || g.m < 1) return false;
+    if ((a.epilogue == GemvEpilogue::gated) != (g.w2 != nullptr)) return false;
+    if (g.w2 != nullptr && !aligned16(g.w2)) return false;
+    if (g.bias != nullptr && a.epilogue != GemvEpilogue::store) return false;
+  }
+  return true;
+}
+
+void gemv(const GemvArgs& a, cudaStream_t s) {
+  CHECK(gemv_fits(a));
+  if (a.in_dtype == DType::bf16)
+    launch_typed<__nv_bfloat16>(a, s);
+  else
+    launch_typed<__half>(a, s);
+}
+
 bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
                DType in_dtype, DType out_dtype) {
-  const bool half = in_dtype == DType::bf16 || in_dtype == DType::f16;
-  return n >= 1 && n <= kGemvMaxRows && half && (out_dtype == in_dtype || out_dtype == DType::f32) &&
-         k % 8 == 0 && x_stride % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0 && k / 8 < (int64_t)1 << 30;
+  if (n < 1 || n > kGemvMaxRows || k < 1 || k >= ((int64_t)1 << 31)) return false;
+  GemvArgs a;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.n = (int)n;
+  a.k = (int)k;
+  a.in_dtype = in_dtype;
+  a.out_dtype = out_dtype;
+  a.seg[0].w = w;
+  a.seg[0].out = &a;  // any non-null: only the output type matters here
+  a.seg[0].m = 1;
+  return gemv_fits(a);
 }
 
 void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s) {
-  CHECK(gemv_fits(n, k, x, x_stride, w, in_dtype, out_dtype));
-  if (in_dtype == DType::bf16)
-    launch_out<__nv_bfloat16>(x, x_stride, w, (int)n, (int)m, (int)k, out, out_stride, out_dtype, s);
-  else
-    launch_out<__half>(x, x_stride, w, (int)n, (int)m, (int)k, out, out_stride, out_dtype, s);
+  GemvArgs a;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.n = (int)n;
+  a.k = (int)k;
+  a.in_dtype = in_dtype;
+  a.out_dtype = out_dtype;
+  a.seg[0] = GemvSegment{w, nullptr, nullptr, out, out_stride, (int)m};
+  gemv(a, s);
 }
+
+void set_gemv_programmatic_launch(bool on) { g_programmatic_launch = on; }
 
 }  // namespace infercept::cuda

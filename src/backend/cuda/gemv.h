@@ -1,6 +1,16 @@
 // Skinny products for decode at small batch: out[n, m] = x[n, k] @ w[m, k]^T with few rows n.
 // Such a product is bound by reading w once; cuBLASLt's GEMM tiles reached only 2.6-3.7 TB/s
 // of the H200's 4.5 at n = 1 (docs/PERF.md 4.2), so rows up to gemv_max_rows() go here.
+//
+// At batch 1 a decoder layer is ~13 launches, and each launch's ramp-up and drain costs about
+// as much as reading a 4096 x 4096 matrix (docs/PERF.md 4.5b). So the kernel also takes what
+// sits around a product in a layer, to make one launch of several:
+//   - a prologue that RMS-normalizes the input rows (the pre-norm of attention and FFN),
+//   - up to three weights sharing the input in one launch (Q, K and V),
+//   - epilogues: + bias; out += product (the residual add); silu(x w_gate) * (x w_up).
+// And on sm_90 it is launched as a programmatic dependent (PDL): its blocks start while the
+// previous kernel drains, pull their first weight lines into L2, and only then wait for the
+// previous kernel's output.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,12 +22,51 @@
 namespace infercept::cuda {
 
 constexpr int kGemvMaxRows = 8;
+constexpr int kGemvMaxSegments = 3;
 
-// Whether gemv() takes this product: n <= kGemvMaxRows, bf16/f16 inputs, f32 or input-type
-// output, k and the row stride multiples of 8 and x, w 16-byte aligned (whole vector loads).
+enum class GemvEpilogue {
+  store,       // out = x w^T (+ bias)
+  accumulate,  // out += x w^T, rounded as a separate product-then-add would be
+  gated,       // out = silu(x w^T) * (x w2^T): the SwiGLU gate and up products in one pass
+};
+
+// One weight of a launch; all segments share the input rows and the epilogue.
+struct GemvSegment {
+  const void* w = nullptr;      // [m, k], the input type
+  const void* w2 = nullptr;     // gated only: the up weight [m, k]
+  const float* bias = nullptr;  // [m] or nullptr (store only)
+  void* out = nullptr;          // [n, m] rows `out_stride` apart
+  int64_t out_stride = 0;
+  int m = 0;
+};
+
+struct GemvArgs {
+  const void* x = nullptr;  // [n, k] rows `x_stride` apart
+  int64_t x_stride = 0;
+  int n = 0, k = 0;
+  DType in_dtype = DType::bf16, out_dtype = DType::bf16;
+  const float* norm = nullptr;  // [k]: x rows are RMS-normalized and scaled by it first
+  float eps = 0.0f;
+  GemvEpilogue epilogue = GemvEpilogue::store;
+  GemvSegment seg[kGemvMaxSegments];
+  int n_segments = 1;
+};
+
+// Whether gemv() takes these arguments: 1 <= n <= kGemvMaxRows, bf16/f16 inputs, f32 or
+// input-type output (input type for accumulate/gated/norm), k and the row stride multiples
+// of 8, x and every weight 16-byte aligned (whole vector loads), the normalized rows fit the
+// shared memory of a block.
+bool gemv_fits(const GemvArgs& a);
+void gemv(const GemvArgs& a, cudaStream_t s);
+
+// The plain product of one weight (store epilogue, no norm, no bias).
 bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
                DType in_dtype, DType out_dtype);
 void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s);
+
+// Programmatic dependent launch for the GEMV kernels (sm_90 and later; the backend turns it
+// on for such devices unless INFERCEPT_PDL=0).
+void set_gemv_programmatic_launch(bool on);
 
 }  // namespace infercept::cuda

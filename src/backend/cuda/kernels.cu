@@ -1,5 +1,7 @@
 #include "backend/cuda/kernels.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
 
@@ -127,8 +129,14 @@ __global__ void argmax_kernel(const float* x, int64_t xs, int64_t cols, int32_t*
   if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0x7fffffff ? 0 : best_i[0];
 }
 
-// One block per row: rotates the row's q heads in place and its k heads, then writes k and
-// v to the row's cache slot. theta_i = pos * base^(-2i/d) / freq_factor_i.
+// Heads rotated by one block. A block per row alone left a batch-1 step with one busy
+// multiprocessor doing 4,096 sincos pairs (40 us a layer on a 7B shape); a row now spreads
+// over (q + k heads) / 4 blocks.
+constexpr int kRopeHeadsPerBlock = 4;
+
+// Block (r, g) rotates heads [4g, 4g + 4) of row r (q heads first, then k heads) in place,
+// writes the rotated k heads to the row's cache slot, and copies its share of the row's v.
+// theta_i = pos * base^(-2i/d) / freq_factor_i.
 template <typename T, typename KV>
 __global__ void rope_store_kernel(RopeStoreArgs a) {
   const int64_t r = blockIdx.x;
@@ -140,9 +148,10 @@ __global__ void rope_store_kernel(RopeStoreArgs a) {
   const int kv_width = a.n_kv_heads * a.head_dim;
   KV* kc = a.slots ? static_cast<KV*>(a.k_cache) + (int64_t)a.slots[r] * kv_width : nullptr;
   KV* vc = a.slots ? static_cast<KV*>(a.v_cache) + (int64_t)a.slots[r] * kv_width : nullptr;
-  const int pairs = (a.n_heads + a.n_kv_heads) * half;
-  for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
-    const int head = j / half, i = j % half;
+  const int head0 = (int)blockIdx.y * kRopeHeadsPerBlock;
+  const int heads = min(kRopeHeadsPerBlock, a.n_heads + a.n_kv_heads - head0);
+  for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
+    const int head = head0 + j / half, i = j % half;
     float inv_freq = powf(a.theta_base, -2.0f * (float)i / (float)a.head_dim);
     if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
     float sn, cs;
@@ -159,8 +168,12 @@ __global__ void rope_store_kernel(RopeStoreArgs a) {
       kc[off + i1] = from_f32<KV>(to_f32(y1));
     }
   }
-  if (vc != nullptr)
-    for (int c = threadIdx.x; c < kv_width; c += blockDim.x) vc[c] = from_f32<KV>(to_f32(v[c]));
+  if (vc != nullptr) {
+    const int share = (kv_width + (int)gridDim.y - 1) / (int)gridDim.y;
+    const int c1 = min(kv_width, ((int)blockIdx.y + 1) * share);
+    for (int c = (int)blockIdx.y * share + (int)threadIdx.x; c < c1; c += blockDim.x)
+      vc[c] = from_f32<KV>(to_f32(v[c]));
+  }
 }
 
 __global__ void copy_chunks_kernel(const char* const* src_planes, char* const* dst_planes,
@@ -276,12 +289,14 @@ void argmax_rows(RowsView x, int32_t* out, cudaStream_t s) {
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s) {
   if (a.q.rows == 0) return;
   CHECK(a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype);
+  const dim3 grid((unsigned)a.q.rows,
+                  (unsigned)ceil_div(std::max(1, a.n_heads + a.n_kv_heads), kRopeHeadsPerBlock));
   DISPATCH_ACT(a.q.dtype, T, {
     if (a.kv_dtype == DType::bf16) {
-      rope_store_kernel<T, __nv_bfloat16><<<(unsigned)a.q.rows, 128, 0, s>>>(a);
+      rope_store_kernel<T, __nv_bfloat16><<<grid, 128, 0, s>>>(a);
     } else {
       CHECK(a.kv_dtype == DType::f16);
-      rope_store_kernel<T, __half><<<(unsigned)a.q.rows, 128, 0, s>>>(a);
+      rope_store_kernel<T, __half><<<grid, 128, 0, s>>>(a);
     }
   });
   CUDA_CHECK_LAUNCH();
