@@ -12,9 +12,10 @@ from collections import defaultdict
 
 
 def short(name: str) -> str:
+    name = name.replace("(anonymous namespace)::", "")
     name = re.sub(r"<.*", "", name)  # template arguments
-    name = re.sub(r"\(.*", "", name)
-    return name.split("::")[-1]
+    name = re.sub(r"\(.*", "", name)  # parameters
+    return name.split("::")[-1].split()[-1] if name.strip() else "?"
 
 
 def main() -> int:
