@@ -163,7 +163,8 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
   const double bytes = cost.kv_bytes_per_token * (double)(nb * block_size);
   cost.swap_bytes_per_second = bytes / std::max(best_out, best_in);
   cost.saturation_tokens = cost.derive_saturation();
-  measure_step_terms(model, device, block_size, logits, options.repeats, cost);
+  // Differences of two steps are noisier than the steps: best of at least 5 each.
+  measure_step_terms(model, device, block_size, logits, std::max(5, options.repeats), cost);
   TRY(cost.validate());
   return cost;
 }
