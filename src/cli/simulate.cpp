@@ -41,23 +41,21 @@ int run_simulate(int argc, char** argv) {
   if (!eff.ok()) return fail(eff.error());
   if (!(*eff > 0.0 && *eff <= 1.0)) return fail(Error{"--tp-efficiency must be in (0, 1]"});
   SimConfig cfg;
-  // Overrides of the step terms, per device as the profile gives them (then scaled).
-  // --context-cost-us makes the context term one constant.
+  // Overrides of the step terms, in us per device as the profile gives them (then scaled
+  // with the GPUs); --context-cost-us makes the context term one constant, 0 removes it.
   CostModel one = profile->cost;
-  double context_us = -1.0;
-  for (const auto& [flag, field] : {std::pair{"context-cost-us", &context_us},
-                                    std::pair{"sequence-cost-us", &one.sequence_seconds},
-                                    std::pair{"sample-cost-us", &one.sample_seconds_per_row}}) {
+  double context_s = -1.0;  // not given
+  for (const auto& [flag, seconds] : {std::pair{"context-cost-us", &context_s},
+                                      std::pair{"sequence-cost-us", &one.sequence_seconds},
+                                      std::pair{"sample-cost-us", &one.sample_seconds_per_row}}) {
     if (!a.has(flag)) continue;
     auto us = a.get_double(flag, 0.0);
     if (!us.ok()) return fail(us.error());
     if (!(*us >= 0.0)) return fail(Error{std::string("--") + flag + " must be >= 0"});
-    *field = field == &context_us ? *us : *us * 1e-6;
+    *seconds = *us * 1e-6;
   }
-  if (context_us >= 0.0)
-    one.context_samples = context_us > 0.0
-                              ? std::vector<std::pair<int64_t, double>>{{1, context_us * 1e-6}}
-                              : std::vector<std::pair<int64_t, double>>{};
+  if (context_s == 0.0) one.context_samples.clear();
+  if (context_s > 0.0) one.context_samples = {{1, context_s}};
   cfg.cost = scale_cost_model(one, (int)*gpus, *eff);
   const std::string copy_mode = a.get("copy-mode", profile->copies_overlap ? "overlap" : "stall");
   if (copy_mode != "overlap" && copy_mode != "stall")

@@ -69,8 +69,9 @@ struct SimProfile {
   int64_t default_kv_cache_tokens(int gpus, double util = 0.9) const;
 };
 
-// Built-in profiles measured on the lent H200 (docs/PERF.md section 4.4; bench-forward, bf16
-// weights and KV): h200-llama2-7b, h200-llama3-8b, h200-llama2-13b.
+// Built-in profiles measured on the lent H200 (docs/PERF.md sections 4.4, and 4.8 for the 7B's
+// context term; bench-forward, bf16 weights and KV): h200-llama2-7b, h200-llama3-8b,
+// h200-llama2-13b.
 const std::vector<std::string>& builtin_sim_profile_names();
 // A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache). A file
 // whose name says it was profiled on the CPU (`.profile-cpu-`) copies synchronously.

@@ -8,7 +8,7 @@
 // T_fwd(x) is one sequence of x query tokens with no context before them. A real step also
 // reads the KV its sequences already hold and carries several sequences; three optional
 // terms (0 = absent, and then step_seconds() is T_fwd(x) exactly, as before they existed)
-// price that for the simulator's clock (docs/DESIGN.md, "Step time"):
+// price that for the simulator's clock (docs/DESIGN.md, "Interception", "Simulator"):
 //   step = T_fwd(x) + a(n) * (context tokens read) + b * (n - 1) + r * (sampled rows - 1)
 // with n the sequences in the step. a(n) falls with n: attention over few sequences cannot
 // fill a GPU (on the H200 0.59 us per token at 1 sequence, 0.19 from 32; PERF.md 4.8).
