@@ -95,7 +95,11 @@ SimProfile builtin(const Shape& s) {
     p.cost.context_samples = {{1, s.context_us_flat * 1e-6}};
   }
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
-  p.source = "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4), copies 55 GB/s each way";
+  p.source = s.context_us != nullptr
+                 ? "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term per "
+                   "batch size 4.8), copies 55 GB/s each way"
+                 : "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), "
+                   "copies 55 GB/s each way";
   return p;
 }
 
