@@ -290,6 +290,34 @@ def measured_table(points):
     return "\n".join(lines)
 
 
+def step_table(points):
+    """Measured against simulated step statistics, for points whose bench JSON carries the
+    engine's (`"engine"`, added after the 2026-12-01 paper runs): whether the simulator gets
+    the GPU time right (forward seconds in all) and the batches right (steps, rows per step).
+    Wall time in steps and idle time appear when bench recorded them (later builds)."""
+    lines = ["| point | steps meas / SIM | mean forward step ms meas / SIM | forward s meas / SIM | "
+             "decode rows per step meas / SIM | prompt rows per step meas / SIM | step wall s / idle s (meas) |",
+             "|---|---|---|---|---|---|---|"]
+    n = 0
+    for e in points:
+        r, sim = e.get("result"), e.get("sim")
+        me = (r or {}).get("engine")
+        se = (sim or {}).get("engine")
+        if not me or not se or not me.get("steps") or not se.get("steps"):
+            continue
+        n += 1
+        wall = me.get("step_wall_seconds")
+        idle = me.get("idle_seconds")
+        extra = f"{wall:.1f} / {idle:.1f}" if wall is not None and idle is not None else "-"
+        lines.append(
+            f"| {e['name']} | {me['steps']} / {se['steps']} | {me['forward_seconds'] / me['steps'] * 1e3:.2f} / "
+            f"{se['forward_s'] / se['steps'] * 1e3:.2f} | {me['forward_seconds']:.1f} / {se['forward_s']:.1f} | "
+            f"{me['decode_tokens'] / me['steps']:.2f} / {se['decode_tokens'] / se['steps']:.2f} | "
+            f"{me['prompt_tokens_computed'] / me['steps']:.1f} / {se['prompt_tokens_computed'] / se['steps']:.1f} | "
+            f"{extra} |")
+    return "\n".join(lines) if n else ""
+
+
 def sim_table(points, min_done, max_ttft_ms, tol):
     lines = ["| workload | policy | estimator | rate | regime | done meas / SIM | "
              "measured mean / p50 / p90 / p99 | SIMULATED mean / p50 / p90 / p99 | "
@@ -712,6 +740,10 @@ def main():
                     ", same flags) against measured\n")
         text.append(t)
         text.append("\n" + s)
+        st = step_table(points)
+        if st:
+            text.append("\n### Steps, measured (bench's engine statistics) against SIMULATED\n")
+            text.append(st)
     tg = targets(points, args.slo, args.min_done, args.max_ttft_ms)
     if tg:
         text.append("\n## The issue's targets, as far as these points go\n")

@@ -81,6 +81,8 @@ int run_bench(int argc, char** argv) {
   const auto start = clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
   const double hard_stop = duration + run->drain_s;
+  double idle_s = 0.0;       // slept while the engine had no work
+  double step_wall_s = 0.0;  // inside e.step() while it had work
 
   while (true) {
     const double t = elapsed();
@@ -136,10 +138,17 @@ int run_bench(int argc, char** argv) {
       if (!resumes.empty()) wake = std::min(wake, resumes.top().at);
       const double dt = std::clamp(wake - elapsed(), 0.0, 0.05);
       std::this_thread::sleep_for(std::chrono::duration<double>(dt));
+      idle_s += dt;
       e.step();  // lets the policy see paused requests and expiries
       continue;
     }
-    for (const RequestOutput& o : e.step()) {
+    const double step_start = elapsed();
+    const std::vector<RequestOutput> outputs = e.step();
+    // The whole step as the requests see it (schedule, copies, forward, sampling, output
+    // handling): set against forward_seconds it shows what a cost model of the forward
+    // alone leaves out (docs/BENCHMARKS.md, simulator validation).
+    step_wall_s += elapsed() - step_start;
+    for (const RequestOutput& o : outputs) {
       Live& l = live.at(o.id);
       const double now = elapsed();
       if (!o.new_tokens.empty() && l.record.first_token_s == 0.0) l.record.first_token_s = now;
@@ -217,7 +226,9 @@ int run_bench(int argc, char** argv) {
                    {"decode_tokens", st.decode_tokens},
                    {"replayed_steps", st.replayed_steps},
                    {"swap_preemptions", st.swap_preemptions},
-                   {"run_seconds", wall}};
+                   {"run_seconds", wall},
+                   {"step_wall_seconds", step_wall_s},
+                   {"idle_seconds", idle_s}};
     std::ofstream out(a.get("json"));
     if (!out) return fail(Error{"cannot write '" + a.get("json") + "'"});
     out << j.dump(2) << "\n";

@@ -25,7 +25,7 @@ int run_simulate(int argc, char** argv) {
                                   "swap-space-gb", "swap-space-mb", "max-batch-tokens",
                                   "max-seqs", "block-size", "interception-timeout", "gpus",
                                   "tp-efficiency", "copy-mode", "model-context", "idle-tick",
-                                  "context-cost-us", "sample-cost-us",
+                                  "context-cost-us", "sequence-cost-us", "sample-cost-us",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
   if (!args.ok()) return fail(args.error());
@@ -41,22 +41,22 @@ int run_simulate(int argc, char** argv) {
   if (!eff.ok()) return fail(eff.error());
   if (!(*eff > 0.0 && *eff <= 1.0)) return fail(Error{"--tp-efficiency must be in (0, 1]"});
   SimConfig cfg;
-  cfg.cost = scale_cost_model(profile->cost, (int)*gpus, *eff);
-  const double speedup = *gpus > 1 ? (double)*gpus * *eff : 1.0;
-  cfg.context_seconds_per_token = profile->context_seconds_per_token / speedup;
-  if (a.has("context-cost-us")) {
-    auto us = a.get_double("context-cost-us", 0.0);
+  // Overrides of the step terms, in us per device as the profile gives them (then scaled
+  // with the GPUs); --context-cost-us makes the context term one constant, 0 removes it.
+  CostModel one = profile->cost;
+  double context_s = -1.0;  // not given
+  for (const auto& [flag, seconds] : {std::pair{"context-cost-us", &context_s},
+                                      std::pair{"sequence-cost-us", &one.sequence_seconds},
+                                      std::pair{"sample-cost-us", &one.sample_seconds_per_row}}) {
+    if (!a.has(flag)) continue;
+    auto us = a.get_double(flag, 0.0);
     if (!us.ok()) return fail(us.error());
-    if (!(*us >= 0.0)) return fail(Error{"--context-cost-us must be >= 0"});
-    cfg.context_seconds_per_token = *us * 1e-6 / speedup;
+    if (!(*us >= 0.0)) return fail(Error{std::string("--") + flag + " must be >= 0"});
+    *seconds = *us * 1e-6;
   }
-  cfg.sample_seconds_per_row = profile->sample_seconds_per_row;
-  if (a.has("sample-cost-us")) {
-    auto us = a.get_double("sample-cost-us", 0.0);
-    if (!us.ok()) return fail(us.error());
-    if (!(*us >= 0.0)) return fail(Error{"--sample-cost-us must be >= 0"});
-    cfg.sample_seconds_per_row = *us * 1e-6;
-  }
+  if (context_s == 0.0) one.context_samples.clear();
+  if (context_s > 0.0) one.context_samples = {{1, context_s}};
+  cfg.cost = scale_cost_model(one, (int)*gpus, *eff);
   const std::string copy_mode = a.get("copy-mode", profile->copies_overlap ? "overlap" : "stall");
   if (copy_mode != "overlap" && copy_mode != "stall")
     return fail(Error{"--copy-mode must be overlap or stall, got '" + copy_mode + "'"});
@@ -143,11 +143,15 @@ int run_simulate(int argc, char** argv) {
                 profile->name.c_str(), profile->source.c_str(), (long long)*gpus,
                 *gpus > 1 ? *eff : 1.0, copy_mode.c_str());
     std::printf(
-        "T_fwd(1) %.2f ms, T_fwd(%lld) %.2f ms, S %lld, context %.3f us/token, "
-        "sampled row %.1f us, KV %.0f bytes/token, copy %.1f GB/s each way\n",
+        "T_fwd(1) %.2f ms, T_fwd(%lld) %.2f ms, S %lld, context %.3f us/token (1 sequence) "
+        "%.3f (%lld), "
+        "sequence %.1f us, sampled row %.1f us, KV %.0f bytes/token, copy %.1f GB/s each way\n",
         cfg.cost.t_fwd(1) * 1e3, (long long)cfg.max_tokens_per_step,
         cfg.cost.t_fwd(cfg.max_tokens_per_step) * 1e3, (long long)cfg.cost.saturation(),
-        cfg.context_seconds_per_token * 1e6, cfg.sample_seconds_per_row * 1e6, m,
+        cfg.cost.context_seconds_per_token(1) * 1e6,
+        cfg.cost.context_seconds_per_token(cfg.max_seqs) * 1e6, (long long)cfg.max_seqs,
+        cfg.cost.sequence_seconds * 1e6,
+        cfg.cost.sample_seconds_per_row * 1e6, m,
         cfg.cost.swap_bytes_per_second / gb);
     std::printf(
         "KV cache %lld tokens (%.1f GiB), swap space %lld tokens (%.1f GiB), "
@@ -191,8 +195,9 @@ int run_simulate(int argc, char** argv) {
     j["gpus"] = *gpus;
     j["tp_efficiency"] = *gpus > 1 ? *eff : 1.0;
     j["copy_mode"] = copy_mode;
-    j["context_seconds_per_token"] = cfg.context_seconds_per_token;
-    j["sample_seconds_per_row"] = cfg.sample_seconds_per_row;
+    j["context_seconds_per_token"] = cfg.cost.context_samples;
+    j["sequence_seconds"] = cfg.cost.sequence_seconds;
+    j["sample_seconds_per_row"] = cfg.cost.sample_seconds_per_row;
     j["kv_cache_tokens"] = r.kv_cache_tokens;
     j["swap_space_tokens"] = r.swap_space_tokens;
     j["max_batch_tokens"] = cfg.max_tokens_per_step;

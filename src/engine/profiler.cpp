@@ -13,12 +13,97 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
+
+// Best of `repeats` timed forward passes after one warm-up.
+double best_forward(LlamaModel& model, const StepInput& in, KvStorage& device,
+                    std::vector<float>& logits, int repeats) {
+  model.forward(in, device, logits.data());
+  double best = 1e30;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    const auto t = std::chrono::steady_clock::now();
+    model.forward(in, device, logits.data());
+    best = std::min(best, seconds_since(t));
+  }
+  return best;
+}
+
+// A step of `rows` decode rows, row i at `position` of its own block table `tables[i]`
+// (ctx_len position + 1), sampling only the last row as T_fwd(x) does.
+StepInput decode_step(int64_t rows, int64_t position, int64_t block_size,
+                      const std::vector<std::vector<int32_t>>& tables, int32_t vocab) {
+  StepInput in;
+  in.max_blocks = 0;
+  for (const auto& t : tables) in.max_blocks = std::max(in.max_blocks, (int32_t)t.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto& t = tables[(size_t)i];
+    in.q_start.push_back((int32_t)i);
+    in.q_len.push_back(1);
+    in.ctx_len.push_back((int32_t)position + 1);
+    in.tokens.push_back((int32_t)((i * 7919 + 13) % vocab));
+    in.positions.push_back((int32_t)position);
+    in.slots.push_back(t[(size_t)(position / block_size)] * (int32_t)block_size +
+                       (int32_t)(position % block_size));
+    for (int32_t b = 0; b < in.max_blocks; ++b)
+      in.block_tables.push_back(b < (int32_t)t.size() ? t[(size_t)b] : t.back());
+  }
+  in.logit_rows = {(int32_t)rows - 1};
+  return in;
+}
 }  // namespace
 
 std::string profile_cache_path(const std::string& model_path, const std::string& backend,
                                int threads) {
   return model_path + ".profile-" + backend + "-" + std::to_string(threads) + "t.json";
 }
+
+namespace {
+void measure_step_terms(LlamaModel& model, KvStorage& device, int64_t block_size,
+                        std::vector<float>& logits, int repeats, CostModel& cost) {
+  // What a step costs beyond T_fwd(x) (CostModel::step_seconds). Both are differences of two
+  // steps timed here back to back, so a noisy machine can make them negative: they are
+  // clamped to 0 (no term) rather than let more work look cheaper.
+  const int64_t blocks = device.geometry().n_blocks;
+  const int32_t vocab = (int32_t)model.config().vocab_size;
+  // Context: one decode row reading a context of C tokens against one reading 1 token. The
+  // largest T_fwd sample left positions [0, x) of a valid sequence in blocks 0.. (slot ==
+  // position), so the long row reads real KV (no denormals or NaNs to slow it). At batch 1
+  // on a GPU this is attention's small-batch cost (it cannot fill the device), the upper end.
+  const int64_t c = cost.t_fwd_samples.back().first;
+  if (c >= 2 && BlockTable::blocks_for(c, block_size) <= blocks) {
+    std::vector<int32_t> table((size_t)BlockTable::blocks_for(c, block_size));
+    std::iota(table.begin(), table.end(), 0);
+    const double t_long =
+        best_forward(model, decode_step(1, c - 1, block_size, {table}, vocab), device, logits, repeats);
+    const double t_short =
+        best_forward(model, decode_step(1, 0, block_size, {table}, vocab), device, logits, repeats);
+    cost.context_samples = {{1, std::max(0.0, (t_long - t_short) / (double)(c - 1))}};
+  }
+  // Sequences: n decode rows of one token each (no context to speak of) against T_fwd(n),
+  // one sequence of n tokens: the difference is what n - 1 more sequences cost (their own
+  // attention items, block tables, the per-row paths).
+  const int64_t n = std::min<int64_t>({16, model.max_rows(), blocks});
+  if (n >= 2) {
+    std::vector<std::vector<int32_t>> tables((size_t)n);
+    for (int64_t i = 0; i < n; ++i) tables[(size_t)i] = {(int32_t)i};
+    StepInput one;
+    for (int64_t p = 0; p < n; ++p) {
+      one.tokens.push_back((int32_t)((p * 7919) % vocab));
+      one.positions.push_back((int32_t)p);
+      one.slots.push_back((int32_t)p);
+    }
+    one.q_start = {0};
+    one.q_len = {(int32_t)n};
+    one.ctx_len = {(int32_t)n};
+    one.max_blocks = (int32_t)BlockTable::blocks_for(n, block_size);
+    for (int32_t b = 0; b < one.max_blocks; ++b) one.block_tables.push_back(b);
+    one.logit_rows = {(int32_t)n - 1};
+    const double t_one = best_forward(model, one, device, logits, repeats);
+    const double t_many =
+        best_forward(model, decode_step(n, 0, block_size, tables, vocab), device, logits, repeats);
+    cost.sequence_seconds = std::max(0.0, (t_many - t_one) / (double)(n - 1));
+  }
+}
+}  // namespace
 
 Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStorage& device,
                                      KvStorage& host, int64_t block_size,
@@ -78,6 +163,8 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
   const double bytes = cost.kv_bytes_per_token * (double)(nb * block_size);
   cost.swap_bytes_per_second = bytes / std::max(best_out, best_in);
   cost.saturation_tokens = cost.derive_saturation();
+  // Differences of two steps are noisier than the steps: best of at least 5 each.
+  measure_step_terms(model, device, block_size, logits, std::max(5, options.repeats), cost);
   TRY(cost.validate());
   return cost;
 }

@@ -1,7 +1,9 @@
 // The profiler behind `infercept profile` and the engine's start-up: measures the forward
-// time T_fwd(x) for x query tokens and the KV copy bandwidth between the device and host
-// tiers, and derives the saturation point S and the per-step swap budget from them. Nothing
-// about the machine is hard-coded: the interception policy reads only what this measured.
+// time T_fwd(x) for x query tokens, what a step costs beyond it (per context token a decode
+// row reads, per extra sequence; CostModel::step_seconds) and the KV copy bandwidth between
+// the device and host tiers, and derives the saturation point S and the per-step swap budget
+// from them. Nothing about the machine is hard-coded: the interception policy reads only what
+// this measured.
 #pragma once
 
 #include <cstdint>

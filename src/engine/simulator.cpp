@@ -34,30 +34,40 @@ constexpr double kH200Llama2_13b[] = {10.943960, 10.913028, 10.948423, 11.031703
                                       11.749324, 11.646078, 12.347489, 15.974719, 26.260336,
                                       50.279934, 97.890871, 209.164817};
 
+// The context term a(n) of CostModel::step_seconds, per sequences n in the step.
+// llama2-7b: bench-forward decode steps of n = 1..64 sequences at contexts 256, 1,024, 2,048
+// and 3,072 on the lent H200 (2026-12-01, docs/PERF.md 4.8, bench/step_context_cost.sh),
+// engine path (greedy sampling on the device): for each n the least-squares slope through 0
+// of step - T_fwd(n) (same process) against n x context. These reproduce all 28 steps within
+// 7% (most within 3%). A per-sequence term fitted beside it came out at 0 within noise, so
+// there is none; the sampling cost is inside the fitted steps.
+constexpr int64_t kContextSequences[] = {1, 2, 4, 8, 16, 32, 64};
+constexpr double kContextUsLlama2_7b[] = {0.587, 0.501, 0.407, 0.332, 0.301, 0.192, 0.197};
+
 struct Shape {
   const char* name;
   const double* ms;
   int layers, kv_heads, head_dim;
   double weights_gb;  // bf16, 1e9 bytes (bench-forward's figure)
   int64_t max_context;
-  // Attention's cost per context token held by a step's batch, from the decode steps at
-  // context 1,024 (PERF.md 4.2): (step(batch B) - T_fwd(B)) / (B * 1024), averaged over
-  // B = 32 and 128 (the two agree within 5%). T_fwd(x) alone has no context.
-  double context_us_per_token;
-  // Logits to the host per sampled row, (with logits - without) / B from the same table.
+  // a(n) per kContextSequences (us per context token), or nullptr: one constant for any n,
+  // context_us_flat, from the decode steps at context 1,024 (PERF.md 4.2): (step(batch B) -
+  // T_fwd(B)) / (B * 1024), averaged over B = 32 and 128 (the two agree within 5%); not
+  // re-measured at small batches, where the 7B shows 2-3x more per token.
+  const double* context_us;
+  double context_us_flat;
+  // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2.
   double sample_us_per_row;
 };
 
 constexpr Shape kShapes[] = {
-    // 7b: (14.09 - 7.25) / 32768 = 0.209 us, (33.48 - 7.45) / 131072 = 0.199 us
-    // rows: (14.71 - 14.09) / 32 = 19.4 us, (35.99 - 33.48) / 128 = 19.6 us
-    {"h200-llama2-7b", kH200Llama2_7b, 32, 32, 128, 13.476, 4096, 0.204, 19.5},
+    {"h200-llama2-7b", kH200Llama2_7b, 32, 32, 128, 13.476, 4096, kContextUsLlama2_7b, 0.0, 0.0},
     // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
     // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
-    {"h200-llama3-8b", kH200Llama3_8b, 32, 8, 128, 16.060, 8192, 0.097, 71.0},
+    {"h200-llama3-8b", kH200Llama3_8b, 32, 8, 128, 16.060, 8192, nullptr, 0.097, 71.0},
     // 13b: (21.28 - 11.75) / 32768 = 0.291, (48.62 - 12.35) / 131072 = 0.277
     // rows: (21.85 - 21.28) / 32 = 18 us, (51.71 - 48.62) / 128 = 24 us
-    {"h200-llama2-13b", kH200Llama2_13b, 40, 40, 128, 26.031, 4096, 0.284, 21.0},
+    {"h200-llama2-13b", kH200Llama2_13b, 40, 40, 128, 26.031, 4096, nullptr, 0.284, 21.0},
 };
 
 // Memory the device reports (cudaMemGetInfo total, ~140 GiB on an H200) and what each device
@@ -78,9 +88,18 @@ SimProfile builtin(const Shape& s) {
   p.device_memory_gib = kH200MemoryGiB;
   p.weights_gib = s.weights_gb * 1e9 / (1024.0 * 1024.0 * 1024.0);
   p.max_context = s.max_context;
-  p.context_seconds_per_token = s.context_us_per_token * 1e-6;
-  p.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
-  p.source = "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4), copies 55 GB/s each way";
+  if (s.context_us != nullptr) {
+    for (size_t i = 0; i < std::size(kContextSequences); ++i)
+      p.cost.context_samples.emplace_back(kContextSequences[i], s.context_us[i] * 1e-6);
+  } else {
+    p.cost.context_samples = {{1, s.context_us_flat * 1e-6}};
+  }
+  p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
+  p.source = s.context_us != nullptr
+                 ? "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term per "
+                   "batch size 4.8), copies 55 GB/s each way"
+                 : "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), "
+                   "copies 55 GB/s each way";
   return p;
 }
 
@@ -158,16 +177,6 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
   p.copies_overlap = name_or_path.find(".profile-cpu-") == std::string::npos;
   // An optional key beside the profiler's (from_json ignores keys it does not know).
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (auto it = j.find("context_seconds_per_token"); it != j.end()) {
-    if (!it->is_number() || it->get<double>() < 0.0)
-      return make_error(name_or_path, ": \"context_seconds_per_token\" must be a number >= 0");
-    p.context_seconds_per_token = it->get<double>();
-  }
-  if (auto it = j.find("sample_seconds_per_row"); it != j.end()) {
-    if (!it->is_number() || it->get<double>() < 0.0)
-      return make_error(name_or_path, ": \"sample_seconds_per_row\" must be a number >= 0");
-    p.sample_seconds_per_row = it->get<double>();
-  }
   if (auto it = j.find("max_context"); it != j.end() && it->is_number_integer())
     p.max_context = std::max<int64_t>(0, it->get<int64_t>());
   p.source = "cost-model file " + name_or_path;
@@ -184,6 +193,8 @@ CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency) {
   if (gpus <= 1) return c;
   const double speedup = (double)gpus * efficiency;
   for (auto& [tokens, seconds] : c.t_fwd_samples) seconds /= speedup;
+  for (auto& [sequences, seconds] : c.context_samples) seconds /= speedup;
+  c.sequence_seconds /= speedup;
   c.swap_bytes_per_second *= (double)gpus;  // one host link per device
   return c;
 }
@@ -197,8 +208,6 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   if (!(config.duration_s > 0.0)) return make_error("the arrival window must be positive");
   if (!(config.drain_s >= 0.0)) return make_error("the drain time must be >= 0");
   if (!(config.idle_tick_s > 0.0)) return make_error("the idle tick must be positive");
-  if (!(config.context_seconds_per_token >= 0.0) || !(config.sample_seconds_per_row >= 0.0))
-    return make_error("the context and sampling costs must be >= 0");
   for (size_t i = 1; i < trace.size(); ++i)
     if (trace[i].arrival_s < trace[i - 1].arrival_s)
       return make_error("trace request ", std::to_string(trace[i].id),
@@ -278,10 +287,16 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.peak_device_blocks = std::max<int64_t>(st.peak_device_blocks, device.n_used());
     st.peak_host_blocks = std::max<int64_t>(st.peak_host_blocks, host.n_used());
 
-    int64_t batch_tokens = 0, sampled_rows = 0;
+    // batch_tokens: the KV the batch holds during the step (waste accounting); the step
+    // reads what existed before it (shape.context_tokens); T_fwd(x) covers the rest.
+    int64_t batch_tokens = 0;
+    StepShape shape;
+    shape.query_tokens = plan.n_tokens;
+    shape.sequences = (int64_t)plan.scheduled.size();
     for (const ScheduledSeq& ss : plan.scheduled) {
       batch_tokens += ss.seq->n_computed + ss.n_tokens;
-      sampled_rows += ss.sample ? 1 : 0;
+      shape.context_tokens += ss.seq->n_computed;
+      shape.sampled_rows += ss.sample ? 1 : 0;
     }
     // Copies: bytes / bandwidth per direction. On copy streams the two directions run at
     // once (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward
@@ -292,11 +307,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.swapped_out_tokens += (int64_t)plan.swap_out.size() * bs;
     st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
     st.swap_seconds += copy;
-    const double fwd =
-        plan.scheduled.empty()
-            ? 0.0
-            : cost.t_fwd(plan.n_tokens) + config.context_seconds_per_token * (double)batch_tokens +
-                  config.sample_seconds_per_row * (double)std::max<int64_t>(0, sampled_rows - 1);
+    const double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
     // The `swap` policy's whole-context copy is synchronous by definition (the paper's naive
     // swap): the step waits for all of it.
     const bool hidden = config.copies_overlap && !plan.sync_swap;

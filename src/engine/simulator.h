@@ -6,12 +6,12 @@
 // the policy's keep/swap/discard per paused request per step, swap-in order, FCFS queues),
 // the estimators' learning, the block accounting of both tiers and the waste accounting of
 // EngineCore::step (recompute, preserve, swap stall; docs/DESIGN.md).
-// What is modelled: a step with x query tokens lasts T_fwd(x) from the CostModel (the
-// profiler's cache format, or a built-in H200 profile), plus two measured terms T_fwd(x)
-// lacks (0 unless the profile has them; the built-in H200 profiles do): attention over the
-// context the batch holds, per context token, and the logits of each sampled row past the
-// first, per row. Then step = T_fwd(x) + a * sum(context) + b * (sampled rows - 1). The
-// step's block copies take
+// What is modelled: a step lasts CostModel::step_seconds(): T_fwd(x) for its x query tokens
+// from the CostModel (the profiler's cache format, or a built-in H200 profile), plus the
+// terms T_fwd(x) lacks when the profile has them (the built-in H200 profiles do; a cache of
+// `infercept profile` has what it measured): the KV the step's sequences already hold, per
+// context token; each sequence past the first; each sampled row past the first. The step's
+// block copies take
 // bytes / bandwidth per direction and either overlap the step (only what exceeds the step
 // stalls: the CUDA backend's copy streams) or stall it in full (the CPU backend copies on
 // the engine thread; and the `swap` policy's synchronous whole-context swap, always); a
@@ -61,15 +61,6 @@ struct SimProfile {
   double device_memory_gib = 0.0;  // one device
   double weights_gib = 0.0;        // the whole model (bf16)
   int64_t max_context = 0;         // the model's context length; 0 = no limit beyond the cache
-  // Attention's cost of the KV a step's batch holds: T_fwd(x) is measured with no context,
-  // a real step also reads its sequences' KV. Seconds per context token of the batch; built-in
-  // profiles have it from the decode steps of PERF.md 4.2, a JSON file may give it as
-  // "context_seconds_per_token" (else 0: T_fwd alone, the brief's model).
-  double context_seconds_per_token = 0.0;
-  // Bringing a sampled row's logits to the host: T_fwd(x) includes one row; each further
-  // sampled row of a step costs this much (PERF.md 4.2: step with logits - without, per row).
-  // A JSON file may give it as "sample_seconds_per_row" (else 0).
-  double sample_seconds_per_row = 0.0;
   std::string source;  // where the numbers come from (printed with the results)
 
   // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
@@ -78,8 +69,9 @@ struct SimProfile {
   int64_t default_kv_cache_tokens(int gpus, double util = 0.9) const;
 };
 
-// Built-in profiles measured on the lent H200 (docs/PERF.md section 4.4; bench-forward, bf16
-// weights and KV): h200-llama2-7b, h200-llama3-8b, h200-llama2-13b.
+// Built-in profiles measured on the lent H200 (docs/PERF.md sections 4.4, and 4.8 for the 7B's
+// context term; bench-forward, bf16 weights and KV): h200-llama2-7b, h200-llama3-8b,
+// h200-llama2-13b.
 const std::vector<std::string>& builtin_sim_profile_names();
 // A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache). A file
 // whose name says it was profiled on the CPU (`.profile-cpu-`) copies synchronously.
@@ -87,14 +79,14 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path);
 
 // The tensor-parallel efficiency used when none is given: 0.9^log2(gpus).
 double default_tp_efficiency(int gpus);
-// A one-device cost model scaled to `gpus` devices at efficiency `efficiency` (see above).
+// A one-device cost model scaled to `gpus` devices at efficiency `efficiency` (see above):
+// T_fwd and the context and per-sequence terms are device work and divide; the per-row
+// sampling cost is the host's and does not.
 CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency);
 
 struct SimConfig {
   CostModel cost;                          // already scaled to the deployment (scale_cost_model)
   bool copies_overlap = true;              // see SimProfile
-  double context_seconds_per_token = 0.0;  // see SimProfile (already scaled to the GPUs)
-  double sample_seconds_per_row = 0.0;     // see SimProfile
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;    // device pool, rounded up to whole blocks (> 0)
   int64_t swap_space_tokens = 0;  // host pool; at least one block, as in EngineCore

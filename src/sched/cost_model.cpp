@@ -59,6 +59,28 @@ double CostModel::t_fwd(int64_t tokens) const {
   return std::max(0.0, y);
 }
 
+double CostModel::context_seconds_per_token(int64_t sequences) const {
+  const auto& s = context_samples;
+  if (s.empty()) return 0.0;
+  if (sequences <= s.front().first) return s.front().second;
+  if (sequences >= s.back().first) return s.back().second;
+  auto it = std::upper_bound(
+      s.begin(), s.end(), sequences,
+      [](int64_t n, const std::pair<int64_t, double>& p) { return n < p.first; });
+  const auto& b = *it;
+  const auto& a = *(it - 1);
+  return line((double)a.first, a.second, (double)b.first, b.second, (double)sequences);
+}
+
+double CostModel::step_seconds(const StepShape& step) const {
+  if (step.query_tokens <= 0) return 0.0;
+  return t_fwd(step.query_tokens) +
+         context_seconds_per_token(step.sequences) *
+             (double)std::max<int64_t>(0, step.context_tokens) +
+         sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
+         sample_seconds_per_row * (double)std::max<int64_t>(0, step.sampled_rows - 1);
+}
+
 double CostModel::t_swap(int64_t tokens) const {
   if (tokens <= 0) return 0.0;
   // Without a measured bandwidth a copy never finishes: nothing can be swapped for free.
@@ -134,6 +156,21 @@ Status CostModel::validate() const {
   if (!std::isfinite(swap_bytes_per_second) || swap_bytes_per_second <= 0.0)
     return make_error("invalid cost model: swap_bytes_per_second = ",
                       std::to_string(swap_bytes_per_second), " (must be positive)");
+  int64_t prev_n = 0;
+  for (const auto& [n, v] : context_samples) {
+    if (n <= prev_n || n > kMaxSampleTokens)
+      return make_error("invalid cost model: context samples must ascend in sequences (>= 1), got ",
+                        std::to_string(n), " after ", std::to_string(prev_n));
+    if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
+      return make_error("invalid cost model: context_seconds_per_token = ", std::to_string(v),
+                        " (must be in [0, ", std::to_string(kMaxStepSeconds), "])");
+    prev_n = n;
+  }
+  for (const auto& [name, v] : {std::pair{"sequence_seconds", sequence_seconds},
+                                 std::pair{"sample_seconds_per_row", sample_seconds_per_row}})
+    if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
+      return make_error("invalid cost model: ", name, " = ", std::to_string(v),
+                        " (must be in [0, ", std::to_string(kMaxStepSeconds), "])");
   if (saturation_tokens < 0 || saturation_tokens > kMaxSampleTokens)
     return make_error("invalid cost model: saturation_tokens = ", std::to_string(saturation_tokens),
                       " (must be in [0, ", std::to_string(kMaxSampleTokens), "]; 0 = derive)");
@@ -149,6 +186,15 @@ std::string CostModel::to_json() const {
   j["kv_bytes_per_token"] = kv_bytes_per_token;
   j["swap_bytes_per_second"] = swap_bytes_per_second;
   j["saturation_tokens"] = saturation_tokens;
+  if (context_samples.size() == 1 && context_samples[0].first == 1) {
+    j["context_seconds_per_token"] = context_samples[0].second;
+  } else if (!context_samples.empty()) {
+    json a = json::array();
+    for (const auto& [n, v] : context_samples) a.push_back({n, v});
+    j["context_seconds_per_token"] = std::move(a);
+  }
+  if (sequence_seconds > 0.0) j["sequence_seconds"] = sequence_seconds;
+  if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
   return j.dump(2);
 }
 
@@ -190,6 +236,22 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
   }
   TRY(number("kv_bytes_per_token", true, m.kv_bytes_per_token));
   TRY(number("swap_bytes_per_second", true, m.swap_bytes_per_second));
+  if (auto it = j.find("context_seconds_per_token"); it != j.end()) {
+    if (it->is_number()) {
+      m.context_samples = {{1, it->get<double>()}};
+    } else if (it->is_array()) {
+      for (const json& s : *it) {
+        if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number())
+          return make_error(where, ": \"context_seconds_per_token\" samples must be "
+                                   "[sequences (integer), seconds (number)]");
+        m.context_samples.emplace_back(s[0].get<int64_t>(), s[1].get<double>());
+      }
+    } else {
+      return make_error(where, ": \"context_seconds_per_token\" must be a number or an array");
+    }
+  }
+  TRY(number("sequence_seconds", false, m.sequence_seconds));
+  TRY(number("sample_seconds_per_row", false, m.sample_seconds_per_row));
   if (auto it = j.find("saturation_tokens"); it != j.end()) {
     if (!it->is_number_integer())
       return make_error(where, ": \"saturation_tokens\" must be an integer");

@@ -4,6 +4,15 @@
 // From these follow the saturation point S (tokens per step up to which a step costs about
 // the same as a decode step) and the swap budget per step (what can be copied while the
 // forward pass runs).
+//
+// T_fwd(x) is one sequence of x query tokens with no context before them. A real step also
+// reads the KV its sequences already hold and carries several sequences; three optional
+// terms (0 = absent, and then step_seconds() is T_fwd(x) exactly, as before they existed)
+// price that for the simulator's clock (docs/DESIGN.md, "Interception", "Simulator"):
+//   step = T_fwd(x) + a(n) * (context tokens read) + b * (n - 1) + r * (sampled rows - 1)
+// with n the sequences in the step. a(n) falls with n: attention over few sequences cannot
+// fill a GPU (on the H200 0.59 us per token at 1 sequence, 0.19 from 32; PERF.md 4.8).
+// The policies keep the paper's T_fwd(x) (waste.h says why).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +24,14 @@
 
 namespace infercept {
 
+// What a step carries, beyond its query tokens, that costs time.
+struct StepShape {
+  int64_t query_tokens = 0;    // x: rows computed this step
+  int64_t context_tokens = 0;  // KV tokens the sequences held before the step (read by attention)
+  int64_t sequences = 0;       // sequences in the step
+  int64_t sampled_rows = 0;    // rows whose logits are sampled
+};
+
 struct CostModel {
   // (query tokens, seconds) samples of one forward step, ascending in tokens; t_fwd()
   // interpolates linearly between them and extrapolates from the last two.
@@ -22,8 +39,23 @@ struct CostModel {
   double kv_bytes_per_token = 0.0;      // M: 2 * layers * kv_heads * head_dim * elem bytes
   double swap_bytes_per_second = 0.0;   // B: one direction, host <-> device
   int64_t saturation_tokens = 0;        // S; 0 = derive from the samples
+  // a(n): (sequences in the step, seconds per context token they held before it) samples,
+  // ascending in sequences; interpolated linearly, flat outside. Empty: no context term. One
+  // sample is a constant (what `infercept profile` measures: one decode row).
+  std::vector<std::pair<int64_t, double>> context_samples;
+  // b: seconds per sequence of the step past the first (T_fwd(x) has one).
+  double sequence_seconds = 0.0;
+  // r: seconds per sampled row past the first (T_fwd(x) samples one).
+  double sample_seconds_per_row = 0.0;
 
   double t_fwd(int64_t tokens) const;
+  // a(n): seconds per context token read by a step of n sequences.
+  double context_seconds_per_token(int64_t sequences) const;
+  // The duration of a step of this shape: T_fwd(x) plus the terms above; 0 for no rows.
+  double step_seconds(const StepShape& step) const;
+  bool has_step_terms() const {
+    return !context_samples.empty() || sequence_seconds > 0.0 || sample_seconds_per_row > 0.0;
+  }
   // Seconds to copy `tokens` tokens of KV one way.
   double t_swap(int64_t tokens) const;
   // The most tokens whose copy fits in `seconds` (the per-step swap budget N_i).
@@ -35,7 +67,11 @@ struct CostModel {
   int64_t saturation() const { return saturation_tokens > 0 ? saturation_tokens : derive_saturation(); }
 
   Status validate() const;
-  // JSON text <-> CostModel (the profiler's cache file).
+  // JSON text <-> CostModel (the profiler's cache file). The three step terms are optional
+  // keys: "context_seconds_per_token" (a number: one sample at 1 sequence, i.e. a constant;
+  // or [[sequences, seconds], ...]), "sequence_seconds", "sample_seconds_per_row". A file
+  // without them loads with none, and to_json writes them only when present, so such a file
+  // round-trips unchanged.
   std::string to_json() const;
   static Result<CostModel> from_json(const std::string& text, const std::string& path);
 };

@@ -15,6 +15,11 @@
 // Swap, synchronous: W_s  = 2 * T_swap(C) * C_batch * M
 // Swap within the per-step budget, overlapped with the forward pass, costs ~0: the budget
 // is handed out, not compared.
+// T_fwd here is CostModel::t_fwd, the paper's, not CostModel::step_seconds: the context the
+// running batch reads and its sequence count are paid whatever is decided for a paused
+// request (it is in the batch under none of the choices), so they cancel in a chunk's
+// marginal time; adding them to T_fwd(C) would tilt decisions toward preserve for a cost
+// no choice changes (docs/DESIGN.md, "Interception").
 #pragma once
 
 #include <cstdint>

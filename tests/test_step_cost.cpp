@@ -1,0 +1,221 @@
+// The step terms of the cost model (CostModel::step_seconds: T_fwd(x) plus the context a step
+// reads, its sequences past the first, its sampled rows past the first): what each term
+// adds, that a model without them is T_fwd alone and its JSON unchanged, that a model with
+// them round-trips, that tensor parallelism scales the device terms only, that the built-in
+// H200 7B profile reproduces the decode steps it was fitted to, and that the simulator's
+// clock charges them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/simulator.h"
+#include "sched/cost_model.h"
+
+namespace infercept {
+namespace {
+
+// T_fwd(x) = 10 ms + 0.1 ms * x, exact everywhere.
+CostModel linear() {
+  CostModel c;
+  c.t_fwd_samples = {{1, 0.0101}, {4096, 0.010 + 0.0001 * 4096}};
+  c.kv_bytes_per_token = 1000.0;
+  c.swap_bytes_per_second = 1e9;
+  c.saturation_tokens = 64;
+  return c;
+}
+
+double tf(int64_t x) { return 0.010 + 0.0001 * (double)x; }
+
+StepShape shape(int64_t x, int64_t context, int64_t sequences, int64_t sampled) {
+  StepShape s;
+  s.query_tokens = x;
+  s.context_tokens = context;
+  s.sequences = sequences;
+  s.sampled_rows = sampled;
+  return s;
+}
+
+TEST(StepCost, WithoutTermsAStepIsTfwdAlone) {
+  const CostModel c = linear();
+  EXPECT_FALSE(c.has_step_terms());
+  for (const StepShape& s : {shape(1, 0, 1, 1), shape(32, 32 * 1024, 32, 32), shape(512, 9000, 7, 3)})
+    EXPECT_DOUBLE_EQ(c.step_seconds(s), c.t_fwd(s.query_tokens));
+  EXPECT_EQ(c.step_seconds(shape(0, 5000, 3, 0)), 0.0);  // nothing to run costs nothing
+}
+
+TEST(StepCost, EachTermAddsItsPrice) {
+  CostModel c = linear();
+  c.context_samples = {{1, 2e-7}};  // a constant
+  c.sequence_seconds = 3e-5;
+  c.sample_seconds_per_row = 1e-5;
+  EXPECT_TRUE(c.has_step_terms());
+  // 32 decode rows at context 1,024: 32,768 tokens read, 31 more sequences, 31 more rows.
+  EXPECT_NEAR(c.step_seconds(shape(32, 32768, 32, 32)),
+              tf(32) + 32768 * 2e-7 + 31 * 3e-5 + 31 * 1e-5, 1e-12);
+  // One sequence, one sampled row, no context: exactly what T_fwd measured.
+  EXPECT_DOUBLE_EQ(c.step_seconds(shape(100, 0, 1, 1)), tf(100));
+  // Longer contexts cost more by exactly a per token, whatever else the step holds.
+  EXPECT_NEAR(c.step_seconds(shape(8, 8 * 3000, 8, 8)) - c.step_seconds(shape(8, 8 * 1000, 8, 8)),
+              8 * 2000 * 2e-7, 1e-12);
+  // A chunk that samples nothing does not earn a negative row term.
+  EXPECT_NEAR(c.step_seconds(shape(64, 0, 1, 0)), tf(64), 1e-12);
+}
+
+TEST(StepCost, AFileWithoutTermsLoadsAndWritesAsBefore) {
+  // The profiler's cache as it was written before the step terms existed.
+  const CostModel old = linear();
+  const std::string text = old.to_json();
+  EXPECT_EQ(text.find("context_seconds_per_token"), std::string::npos);
+  EXPECT_EQ(text.find("sequence_seconds"), std::string::npos);
+  auto back = CostModel::from_json(text, "old.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back->context_samples.empty());
+  EXPECT_EQ(back->context_seconds_per_token(8), 0.0);
+  EXPECT_EQ(back->sequence_seconds, 0.0);
+  EXPECT_EQ(back->sample_seconds_per_row, 0.0);
+  EXPECT_EQ(back->to_json(), text);
+  EXPECT_DOUBLE_EQ(back->step_seconds(shape(16, 16000, 16, 16)), back->t_fwd(16));
+}
+
+TEST(StepCost, AFileWithTermsRoundTrips) {
+  CostModel c = linear();
+  c.context_samples = {{1, 5.87e-7}, {8, 3.32e-7}, {32, 1.9234567891e-7}};
+  c.sequence_seconds = 3.3e-5;
+  c.sample_seconds_per_row = 1.95e-5;
+  auto back = CostModel::from_json(c.to_json(), "with.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->context_samples, c.context_samples);  // doubles survive exactly
+  EXPECT_EQ(back->sequence_seconds, c.sequence_seconds);
+  EXPECT_EQ(back->sample_seconds_per_row, c.sample_seconds_per_row);
+  EXPECT_EQ(back->to_json(), c.to_json());
+  // A constant (what the profiler measures) is written and read as a plain number.
+  CostModel k = linear();
+  k.context_samples = {{1, 4.2e-7}};
+  EXPECT_NE(k.to_json().find("\"context_seconds_per_token\": 4.2e-07"), std::string::npos);
+  auto kb = CostModel::from_json(k.to_json(), "k.json");
+  ASSERT_TRUE(kb.ok());
+  EXPECT_EQ(kb->context_samples, k.context_samples);
+  EXPECT_EQ(kb->context_seconds_per_token(64), 4.2e-7);
+}
+
+// a(n) interpolates linearly between its samples in the step's sequences and stays flat
+// outside them, like T_fwd(x) in tokens below the first sample.
+TEST(StepCost, ContextCostFollowsTheSequencesInTheStep) {
+  CostModel c = linear();
+  c.context_samples = {{1, 6e-7}, {4, 4e-7}, {32, 2e-7}};
+  EXPECT_EQ(c.context_seconds_per_token(1), 6e-7);
+  EXPECT_EQ(c.context_seconds_per_token(0), 6e-7);
+  EXPECT_NEAR(c.context_seconds_per_token(2), 6e-7 - 2e-7 / 3.0, 1e-18);
+  EXPECT_NEAR(c.context_seconds_per_token(18), 3e-7, 1e-18);
+  EXPECT_EQ(c.context_seconds_per_token(500), 2e-7);
+  // 2 sequences reading 1,000 cached tokens each against 32 reading the same each.
+  EXPECT_NEAR(c.step_seconds(shape(2, 2000, 2, 2)), tf(2) + 2000 * c.context_seconds_per_token(2),
+              1e-12);
+  EXPECT_NEAR(c.step_seconds(shape(32, 32000, 32, 32)), tf(32) + 32000 * 2e-7, 1e-12);
+}
+
+TEST(StepCost, BadTermsAreRejected) {
+  for (double bad : {-1e-7, std::nan(""), (double)INFINITY}) {
+    CostModel c = linear();
+    c.sequence_seconds = bad;
+    EXPECT_FALSE(c.validate().ok()) << bad;
+    c = linear();
+    c.context_samples = {{1, bad}};
+    EXPECT_FALSE(c.validate().ok()) << bad;
+  }
+  CostModel c = linear();
+  c.context_samples = {{4, 1e-7}, {2, 1e-7}};  // not ascending
+  EXPECT_FALSE(c.validate().ok());
+  c.context_samples = {{0, 1e-7}};
+  EXPECT_FALSE(c.validate().ok());
+  auto text = R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2,
+                  "swap_bytes_per_second": 3, "context_seconds_per_token": "fast"})";
+  EXPECT_FALSE(CostModel::from_json(text, "x").ok());
+  text = R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2,
+             "swap_bytes_per_second": 3, "context_seconds_per_token": -1})";
+  EXPECT_FALSE(CostModel::from_json(text, "x").ok());
+  text = R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2,
+             "swap_bytes_per_second": 3, "context_seconds_per_token": [[1.5, 1e-7]]})";
+  EXPECT_FALSE(CostModel::from_json(text, "x").ok());
+}
+
+TEST(StepCost, TensorParallelismScalesTheDeviceTermsOnly) {
+  CostModel c = linear();
+  c.context_samples = {{1, 2e-7}, {8, 1e-7}};
+  c.sequence_seconds = 3e-5;
+  c.sample_seconds_per_row = 1e-5;
+  const CostModel two = scale_cost_model(c, 2, 0.9);
+  EXPECT_NEAR(two.context_seconds_per_token(1), 2e-7 / 1.8, 1e-18);
+  EXPECT_NEAR(two.context_seconds_per_token(8), 1e-7 / 1.8, 1e-18);
+  EXPECT_NEAR(two.sequence_seconds, 3e-5 / 1.8, 1e-15);
+  EXPECT_EQ(two.sample_seconds_per_row, 1e-5);  // the host's work
+}
+
+// The built-in 7B profile against the decode steps it was fitted to (docs/PERF.md 4.8:
+// bench-forward on the H200, greedy on the device, step ms at each batch and context; T_fwd
+// of that run in the second column): within 7% everywhere, the step at n sequences and
+// context c being T_fwd(n) + a(n) * n * c. The step uses the built-in T_fwd (PERF.md 4.4),
+// so the check is on the added part: step - T_fwd.
+TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
+  auto p = load_sim_profile("h200-llama2-7b");
+  ASSERT_TRUE(p.ok());
+  const CostModel& c = p->cost;
+  EXPECT_TRUE(c.has_step_terms());
+  struct Measured {
+    int64_t n, context;
+    double step_ms, t_fwd_ms;
+  };
+  const Measured measured[] = {
+      {1, 3072, 7.088, 5.360},  {2, 2048, 7.877, 5.610},  {4, 2048, 9.868, 6.565},
+      {8, 1024, 9.534, 6.613},  {16, 3072, 21.619, 6.745}, {32, 1024, 13.426, 7.037},
+      {64, 2048, 32.665, 6.737},
+  };
+  for (const Measured& m : measured) {
+    const StepShape s = shape(m.n, m.n * m.context, m.n, m.n);
+    const double added_ms = (c.step_seconds(s) - c.t_fwd(m.n)) * 1e3;
+    EXPECT_NEAR(added_ms, m.step_ms - m.t_fwd_ms, 0.07 * m.step_ms) << m.n << " x " << m.context;
+  }
+  // Longer contexts cost more by exactly a(n) per token.
+  const StepShape short_ctx = shape(32, 32 * 1024, 32, 32);
+  const StepShape long_ctx = shape(32, 32 * 3072, 32, 32);
+  EXPECT_NEAR(c.step_seconds(long_ctx) - c.step_seconds(short_ctx),
+              32 * 2048 * c.context_seconds_per_token(32), 1e-12);
+  // Per token, a few sequences read their context ~3x slower than 32 or more.
+  EXPECT_GT(c.context_seconds_per_token(2), 2.5 * c.context_seconds_per_token(32));
+}
+
+// The simulator's clock: two requests that run side by side pay the per-sequence term on
+// every shared step, and the context term on what each held before the step.
+TEST(StepCost, SimulatorChargesSequencesAndContext) {
+  SimConfig cfg;
+  cfg.cost = linear();
+  cfg.cost.sequence_seconds = 1e-3;
+  cfg.cost.context_samples = {{1, 1e-6}};
+  cfg.kv_cache_tokens = 4096;
+  cfg.swap_space_tokens = 4096;
+  cfg.duration_s = 10.0;
+  cfg.check_invariants = true;
+  std::vector<TraceRequest> trace(2);
+  for (int i = 0; i < 2; ++i) {
+    trace[i].id = i;
+    trace[i].arrival_s = 0.0;
+    trace[i].augmentation = "test";
+    trace[i].prompt_tokens = 100;
+    trace[i].segments = {{3, "", 0.0, 0}};
+  }
+  auto res = simulate(cfg, trace);
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  ASSERT_EQ(res->records.size(), 2u);
+  // Both prompts in one step (200 rows, 2 sequences, nothing cached before), then two decode
+  // steps of 2 rows reading 2 x 100 and 2 x 101 cached tokens.
+  const double expected =
+      (tf(200) + 1e-3) + (tf(2) + 1e-3 + 200e-6) + (tf(2) + 1e-3 + 202e-6);
+  for (const RequestRecord& r : res->records) {
+    ASSERT_TRUE(r.completed);
+    EXPECT_NEAR(r.end_s, expected, 1e-9);
+  }
+  EXPECT_EQ(res->stats.steps, 3);
+}
+
+}  // namespace
+}  // namespace infercept
