@@ -39,7 +39,7 @@ for stage in "$@"; do
     modeltest) log "model tests"; INFERCEPT_GPU_TEST_MODEL=$PWD/models/tiny $BIN/test_cuda_model 2>&1 | tee "$OUT/model.txt" | grep -E "OK|FAILED|identical for 32|segments identical|Failure|PASSED|error" | tail -40 ;;
     hf-*)  # hf-SHAPE: logits ours vs transformers on one checkpoint, plus transformers timings
       shape=${stage#hf-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" 2>&1 | tail -1
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
       echo "$PROMPTS" >models/prompts.json
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
