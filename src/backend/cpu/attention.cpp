@@ -147,6 +147,22 @@ inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t 
   for (; p < n_pos; ++p) out[p] = dot(qh, k + p * stride, hd) * scale;
 }
 
+// Asks for positions [p_begin, p_begin + n) of every head to be brought into cache: the
+// decode path calls it one chunk ahead, as a block's slots are contiguous but blocks are
+// scattered, so the hardware prefetcher cannot run ahead across them.
+void prefetch_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
+                    int64_t p_begin, int64_t n) {
+  const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
+  int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
+  for (int64_t p = 0; p < n; ++b, j = 0) {
+    const int64_t run = std::min(g.block_size - j, n - p);
+    const uint8_t* start = base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
+    for (size_t off = 0; off < (size_t)run * slot_bytes; off += 64)
+      __builtin_prefetch(start + off, 0, 3);
+    p += run;
+  }
+}
+
 // Copies all heads of positions [p_begin, p_begin + n) into dst [n, n_kv_heads * head_dim]
 // f32: whole slots, which lie contiguous within a block, so the reads stream.
 void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
@@ -259,17 +275,25 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           round_q(row, kvh);
           std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
         }
+        auto prefetch_next = [&](const uint8_t* base, int64_t p0) {
+          if (p0 + kPosChunk < n_pos)
+            prefetch_slots(base, g, table, p0 + kPosChunk,
+                           std::min(kPosChunk, n_pos - p0 - kPosChunk));
+        };
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
+          prefetch_next(kv.k, p0);
           gather_slots(kv.k, g, table, p0, n, kbuf.data());
           for (int64_t hq = 0; hq < n_heads; ++hq)
             head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width,
                         scale, scores.data() + hq * n_pos + p0);
         }
+        prefetch_slots(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         for (int64_t hq = 0; hq < n_heads; ++hq)
           softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
+          prefetch_next(kv.v, p0);
           gather_slots(kv.v, g, table, p0, n, kbuf.data());
           for (int64_t hq = 0; hq < n_heads; ++hq)
             weighted_rows(scores.data() + hq * n_pos + p0, kbuf.data() + (hq / group) * hd, n, hd,
