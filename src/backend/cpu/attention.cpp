@@ -57,10 +57,16 @@ inline void dot4(const float* a, const float* b, int64_t n, int64_t stride, floa
       acc2 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + 2 * stride + i), acc2);
       acc3 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + 3 * stride + i), acc3);
     }
-    out[0] = reduce8(acc0);
-    out[1] = reduce8(acc1);
-    out[2] = reduce8(acc2);
-    out[3] = reduce8(acc3);
+    // reduce8 of all four at once, in reduce8's order: halves added lane-wise
+    // (t_i = e_i + e_{i+4}), then (t0 + t1) + (t2 + t3) through two horizontal adds.
+    const __m256 t01 = _mm256_add_ps(_mm256_permute2f128_ps(acc0, acc1, 0x20),
+                                     _mm256_permute2f128_ps(acc0, acc1, 0x31));
+    const __m256 t23 = _mm256_add_ps(_mm256_permute2f128_ps(acc2, acc3, 0x20),
+                                     _mm256_permute2f128_ps(acc2, acc3, 0x31));
+    const __m256 h = _mm256_hadd_ps(t01, t23);
+    const __m256 s = _mm256_hadd_ps(h, h);  // lanes 0, 1, 4, 5: dots 0, 2, 1, 3
+    const __m128 lo = _mm256_castps256_ps128(s), hi = _mm256_extractf128_ps(s, 1);
+    _mm_storeu_ps(out, _mm_unpacklo_ps(lo, hi));  // dots 0, 1, 2, 3
     return;
   }
 #endif
@@ -195,7 +201,18 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
 // llama.cpp computes it).
 inline void softmax_weights(float* scores, int64_t n, bool f16) {
   float mx = -INFINITY;
-  for (int64_t p = 0; p < n; ++p) mx = std::max(mx, scores[p]);
+  int64_t p0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  // The maximum is exact in any order, so it is taken 8 lanes at a time.
+  if (n >= 8) {
+    __m256 m8 = _mm256_loadu_ps(scores);
+    for (p0 = 8; p0 + 8 <= n; p0 += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(scores + p0));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m8);
+    for (float l : lanes) mx = std::max(mx, l);
+  }
+#endif
+  for (int64_t p = p0; p < n; ++p) mx = std::max(mx, scores[p]);
   float sum = 0.0f;
   for (int64_t p = 0; p < n; ++p) {
     const float e = std::exp(scores[p] - mx);
@@ -203,7 +220,18 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
     sum += e;
   }
   const float inv = 1.0f / sum;
-  for (int64_t p = 0; p < n; ++p) {
+  int64_t p = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  // Element-wise, so 8 at a time gives the same values (the same multiply and the same
+  // round-to-nearest-even conversion as fp32_to_fp16).
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (; p + 8 <= n; p += 8) {
+    __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scores + p), vinv);
+    if (f16) w = _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(scores + p, w);
+  }
+#endif
+  for (; p < n; ++p) {
     const float w = scores[p] * inv;
     scores[p] = f16 ? fp16_to_fp32(fp32_to_fp16(w)) : w;
   }
