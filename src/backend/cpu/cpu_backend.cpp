@@ -120,19 +120,24 @@ class CpuBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) override {
     CHECK(x.rows == out.rows && x.cols == out.cols && w.cols == x.cols && w.dtype == DType::f32);
     const auto* wv = static_cast<const float*>(w.data);
-    for (int64_t r = 0; r < x.rows; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+    // Rows are independent, so splitting them across threads changes nothing in a row.
+    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+    }, /*grain=*/4);
   }
 
   void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
                    Tensor out) override {
     CHECK(residual.rows == x.rows && residual.cols == x.cols && out.rows == x.rows);
     const auto* wv = static_cast<const float*>(w.data);
-    for (int64_t r = 0; r < x.rows; ++r) {
-      float* res = residual.row<float>(r);
-      const float* xr = x.row<float>(r);
-      for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
-      rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
-    }
+    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        float* res = residual.row<float>(r);
+        const float* xr = x.row<float>(r);
+        for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
+        rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
+      }
+    }, /*grain=*/4);
   }
 
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
