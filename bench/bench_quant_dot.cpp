@@ -5,10 +5,13 @@
 // totalling more than the last-level cache so every weight byte comes from DRAM.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/quant_dot.h"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -97,6 +100,43 @@ void BM_Matmul(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64
       benchmark::Counter::kIsRate);
 }
 
+// The same two shapes through the packed (interleaved-row VNNI) kernels the CPU backend uses
+// for q4_0/q4_1/q8_0: n_act == 1 is decode's matvec (weight GB/s), more is a batch (GMAC/s).
+// The activation preparation is timed with the matmul, as the backend pays it per call.
+void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64_t n_act,
+               bool cold) {
+  if (!packed_supported(wt)) {
+    state.SkipWithError("no AVX512-VNNI in this build");
+    return;
+  }
+  Matrix m = make_matrix(wt, rows, k, false);
+  const size_t one = packed_bytes(wt, rows, k);
+  const int64_t copies = cold ? (int64_t)std::max<size_t>(1, kColdBytes / one) : 1;
+  auto* packed = static_cast<uint8_t*>(::operator new(one * (size_t)copies, std::align_val_t(64)));
+  pack_weight(wt, m.w.data(), m.row_bytes, rows, k, packed);
+  for (int64_t c = 1; c < copies; ++c) std::memcpy(packed + c * one, packed, one);
+  const size_t arb = m.act.size();
+  std::vector<uint8_t> acts(arb * (size_t)n_act);
+  for (int64_t a = 0; a < n_act; ++a) std::memcpy(acts.data() + a * arb, m.act.data(), arb);
+  std::vector<float> out((size_t)(rows * n_act));
+  PackedActs pa;
+  int64_t c = 0;
+  for (auto _ : state) {
+    prepare_acts(wt, acts.data(), arb, n_act, k, pa);
+    matmul_packed(wt, packed + (size_t)c * one, rows, 0, rows, pa, out.data(), rows);
+    benchmark::DoNotOptimize(out.data());
+    if (++c == copies) c = 0;
+  }
+  const double it = (double)state.iterations();
+  if (n_act == 1)
+    state.counters["weight_GB/s"] =
+        benchmark::Counter((double)m.row_bytes * (double)rows * it / 1e9, benchmark::Counter::kIsRate);
+  else
+    state.counters["GMAC/s"] = benchmark::Counter(
+        (double)rows * (double)k * (double)n_act * it / 1e9, benchmark::Counter::kIsRate);
+  ::operator delete(packed, std::align_val_t(64));
+}
+
 void BM_Memcpy(benchmark::State& state) {
   std::vector<uint8_t> a(kColdBytes / 2, 1), b(kColdBytes / 2);
   for (auto _ : state) {
@@ -145,6 +185,20 @@ BENCHMARK_CAPTURE(BM_Matmul, q4_1_1536x576_x64, DType::q4_1, 1536, 576, 64)
 BENCHMARK_CAPTURE(BM_Matmul, q8_0_1536x576_x64, DType::q8_0, 1536, 576, 64)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_1536x2048_x64, DType::q4_k, 1536, 2048, 64)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Matmul, q4_1_1536x576_x32, DType::q4_1, 1536, 576, 32)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_hot, DType::q4_1, 1536, 576, 1, false)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_cold, DType::q4_1, 1536, 576, 1, true)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Packed, q8_0_49152x576_cold, DType::q8_0, 49152, 576, 1, true)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_x32, DType::q4_1, 1536, 576, 32, false)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_x64, DType::q4_1, 1536, 576, 64, false)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Packed, q8_0_1536x576_x64, DType::q8_0, 1536, 576, 64, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Matvec, f16_1536x576_hot, DType::f16, 1536, 576, false)
     ->Unit(benchmark::kMicrosecond);

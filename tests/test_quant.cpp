@@ -539,3 +539,155 @@ TEST(QuantizeFast, BitIdenticalToTheScalarOracle) {
 }
 }  // namespace
 }  // namespace infercept
+
+// ---------------------------------------------------------------------------------------
+// matmul_packed: the interleaved-weight VNNI kernels that serve q4_0/q4_1/q8_0 matmuls. They
+// must agree with the scalar oracle up to float order, and a row's result must not depend on
+// how many activation rows share the call or how rows are split between threads: that is
+// what keeps a request's tokens the same alone and inside a batch.
+#include "backend/cpu/packed_matmul.h"
+namespace infercept {
+namespace {
+
+const DType kPackedTypes[] = {DType::q4_0, DType::q4_1, DType::q8_0};
+
+struct PackedCase {
+  std::vector<uint8_t> w, a;
+  size_t wrb = 0, arb = 0;
+  std::vector<uint8_t> storage;  // holds the packed copy at a 64-byte aligned offset
+  void* packed = nullptr;
+};
+
+PackedCase make_packed_case(std::mt19937& rng, DType wt, int64_t rows, int64_t acts, int64_t k,
+                            float act_scale) {
+  PackedCase c;
+  const DType at = activation_dtype_for(wt);
+  c.wrb = dtype_row_bytes(wt, k);
+  c.arb = dtype_row_bytes(at, k);
+  c.w.resize(c.wrb * (size_t)rows);
+  c.a.resize(c.arb * (size_t)acts);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = random_weight_row(rng, wt, k, (int)r);
+    std::memcpy(c.w.data() + (size_t)r * c.wrb, row.data(), c.wrb);
+  }
+  for (int64_t j = 0; j < acts; ++j) {
+    const auto row = quantized_acts(random_floats(rng, k, act_scale), wt);
+    std::memcpy(c.a.data() + (size_t)j * c.arb, row.data(), c.arb);
+  }
+  c.storage.resize(packed_bytes(wt, rows, k) + 64);
+  c.packed = c.storage.data() + (64 - reinterpret_cast<uintptr_t>(c.storage.data()) % 64) % 64;
+  pack_weight(wt, c.w.data(), c.wrb, rows, k, c.packed);
+  return c;
+}
+
+TEST(MatmulPacked, MatchesScalarOracle) {
+  struct S {
+    int64_t rows, acts, begin, end;
+  };
+  // Odd row counts (a partial last group), one to many activation rows (every tile
+  // remainder), and thread-style sub-ranges that start on a 16-row group.
+  const S shapes[] = {{1, 1, 0, 1},    {16, 1, 0, 16},   {37, 1, 0, 37},  {37, 3, 16, 37},
+                      {100, 5, 0, 100}, {70, 8, 16, 48}, {70, 13, 0, 70}, {130, 33, 32, 130},
+                      {5, 9, 0, 5},     {80, 1, 16, 80}};
+  std::mt19937 rng(21);
+  for (DType wt : kPackedTypes) {
+    if (!packed_supported(wt)) GTEST_SKIP() << "no AVX512-VNNI in this build";
+    for (const S& s : shapes) {
+      for (int64_t k : {32, 96, 576}) {
+        for (float act_scale : {1.f, 20.f}) {
+          PackedCase c = make_packed_case(rng, wt, s.rows, s.acts, k, act_scale);
+          PackedActs pa;
+          prepare_acts(wt, c.a.data(), c.arb, s.acts, k, pa);
+          const int64_t stride = s.rows + 3;
+          const float sentinel = -12345.f;
+          std::vector<float> out((size_t)(stride * s.acts), sentinel);
+          matmul_packed(wt, c.packed, s.rows, s.begin, s.end, pa, out.data(), stride);
+          for (int64_t j = 0; j < s.acts; ++j) {
+            for (int64_t r = 0; r < stride; ++r) {
+              const float got = out[(size_t)(j * stride + r)];
+              if (r < s.begin || r >= s.end) {
+                EXPECT_EQ(got, sentinel) << "wrote outside the row range";
+                continue;
+              }
+              const void* wr = c.w.data() + (size_t)r * c.wrb;
+              const void* ar = c.a.data() + (size_t)j * c.arb;
+              const RefDot ref = ref_dot(wt, wr, ar, k);
+              EXPECT_NEAR(got, vec_dot_scalar(wt, wr, ar, k), 1e-5 * ref.abs + 1e-30)
+                  << dtype_name(wt) << " rows=" << s.rows << " acts=" << s.acts << " k=" << k
+                  << " r=" << r << " a=" << j;
+              EXPECT_NEAR(got, ref.dot, 1e-4 * ref.abs + 1e-30) << dtype_name(wt);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulPacked, RowResultsIndependentOfBatchAndSplit) {
+  std::mt19937 rng(5);
+  const int64_t rows = 83, acts = 19, k = 224;
+  for (DType wt : kPackedTypes) {
+    if (!packed_supported(wt)) GTEST_SKIP() << "no AVX512-VNNI in this build";
+    PackedCase c = make_packed_case(rng, wt, rows, acts, k, 1.f);
+    PackedActs all;
+    prepare_acts(wt, c.a.data(), c.arb, acts, k, all);
+    std::vector<float> batched((size_t)(rows * acts));
+    matmul_packed(wt, c.packed, rows, 0, rows, all, batched.data(), rows);
+    // Every row alone (decode), and every window of 3 rows (a different tile remainder).
+    for (int64_t j = 0; j < acts; ++j) {
+      PackedActs one;
+      prepare_acts(wt, c.a.data() + (size_t)j * c.arb, c.arb, 1, k, one);
+      std::vector<float> alone((size_t)rows);
+      matmul_packed(wt, c.packed, rows, 0, rows, one, alone.data(), rows);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(alone[(size_t)r], batched[(size_t)(j * rows + r)])
+            << dtype_name(wt) << " act " << j << " row " << r;
+    }
+    for (int64_t j = 0; j + 3 <= acts; ++j) {
+      PackedActs three;
+      prepare_acts(wt, c.a.data() + (size_t)j * c.arb, c.arb, 3, k, three);
+      std::vector<float> out((size_t)(3 * rows));
+      // split as two threads would: [0, 48) and [48, rows)
+      matmul_packed(wt, c.packed, rows, 0, 48, three, out.data(), rows);
+      matmul_packed(wt, c.packed, rows, 48, rows, three, out.data(), rows);
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(out[(size_t)(i * rows + r)], batched[(size_t)((j + i) * rows + r)])
+              << dtype_name(wt) << " act " << j + i << " row " << r;
+    }
+  }
+}
+
+TEST(MatmulPacked, ExtremeOperandsStayExact) {
+  // Activations at +-127 against weights at their extremes (q8_0 bytes over the full
+  // -128..127 range): the biased unsigned operand and its correction must stay exact.
+  for (DType wt : kPackedTypes) {
+    if (!packed_supported(wt)) GTEST_SKIP() << "no AVX512-VNNI in this build";
+    const int64_t rows = 20, k = 512;
+    std::mt19937 rng(3);
+    std::vector<uint8_t> w;
+    const size_t wrb = dtype_row_bytes(wt, k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = random_weight_row(rng, wt, k, 3);
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    std::vector<float> x((size_t)k);
+    for (int64_t i = 0; i < k; ++i) x[(size_t)i] = (i % 3 == 0) ? -1.f : 1.f;
+    const auto a = quantized_acts(x, wt);
+    std::vector<uint8_t> storage(packed_bytes(wt, rows, k) + 64);
+    void* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+    pack_weight(wt, w.data(), wrb, rows, k, packed);
+    PackedActs pa;
+    prepare_acts(wt, a.data(), a.size(), 1, k, pa);
+    std::vector<float> out((size_t)rows);
+    matmul_packed(wt, packed, rows, 0, rows, pa, out.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const RefDot ref = ref_dot(wt, w.data() + (size_t)r * wrb, a.data(), k);
+      EXPECT_NEAR(out[(size_t)r], ref.dot, 1e-4 * ref.abs + 1e-30) << dtype_name(wt) << " " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace infercept

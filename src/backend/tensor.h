@@ -33,6 +33,10 @@ struct Weight {
   int64_t rows = 0;  // output features (1 for vectors)
   int64_t cols = 0;  // input features (elements for vectors)
   size_t row_bytes = 0;
+  // A copy of the same matrix in a layout private to the backend that made it (the CPU
+  // backend's interleaved rows, backend/cpu/packed_matmul.h), or null. `data` stays the file
+  // layout: embedding lookups and other readers use it.
+  const void* packed = nullptr;
   bool present() const { return data != nullptr; }
 };
 

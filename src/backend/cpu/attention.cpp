@@ -18,22 +18,59 @@ namespace {
 // Query rows per work item: small enough to spread one long prefill over all threads.
 constexpr int64_t kQueryChunk = 32;
 
+#if defined(__AVX2__) && defined(__FMA__)
+// The horizontal sum every dot product here ends with (one fixed order, so results are
+// reproducible whichever helper computed them).
+inline float reduce8(__m256 acc) {
+  __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+#endif
+
 inline float dot(const float* a, const float* b, int64_t n) {
 #if defined(__AVX2__) && defined(__FMA__)
   if (n % 8 == 0) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8)
       acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_hadd_ps(lo, lo);
-    lo = _mm_hadd_ps(lo, lo);
-    return _mm_cvtss_f32(lo);
+    return reduce8(acc);
   }
 #endif
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// dot(a, b + j * stride, n) for j = 0..3, each summed in exactly dot()'s order: four
+// independent FMA chains instead of one, which is what bounded the loop over key positions.
+inline void dot4(const float* a, const float* b, int64_t n, int64_t stride, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (n % 8 == 0) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256 va = _mm256_loadu_ps(a + i);
+      acc0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + i), acc0);
+      acc1 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + stride + i), acc1);
+      acc2 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + 2 * stride + i), acc2);
+      acc3 = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + 3 * stride + i), acc3);
+    }
+    // reduce8 of all four at once, in reduce8's order: halves added lane-wise
+    // (t_i = e_i + e_{i+4}), then (t0 + t1) + (t2 + t3) through two horizontal adds.
+    const __m256 t01 = _mm256_add_ps(_mm256_permute2f128_ps(acc0, acc1, 0x20),
+                                     _mm256_permute2f128_ps(acc0, acc1, 0x31));
+    const __m256 t23 = _mm256_add_ps(_mm256_permute2f128_ps(acc2, acc3, 0x20),
+                                     _mm256_permute2f128_ps(acc2, acc3, 0x31));
+    const __m256 h = _mm256_hadd_ps(t01, t23);
+    const __m256 s = _mm256_hadd_ps(h, h);  // lanes 0, 1, 4, 5: dots 0, 2, 1, 3
+    const __m128 lo = _mm256_castps256_ps128(s), hi = _mm256_extractf128_ps(s, 1);
+    _mm_storeu_ps(out, _mm_unpacklo_ps(lo, hi));  // dots 0, 1, 2, 3
+    return;
+  }
+#endif
+  for (int j = 0; j < 4; ++j) out[j] = dot(a, b + j * stride, n);
 }
 
 inline void axpy(float a, const float* x, float* y, int64_t n) {
@@ -48,26 +85,155 @@ inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// Copies head `h` of positions [0, n_pos) of one sequence into dst [n_pos, head_dim] f32.
+// out[0, n) = sum over p of w[p] * v[p * stride .. p * stride + n), accumulated in position order per
+// element (the same fused multiply-adds as repeated axpy), with 64 columns at a time held
+// in registers instead of being reloaded and stored for every position.
+// With accumulate, the sums continue from what out holds (a later chunk of positions).
+inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t n,
+                          int64_t stride, float* out, bool accumulate = false) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (n % 64 == 0) {
+    for (int64_t c = 0; c < n; c += 64) {
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j)
+        acc[j] = accumulate ? _mm256_loadu_ps(out + c + 8 * j) : _mm256_setzero_ps();
+      for (int64_t p = 0; p < n_pos; ++p) {
+        const __m256 wp = _mm256_set1_ps(w[p]);
+        const float* vp = v + p * stride + c;
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
+          acc[j] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * j), acc[j]);
+      }
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + c + 8 * j, acc[j]);
+    }
+    return;
+  }
+#endif
+  if (!accumulate) std::fill(out, out + n, 0.0f);
+  for (int64_t p = 0; p < n_pos; ++p) axpy(w[p], v + p * stride, out, n);
+}
+
+// Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
+// f32 (exact: f16 -> f32 loses nothing).
 void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
-                 int64_t n_pos, int64_t h, float* dst) {
+                 int64_t p_begin, int64_t n, int64_t h, float* dst) {
   const int64_t width = g.n_kv_heads * g.head_dim;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const int64_t slot = (int64_t)block_table[p / g.block_size] * g.block_size + p % g.block_size;
-    const size_t off = (size_t)(slot * width + h * g.head_dim);
-    float* d = dst + p * g.head_dim;
+  // Block by block: a division per position (block_size is not a compile-time constant)
+  // cost more than the copy itself.
+  int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
+  for (int64_t p = 0; p < n; ++b, j = 0) {
+    const int64_t first_slot = (int64_t)block_table[b] * g.block_size;
+    for (; j < g.block_size && p < n; ++j, ++p) {
+      const size_t off = (size_t)((first_slot + j) * width + h * g.head_dim);
+      float* d = dst + p * g.head_dim;
+      if (g.dtype == DType::f32) {
+        const float* s = reinterpret_cast<const float*>(base) + off;
+        std::copy(s, s + g.head_dim, d);
+      } else {
+        const uint16_t* s = reinterpret_cast<const uint16_t*>(base) + off;
+        int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+        for (; i + 8 <= g.head_dim; i += 8)
+          _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+        for (; i < g.head_dim; ++i) d[i] = fp16_to_fp32(s[i]);
+      }
+    }
+  }
+}
+
+// Scores of one query head against positions' keys (position p's at k + p * stride):
+// out[p] = dot(q, key p) * scale.
+inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd,
+                        int64_t stride, float scale, float* out) {
+  int64_t p = 0;
+  for (; p + 4 <= n_pos; p += 4) {
+    dot4(qh, k + p * stride, hd, stride, out + p);
+    for (int j = 0; j < 4; ++j) out[p + j] *= scale;
+  }
+  for (; p < n_pos; ++p) out[p] = dot(qh, k + p * stride, hd) * scale;
+}
+
+// Asks for positions [p_begin, p_begin + n) of every head to be brought into cache: the
+// decode path calls it one chunk ahead, as a block's slots are contiguous but blocks are
+// scattered, so the hardware prefetcher cannot run ahead across them.
+void prefetch_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
+                    int64_t p_begin, int64_t n) {
+  const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
+  int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
+  for (int64_t p = 0; p < n; ++b, j = 0) {
+    const int64_t run = std::min(g.block_size - j, n - p);
+    const uint8_t* start = base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
+    for (size_t off = 0; off < (size_t)run * slot_bytes; off += 64)
+      __builtin_prefetch(start + off, 0, 3);
+    p += run;
+  }
+}
+
+// Copies all heads of positions [p_begin, p_begin + n) into dst [n, n_kv_heads * head_dim]
+// f32: whole slots, which lie contiguous within a block, so the reads stream.
+void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
+                  int64_t p_begin, int64_t n, float* dst) {
+  const int64_t width = g.n_kv_heads * g.head_dim;
+  int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
+  for (int64_t p = 0; p < n; ++b, j = 0) {
+    const int64_t run = std::min(g.block_size - j, n - p);
+    const size_t off = (size_t)(((int64_t)block_table[b] * g.block_size + j) * width);
+    const int64_t count = run * width;
+    float* d = dst + p * width;
     if (g.dtype == DType::f32) {
       const float* s = reinterpret_cast<const float*>(base) + off;
-      std::copy(s, s + g.head_dim, d);
+      std::copy(s, s + count, d);
     } else {
       const uint16_t* s = reinterpret_cast<const uint16_t*>(base) + off;
       int64_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__)
-      for (; i + 8 <= g.head_dim; i += 8)
+      for (; i + 8 <= count; i += 8)
         _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
 #endif
-      for (; i < g.head_dim; ++i) d[i] = fp16_to_fp32(s[i]);
+      for (; i < count; ++i) d[i] = fp16_to_fp32(s[i]);
     }
+    p += run;
+  }
+}
+
+// scores[0, n) -> softmax weights, rounded to f16 with an f16 cache: with an f16 cache the
+// probabilities meet f16 values, so they are rounded to f16 too (an f16 P*V product, as
+// llama.cpp computes it).
+inline void softmax_weights(float* scores, int64_t n, bool f16) {
+  float mx = -INFINITY;
+  int64_t p0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  // The maximum is exact in any order, so it is taken 8 lanes at a time.
+  if (n >= 8) {
+    __m256 m8 = _mm256_loadu_ps(scores);
+    for (p0 = 8; p0 + 8 <= n; p0 += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(scores + p0));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m8);
+    for (float l : lanes) mx = std::max(mx, l);
+  }
+#endif
+  for (int64_t p = p0; p < n; ++p) mx = std::max(mx, scores[p]);
+  float sum = 0.0f;
+  for (int64_t p = 0; p < n; ++p) {
+    const float e = std::exp(scores[p] - mx);
+    scores[p] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+  int64_t p = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  // Element-wise, so 8 at a time gives the same values (the same multiply and the same
+  // round-to-nearest-even conversion as fp32_to_fp16).
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (; p + 8 <= n; p += 8) {
+    __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scores + p), vinv);
+    if (f16) w = _mm256_cvtph_ps(_mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(scores + p, w);
+  }
+#endif
+  for (; p < n; ++p) {
+    const float w = scores[p] * inv;
+    scores[p] = f16 ? fp16_to_fp32(fp32_to_fp16(w)) : w;
   }
 }
 
@@ -92,13 +258,18 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   for (int32_t s = 0; s < batch.n_seqs; ++s) {
     const int32_t ql = batch.q_len[(size_t)s];
     CHECK(batch.ctx_len[(size_t)s] >= ql && ql >= 0);
+    if (ql == 1) {  // decode: one item for all kv heads (kv_head -1), see below
+      items.push_back({s, -1, 0, 1});
+      continue;
+    }
     for (int32_t h = 0; h < (int32_t)g.n_kv_heads; ++h)
       for (int32_t b = 0; b < ql; b += (int32_t)kQueryChunk)
         items.push_back({s, h, b, std::min<int32_t>(ql, b + (int32_t)kQueryChunk)});
   }
   std::atomic<size_t> next{0};
+  const bool f16 = g.dtype == DType::f16;
   pool.run([&](int, int) {
-    std::vector<float> kbuf, vbuf, scores, qh(hd);
+    std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
     for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
       const WorkItem& w = items[it];
       const int64_t ctx = batch.ctx_len[(size_t)w.seq];
@@ -107,42 +278,71 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
       const int64_t n_pos = first_pos + w.q_end;  // keys visible to the last row of the chunk
       const int32_t* table = batch.block_tables.data() + (size_t)w.seq * (size_t)batch.max_blocks;
       CHECK((n_pos + g.block_size - 1) / g.block_size <= batch.max_blocks);
+      // The cache holds f16 keys; rounding q the same way keeps the score arithmetic what a
+      // f16 K*Q product computes (and what llama.cpp computes).
+      auto round_q = [&](int64_t row, int64_t kv_head) {
+        for (int64_t j = 0; j < group; ++j) {
+          const float* qp = q.row<float>(row) + (kv_head * group + j) * hd;
+          for (int64_t i = 0; i < hd; ++i)
+            qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
+        }
+      };
+      if (w.kv_head < 0) {
+        // One query row (decode): whole slots (every kv head) pass through an L1-sized
+        // buffer in chunks of positions, so the cache is read as a stream instead of one
+        // head's 128-byte slices at a time, and nothing is copied whole to f32 first. Same
+        // arithmetic per element as the chunked path below, so a row's output does not
+        // depend on which path served it.
+        constexpr int64_t kPosChunk = 16;
+        const int64_t width = g.n_kv_heads * hd;
+        const int64_t row = batch.q_start[(size_t)w.seq];
+        kbuf.resize((size_t)(kPosChunk * width));
+        scores.resize((size_t)(n_heads * n_pos));
+        qall.resize((size_t)(n_heads * hd));
+        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+          round_q(row, kvh);
+          std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
+        }
+        auto prefetch_next = [&](const uint8_t* base, int64_t p0) {
+          if (p0 + kPosChunk < n_pos)
+            prefetch_slots(base, g, table, p0 + kPosChunk,
+                           std::min(kPosChunk, n_pos - p0 - kPosChunk));
+        };
+        for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+          const int64_t n = std::min(kPosChunk, n_pos - p0);
+          prefetch_next(kv.k, p0);
+          gather_slots(kv.k, g, table, p0, n, kbuf.data());
+          for (int64_t hq = 0; hq < n_heads; ++hq)
+            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width,
+                        scale, scores.data() + hq * n_pos + p0);
+        }
+        prefetch_slots(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
+        for (int64_t hq = 0; hq < n_heads; ++hq)
+          softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
+        for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+          const int64_t n = std::min(kPosChunk, n_pos - p0);
+          prefetch_next(kv.v, p0);
+          gather_slots(kv.v, g, table, p0, n, kbuf.data());
+          for (int64_t hq = 0; hq < n_heads; ++hq)
+            weighted_rows(scores.data() + hq * n_pos + p0, kbuf.data() + (hq / group) * hd, n, hd,
+                          width, out.row<float>(row) + hq * hd, p0 > 0);
+        }
+        continue;
+      }
       kbuf.resize((size_t)(n_pos * hd));
       vbuf.resize((size_t)(n_pos * hd));
       scores.resize((size_t)n_pos);
-      gather_head(kv.k, g, table, n_pos, w.kv_head, kbuf.data());
-      gather_head(kv.v, g, table, n_pos, w.kv_head, vbuf.data());
+      gather_head(kv.k, g, table, 0, n_pos, w.kv_head, kbuf.data());
+      gather_head(kv.v, g, table, 0, n_pos, w.kv_head, vbuf.data());
       for (int64_t r = w.q_begin; r < w.q_end; ++r) {
         const int64_t row = batch.q_start[(size_t)w.seq] + r;
         const int64_t visible = first_pos + r + 1;
-        for (int64_t hq = w.kv_head * group; hq < (w.kv_head + 1) * group; ++hq) {
-          const float* qp = q.row<float>(row) + hq * hd;
-          // The cache holds f16 keys; rounding q the same way keeps the score arithmetic
-          // what a f16 K*Q product computes (and what llama.cpp computes).
-          for (int64_t i = 0; i < hd; ++i)
-            qh[(size_t)i] = g.dtype == DType::f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
-          float mx = -INFINITY;
-          for (int64_t p = 0; p < visible; ++p) {
-            const float sc = dot(qh.data(), kbuf.data() + p * hd, hd) * scale;
-            scores[(size_t)p] = sc;
-            mx = std::max(mx, sc);
-          }
-          float sum = 0.0f;
-          for (int64_t p = 0; p < visible; ++p) {
-            const float e = std::exp(scores[(size_t)p] - mx);
-            scores[(size_t)p] = e;
-            sum += e;
-          }
-          float* op = out.row<float>(row) + hq * hd;
-          std::fill(op, op + hd, 0.0f);
-          const float inv = 1.0f / sum;
-          const bool f16 = g.dtype == DType::f16;
-          for (int64_t p = 0; p < visible; ++p) {
-            // With an f16 cache the probabilities meet f16 values, so they are rounded to
-            // f16 too (an f16 P*V product, as llama.cpp computes it).
-            const float w = scores[(size_t)p] * inv;
-            axpy(f16 ? fp16_to_fp32(fp32_to_fp16(w)) : w, vbuf.data() + p * hd, op, hd);
-          }
+        round_q(row, w.kv_head);
+        for (int64_t j = 0; j < group; ++j) {
+          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, scores.data());
+          softmax_weights(scores.data(), visible, f16);
+          weighted_rows(scores.data(), vbuf.data(), visible, hd, hd,
+                        out.row<float>(row) + (w.kv_head * group + j) * hd);
         }
       }
     }

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quantize_fast.h"
 #include "core/check.h"
@@ -48,7 +51,12 @@ class CpuKvStorage final : public KvStorage {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads)
-      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {}
+      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
+    // INFERCEPT_CPU_PACKED=0 keeps every weight in the file layout only (matmul_rows): the
+    // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
+    if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
+      pack_weights_ = false;
+  }
 
   std::string name() const override { return "cpu"; }
   DType activation_dtype() const override { return DType::f32; }
@@ -73,6 +81,15 @@ class CpuBackend final : public Backend {
     w.rows = rows;
     w.cols = cols;
     w.row_bytes = dtype_row_bytes(dtype, cols);
+    // Matrices in q4_0/q4_1/q8_0 also get an interleaved copy for the VNNI kernels (as many
+    // bytes again as the file's tensor): one weight row alone and in a batch take the same
+    // kernel, so a request's tokens do not depend on what it is batched with.
+    if (pack_weights_ && rows > 1 && packed_supported(dtype)) {
+      const size_t bytes = packed_bytes(dtype, rows, cols);
+      auto& buf = packed_.emplace_back(new (std::align_val_t(64)) uint8_t[bytes]);
+      pack_weight(dtype, data, w.row_bytes, rows, cols, buf.get());
+      w.packed = buf.get();
+    }
     return w;
   }
 
@@ -103,19 +120,24 @@ class CpuBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Weight& w, float eps, Tensor out) override {
     CHECK(x.rows == out.rows && x.cols == out.cols && w.cols == x.cols && w.dtype == DType::f32);
     const auto* wv = static_cast<const float*>(w.data);
-    for (int64_t r = 0; r < x.rows; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+    // Rows are independent, so splitting them across threads changes nothing in a row.
+    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+    }, /*grain=*/4);
   }
 
   void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
                    Tensor out) override {
     CHECK(residual.rows == x.rows && residual.cols == x.cols && out.rows == x.rows);
     const auto* wv = static_cast<const float*>(w.data);
-    for (int64_t r = 0; r < x.rows; ++r) {
-      float* res = residual.row<float>(r);
-      const float* xr = x.row<float>(r);
-      for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
-      rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
-    }
+    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        float* res = residual.row<float>(r);
+        const float* xr = x.row<float>(r);
+        for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
+        rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
+      }
+    }, /*grain=*/4);
   }
 
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
@@ -135,12 +157,18 @@ class CpuBackend final : public Backend {
       }, /*grain=*/4);
       acts = dst;
     }
-    // Split the weight rows across threads in multiples of 16 so tiles stay whole.
+    if (w.packed != nullptr) prepare_acts(w.dtype, acts, act_row_bytes, n, k, packed_acts_);
+    // Split the weight rows across threads in multiples of 16 so tiles (and the packed
+    // layout's 16-row groups) stay whole.
     const int64_t m = w.rows;
     pool_.run([&](int t, int nt) {
       const int64_t per = ((m + nt - 1) / nt + 15) / 16 * 16;
       const int64_t b = std::min<int64_t>(m, per * t), e = std::min<int64_t>(m, b + per);
-      if (b < e)
+      if (b >= e) return;
+      if (w.packed != nullptr)
+        matmul_packed(w.dtype, w.packed, m, b, e, packed_acts_, static_cast<float*>(out.data),
+                      out.stride);
+      else
         matmul_rows(w.dtype, w.data, w.row_bytes, b, e, acts, act_row_bytes, n, k,
                     static_cast<float*>(out.data), out.stride);
     });
@@ -303,8 +331,11 @@ class CpuBackend final : public Backend {
   };
 
   ThreadPool pool_;
+  bool pack_weights_ = true;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
+  std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
+  PackedActs packed_acts_;  // the current matmul's activations for matmul_packed
 };
 
 }  // namespace

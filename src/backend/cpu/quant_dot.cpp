@@ -8,8 +8,10 @@
 //    with two independent accumulators so it keeps up with memory bandwidth.
 //  - AVX2+FMA+F16C is the baseline fast path; AVX512-VNNI (256-bit form) only replaces the
 //    maddubs+madd pair where it is a strict win. A 512-bit two-blocks-per-vector q4_1 kernel
-//    was measured slower than this one (shuffle-bound), so there is none. Without AVX2
-//    everything is scalar.
+//    on this file layout was measured slower than this one (shuffle-bound); 512-bit VNNI pays
+//    off only on rows repacked at load (packed_matmul.*), which is what the CPU backend uses
+//    for q4_0/q4_1/q8_0 where AVX512-VNNI exists. These kernels remain for the other types,
+//    builds without it, and as the reference layout. Without AVX2 everything is scalar.
 #include "backend/cpu/quant_dot.h"
 
 #include <algorithm>

@@ -1,0 +1,349 @@
+// Packed-weight matmuls (see packed_matmul.h for why). Layout of one group of 16 weight rows
+// with nb blocks of 32 elements each:
+//   quants: nb x Q bytes, Q = 256 (q4) or 512 (q8). Block i's quants are Q/64 vectors of 64
+//           bytes; byte 4r+j of vector v is byte 4v+j of row r's block i (for q4 that byte holds
+//           elements 4v+j in its low nibble and 16+4v+j in its high nibble; for q8 it is
+//           element 4v+j plus 128, so it is an unsigned vpdpbusd operand).
+//   d:      nb x 16 fp16 (block scale of each row), then for q4_1 m: nb x 16 fp16 (block min).
+// The group is padded to a multiple of 64 bytes; rows past the matrix end are zero.
+// Offsets of the unsigned weight operand are taken out exactly with the activation block's
+// integer sum: q4_0 (nibble - 8) and q8_0 (byte - 128) start each block's integer sum at
+// -offset * sum(activation quants); q4_1's min is a float term, as in the scalar kernel.
+#include "backend/cpu/packed_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "core/quant_blocks.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define INFERCEPT_PACKED_VNNI 1
+#include <immintrin.h>
+#endif
+
+namespace infercept {
+namespace {
+
+constexpr int kGroup = 16;  // weight rows per group: one int32 lane each of a 512-bit vector
+
+struct Geometry {
+  int64_t nb = 0;          // blocks per row
+  int qs_bytes = 0;        // quant bytes per block of a group
+  bool has_min = false;    // q4_1
+  size_t d_offset = 0;     // from the group start
+  size_t m_offset = 0;
+  size_t group_bytes = 0;  // multiple of 64
+};
+
+Geometry geometry(DType t, int64_t k) {
+  Geometry g;
+  g.nb = k / kQK;
+  g.qs_bytes = t == DType::q8_0 ? kGroup * kQK : kGroup * kQK / 2;
+  g.has_min = t == DType::q4_1;
+  g.d_offset = (size_t)g.nb * (size_t)g.qs_bytes;
+  g.m_offset = g.d_offset + (size_t)g.nb * kGroup * sizeof(uint16_t);
+  const size_t end = g.m_offset + (g.has_min ? (size_t)g.nb * kGroup * sizeof(uint16_t) : 0);
+  g.group_bytes = (end + 63) / 64 * 64;
+  return g;
+}
+
+int64_t n_groups(int64_t rows) { return (rows + kGroup - 1) / kGroup; }
+
+#if INFERCEPT_PACKED_VNNI
+
+#define INFERCEPT_UNROLL _Pragma("GCC unroll 16")
+
+enum class Kind { q4_0, q4_1, q8_0 };
+
+// _mm512_cvtph_ps / _mm512_cvtepi32_ps start from _mm512_undefined_ps(), which GCC 12 reports
+// as maybe-uninitialized; the zero-masked forms with a full mask are the same instructions.
+inline __m512 f16x16_to_f32(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps((__mmask16)0xffff,
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 i32_to_f32(__m512i v) {
+  return _mm512_maskz_cvt_roundepi32_ps((__mmask16)0xffff, v, _MM_FROUND_CUR_DIRECTION);
+}
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// G consecutive groups (16 G weight rows) against C activation rows starting at a0; writes the
+// 16 G x C results. Register budget: G*C float accumulators, G*C*S integer block sums, 2G
+// unpacked weight vectors; the shapes used stay within the 32 vector registers.
+// S splits a block's integer sum over two accumulators when G*C is small, so the dependent
+// vpdpbusd chain per block is halved (integer, so the split cannot change the result).
+template <Kind K, int G, int C>
+void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t a0,
+          const __mmask16* masks, float* out, int64_t out_stride, int64_t r0) {
+  constexpr bool kQ4 = K != Kind::q8_0;
+  constexpr int NV = kQ4 ? 4 : 8;  // 64-byte quant vectors per block of a group
+  constexpr int S = G * C < 4 ? 2 : 1;
+  const int64_t nb = geo.nb, k = A.k;
+  const int8_t* aq[C];
+  const float* ad[C];
+  const float* as[C];
+  const int32_t* ac[C];
+  INFERCEPT_UNROLL
+  for (int c = 0; c < C; ++c) {
+    aq[c] = A.qs.data() + (a0 + c) * k;
+    ad[c] = A.d.data() + (a0 + c) * nb;
+    as[c] = K == Kind::q4_1 ? A.s.data() + (a0 + c) * nb : nullptr;
+    ac[c] = K == Kind::q4_1 ? nullptr : A.corr.data() + (a0 + c) * nb;
+  }
+  const uint8_t* qs[G];
+  const uint16_t* dd[G];
+  const uint16_t* mm[G];
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    qs[g] = grp + (size_t)g * geo.group_bytes;
+    dd[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.d_offset);
+    mm[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.m_offset);
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[G][C];
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    INFERCEPT_UNROLL
+    for (int c = 0; c < C; ++c) acc[g][c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    __m512i isum[G][C][S];
+    INFERCEPT_UNROLL
+    for (int g = 0; g < G; ++g) {
+      INFERCEPT_UNROLL
+      for (int c = 0; c < C; ++c) {
+        isum[g][c][0] =
+            K == Kind::q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(ac[c][i]);
+        if constexpr (S == 2) isum[g][c][1] = _mm512_setzero_si512();
+      }
+    }
+    INFERCEPT_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      __m512i wl[G], wh[G];
+      INFERCEPT_UNROLL
+      for (int g = 0; g < G; ++g) {
+        const __m512i w = _mm512_load_si512(qs[g] + (size_t)i * (NV * 64) + 64 * v);
+        if constexpr (kQ4) {
+          wl[g] = _mm512_and_si512(w, m4);
+          wh[g] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+        } else {
+          wl[g] = w;
+        }
+      }
+      INFERCEPT_UNROLL
+      for (int c = 0; c < C; ++c) {
+        const int8_t* a = aq[c] + i * kQK;
+        if constexpr (kQ4) {
+          const __m512i al = _mm512_set1_epi32(load_i32(a + 4 * v));
+          const __m512i ah = _mm512_set1_epi32(load_i32(a + 16 + 4 * v));
+          INFERCEPT_UNROLL
+          for (int g = 0; g < G; ++g) {
+            isum[g][c][0] = _mm512_dpbusd_epi32(isum[g][c][0], wl[g], al);
+            isum[g][c][S - 1] = _mm512_dpbusd_epi32(isum[g][c][S - 1], wh[g], ah);
+          }
+        } else {
+          const __m512i al = _mm512_set1_epi32(load_i32(a + 4 * v));
+          INFERCEPT_UNROLL
+          for (int g = 0; g < G; ++g)
+            isum[g][c][v % S] = _mm512_dpbusd_epi32(isum[g][c][v % S], wl[g], al);
+        }
+      }
+    }
+    // The block's float step; the same instructions for every lane whatever G and C.
+    INFERCEPT_UNROLL
+    for (int g = 0; g < G; ++g) {
+      const __m512 dx = f16x16_to_f32(dd[g] + i * kGroup);
+      __m512 mx = _mm512_setzero_ps();
+      if constexpr (K == Kind::q4_1)
+        mx = f16x16_to_f32(mm[g] + i * kGroup);
+      INFERCEPT_UNROLL
+      for (int c = 0; c < C; ++c) {
+        __m512i s = isum[g][c][0];
+        if constexpr (S == 2) s = _mm512_add_epi32(s, isum[g][c][1]);
+        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(ad[c][i]));
+        acc[g][c] = _mm512_fmadd_ps(scale, i32_to_f32(s), acc[g][c]);
+        if constexpr (K == Kind::q4_1)
+          acc[g][c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(as[c][i]), acc[g][c]);
+      }
+    }
+  }
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    INFERCEPT_UNROLL
+    for (int c = 0; c < C; ++c)
+      _mm512_mask_storeu_ps(out + (a0 + c) * out_stride + r0 + kGroup * g, masks[g], acc[g][c]);
+  }
+}
+
+template <Kind K, int C>
+void tile_rest(int c, const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t a0,
+               const __mmask16* masks, float* out, int64_t out_stride, int64_t r0) {
+  if constexpr (C > 0) {
+    if (c == C) return tile<K, 1, C>(grp, geo, A, a0, masks, out, out_stride, r0);
+    tile_rest<K, C - 1>(c, grp, geo, A, a0, masks, out, out_stride, r0);
+  }
+}
+
+template <Kind K>
+void run(const uint8_t* packed, int64_t rows, int64_t row_begin, int64_t row_end,
+         const PackedActs& A, float* out, int64_t out_stride) {
+  const Geometry geo = geometry(K == Kind::q8_0 ? DType::q8_0
+                                : K == Kind::q4_0 ? DType::q4_0
+                                                  : DType::q4_1,
+                                A.k);
+  const int64_t g0 = row_begin / kGroup, g1 = n_groups(row_end);
+  auto mask_of = [&](int64_t g) -> __mmask16 {
+    const int64_t live = std::min<int64_t>(kGroup, row_end - g * kGroup);
+    return (__mmask16)((1u << live) - 1u);
+  };
+  auto group_ptr = [&](int64_t g) { return packed + (size_t)g * geo.group_bytes; };
+  // Decode (one activation row) streams the weights: four groups per pass give the core
+  // independent dependency chains to overlap with the loads.
+  constexpr int kDecodeGroups = 4;
+  constexpr int kActTile = 8;
+  if (A.n == 1) {
+    int64_t g = g0;
+    for (; g + kDecodeGroups <= g1; g += kDecodeGroups) {
+      __mmask16 masks[kDecodeGroups];
+      for (int j = 0; j < kDecodeGroups; ++j) masks[j] = mask_of(g + j);
+      tile<K, kDecodeGroups, 1>(group_ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
+    }
+    for (; g < g1; ++g) {
+      const __mmask16 m = mask_of(g);
+      tile<K, 1, 1>(group_ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
+    }
+    return;
+  }
+  // Several activation rows: one group (L1-resident while re-read) meets every activation
+  // row, kActTile at a time, each unpacked weight vector serving kActTile rows.
+  for (int64_t g = g0; g < g1; ++g) {
+    const __mmask16 m = mask_of(g);
+    int64_t a = 0;
+    for (; a + kActTile <= A.n; a += kActTile)
+      tile<K, 1, kActTile>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+    if (a < A.n)
+      tile_rest<K, kActTile - 1>((int)(A.n - a), group_ptr(g), geo, A, a, &m, out, out_stride,
+                                 g * kGroup);
+  }
+}
+
+#endif  // INFERCEPT_PACKED_VNNI
+
+}  // namespace
+
+bool packed_supported(DType t) {
+#if INFERCEPT_PACKED_VNNI
+  return t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+size_t packed_bytes(DType t, int64_t rows, int64_t k) {
+  CHECK(packed_supported(t) && k % kQK == 0 && rows >= 0);
+  return (size_t)n_groups(rows) * geometry(t, k).group_bytes;
+}
+
+void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst) {
+  CHECK(packed_supported(t) && k % kQK == 0);
+  CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);
+  const Geometry geo = geometry(t, k);
+  auto* out = static_cast<uint8_t*>(dst);
+  std::memset(out, 0, packed_bytes(t, rows, k));
+  const auto* src = static_cast<const uint8_t*>(w);
+  for (int64_t row = 0; row < rows; ++row) {
+    uint8_t* grp = out + (size_t)(row / kGroup) * geo.group_bytes;
+    const int r = (int)(row % kGroup);
+    const uint8_t* wr = src + (size_t)row * w_row_bytes;
+    auto* d = reinterpret_cast<uint16_t*>(grp + geo.d_offset);
+    auto* m = reinterpret_cast<uint16_t*>(grp + geo.m_offset);
+    for (int64_t i = 0; i < geo.nb; ++i) {
+      uint8_t* q = grp + (size_t)i * (size_t)geo.qs_bytes;
+      const uint8_t* bq = nullptr;  // the block's quant bytes
+      if (t == DType::q4_0) {
+        const auto* b = reinterpret_cast<const BlockQ4_0*>(wr) + i;
+        d[i * kGroup + r] = b->d;
+        bq = b->qs;
+      } else if (t == DType::q4_1) {
+        const auto* b = reinterpret_cast<const BlockQ4_1*>(wr) + i;
+        d[i * kGroup + r] = b->d;
+        m[i * kGroup + r] = b->m;
+        bq = b->qs;
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(wr) + i;
+        d[i * kGroup + r] = b->d;
+        bq = reinterpret_cast<const uint8_t*>(b->qs);
+      }
+      const int nv = geo.qs_bytes / 64;
+      for (int v = 0; v < nv; ++v)
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t byte = bq[4 * v + j];
+          // q8_0: int8 q stored as q + 128 (flipping the sign bit), an unsigned operand.
+          q[64 * v + 4 * r + j] = t == DType::q8_0 ? (uint8_t)(byte ^ 0x80u) : byte;
+        }
+    }
+  }
+}
+
+void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
+                  PackedActs& out) {
+  CHECK(packed_supported(t) && k % kQK == 0 && n >= 0);
+  const int64_t nb = k / kQK;
+  out.n = n;
+  out.k = k;
+  out.qs.resize((size_t)(n * k));
+  out.d.resize((size_t)(n * nb));
+  const bool q8_1 = t == DType::q4_1;
+  out.s.resize(q8_1 ? (size_t)(n * nb) : 0);
+  out.corr.resize(q8_1 ? 0 : (size_t)(n * nb));
+  const int offset = t == DType::q4_0 ? 8 : 128;  // the weight operand's bias (q4_0, q8_0)
+  const auto* base = static_cast<const uint8_t*>(acts);
+  for (int64_t a = 0; a < n; ++a) {
+    const uint8_t* row = base + (size_t)a * act_row_bytes;
+    int8_t* qs = out.qs.data() + a * k;
+    for (int64_t i = 0; i < nb; ++i) {
+      const size_t j = (size_t)(a * nb + i);
+      if (q8_1) {
+        const auto* b = reinterpret_cast<const BlockQ8_1*>(row) + i;
+        out.d[j] = fp16_to_fp32(b->d);
+        out.s[j] = fp16_to_fp32(b->s);
+        std::memcpy(qs + i * kQK, b->qs, kQK);
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i;
+        out.d[j] = fp16_to_fp32(b->d);
+        int sum = 0;
+        for (int e = 0; e < kQK; ++e) sum += b->qs[e];
+        out.corr[j] = -offset * sum;
+        std::memcpy(qs + i * kQK, b->qs, kQK);
+      }
+    }
+  }
+}
+
+void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,
+                   const PackedActs& acts, float* out, int64_t out_stride) {
+  CHECK(packed_supported(t));
+  CHECK(row_begin % kGroup == 0 && (row_end % kGroup == 0 || row_end == rows));
+  CHECK(row_begin >= 0 && row_end <= rows);
+  if (row_begin >= row_end || acts.n <= 0) return;
+#if INFERCEPT_PACKED_VNNI
+  const auto* p = static_cast<const uint8_t*>(packed);
+  switch (t) {
+    case DType::q4_0:
+      return run<Kind::q4_0>(p, rows, row_begin, row_end, acts, out, out_stride);
+    case DType::q4_1:
+      return run<Kind::q4_1>(p, rows, row_begin, row_end, acts, out, out_stride);
+    default:
+      return run<Kind::q8_0>(p, rows, row_begin, row_end, acts, out, out_stride);
+  }
+#endif
+}
+
+}  // namespace infercept

@@ -1,0 +1,56 @@
+// Matmuls against q4_0 / q4_1 / q8_0 weights repacked at load into groups of 16 interleaved
+// rows, computed with 512-bit VNNI (vpdpbusd) register tiles.
+// Why: with the file layout a 512-bit multiply needs a shuffle per block to gather one row's
+// bytes, so multi-row products (prefill chunks, batched decode) ran at ~40 GMAC/s per core.
+// Interleaved, one 64-byte load holds 4 quants of each of 16 weight rows, so one vpdpbusd
+// against 4 broadcast activation quants advances 16 dot products at once, and an unpacked
+// weight vector is reused from a register for up to 8 activation rows.
+//
+// Results: every (weight row, activation row) dot is computed as
+//   acc = 0; for each block i: acc = fma(dx_i * dy_i, isum_i, acc) [; acc = fma(mx_i, sy_i, acc)]
+// with isum_i the block's exact integer sum, in one SIMD lane, whatever the tile shape or the
+// number of activation rows. So a row's result is bit-identical alone (decode) and inside a
+// batch, and differs from the scalar oracle (vec_dot_scalar) only by float rounding order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace infercept {
+
+// Whether weights of type t use this path: q4_0, q4_1 and q8_0 when the build has
+// AVX512F/BW and AVX512-VNNI; false otherwise (callers keep the file layout and matmul_rows).
+bool packed_supported(DType t);
+
+// Bytes of the packed copy of a rows x k weight (rows are padded up to a multiple of 16).
+size_t packed_bytes(DType t, int64_t rows, int64_t k);
+
+// Writes the packed copy of the rows x k weight w (row r at w + r * w_row_bytes) to dst,
+// which must be 64-byte aligned and packed_bytes(t, rows, k) long.
+void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
+
+// Activation rows in the form the packed kernels read: quants of each row contiguous, block
+// scales converted to f32 once per matmul instead of once per weight group.
+struct PackedActs {
+  int64_t n = 0, k = 0;
+  std::vector<int8_t> qs;     // n x k
+  std::vector<float> d;       // n x k/32 block scales
+  std::vector<float> s;       // n x k/32, q8_1 only: d * sum of the block's quants
+  std::vector<int32_t> corr;  // n x k/32, q4_0/q8_0: -offset * sum of the block's quants
+};
+
+// Fills out from n activation rows quantized with quantize_row(activation_dtype_for(t), ...),
+// row a at acts + a * act_row_bytes. Reuses out's storage.
+void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
+                  PackedActs& out);
+
+// out[a * out_stride + r] = dot(weight row r, activation row a) for r in [row_begin, row_end)
+// and every activation row. row_begin must be a multiple of 16 and row_end a multiple of 16
+// or `rows`, so callers split work between threads on group boundaries.
+void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,
+                   const PackedActs& acts, float* out, int64_t out_stride);
+
+}  // namespace infercept
