@@ -381,24 +381,10 @@ void gemv(const GemvArgs& a, cudaStream_t s) {
     launch_typed<__half>(a, s);
 }
 
-bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
-               DType in_dtype, DType out_dtype) {
-  if (n < 1 || n > kGemvMaxRows || k < 1 || k >= ((int64_t)1 << 31)) return false;
-  GemvArgs a;
-  a.x = x;
-  a.x_stride = x_stride;
-  a.n = (int)n;
-  a.k = (int)k;
-  a.in_dtype = in_dtype;
-  a.out_dtype = out_dtype;
-  a.seg[0].w = w;
-  a.seg[0].out = &a;  // any non-null: only the output type matters here
-  a.seg[0].m = 1;
-  return gemv_fits(a);
-}
-
-void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
-          int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s) {
+namespace {
+// The arguments of the plain product of one weight (store epilogue, no norm, no bias).
+GemvArgs plain_args(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n,
+                    int64_t m, int64_t k, void* out, int64_t out_stride, DType out_dtype) {
   GemvArgs a;
   a.x = x;
   a.x_stride = x_stride;
@@ -407,7 +393,20 @@ void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_
   a.in_dtype = in_dtype;
   a.out_dtype = out_dtype;
   a.seg[0] = GemvSegment{w, nullptr, nullptr, out, out_stride, (int)m};
-  gemv(a, s);
+  return a;
+}
+}  // namespace
+
+bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
+               DType in_dtype, DType out_dtype) {
+  if (n < 1 || n > kGemvMaxRows || k < 1 || k >= ((int64_t)1 << 31)) return false;
+  char any_output;  // only the output's type matters to the answer
+  return gemv_fits(plain_args(x, x_stride, in_dtype, w, n, 1, k, &any_output, 0, out_dtype));
+}
+
+void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
+          int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s) {
+  gemv(plain_args(x, x_stride, in_dtype, w, n, m, k, out, out_stride, out_dtype), s);
 }
 
 void set_gemv_programmatic_launch(bool on) { g_programmatic_launch = on; }
