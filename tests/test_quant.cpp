@@ -448,6 +448,33 @@ struct Shape {
   int64_t rows, acts, k, begin, end;
 };
 
+// Checks a [acts, stride] product that was to fill rows [begin, end) only: untouched
+// sentinels outside, and inside each value against the scalar oracle (and, when
+// `against_double`, against the double-precision reference too).
+void expect_row_range_matches(DType wt, const std::vector<float>& out, int64_t stride,
+                              int64_t rows, int64_t acts, int64_t begin, int64_t end,
+                              const uint8_t* w, size_t wrb, const uint8_t* a, size_t arb,
+                              int64_t k, float sentinel, bool against_double) {
+  for (int64_t j = 0; j < acts; ++j) {
+    for (int64_t r = 0; r < stride; ++r) {
+      const float got = out[(size_t)(j * stride + r)];
+      if (r < begin || r >= end) {
+        EXPECT_EQ(got, sentinel) << "wrote outside the row range";
+        continue;
+      }
+      const void* wr = w + (size_t)r * wrb;
+      const void* ar = a + (size_t)j * arb;
+      const RefDot ref = ref_dot(wt, wr, ar, k);
+      EXPECT_NEAR(got, vec_dot_scalar(wt, wr, ar, k), 1e-5 * ref.abs + 1e-30)
+          << dtype_name(wt) << " rows=" << rows << " acts=" << acts << " k=" << k
+          << " r=" << r << " a=" << j;
+      if (against_double) {
+        EXPECT_NEAR(got, ref.dot, 1e-4 * ref.abs + 1e-30) << dtype_name(wt);
+      }
+    }
+  }
+}
+
 TEST(MatmulRows, MatchesNaive) {
   std::mt19937 rng(11);
   const Shape shapes[] = {
@@ -476,21 +503,8 @@ TEST(MatmulRows, MatchesNaive) {
         std::vector<float> out((size_t)(stride * s.acts), sentinel);
         matmul_rows(wt, w.data(), wrb, s.begin, s.end, a.data(), arb, s.acts, k, out.data(),
                     stride);
-        for (int64_t j = 0; j < s.acts; ++j) {
-          for (int64_t r = 0; r < stride; ++r) {
-            const float got = out[(size_t)(j * stride + r)];
-            if (r < s.begin || r >= s.end) {
-              EXPECT_EQ(got, sentinel) << "wrote outside the row range";
-              continue;
-            }
-            const void* wr = w.data() + (size_t)r * wrb;
-            const void* ar = a.data() + (size_t)j * arb;
-            const RefDot ref = ref_dot(wt, wr, ar, k);
-            EXPECT_NEAR(got, vec_dot_scalar(wt, wr, ar, k), 1e-5 * ref.abs + 1e-30)
-                << dtype_name(wt) << " rows=" << s.rows << " acts=" << s.acts << " k=" << k
-                << " r=" << r << " a=" << j;
-          }
-        }
+        expect_row_range_matches(wt, out, stride, s.rows, s.acts, s.begin, s.end, w.data(), wrb,
+                                 a.data(), arb, k, sentinel, /*against_double=*/false);
       }
     }
   }
@@ -602,22 +616,8 @@ TEST(MatmulPacked, MatchesScalarOracle) {
           const float sentinel = -12345.f;
           std::vector<float> out((size_t)(stride * s.acts), sentinel);
           matmul_packed(wt, c.packed, s.rows, s.begin, s.end, pa, out.data(), stride);
-          for (int64_t j = 0; j < s.acts; ++j) {
-            for (int64_t r = 0; r < stride; ++r) {
-              const float got = out[(size_t)(j * stride + r)];
-              if (r < s.begin || r >= s.end) {
-                EXPECT_EQ(got, sentinel) << "wrote outside the row range";
-                continue;
-              }
-              const void* wr = c.w.data() + (size_t)r * c.wrb;
-              const void* ar = c.a.data() + (size_t)j * c.arb;
-              const RefDot ref = ref_dot(wt, wr, ar, k);
-              EXPECT_NEAR(got, vec_dot_scalar(wt, wr, ar, k), 1e-5 * ref.abs + 1e-30)
-                  << dtype_name(wt) << " rows=" << s.rows << " acts=" << s.acts << " k=" << k
-                  << " r=" << r << " a=" << j;
-              EXPECT_NEAR(got, ref.dot, 1e-4 * ref.abs + 1e-30) << dtype_name(wt);
-            }
-          }
+          expect_row_range_matches(wt, out, stride, s.rows, s.acts, s.begin, s.end, c.w.data(),
+                                   c.wrb, c.a.data(), c.arb, k, sentinel, /*against_double=*/true);
         }
       }
     }
