@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE probe-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -74,6 +74,16 @@ for stage in "$@"; do
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
         --prefill 1024 --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    probe-*)  # probe-SHAPE: bench/step_probe.py's three traces through `infercept bench` (docs/BENCHMARKS.md)
+      shape=${stage#probe-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      log "step probe: $shape"
+      mkdir -p "$OUT/probe-$shape"
+      python3 bench/step_probe.py write "$OUT/probe-$shape" | sed -n 's/^BIN //p' | while read -r cmd; do
+        timeout 120 $BIN/infercept ${cmd/MODEL/$dir} 2>&1 | tail -4
+      done
+      cp "$dir".profile-* "$OUT/probe-$shape/" 2>/dev/null
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     set:*) kv=${stage#set:}; export "${kv?}"; TAGS="${TAGS:-}${TAGS:+,}$kv"; log "from here on: $kv" ;;
     unset:*) name=${stage#unset:}; unset "$name"; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^$name=" | paste -sd, -); log "unset $name" ;;

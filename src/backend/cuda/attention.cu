@@ -56,18 +56,21 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
     std::vector<AttnItem>& dst = t.nrows == 1 && group <= 8 ? plan.decode_items : plan.items;
     if (&dst == &plan.items) plan.max_pairs = std::max(plan.max_pairs, pairs);
     if (parts == 1) {
-      dst.push_back({t.seq, t.row0, t.nrows, 0, t.kend, -1});
+      dst.push_back({t.seq, t.row0, t.nrows, 0, t.kend, -1, -1});
       continue;
     }
+    const bool decode = &dst == &plan.decode_items;
+    std::vector<AttnCombine>& combines = decode ? plan.decode_combines : plan.combines;
+    const int combine = decode ? (int)combines.size() : -1;
     const int span = ((t.kend + parts - 1) / parts + kTile - 1) / kTile * kTile;
     AttnCombine c{t.row0, t.nrows, plan.partial_pairs, 0};
     for (int k0 = 0; k0 < t.kend; k0 += span) {
       dst.push_back({t.seq, t.row0, t.nrows, k0, std::min(t.kend, k0 + span),
-                     plan.partial_pairs});
+                     plan.partial_pairs, combine});
       plan.partial_pairs += t.nrows * n_heads;
       ++c.n_parts;
     }
-    plan.combines.push_back(c);
+    combines.push_back(c);
   }
   return plan;
 }
@@ -188,18 +191,79 @@ __global__ void attention_kernel(AttnArgs a) {
 }
 
 // Decode rows (one query row per item, all G query heads of one KV head): memory-bound, so
-// the layout serves the loads. 4 warps take 32-key chunks in turn; in a chunk, lane j owns
-// key j for the scores (its K row read as 16-byte vectors straight from the cache: 32 rows
-// of 256 bytes in flight per warp) and output dims [lane * HD/32, ...) for the values (each
-// V row read coalesced by the whole warp). The warps' partial softmax states meet in shared
-// memory at the end.
+// everything serves the loads. 4 warps take 32-key chunks in turn. A chunk's 32 K rows and
+// 32 V rows go to the warp's shared stage by cp.async, all issued at once and coalesced
+// (32 / kPieces rows an instruction), so the warp waits out one memory latency per chunk
+// (before: one for K and four for V batches, 22 us a layer at batch 1, context 1,024, with
+// the separate combine). Loading K per lane and row (lane j reads key j's row, 32 cache
+// lines an instruction) was slower: the load unit serializes the lines, and with the stage
+// taking most of the unified L1 the row's sectors were evicted between its 16-byte loads.
+// Then lane j scores key j from the stage, and the values are read back by output dimension
+// (lane i owns dims [i * HD/32, ...)). Rows are XOR-swizzled by 16-byte piece so that the
+// copies, lane-per-row reads and row reads all spread over the banks. The warps' partial
+// softmax states meet in shared memory at the end, and for a split row the last partition
+// to finish merges every partition's state (combine_decode_row).
+template <typename KV, int HD>
+struct DecodeStage {
+  static constexpr int kVecElems = 16 / sizeof(KV);  // elements per 16-byte piece
+  static constexpr int kPieces = HD / kVecElems;      // pieces per row
+  static constexpr int kRowsPerCopy = 32 / kPieces;   // rows one warp-wide cp.async covers
+  static constexpr int kWarps = 4;
+  static constexpr int kWarpPieces = 2 * 32 * kPieces;  // K rows, then V rows
+  static constexpr size_t kBytes = 16 * kWarps * kWarpPieces;
+  __device__ static int piece(int row, int v) { return row * kPieces + (v ^ (row % kPieces)); }
+};
+
+// The merge of a split row's partitions, by the partition that finished last. Loads go out
+// 16 parts at a time, all before any is used: a loop of dependent L2 reads here is the
+// kernel's tail, which the whole step waits for at batch 1.
+template <typename T, int HD>
+__device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int kvh, int group) {
+  constexpr int kBatch = 16;
+  T* out = static_cast<T*>(a.out);
+  for (int idx = threadIdx.x; idx < group * HD; idx += blockDim.x) {
+    const int head = kvh * group + idx / HD, d = idx % HD;
+    float mx = -FLT_MAX, num = 0.0f, den = 0.0f;
+    for (int p0 = 0; p0 < c.n_parts; p0 += kBatch) {
+      float pm[kBatch], pl[kBatch], pa[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const bool in = p0 + k < c.n_parts;
+        const int64_t pair = c.partial + (int64_t)(in ? p0 + k : p0) * a.n_heads + head;
+        pm[k] = __ldcg(a.partial_ml + pair * 2);
+        pl[k] = in ? __ldcg(a.partial_ml + pair * 2 + 1) : 0.0f;
+        pa[k] = __ldcg(a.partial_acc + pair * HD + d);
+      }
+      float bm = mx;
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (pl[k] > 0.0f) bm = fmaxf(bm, pm[k]);
+      const float corr = __expf(mx - bm);  // 0 while nothing was counted (mx = -FLT_MAX)
+      num *= corr;
+      den *= corr;
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        if (pl[k] == 0.0f) continue;
+        const float w = __expf(pm[k] - bm);
+        num += w * pa[k];
+        den += w * pl[k];
+      }
+      mx = bm;
+    }
+    out[(int64_t)c.row0 * a.out_stride + head * HD + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+  }
+}
+
 template <typename T, typename KV, int HD, int GMAX>
 __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
-  constexpr int kWarps = 4, kPer = HD / 32, kVecElems = 16 / sizeof(KV);
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kVecElems = Stage::kVecElems;
+  constexpr int kPieces = Stage::kPieces;
+  extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
   __shared__ float qs[GMAX][HD];
   __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
-  __shared__ float wacc[kWarps][GMAX][HD];
+  __shared__ int ticket;
   const AttnItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int group = a.n_heads / a.n_kv_heads;
@@ -209,7 +273,6 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
   for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
     qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
-  __syncthreads();
 
   float m[GMAX], l[GMAX], acc[GMAX][kPer];
 #pragma unroll
@@ -221,19 +284,37 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   }
   const KV* kc = static_cast<const KV*>(a.k_cache);
   const KV* vc = static_cast<const KV*>(a.v_cache);
+  uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
+  const uint4* k_stage = my_stage;
+  const KV* v_stage = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
+  __syncthreads();  // qs
   for (int c0 = it.kbeg + warp * 32; c0 < it.kend; c0 += kWarps * 32) {
+    // Past the item's end a lane takes the last key's slot (a valid row) and gets p = 0, so
+    // no load needs a guard.
     const int t = c0 + lane;
     const bool valid = t < it.kend;
     const int tt = valid ? t : it.kend - 1;
     const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
-    const uint4* krow = reinterpret_cast<const uint4*>(kc + slot * kv_width + kvh * HD);
+    {  // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
+      const int sub = lane / kPieces, v = lane % kPieces;
+#pragma unroll
+      for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+        const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
+        cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v, true);
+        cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
+                   reinterpret_cast<const uint4*>(vc + off) + v, true);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncwarp();
     float s[GMAX];
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) s[g] = 0.0f;
 #pragma unroll
-    for (int v = 0; v < HD / kVecElems; ++v) {
-      const uint4 w = krow[v];
-      const KV* e = reinterpret_cast<const KV*>(&w);
+    for (int v = 0; v < kPieces; ++v) {
+      const uint4 kw = k_stage[Stage::piece(lane, v)];
+      const KV* e = reinterpret_cast<const KV*>(&kw);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) {
         const float kf = to_f32(e[i]);
@@ -257,44 +338,37 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
     }
-    // Values: the warp reads key j's V row coalesced, eight rows in flight (one row at a time
-    // left each warp waiting out a full memory latency per key: 23 us a layer at batch 1,
-    // context 1,024, on the H200). Key j's slot comes from lane j; past the chunk's end a
-    // lane holds the last key's slot (a valid row) and p = 0, so no load needs a guard.
+    const KV* vs = v_stage;
     const int n_keys = min(32, it.kend - c0);
-    for (int j0 = 0; j0 < n_keys; j0 += 8) {
-      float vf[8][kPer];
+    const int my_piece = lane * kPer / kVecElems, my_off = lane * kPer % kVecElems;
+    for (int j = 0; j < n_keys; ++j) {
+      const KV* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
+      float vf[kPer];
+      if constexpr (kPer == 4) {
+        const uint2 w = *reinterpret_cast<const uint2*>(e);
+        const KV* x = reinterpret_cast<const KV*>(&w);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int64_t sj = __shfl_sync(0xffffffff, slot, j0 + u);
-        const KV* vrow = vc + sj * kv_width + kvh * HD + lane * kPer;
-        if constexpr (kPer == 4) {
-          const uint2 w = *reinterpret_cast<const uint2*>(vrow);
-          const KV* e = reinterpret_cast<const KV*>(&w);
+        for (int i = 0; i < 4; ++i) vf[i] = to_f32(x[i]);
+      } else if constexpr (kPer == 2) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(e);
+        const KV* x = reinterpret_cast<const KV*>(&w);
+        vf[0] = to_f32(x[0]);
+        vf[1] = to_f32(x[1]);
+      } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) vf[u][i] = to_f32(e[i]);
-        } else if constexpr (kPer == 2) {
-          const uint32_t w = *reinterpret_cast<const uint32_t*>(vrow);
-          const KV* e = reinterpret_cast<const KV*>(&w);
-          vf[u][0] = to_f32(e[0]);
-          vf[u][1] = to_f32(e[1]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kPer; ++i) vf[u][i] = to_f32(vrow[i]);
-        }
+        for (int i = 0; i < kPer; ++i) vf[i] = to_f32(e[i]);
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int g = 0; g < GMAX; ++g) {
+        const float pj = __shfl_sync(0xffffffff, p[g], j);
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          const float pj = __shfl_sync(0xffffffff, p[g], j0 + u);
-#pragma unroll
-          for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[u][i];
-        }
+        for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
       }
     }
+    __syncwarp();  // every lane is done with the stage before the next chunk refills it
   }
-  // Merge the warps: each publishes its state, then thread d of the block finishes dims.
+  __syncthreads();  // every warp is done with its stages: they become the merge buffer
+  float* wacc = reinterpret_cast<float*>(stage_raw);  // [kWarps][GMAX][HD]
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
     if (lane == 0) {
@@ -302,7 +376,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
       wl[warp][g] = l[g];
     }
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) wacc[warp][g][lane * kPer + i] = acc[g][i];
+    for (int i = 0; i < kPer; ++i) wacc[(warp * GMAX + g) * HD + lane * kPer + i] = acc[g][i];
   }
   __syncthreads();
   T* out = static_cast<T*>(a.out);
@@ -315,7 +389,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     for (int w = 0; w < kWarps; ++w) {
       if (wl[w][g] == 0.0f) continue;
       const float f = __expf(wm[w][g] - mx);
-      num += f * wacc[w][g][d];
+      num += f * wacc[(w * GMAX + g) * HD + d];
       den += f * wl[w][g];
     }
     const int head = kvh * group + g;
@@ -330,6 +404,20 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
       }
     }
   }
+  if (it.combine < 0) return;
+  // Split row: publish this partition's state, then count it in; the partition that counts
+  // last sees every other's state (fence before the count, L2 reads after) and merges them.
+  // It resets the counter, so the counters are zero again for the next launch (and graph).
+  __threadfence();
+  __syncthreads();
+  int* counter = a.combine_counters + (int64_t)it.combine * a.n_kv_heads + kvh;
+  const AttnCombine c = a.decode_combines[it.combine];
+  if (threadIdx.x == 0) ticket = atomicAdd(counter, 1);
+  __syncthreads();
+  if (ticket != c.n_parts - 1) return;
+  __threadfence();
+  combine_decode_row<T, HD>(a, c, kvh, group);
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 // One block per (combine, head); thread d owns one output dimension of every row.
@@ -362,6 +450,21 @@ __global__ void combine_kernel(AttnArgs a) {
   }
 }
 
+template <typename T, typename KV, int HD, int GMAX>
+void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
+  constexpr size_t smem = DecodeStage<KV, HD>::kBytes;
+  static_assert(sizeof(float) * DecodeStage<KV, HD>::kWarps * GMAX * HD <= smem,
+                "the merge buffer reuses the value stages");
+  static bool configured = false;  // per instantiation
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, KV, HD, GMAX>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    configured = true;
+  }
+  decode_kernel<T, KV, HD, GMAX><<<grid, 32 * DecodeStage<KV, HD>::kWarps, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, typename KV, int HD>
 void launch(const AttnArgs& a, cudaStream_t s) {
   if (a.n_items > 0) {
@@ -386,11 +489,10 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     d.items = a.decode_items;
     dim3 grid((unsigned)a.n_decode_items, (unsigned)a.n_kv_heads);
     const int group = a.n_heads / a.n_kv_heads;
-    if (group <= 1) decode_kernel<T, KV, HD, 1><<<grid, 128, 0, s>>>(d);
-    else if (group <= 2) decode_kernel<T, KV, HD, 2><<<grid, 128, 0, s>>>(d);
-    else if (group <= 4) decode_kernel<T, KV, HD, 4><<<grid, 128, 0, s>>>(d);
-    else decode_kernel<T, KV, HD, 8><<<grid, 128, 0, s>>>(d);
-    CUDA_CHECK_LAUNCH();
+    if (group <= 1) launch_decode<T, KV, HD, 1>(d, grid, s);
+    else if (group <= 2) launch_decode<T, KV, HD, 2>(d, grid, s);
+    else if (group <= 4) launch_decode<T, KV, HD, 4>(d, grid, s);
+    else launch_decode<T, KV, HD, 8>(d, grid, s);
   }
   if (a.n_combines > 0) {
     dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads);

@@ -3,8 +3,10 @@
 // The host splits the step into work items: a sequence's query rows in tiles of up to
 // `rows_per_item` (a tile holds rows x query heads of one KV head, at most 32 pairs), each
 // over a range of keys. Decode-like items (few pairs) over long contexts are split across
-// the context into partitions, each writing an unnormalized partial (max, sum, acc) that a
-// second kernel combines: a lone decode then still spreads over the whole chip.
+// the context into partitions, each writing an unnormalized partial (max, sum, acc): a lone
+// decode then still spreads over the whole chip. The last decode partition of a row to finish
+// combines the row's partials itself (a counter per row and KV head says which one is last);
+// partials of the general kernel are combined by a second kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +22,7 @@ namespace infercept::cuda {
 struct AttnItem {
   int32_t seq, row0, nrows, kbeg, kend;
   int32_t partial;  // -1: writes the output; else the first partial pair it writes
+  int32_t combine;  // decode items: index into decode_combines of their row, or -1
 };
 struct AttnCombine {
   int32_t row0, nrows, partial, n_parts;  // parts at partial + p * nrows * n_heads
@@ -28,7 +31,8 @@ struct AttnCombine {
 struct AttnPlan {
   std::vector<AttnItem> items;         // general kernel (prefill tiles, small groups of rows)
   std::vector<AttnItem> decode_items;  // decode kernel (one row each)
-  std::vector<AttnCombine> combines;
+  std::vector<AttnCombine> combines;         // run by the combine kernel (general items)
+  std::vector<AttnCombine> decode_combines;  // run by the decode kernel's last partition
   int32_t partial_pairs = 0;  // scratch needed, in (row, head) pairs
   int32_t max_pairs = 0;      // largest rows x group of an item (sets the block size)
 };
@@ -37,7 +41,8 @@ struct AttnPlan {
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
                         int target_ctas);
-// Scratch floats the partials of any plan need, for these head counts.
+// Scratch floats the partials of any plan need, for these head counts. A plan's decode
+// combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
 
 struct AttnArgs {
@@ -54,6 +59,8 @@ struct AttnArgs {
   int n_decode_items;
   const AttnCombine* combines;  // device
   int n_combines;
+  const AttnCombine* decode_combines;  // device
+  int* combine_counters;  // device, [decode_combines x n_kv_heads], zero between launches
   const int32_t *q_start, *q_len, *ctx_len, *block_tables;  // device
   int max_blocks, block_size, n_heads, n_kv_heads, head_dim, max_pairs;
   float scale;

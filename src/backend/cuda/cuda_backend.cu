@@ -461,6 +461,10 @@ class CudaBackend final : public Backend {
           plan_.decode_items.data(), plan_.decode_items.size() * sizeof(cuda::AttnItem), nullptr));
       d_combines_ = static_cast<const cuda::AttnCombine*>(upload(
           plan_.combines.data(), plan_.combines.size() * sizeof(cuda::AttnCombine), nullptr));
+      d_decode_combines_ = static_cast<const cuda::AttnCombine*>(
+          upload(plan_.decode_combines.data(),
+                 plan_.decode_combines.size() * sizeof(cuda::AttnCombine), nullptr));
+      CHECK((int64_t)plan_.decode_combines.size() * g.n_kv_heads <= scratch_pairs_);
       plan_ready_ = true;
     }
     cuda::AttnArgs a;
@@ -479,6 +483,8 @@ class CudaBackend final : public Backend {
     a.n_decode_items = (int)plan_.decode_items.size();
     a.combines = d_combines_;
     a.n_combines = (int)plan_.combines.size();
+    a.decode_combines = d_decode_combines_;
+    a.combine_counters = combine_counters_;
     a.q_start = dev(b.q_start);
     a.q_len = dev(b.q_len);
     a.ctx_len = dev(b.ctx_len);
@@ -674,6 +680,8 @@ class CudaBackend final : public Backend {
       if (pairs > scratch_pairs_) {
         partial_acc_ = static_cast<float*>(device_alloc((size_t)(pairs * g.head_dim) * 4));
         partial_ml_ = static_cast<float*>(device_alloc((size_t)pairs * 2 * 4));
+        combine_counters_ = static_cast<int*>(device_alloc((size_t)pairs * sizeof(int)));
+        CUDA_CHECK(cudaMemset(combine_counters_, 0, (size_t)pairs * sizeof(int)));
         scratch_pairs_ = pairs;
       }
     }
@@ -922,6 +930,8 @@ class CudaBackend final : public Backend {
   std::vector<cuda::PrefillTile> prefill_tiles_;
   const cuda::PrefillTile* d_prefill_tiles_ = nullptr;
   const cuda::AttnCombine* d_combines_ = nullptr;
+  const cuda::AttnCombine* d_decode_combines_ = nullptr;
+  int* combine_counters_ = nullptr;  // zero between attention launches (the kernel resets them)
   float* partial_acc_ = nullptr;
   float* partial_ml_ = nullptr;
   int64_t scratch_pairs_ = 0;
