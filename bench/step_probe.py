@@ -14,6 +14,9 @@ Each trace exercises one step type the cost model prices differently:
            chunk alone in its step (does a lone chunk pay what one of four concurrent ones does?)
   admit    4 agents decoding 400 tokens at ~1,000 context while 300-token prompts arrive every
            100 ms: a new prompt's first chunk (nothing cached) beside decode rows
+  tiny     4 agents, 2,000-token prompts, 25 pauses of 20 ms each returning 2 tokens (the mixed
+           workload's VE/ALFWorld calls): 3-row chunks, which the CUDA backend splits across
+           the context like decode rows but runs in its general attention kernel
 
   python3 bench/step_probe.py write DIR
       writes DIR/NAME.jsonl for every trace and prints the bench command for each
@@ -57,6 +60,8 @@ def traces():
         "lone": [req(0, 0.0, "lone", 2000, [seg(4, "tool", 0.05, 30) for _ in range(20)] + [seg(4)])],
         "admit": [req(i, 0.0, "decode", 1000, [seg(400)]) for i in range(4)] +
                  [req(4 + i, 0.5 + 0.1 * i, "admit", 300, [seg(1)]) for i in range(20)],
+        "tiny": [req(i, 0.0, "tiny", 2000, [seg(4, "tool", 0.02, 2) for _ in range(25)] + [seg(4)])
+                 for i in range(4)],
     }
 
 
