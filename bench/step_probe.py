@@ -27,8 +27,10 @@ Each trace exercises one step type the cost model prices differently:
       the prefill-chunk terms of CostModel::step_seconds from the prefill and resume traces:
       p(>= 64 rows) from the prefill trace (its median request: the first one pays the
       process's warm-up), then p(9-63 rows) by bisection until the simulated resume trace
-      serves each agent, after its first token, as long as the measured one did. Writes BASE
-      with the two samples added (BASE should carry the decode terms of the same binary).
+      serves each agent, after its first token, as long as the measured one did; with
+      DIR/tiny-bench.json also p(2-8 rows) the same way from the tiny trace. Writes BASE with
+      the samples added (BASE should carry the decode terms of the same binary), then prints
+      the traces no price came from (lone, admit, decode) measured against simulated.
 
 Where the forward seconds part, the step type whose trace parts is the one the model misses.
 """
@@ -140,25 +142,60 @@ def fit(args):
     target = served_after_first_token(res, out_tokens)
     path = args.out or os.path.join(args.dir, "fit-profile.json")
 
-    def with_terms(p_short):
+    def write(samples):
         j = dict(base)
-        j["chunk_context_seconds_per_token"] = [[9, p_short], [64, p_long]]
+        j["chunk_context_seconds_per_token"] = samples
         with open(path, "w") as f:
             json.dump(j, f, indent=2)
-        return served_after_first_token(simulate(args, path, "resume"), out_tokens)
 
-    lo, hi = 0.0, 50e-6
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        if with_terms(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    p_short = (lo + hi) / 2
-    got = with_terms(p_short)
+    def bisect(served, lo=0.0, hi=50e-6):
+        # The served time grows with the price, though not smoothly (agents fall into step).
+        for _ in range(20):
+            mid = (lo + hi) / 2
+            if served(mid) < 0:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    def resume_gap(p_short):
+        write([[9, p_short], [64, p_long]])
+        return served_after_first_token(simulate(args, path, "resume"), out_tokens) - target
+
+    p_short = bisect(resume_gap)
+    got = resume_gap(p_short) + target
     print(f"resume: served after the first token {target * 1e3:.0f} ms measured, {got * 1e3:.0f} simulated: "
           f"p(9-63 rows) = {p_short * 1e6:.3f} us per cached token")
+    samples = [[9, p_short], [64, p_long]]
+    # Tiny (when measured): 3-row chunks (2 returned tokens + the last generated one), which
+    # a(n) prices as decode rows; a sample at 2 rows covers chunks of 2-8 rows.
+    tiny_path = os.path.join(args.dir, "tiny-bench.json")
+    if os.path.exists(tiny_path):
+        tiny_tokens = 25 * 2 + 26 * 4
+        tiny_target = served_after_first_token(json.load(open(tiny_path)), tiny_tokens)
+
+        def tiny_gap(p_tiny):
+            write([[2, p_tiny]] + samples)
+            return served_after_first_token(simulate(args, path, "tiny"), tiny_tokens) - tiny_target
+
+        p_tiny = bisect(tiny_gap)
+        got = tiny_gap(p_tiny) + tiny_target
+        samples = [[2, p_tiny]] + samples
+        print(f"tiny: served after the first token {tiny_target * 1e3:.0f} ms measured, {got * 1e3:.0f} "
+              f"simulated: p(2-8 rows) = {p_tiny * 1e6:.3f} us per cached token")
+    write(samples)
     print(f"wrote {path}")
+    # The traces no price was fitted on, against the fitted model.
+    for name in ("lone", "admit", "decode"):
+        bench = os.path.join(args.dir, name + "-bench.json")
+        if not os.path.exists(bench):
+            continue
+        m, sim = json.load(open(bench)), simulate(args, path, name)
+        nl = lambda j: j["summary"]["normalized_latency_s_per_token"]["mean"] * 1e3  # noqa: E731
+        tt = lambda j: j["summary"]["ttft_s"]["mean"] * 1e3  # noqa: E731
+        print(f"check {name}: normalized latency {nl(m):.2f} / {nl(sim):.2f} ms/token (measured / simulated, "
+              f"{(nl(sim) / nl(m) - 1) * 100:+.0f}%), TTFT {tt(m):.0f} / {tt(sim):.0f} ms, steps "
+              f"{m['engine']['steps']} / {sim['engine']['steps']}")
 
 
 if __name__ == "__main__":
