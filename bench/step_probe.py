@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 FLAGS = ["--policy", "preserve", "--duration", "10", "--drain", "30", "--kv-cache-tokens", "32768",
          "--max-batch-tokens", "512", "--max-seqs", "64"]
@@ -103,7 +104,7 @@ def main():
 
 
 def simulate(args, profile, name):
-    out = os.path.join(args.dir, name + "-fit-sim.json")
+    out = os.path.join(tempfile.gettempdir(), f"step-probe-{os.getpid()}-{name}.json")
     subprocess.run([args.bin, "simulate", "--profile", profile, "--model-context", "4096", "--workload",
                     os.path.join(args.dir, name + ".jsonl")] + FLAGS + ["--json", out, "--quiet"], check=True)
     return json.load(open(out))
