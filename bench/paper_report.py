@@ -294,10 +294,13 @@ def step_table(points):
     """Measured against simulated step statistics, for points whose bench JSON carries the
     engine's (`"engine"`, added after the 2026-12-01 paper runs): whether the simulator gets
     the GPU time right (forward seconds in all) and the batches right (steps, rows per step).
-    Wall time in steps and idle time appear when bench recorded them (later builds)."""
-    lines = ["| point | steps meas / SIM | mean forward step ms meas / SIM | forward s meas / SIM | "
-             "decode rows per step meas / SIM | prompt rows per step meas / SIM | step wall s / idle s (meas) |",
-             "|---|---|---|---|---|---|---|"]
+    Wall time in steps and idle time appear when bench recorded them (later builds). Steps
+    replayed from CUDA graphs (bench) stand beside the decode-only steps (simulate: the steps
+    an engine could replay; the rest, prefill chunks, always run eagerly)."""
+    lines = ["| point | steps meas / SIM | replayed meas / decode-only SIM | mean forward step ms meas / SIM | "
+             "forward s meas / SIM | decode rows per step meas / SIM | prompt rows per step meas / SIM | "
+             "step wall s / idle s (meas) |",
+             "|---|---|---|---|---|---|---|---|"]
     n = 0
     for e in points:
         r, sim = e.get("result"), e.get("sim")
@@ -309,8 +312,10 @@ def step_table(points):
         wall = me.get("step_wall_seconds")
         idle = me.get("idle_seconds")
         extra = f"{wall:.1f} / {idle:.1f}" if wall is not None and idle is not None else "-"
+        replay = f"{me.get('replayed_steps', '-')} / {se.get('decode_only_steps', '-')}"
         lines.append(
-            f"| {e['name']} | {me['steps']} / {se['steps']} | {me['forward_seconds'] / me['steps'] * 1e3:.2f} / "
+            f"| {e['name']} | {me['steps']} / {se['steps']} | {replay} | "
+            f"{me['forward_seconds'] / me['steps'] * 1e3:.2f} / "
             f"{se['forward_s'] / se['steps'] * 1e3:.2f} | {me['forward_seconds']:.1f} / {se['forward_s']:.1f} | "
             f"{me['decode_tokens'] / me['steps']:.2f} / {se['decode_tokens'] / se['steps']:.2f} | "
             f"{me['prompt_tokens_computed'] / me['steps']:.1f} / {se['prompt_tokens_computed'] / se['steps']:.1f} | "

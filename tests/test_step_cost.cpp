@@ -217,5 +217,129 @@ TEST(StepCost, SimulatorChargesSequencesAndContext) {
   EXPECT_EQ(res->stats.steps, 3);
 }
 
+StepShape with_chunks(StepShape s, std::vector<StepChunk> chunks) {
+  s.chunks = std::move(chunks);
+  return s;
+}
+
+// D(n) prices a decode-only step (every sequence one row: what the engine replays from a
+// CUDA graph); a step with a chunk keeps T_fwd(x) of its rows.
+TEST(StepCost, DecodeOnlyStepsTakeTheirOwnCurve) {
+  CostModel c = linear();
+  c.context_samples = {{1, 4e-7}};
+  c.decode_samples = {{1, 0.004}, {2, 0.0045}, {32, 0.006}};
+  EXPECT_TRUE(c.has_step_terms());
+  EXPECT_EQ(c.t_decode(1), 0.004);
+  EXPECT_NEAR(c.t_decode(17), 0.00525, 1e-15);
+  EXPECT_EQ(c.t_decode(64), 0.006);  // flat outside the samples
+  EXPECT_EQ(c.t_decode(0), 0.0);
+  // 4 decode rows at context 1,000: D(4) plus the context at a(n), not T_fwd(4).
+  EXPECT_NEAR(c.step_seconds(shape(4, 4000, 4, 4)), c.t_decode(4) + 4000 * 4e-7, 1e-12);
+  // The same step with one sequence computing 3 rows (a resume of 2 returned tokens): T_fwd.
+  EXPECT_NEAR(c.step_seconds(with_chunks(shape(6, 4000, 4, 4), {{3, 1000}})), tf(6) + 4000 * 4e-7,
+              1e-12);
+  // Without decode samples t_decode is T_fwd.
+  EXPECT_EQ(linear().t_decode(8), tf(8));
+}
+
+// p(rows) is a step function of the chunk's rows (the kernel that serves it), and replaces
+// a(n) for that chunk's context only; chunks below the first sample pay a(n).
+TEST(StepCost, PrefillChunksPayTheirOwnContextPrice) {
+  CostModel c = linear();
+  c.context_samples = {{1, 4e-7}, {32, 2e-7}};
+  c.chunk_context_samples = {{9, 6.5e-6}, {64, 1.35e-6}};
+  EXPECT_EQ(c.chunk_seconds_per_token(9, 3), 6.5e-6);
+  EXPECT_EQ(c.chunk_seconds_per_token(63, 3), 6.5e-6);
+  EXPECT_EQ(c.chunk_seconds_per_token(64, 3), 1.35e-6);
+  EXPECT_EQ(c.chunk_seconds_per_token(512, 3), 1.35e-6);
+  EXPECT_EQ(c.chunk_seconds_per_token(8, 1), c.context_seconds_per_token(1));   // decode-like
+  EXPECT_EQ(c.chunk_seconds_per_token(3, 32), c.context_seconds_per_token(32));
+  // 3 decode rows at context 800 beside a 51-row chunk over 2,000 cached tokens, 4 sequences.
+  const double a = c.context_seconds_per_token(4);
+  const StepShape s = with_chunks(shape(54, 3 * 800 + 2000, 4, 4), {{51, 2000}});
+  EXPECT_NEAR(c.step_seconds(s), tf(54) + a * 2400 + 6.5e-6 * 2000, 1e-12);
+  // A decode row at 1,000, a 512-row chunk over 1,500 and a 5-row one over 700: each chunk
+  // pays for its own context, the 5-row one a(n) like the decode row.
+  const StepShape two = with_chunks(shape(518, 1000 + 1500 + 700, 3, 3), {{512, 1500}, {5, 700}});
+  EXPECT_NEAR(c.step_seconds(two), tf(518) + c.context_seconds_per_token(3) * 1700 + 1.35e-6 * 1500,
+              1e-12);
+  // A first chunk (nothing cached) costs T_fwd alone, whatever its price per token.
+  EXPECT_DOUBLE_EQ(c.step_seconds(with_chunks(shape(512, 0, 1, 1), {{512, 0}})), tf(512));
+  // Without chunk samples the chunk's context is read at a(n), as before the term existed.
+  CostModel old = c;
+  old.chunk_context_samples.clear();
+  EXPECT_NEAR(old.step_seconds(s), tf(54) + a * 4400, 1e-12);
+}
+
+TEST(StepCost, DecodeAndChunkTermsRoundTripAndValidate) {
+  CostModel c = linear();
+  c.decode_samples = {{1, 0.00426}, {2, 0.00439}, {32, 0.0062}};
+  c.chunk_context_samples = {{9, 6.5e-6}, {64, 1.35e-6}};
+  const std::string text = c.to_json();
+  EXPECT_NE(text.find("\"decode_seconds\""), std::string::npos);
+  EXPECT_NE(text.find("\"chunk_context_seconds_per_token\""), std::string::npos);
+  auto back = CostModel::from_json(text, "terms.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->decode_samples, c.decode_samples);
+  EXPECT_EQ(back->chunk_context_samples, c.chunk_context_samples);
+  EXPECT_EQ(back->to_json(), text);
+  // Not ascending, zero rows, a zero or negative decode step, a negative price.
+  for (auto bad : {std::vector<std::pair<int64_t, double>>{{4, 1e-3}, {2, 1e-3}},
+                   std::vector<std::pair<int64_t, double>>{{0, 1e-3}},
+                   std::vector<std::pair<int64_t, double>>{{1, 0.0}},
+                   std::vector<std::pair<int64_t, double>>{{1, -1e-3}}}) {
+    CostModel d = linear();
+    d.decode_samples = bad;
+    EXPECT_FALSE(d.validate().ok());
+  }
+  CostModel k = linear();
+  k.chunk_context_samples = {{9, -1e-6}};
+  EXPECT_FALSE(k.validate().ok());
+  k.chunk_context_samples = {{9, 0.0}};  // free chunk context is allowed (a CPU may have none)
+  EXPECT_TRUE(k.validate().ok());
+  auto text2 = R"({"t_fwd_samples": [[1, 0.02]], "kv_bytes_per_token": 2,
+                   "swap_bytes_per_second": 3, "decode_seconds": 0.004})";
+  EXPECT_FALSE(CostModel::from_json(text2, "x").ok());
+  // Tensor parallelism divides both, like T_fwd.
+  const CostModel two = scale_cost_model(c, 2, 0.9);
+  EXPECT_NEAR(two.t_decode(1), 0.00426 / 1.8, 1e-15);
+  EXPECT_NEAR(two.chunk_seconds_per_token(64, 1), 1.35e-6 / 1.8, 1e-18);
+}
+
+// The simulator's clock with both terms: a resumed request's returned tokens are a chunk
+// over its cached context; the other request's lone decode steps take D(n); the statistics
+// count decode-only steps and their seconds.
+TEST(StepCost, SimulatorChargesChunksAndDecodeSteps) {
+  SimConfig cfg;
+  cfg.cost = linear();
+  cfg.cost.context_samples = {{1, 1e-6}};
+  cfg.cost.decode_samples = {{1, 0.002}, {2, 0.003}};
+  cfg.cost.chunk_context_samples = {{9, 1e-5}};
+  cfg.kv_cache_tokens = 4096;
+  cfg.swap_space_tokens = 4096;
+  cfg.duration_s = 10.0;
+  cfg.policy = "preserve";
+  cfg.check_invariants = true;
+  // One request: a 100-token prompt, 2 tokens, a 1-s tool returning 20 tokens, 1 more token.
+  std::vector<TraceRequest> trace(1);
+  trace[0].id = 0;
+  trace[0].augmentation = "test";
+  trace[0].prompt_tokens = 100;
+  trace[0].segments = {{2, "tool", 1.0, 20}, {1, "", 0.0, 0}};
+  auto res = simulate(cfg, trace);
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  ASSERT_EQ(res->records.size(), 1u);
+  ASSERT_TRUE(res->records[0].completed);
+  // Prefill (T_fwd(100), nothing cached), one decode step over 100 cached tokens (D(1)), then
+  // after the tool the 21 rows (the last generated token and the 20 returned) over the 101
+  // tokens computed before them, at the chunk price.
+  const double before_tool = tf(100) + (0.002 + 100e-6);
+  const double resume = tf(21) + 101 * 1e-5;
+  EXPECT_NEAR(res->records[0].end_s, before_tool + 1.0 + resume, 1e-9);
+  EXPECT_EQ(res->stats.steps, 3);
+  EXPECT_EQ(res->stats.decode_only_steps, 1);
+  EXPECT_NEAR(res->stats.decode_only_seconds, 0.002 + 100e-6, 1e-12);
+}
+
 }  // namespace
 }  // namespace infercept

@@ -153,6 +153,18 @@ int run_simulate(int argc, char** argv) {
         cfg.cost.sequence_seconds * 1e6,
         cfg.cost.sample_seconds_per_row * 1e6, m,
         cfg.cost.swap_bytes_per_second / gb);
+    if (!cfg.cost.decode_samples.empty() || !cfg.cost.chunk_context_samples.empty()) {
+      if (cfg.cost.decode_samples.empty())
+        std::printf("decode-only steps at T_fwd(n);");
+      else
+        std::printf("decode-only step D(1) %.2f ms, D(%lld) %.2f ms;", cfg.cost.t_decode(1) * 1e3,
+                    (long long)cfg.max_seqs, cfg.cost.t_decode(cfg.max_seqs) * 1e3);
+      std::printf(" prefill chunks per context token:");
+      if (cfg.cost.chunk_context_samples.empty()) std::printf(" as decode rows");
+      for (const auto& [rows, sec] : cfg.cost.chunk_context_samples)
+        std::printf(" %.3f us from %lld rows", sec * 1e6, (long long)rows);
+      std::printf("\n");
+    }
     std::printf(
         "KV cache %lld tokens (%.1f GiB), swap space %lld tokens (%.1f GiB), "
         "%lld tokens and %lld sequences per step\n",
@@ -176,9 +188,9 @@ int run_simulate(int argc, char** argv) {
     std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
                 st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
     std::printf(
-        "engine: %lld steps, busy %.1f%% of %.0f s, forward %.1f s, swap stall %.2f s, "
+        "engine: %lld steps (%lld decode-only), busy %.1f%% of %.0f s, forward %.1f s, swap stall %.2f s, "
         "peak running/paused/waiting %lld/%lld/%lld, peak KV blocks device %lld host %lld\n",
-        (long long)st.steps, r.end_time_s > 0 ? 100.0 * st.busy_seconds / r.end_time_s : 0.0,
+        (long long)st.steps, (long long)st.decode_only_steps, r.end_time_s > 0 ? 100.0 * st.busy_seconds / r.end_time_s : 0.0,
         r.end_time_s, st.forward_seconds, st.swap_stall_seconds, (long long)st.max_running,
         (long long)st.max_paused, (long long)st.max_waiting, (long long)st.peak_device_blocks,
         (long long)st.peak_host_blocks);
@@ -198,6 +210,8 @@ int run_simulate(int argc, char** argv) {
     j["context_seconds_per_token"] = cfg.cost.context_samples;
     j["sequence_seconds"] = cfg.cost.sequence_seconds;
     j["sample_seconds_per_row"] = cfg.cost.sample_seconds_per_row;
+    j["decode_seconds"] = cfg.cost.decode_samples;
+    j["chunk_context_seconds_per_token"] = cfg.cost.chunk_context_samples;
     j["kv_cache_tokens"] = r.kv_cache_tokens;
     j["swap_space_tokens"] = r.swap_space_tokens;
     j["max_batch_tokens"] = cfg.max_tokens_per_step;
@@ -234,6 +248,8 @@ int run_simulate(int argc, char** argv) {
       by_aug[name] = to_json(s);
     j["by_augmentation"] = by_aug;
     j["engine"] = {{"steps", st.steps},
+                   {"decode_only_steps", st.decode_only_steps},
+                   {"decode_only_s", st.decode_only_seconds},
                    {"idle_ticks", st.idle_ticks},
                    {"simulated_s", r.end_time_s},
                    {"busy_s", st.busy_seconds},

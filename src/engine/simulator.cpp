@@ -44,6 +44,16 @@ constexpr double kH200Llama2_13b[] = {10.943960, 10.913028, 10.948423, 11.031703
 constexpr int64_t kContextSequences[] = {1, 2, 4, 8, 16, 32, 64};
 constexpr double kContextUsLlama2_7b[] = {0.587, 0.501, 0.407, 0.332, 0.301, 0.192, 0.197};
 
+// The prefill-chunk term p(rows) of CostModel::step_seconds, llama2-7b (MHA, head dim 128):
+// bench/step_probe.py's prefill and resume traces through `infercept bench` on the lent H200
+// (2026-12-01, docs/bench/step-probe/, `step_probe.py fit`): 5.96 us per cached token for a
+// chunk of 9-63 rows (the CUDA-core attention kernel, one 32-row item per KV head streaming
+// the whole context), 1.40 from 64 rows (the tensor-core prefill kernel). Both kernels are
+// the same code in every CUDA build since ddea6f6 (PDL aside), so the figures stand for the
+// binaries of all the H200 runs; the 8B (GQA: other item sizes) and 13B were not probed.
+constexpr int64_t kChunkRows[] = {9, 64};
+constexpr double kChunkUsLlama2_7b[] = {5.956, 1.403};
+
 struct Shape {
   const char* name;
   const double* ms;
@@ -91,13 +101,15 @@ SimProfile builtin(const Shape& s) {
   if (s.context_us != nullptr) {
     for (size_t i = 0; i < std::size(kContextSequences); ++i)
       p.cost.context_samples.emplace_back(kContextSequences[i], s.context_us[i] * 1e-6);
+    for (size_t i = 0; i < std::size(kChunkRows); ++i)
+      p.cost.chunk_context_samples.emplace_back(kChunkRows[i], kChunkUsLlama2_7b[i] * 1e-6);
   } else {
     p.cost.context_samples = {{1, s.context_us_flat * 1e-6}};
   }
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
   p.source = s.context_us != nullptr
                  ? "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term per "
-                   "batch size 4.8), copies 55 GB/s each way"
+                   "batch size 4.8; prefill chunks from the step probe), copies 55 GB/s each way"
                  : "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), "
                    "copies 55 GB/s each way";
   return p;
@@ -194,6 +206,8 @@ CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency) {
   const double speedup = (double)gpus * efficiency;
   for (auto& [tokens, seconds] : c.t_fwd_samples) seconds /= speedup;
   for (auto& [sequences, seconds] : c.context_samples) seconds /= speedup;
+  for (auto& [sequences, seconds] : c.decode_samples) seconds /= speedup;
+  for (auto& [rows, seconds] : c.chunk_context_samples) seconds /= speedup;
   c.sequence_seconds /= speedup;
   c.swap_bytes_per_second *= (double)gpus;  // one host link per device
   return c;
@@ -259,6 +273,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
 
   // EngineCore::step with the cost model as the forward pass. Returns the step's duration.
   std::vector<size_t> done;
+  StepShape shape;  // reused: its chunk list keeps its capacity across steps
   auto step = [&](double now) -> double {
     // Expiry, as EngineCore::step: paused longer than the timeout gives the KV back. A heap
     // of pause times instead of a scan of every paused request every step (thousands).
@@ -290,13 +305,16 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     // batch_tokens: the KV the batch holds during the step (waste accounting); the step
     // reads what existed before it (shape.context_tokens); T_fwd(x) covers the rest.
     int64_t batch_tokens = 0;
-    StepShape shape;
     shape.query_tokens = plan.n_tokens;
     shape.sequences = (int64_t)plan.scheduled.size();
+    shape.context_tokens = 0;
+    shape.sampled_rows = 0;
+    shape.chunks.clear();
     for (const ScheduledSeq& ss : plan.scheduled) {
       batch_tokens += ss.seq->n_computed + ss.n_tokens;
       shape.context_tokens += ss.seq->n_computed;
       shape.sampled_rows += ss.sample ? 1 : 0;
+      if (ss.n_tokens > 1) shape.chunks.push_back({ss.n_tokens, ss.seq->n_computed});
     }
     // Copies: bytes / bandwidth per direction. On copy streams the two directions run at
     // once (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward
@@ -322,6 +340,10 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
       return duration;
     }
     st.steps++;
+    if (shape.decode_only()) {
+      st.decode_only_steps++;
+      st.decode_only_seconds += fwd;
+    }
     st.forward_seconds += fwd;
     // Recompute waste as EngineCore::step: the step's share spent on rows whose KV existed
     // before (below the high-water mark), times the KV the batch holds meanwhile.

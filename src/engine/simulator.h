@@ -10,8 +10,9 @@
 // from the CostModel (the profiler's cache format, or a built-in H200 profile), plus the
 // terms T_fwd(x) lacks when the profile has them (the built-in H200 profiles do; a cache of
 // `infercept profile` has what it measured): the KV the step's sequences already hold, per
-// context token; each sequence past the first; each sampled row past the first. The step's
-// block copies take
+// context token, at a decode row's price or a prefill chunk's; a decode-only step's own time
+// (the engine replays those from CUDA graphs); each sequence past the first; each sampled row
+// past the first. The step's block copies take
 // bytes / bandwidth per direction and either overlap the step (only what exceeds the step
 // stalls: the CUDA backend's copy streams) or stall it in full (the CPU backend copies on
 // the engine thread; and the `swap` policy's synchronous whole-context swap, always); a
@@ -106,6 +107,9 @@ struct SimConfig {
 // EngineStats' counters and waste by cause, plus what only a simulation knows.
 struct SimStats {
   int64_t steps = 0;            // steps with a forward pass
+  int64_t decode_only_steps = 0;  // of which every sequence computed one row (the engine
+                                  // replays these from CUDA graphs once their shape repeats)
+  double decode_only_seconds = 0.0;  // their share of forward_seconds
   int64_t copy_only_steps = 0;  // plans with copies but nothing to run
   int64_t idle_ticks = 0;       // schedule() calls while only paused requests existed
   int64_t interceptions = 0, resumes = 0, expirations = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 namespace infercept {
@@ -59,24 +60,52 @@ double CostModel::t_fwd(int64_t tokens) const {
   return std::max(0.0, y);
 }
 
-double CostModel::context_seconds_per_token(int64_t sequences) const {
-  const auto& s = context_samples;
+namespace {
+// Samples ascending in their key, interpolated linearly between them and flat outside.
+double interpolate(const std::vector<std::pair<int64_t, double>>& s, int64_t key) {
   if (s.empty()) return 0.0;
-  if (sequences <= s.front().first) return s.front().second;
-  if (sequences >= s.back().first) return s.back().second;
+  if (key <= s.front().first) return s.front().second;
+  if (key >= s.back().first) return s.back().second;
   auto it = std::upper_bound(
-      s.begin(), s.end(), sequences,
+      s.begin(), s.end(), key,
       [](int64_t n, const std::pair<int64_t, double>& p) { return n < p.first; });
   const auto& b = *it;
   const auto& a = *(it - 1);
-  return line((double)a.first, a.second, (double)b.first, b.second, (double)sequences);
+  return line((double)a.first, a.second, (double)b.first, b.second, (double)key);
+}
+}  // namespace
+
+double CostModel::context_seconds_per_token(int64_t sequences) const {
+  return interpolate(context_samples, sequences);
+}
+
+double CostModel::t_decode(int64_t sequences) const {
+  if (sequences <= 0) return 0.0;
+  return decode_samples.empty() ? t_fwd(sequences) : interpolate(decode_samples, sequences);
+}
+
+double CostModel::chunk_seconds_per_token(int64_t rows, int64_t sequences) const {
+  // The kernel that serves a chunk changes at row thresholds (not smoothly): a step function.
+  const auto& s = chunk_context_samples;
+  auto it = std::upper_bound(
+      s.begin(), s.end(), rows,
+      [](int64_t r, const std::pair<int64_t, double>& p) { return r < p.first; });
+  if (it == s.begin()) return context_seconds_per_token(sequences);
+  return (it - 1)->second;
 }
 
 double CostModel::step_seconds(const StepShape& step) const {
   if (step.query_tokens <= 0) return 0.0;
-  return t_fwd(step.query_tokens) +
-         context_seconds_per_token(step.sequences) *
-             (double)std::max<int64_t>(0, step.context_tokens) +
+  const double a = context_seconds_per_token(step.sequences);
+  // Every sequence's context at a(n); chunks then trade a(n) for their own price.
+  double context = a * (double)std::max<int64_t>(0, step.context_tokens);
+  if (!chunk_context_samples.empty())
+    for (const StepChunk& c : step.chunks)
+      context += (chunk_seconds_per_token(c.rows, step.sequences) - a) *
+                 (double)std::max<int64_t>(0, c.context);
+  const double base = step.decode_only() && !decode_samples.empty() ? t_decode(step.sequences)
+                                                                     : t_fwd(step.query_tokens);
+  return base + context +
          sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
          sample_seconds_per_row * (double)std::max<int64_t>(0, step.sampled_rows - 1);
 }
@@ -166,6 +195,20 @@ Status CostModel::validate() const {
                         " (must be in [0, ", std::to_string(kMaxStepSeconds), "])");
     prev_n = n;
   }
+  for (const auto& [key, samples, positive] :
+       {std::tuple{"decode_seconds", &decode_samples, true},
+        std::tuple{"chunk_context_seconds_per_token", &chunk_context_samples, false}}) {
+    int64_t prev_key = 0;
+    for (const auto& [k, v] : *samples) {
+      if (k <= prev_key || k > kMaxSampleTokens)
+        return make_error("invalid cost model: ", key, " samples must ascend (>= 1), got ",
+                          std::to_string(k), " after ", std::to_string(prev_key));
+      if (!std::isfinite(v) || v < 0.0 || (positive && v == 0.0) || v > kMaxStepSeconds)
+        return make_error("invalid cost model: ", key, " = ", std::to_string(v), " (must be in ",
+                          positive ? "(0, " : "[0, ", std::to_string(kMaxStepSeconds), "])");
+      prev_key = k;
+    }
+  }
   for (const auto& [name, v] : {std::pair{"sequence_seconds", sequence_seconds},
                                  std::pair{"sample_seconds_per_row", sample_seconds_per_row}})
     if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
@@ -195,6 +238,13 @@ std::string CostModel::to_json() const {
   }
   if (sequence_seconds > 0.0) j["sequence_seconds"] = sequence_seconds;
   if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
+  for (const auto& [key, samples] : {std::pair{"decode_seconds", &decode_samples},
+                                     std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
+    if (samples->empty()) continue;
+    json a = json::array();
+    for (const auto& [k, v] : *samples) a.push_back({k, v});
+    j[key] = std::move(a);
+  }
   return j.dump(2);
 }
 
@@ -248,6 +298,17 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
       }
     } else {
       return make_error(where, ": \"context_seconds_per_token\" must be a number or an array");
+    }
+  }
+  for (const auto& [key, samples] : {std::pair{"decode_seconds", &m.decode_samples},
+                                     std::pair{"chunk_context_seconds_per_token", &m.chunk_context_samples}}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_array()) return make_error(where, ": \"", key, "\" must be an array");
+    for (const json& s : *it) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number())
+        return make_error(where, ": \"", key, "\" samples must be [integer, seconds (number)]");
+      samples->emplace_back(s[0].get<int64_t>(), s[1].get<double>());
     }
   }
   TRY(number("sequence_seconds", false, m.sequence_seconds));
