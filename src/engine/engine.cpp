@@ -173,7 +173,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
       if (po.token_counts.empty())
         for (int64_t x : {1, 16, 64, 128, 256, 512})
           if (x <= config.max_tokens_per_step) po.token_counts.push_back(x);
-      po.repeats = config.force_profile ? 3 : 1;
+      // One timed run per point is enough on the CPU, where a step is the same every time and
+      // the large ones take seconds. On CUDA the first runs of a step shape are its graph's
+      // probe and capture passes, slower than the replays the engine then runs (T_fwd(1)
+      // 6.2 ms cached against 4.3 replayed on the H200): best of 3 there. (The swap bandwidth
+      // of those caches, one timed copy each way, also read half of what bench-forward
+      // measures, 27 against 55 GB/s; whether best of 3 mends that too is still to be seen.)
+      po.repeats = config.force_profile || config.device != "cpu" ? 3 : 1;
       TRY_ASSIGN(e->cost_, profile_cost_model(*e->model_, *e->backend_, *e->kv_, *e->host_kv_,
                                               config.block_size, po));
       // Cache only a complete profile (a tiny test cache cannot measure the large steps).
