@@ -2,11 +2,10 @@
 // kernels for the rest (kernels.cu, attention.cu), a paged KV pool on the device and a
 // pinned host pool for swapped-out blocks.
 //
-// Streams: every op runs on the compute stream. Swaps run on one copy stream per direction,
-// one launch per layer and direction (a gather kernel over mapped pinned memory moves all of
-// that layer's blocks at once), each followed by an event; the forward pass waits for layer
-// l's events just before layer l first touches the cache. So a swap issued before a step is
-// hidden under the layers before the one that needs it (layer-wise pipelining).
+// Streams: every op runs on the compute stream. Swaps run on the swap engine's copy streams
+// (swap_engine.h), and the forward pass waits for layer l's copies just before layer l
+// first touches blocks they move, so a swap issued before a step is hidden under the
+// layers before the one that needs it (layer-wise pipelining).
 //
 // Host arrays given to the ops (tokens, positions, slots, the attention batch) are uploaded
 // once per step: begin_step() opens a staging area, and each array is copied the first time
@@ -34,8 +33,10 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_storage.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
+#include "backend/cuda/swap_engine.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -47,37 +48,8 @@ using cuda::RowsView;
 
 RowsView view(const Tensor& t) { return RowsView{t.data, t.rows, t.cols, t.stride, t.dtype}; }
 
-class CudaKvStorage final : public KvStorage {
- public:
-  CudaKvStorage(const KvGeometry& g, char* base, bool host, char** d_planes)
-      : g_(g), base_(base), host_(host), d_planes_(d_planes) {}
-  ~CudaKvStorage() override {
-    if (host_) cudaFreeHost(base_);
-    else cudaFree(base_);
-    cudaFree(d_planes_);
-  }
-  const KvGeometry& geometry() const override { return g_; }
-  size_t plane_bytes() const { return g_.bytes_per_block_per_layer() * (size_t)g_.n_blocks; }
-  // Plane 2l is layer l's K, 2l + 1 its V.
-  char* k(int64_t l) const { return base_ + (size_t)(2 * l) * plane_bytes(); }
-  char* v(int64_t l) const { return base_ + (size_t)(2 * l + 1) * plane_bytes(); }
-  char** planes() const { return d_planes_; }  // device array of 2 * n_layers pointers
-  bool host() const { return host_; }
-
- private:
-  KvGeometry g_;
-  char* base_;
-  bool host_;
-  char** d_planes_;
-};
-
-// A pinned host buffer mirrored on the device, filled from the front and uploaded in pieces.
-struct Staging {
-  char* host = nullptr;
-  char* dev = nullptr;
-  size_t bytes = 0, used = 0;
-  cudaEvent_t done = nullptr;  // recorded after the last upload: the host side may refill
-};
+using cuda::CudaKvStorage;
+using cuda::Staging;
 
 class CudaBackend final : public Backend {
  public:
@@ -87,21 +59,16 @@ class CudaBackend final : public Backend {
     if (cudaSetDevice(device_) != cudaSuccess) return make_error("cannot use CUDA device ", std::to_string(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::Gemm>();
-    TRY(make_staging(step_, 16u << 20));
-    TRY(make_staging(swap_in_idx_, 4u << 20));
-    TRY(make_staging(swap_out_idx_, 4u << 20));
-    CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+    TRY(cuda::make_staging(step_, 16u << 20, compute_));
+    TRY(cuda::make_staging(block_copy_idx_, 4u << 20, compute_));
+    TRY(swap_.init(device_, props_.multiProcessorCount));
     target_ctas_ = 2 * props_.multiProcessorCount;
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4, cudaHostAllocDefault));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_), argmax_capacity_ * sizeof(DeviceSampleRow)));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_), argmax_capacity_ * sizeof(DeviceSampleRow),
                              cudaHostAllocDefault));
-    if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
-      use_batch_copies_ = std::string(m) != "kernel";
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
@@ -118,14 +85,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaDeviceSynchronize();
     for (void* p : device_buffers_) cudaFree(p);
-    for (Staging* s : {&step_, &swap_in_idx_, &swap_out_idx_}) {
-      cudaFreeHost(s->host);
-      cudaFree(s->dev);
-      if (s->done) cudaEventDestroy(s->done);
-    }
-    for (cudaEvent_t e : ev_in_) cudaEventDestroy(e);
-    for (cudaEvent_t e : ev_out_) cudaEventDestroy(e);
-    if (compute_mark_) cudaEventDestroy(compute_mark_);
+    cuda::free_staging(step_);
+    cuda::free_staging(block_copy_idx_);
     cudaFreeHost(logits_host_);
     cudaFree(argmax_dev_);
     cudaFreeHost(argmax_host_);
@@ -133,8 +94,6 @@ class CudaBackend final : public Backend {
     cudaFreeHost(sample_params_host_);
     gemm_.reset();
     cudaStreamDestroy(compute_);
-    cudaStreamDestroy(h2d_);
-    cudaStreamDestroy(d2h_);
   }
 
   std::string name() const override { return std::string("cuda:") + props_.name; }
@@ -254,8 +213,7 @@ class CudaBackend final : public Backend {
 
   void sync() override {
     CUDA_CHECK(cudaStreamSynchronize(compute_));
-    CUDA_CHECK(cudaStreamSynchronize(h2d_));
-    CUDA_CHECK(cudaStreamSynchronize(d2h_));
+    swap_.sync();
   }
 
   void begin_step(bool replayable) override {
@@ -526,7 +484,7 @@ class CudaBackend final : public Backend {
     if (src.empty()) return;
     const KvGeometry& g = s.geometry();
     // Its own small upload (not the step's staging: this may run between steps).
-    const int32_t* idx = upload_indices(swap_in_idx_, compute_, src, dst);
+    const int32_t* idx = cuda::upload_indices(block_copy_idx_, compute_, src, dst);
     cuda::copy_chunks(s.planes(), s.planes(), (int)(2 * g.n_layers), idx, idx + src.size(),
                       (int)src.size(), g.bytes_per_block_per_layer(), 4 * props_.multiProcessorCount,
                       compute_);
@@ -534,90 +492,11 @@ class CudaBackend final : public Backend {
 
   void copy_blocks_between(const KvStorage& from, KvStorage& to, std::span<const int32_t> src,
                            std::span<const int32_t> dst) override {
-    const auto& f = static_cast<const CudaKvStorage&>(from);
-    auto& t = static_cast<CudaKvStorage&>(to);
-    CHECK(src.size() == dst.size());
-    CHECK(f.geometry().bytes_per_block_per_layer() == t.geometry().bytes_per_block_per_layer());
-    CHECK(f.geometry().n_layers == t.geometry().n_layers);
-    if (src.empty()) return;
-    for (size_t i = 0; i < src.size(); ++i)
-      CHECK(src[i] >= 0 && src[i] < f.geometry().n_blocks && dst[i] >= 0 &&
-            dst[i] < t.geometry().n_blocks);
-    CHECK(f.host() != t.host());
-    const bool in = f.host();  // host -> device: a swap-in
-    cudaStream_t st = in ? h2d_ : d2h_;
-    std::vector<cudaEvent_t>& evs = in ? ev_in_ : ev_out_;
-    CHECK(evs.size() == (size_t)f.geometry().n_layers);
-    // Order: after what the compute stream has queued (blocks it wrote or still reads), and
-    // per layer after the other direction's last copy of that layer (a host block freed by a
-    // swap-in may be refilled by a swap-out of the same step, and the reverse): the two
-    // directions still overlap, layer by layer.
-    CUDA_CHECK(cudaEventRecord(compute_mark_, compute_));
-    CUDA_CHECK(cudaStreamWaitEvent(st, compute_mark_));
-    const std::vector<cudaEvent_t>& other = in ? ev_out_ : ev_in_;
-    const bool other_ran = in ? swapped_out_ever_ : swapped_in_ever_;
-    const size_t bb = f.geometry().bytes_per_block_per_layer();
-    const int64_t layers = f.geometry().n_layers;
-    if (use_batch_copies_) {
-      // Copy engines (no SM time): one batched call per layer, K and V chunks of every block.
-      auto host_ptr = [](const CudaKvStorage& kv, int64_t l, bool v) { return v ? kv.v(l) : kv.k(l); };
-      for (int64_t l = 0; l < layers; ++l) {
-        if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
-        batch_src_.clear();
-        batch_dst_.clear();
-        batch_sizes_.clear();
-        // Runs of blocks consecutive on both sides become one copy: fewer, larger pieces.
-        for (int kv_i = 0; kv_i < 2; ++kv_i)
-          for (size_t i = 0; i < src.size();) {
-            size_t n = 1;
-            while (i + n < src.size() && src[i + n] == src[i] + (int32_t)n && dst[i + n] == dst[i] + (int32_t)n) ++n;
-            batch_src_.push_back(host_ptr(f, l, kv_i) + (size_t)src[i] * bb);
-            batch_dst_.push_back(host_ptr(t, l, kv_i) + (size_t)dst[i] * bb);
-            batch_sizes_.push_back(n * bb);
-            i += n;
-          }
-        cudaMemcpyAttributes attr{};
-        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-        attr.srcLocHint.type = in ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-        attr.srcLocHint.id = in ? 0 : device_;
-        attr.dstLocHint.type = in ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-        attr.dstLocHint.id = in ? device_ : 0;
-        size_t attr_idx = 0;
-        CUDA_CHECK(cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_sizes_.data(),
-                                        batch_src_.size(), &attr, &attr_idx, 1, st));
-        CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
-      }
-    } else {
-      Staging& idx_buf = in ? swap_in_idx_ : swap_out_idx_;
-      const int32_t* idx = upload_indices(idx_buf, st, src, dst);
-      // A few blocks are plenty to saturate PCIe and leave the SMs to the forward pass.
-      const int ctas = std::max(8, props_.multiProcessorCount / 8);
-      for (int64_t l = 0; l < layers; ++l) {
-        if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
-        cuda::copy_chunks(f.planes() + 2 * l, t.planes() + 2 * l, 2, idx, idx + src.size(),
-                          (int)src.size(), bb, ctas, st);
-        CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
-      }
-    }
-    (in ? swapped_in_ever_ : swapped_out_ever_) = true;
-    // The device blocks this copy reads (out) or writes (in) are busy until its events fire.
-    refresh_inflight();
-    std::vector<uint8_t>& busy = in ? in_inflight_ : out_inflight_;
-    for (int32_t b : in ? dst : src) busy[(size_t)b] = 1;
-    (in ? any_in_ : any_out_) = true;
+    swap_.copy(static_cast<const CudaKvStorage&>(from), static_cast<CudaKvStorage&>(to), src, dst,
+               compute_);
   }
 
  private:
-  Status make_staging(Staging& s, size_t bytes) {
-    s.bytes = bytes;
-    if (cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault) != cudaSuccess ||
-        cudaMalloc(&s.dev, bytes) != cudaSuccess)
-      return make_error("cannot allocate CUDA staging buffers");
-    CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(s.done, compute_));
-    return ok_status();
-  }
-
   void* device_alloc(size_t bytes) {
     void* p = device_alloc_checked(bytes);
     CHECK_MSG(p != nullptr, "out of GPU memory for an activation buffer");
@@ -668,14 +547,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpy(planes, ptrs.data(), sizeof(char*) * ptrs.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());
     if (!host) {
-      out_inflight_.assign((size_t)g.n_blocks, 0);
-      in_inflight_.assign((size_t)g.n_blocks, 0);
-      if (ev_in_.empty()) {
-        ev_in_.resize((size_t)g.n_layers);
-        ev_out_.resize((size_t)g.n_layers);
-        for (auto* evs : {&ev_in_, &ev_out_})
-          for (cudaEvent_t& e : *evs) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      }
+      swap_.attach_device_pool(g.n_layers, g.n_blocks);
       const int64_t pairs = cuda::attention_scratch_pairs((int)g.n_kv_heads, target_ctas_);
       if (pairs > scratch_pairs_) {
         partial_acc_ = static_cast<float*>(device_alloc((size_t)(pairs * g.head_dim) * 4));
@@ -712,67 +584,17 @@ class CudaBackend final : public Backend {
     return step_.dev + off;
   }
 
-  // src then dst indices in `buf`, uploaded on `st`; waits for the last use of `buf` first.
-  const int32_t* upload_indices(Staging& buf, cudaStream_t st, std::span<const int32_t> src,
-                                std::span<const int32_t> dst) {
-    const size_t bytes = src.size_bytes() * 2;
-    CHECK_MSG(bytes <= buf.bytes, "too many blocks in one copy");
-    CUDA_CHECK(cudaEventSynchronize(buf.done));
-    std::memcpy(buf.host, src.data(), src.size_bytes());
-    std::memcpy(buf.host + src.size_bytes(), dst.data(), dst.size_bytes());
-    CUDA_CHECK(cudaMemcpyAsync(buf.dev, buf.host, bytes, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaEventRecord(buf.done, st));
-    return reinterpret_cast<const int32_t*>(buf.dev);
-  }
-
   // The compute stream waits for a layer's swap copies only where this step touches blocks
-  // that a copy still in flight reads or writes: a store into a block being swapped out or
-  // in, attention over a block being swapped in. Otherwise the copies run on under the
-  // forward pass untouched. Decided once per step (the arrays are the same in every layer).
-  void refresh_inflight() {
-    if (any_out_ && cudaEventQuery(ev_out_.back()) == cudaSuccess) {
-      std::fill(out_inflight_.begin(), out_inflight_.end(), 0);
-      any_out_ = false;
-    }
-    if (any_in_ && cudaEventQuery(ev_in_.back()) == cudaSuccess) {
-      std::fill(in_inflight_.begin(), in_inflight_.end(), 0);
-      any_in_ = false;
-    }
-    cudaGetLastError();  // cudaEventQuery's "not ready" is not an error
-  }
+  // they move (SwapEngine decides, once per step).
   void wait_before_store(int64_t layer, std::span<const int32_t> slots, int64_t block_size) {
-    if (store_wait_step_ != step_no_) {
-      store_wait_step_ = step_no_;
-      refresh_inflight();
-      store_wait_out_ = store_wait_in_ = false;
-      if (any_out_ || any_in_)
-        for (int32_t sl : slots) {
-          const size_t b = (size_t)(sl / block_size);
-          store_wait_out_ = store_wait_out_ || (b < out_inflight_.size() && out_inflight_[b]);
-          store_wait_in_ = store_wait_in_ || (b < in_inflight_.size() && in_inflight_[b]);
-        }
-    }
-    if ((store_wait_out_ || store_wait_in_) && !must_wait()) return;
-    if (store_wait_out_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_out_[(size_t)layer]));
-    if (store_wait_in_) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
+    const cuda::SwapEngine::StoreWaits w = swap_.store_waits(step_no_, slots, block_size);
+    if ((w.out || w.in) && !must_wait()) return;
+    if (w.out) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.out_event(layer)));
+    if (w.in) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
   }
   void wait_before_attention(int64_t layer, const AttentionBatch& b, int64_t block_size) {
-    if (attn_wait_step_ != step_no_) {
-      attn_wait_step_ = step_no_;
-      attn_wait_in_ = false;
-      if (any_in_)
-        for (int32_t s = 0; s < b.n_seqs && !attn_wait_in_; ++s) {
-          const int64_t used = (b.ctx_len[s] + block_size - 1) / block_size;
-          for (int64_t i = 0; i < used; ++i) {
-            const size_t blk = (size_t)b.block_tables[(size_t)(s * b.max_blocks + i)];
-            if (blk < in_inflight_.size() && in_inflight_[blk]) {
-              attn_wait_in_ = true;
-              break;
-            }
-          }
-        }
-    }
-    if (attn_wait_in_ && must_wait()) CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_in_[(size_t)layer]));
+    if (swap_.attention_waits(step_no_, b, block_size) && must_wait())
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
   }
 
   // A wait on a swap copy cannot go into a graph: a probe notes it (the step then runs
@@ -903,22 +725,17 @@ class CudaBackend final : public Backend {
   bool step_needs_wait_ = false;
   cuda::StepGraphCache graphs_;
   int64_t graph_replays_ = 0, graph_captures_ = 0;
-  // Swaps through the copy engines (cudaMemcpyBatchAsync, the default: no SM time, and both
-  // directions at once reach 87 GB/s on the H200 against 57 for the copy kernel over mapped
-  // pinned memory); INFERCEPT_SWAP_COPY=kernel picks the kernel.
-  bool use_batch_copies_ = true;
   // Products of at most this many rows go to the GEMV kernel (INFERCEPT_GEMV_MAX_ROWS; 0 =
   // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
   // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
   int gemv_max_rows_ = 2;
   bool fused_on_ = true;  // the fused GEMV forms of norm_project / norm_gated_ffn / project_add
-  std::vector<void*> batch_src_, batch_dst_;
-  std::vector<size_t> batch_sizes_;
   cudaDeviceProp props_{};
-  cudaStream_t compute_ = nullptr, h2d_ = nullptr, d2h_ = nullptr;
+  cudaStream_t compute_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
   std::vector<void*> device_buffers_;
-  Staging step_, swap_in_idx_, swap_out_idx_;
+  Staging step_, block_copy_idx_;
+  cuda::SwapEngine swap_;
   std::vector<Upload> uploads_;
   std::vector<std::pair<const float*, float*>> freq_uploads_;
   std::vector<int32_t> zeros_;
@@ -935,15 +752,7 @@ class CudaBackend final : public Backend {
   float* partial_acc_ = nullptr;
   float* partial_ml_ = nullptr;
   int64_t scratch_pairs_ = 0;
-  std::vector<cudaEvent_t> ev_in_, ev_out_;
-  cudaEvent_t compute_mark_ = nullptr;
-  bool swapped_in_ever_ = false, swapped_out_ever_ = false;
   int64_t step_no_ = 0;
-  // Device blocks with a swap copy possibly in flight, and this step's wait decisions.
-  std::vector<uint8_t> out_inflight_, in_inflight_;
-  bool any_out_ = false, any_in_ = false;
-  int64_t store_wait_step_ = -1, attn_wait_step_ = -1;
-  bool store_wait_out_ = false, store_wait_in_ = false, attn_wait_in_ = false;
   float* logits_host_ = nullptr;
   static constexpr int64_t argmax_capacity_ = 1 << 16;  // rows sampled per step, at most
   int32_t* argmax_dev_ = nullptr;
