@@ -45,14 +45,16 @@ constexpr int64_t kContextSequences[] = {1, 2, 4, 8, 16, 32, 64};
 constexpr double kContextUsLlama2_7b[] = {0.587, 0.501, 0.407, 0.332, 0.301, 0.192, 0.197};
 
 // The prefill-chunk term p(rows) of CostModel::step_seconds, llama2-7b (MHA, head dim 128):
-// bench/step_probe.py's prefill and resume traces through `infercept bench` on the lent H200
-// (2026-12-01, docs/bench/step-probe/, `step_probe.py fit`): 5.96 us per cached token for a
-// chunk of 9-63 rows (the CUDA-core attention kernel, one 32-row item per KV head streaming
-// the whole context), 1.40 from 64 rows (the tensor-core prefill kernel). Both kernels are
-// the same code in every CUDA build since ddea6f6 (PDL aside), so the figures stand for the
-// binaries of all the H200 runs; the 8B (GQA: other item sizes) and 13B were not probed.
-constexpr int64_t kChunkRows[] = {9, 64};
-constexpr double kChunkUsLlama2_7b[] = {5.956, 1.403};
+// bench/step_probe.py's six traces through `infercept bench` on the lent H200, fitted by
+// `step_probe.py fit` (2026-12-01, docs/bench/step-probe/, second probe): 0.98 us per cached
+// token for a chunk of 2-8 rows and 5.65 for 9-63 (both the CUDA-core attention kernel: one
+// item per KV head streaming the whole context, 8 and 32 query rows an item), 1.33 from 64
+// rows (the tensor-core prefill kernel). The first probe (three traces) gave 5.96 and 1.40.
+// Both kernels are the same code in every CUDA build since ddea6f6 (PDL aside), so the
+// figures stand for the binaries of all the H200 runs; the 8B (GQA: other item sizes) and
+// 13B were not probed.
+constexpr int64_t kChunkRows[] = {2, 9, 64};
+constexpr double kChunkUsLlama2_7b[] = {0.981, 5.654, 1.333};
 
 struct Shape {
   const char* name;
