@@ -47,6 +47,7 @@ PolicyInput pressured(std::vector<PausedView> v, int64_t budget, int64_t free_ho
   in.free_host_blocks = free_host_blocks;
   in.swap_budget_tokens = budget;
   in.memory_pressure = true;
+  in.deficit_blocks = 1 << 20;  // more than any test's paused requests hold
   return in;
 }
 
@@ -260,6 +261,49 @@ TEST(MinWaste, LearnedEstimateChangesTheDecision) {
   EXPECT_EQ(d[1].action, KvAction::discard);
 }
 
+// Under pressure, discards stop once the blocks they free cover what the request next in
+// line lacks; the most wasteful pauses go first and the rest are preserved.
+TEST(MinWaste, DiscardsOnlyWhatTheNextRequestLacks) {
+  PolicyOptions to_deficit;
+  to_deficit.minwaste_discard_to_deficit = true;
+  Fixture f(PolicyKind::minwaste, "elapsed", to_deficit);
+  // Three long chat pauses, no swap budget: each is cheaper discarded than preserved.
+  // 2048 tokens = 128 blocks, 1024 = 64, 4096 = 256; the 4096-token one wastes most.
+  PolicyInput in = pressured(
+      {paused(1, "chat", 2048, 10.0), paused(2, "chat", 1024, 10.0), paused(3, "chat", 4096, 10.0)},
+      0, 10000);
+  in.deficit_blocks = 100;
+  auto d = f.policy->decide(in);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[2].action, KvAction::discard);   // 256 blocks cover the 100 missing
+  EXPECT_EQ(d[0].action, KvAction::preserve);  // not needed by anyone now
+  EXPECT_EQ(d[1].action, KvAction::preserve);
+  // A deficit larger than the first release takes the next most wasteful too.
+  in.deficit_blocks = 300;
+  d = f.policy->decide(in);
+  EXPECT_EQ(d[2].action, KvAction::discard);
+  EXPECT_EQ(d[0].action, KvAction::discard);
+  EXPECT_EQ(d[1].action, KvAction::preserve);
+  // The paper's rule (the default) discards all three whatever the deficit.
+  Fixture g(PolicyKind::minwaste);
+  in.deficit_blocks = 1;
+  for (const auto& x : g.policy->decide(in)) EXPECT_EQ(x.action, KvAction::discard);
+}
+
+// Swaps are not bounded by the deficit: the budget is bandwidth hidden under the step, and a
+// swapped pause's blocks are free for the next deficit without a recomputation.
+TEST(MinWaste, SwapsSpendTheBudgetWhateverTheDeficit) {
+  PolicyOptions to_deficit;
+  to_deficit.minwaste_discard_to_deficit = true;
+  Fixture f(PolicyKind::minwaste, "elapsed", to_deficit);
+  PolicyInput in = pressured({paused(1, "chat", 2048, 10.0), paused(2, "chat", 2048, 10.0)},
+                             4096, 10000);
+  in.deficit_blocks = 1;
+  auto d = f.policy->decide(in);
+  EXPECT_EQ(d[0].action, KvAction::swap_out);
+  EXPECT_EQ(d[1].action, KvAction::swap_out);
+}
+
 TEST(Ttl, PreservesUntilTheToolsP95ThenDiscards) {
   Fixture f(PolicyKind::ttl, "learned");
   // 100 calls uniformly 0.50 .. 0.99 s: p95 = 0.50 + 0.95 * 0.49 ~= 0.9655 s.
@@ -306,6 +350,7 @@ PolicyInput random_input(std::mt19937& rng, std::vector<std::string>& tools) {
   in.free_host_blocks = u(rng) < 0.2 ? 0 : host(rng);
   in.swap_budget_tokens = u(rng) < 0.2 ? 0 : budget(rng);
   in.memory_pressure = u(rng) < 0.8;
+  in.deficit_blocks = in.memory_pressure ? std::uniform_int_distribution<int64_t>(1, 400)(rng) : 0;
   const int n = n_paused(rng);
   for (int i = 0; i < n; ++i) {
     PausedView p;
@@ -334,8 +379,12 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
     auto est = estimator(est_name);
     std::exponential_distribution<double> dur(1.0);
     for (int i = 0; i < 200; ++i) est->observe(tools[(size_t)i % 4], dur(rng) * (i % 4 + 1));
-    for (PolicyKind kind : {PolicyKind::minwaste, PolicyKind::swap, PolicyKind::ttl}) {
-      auto policy = make_policy(kind, cost, *est);
+    PolicyOptions to_deficit;
+    to_deficit.minwaste_discard_to_deficit = true;
+    for (const auto& [kind, opts] :
+         {std::pair{PolicyKind::minwaste, PolicyOptions{}}, std::pair{PolicyKind::minwaste, to_deficit},
+          std::pair{PolicyKind::swap, PolicyOptions{}}, std::pair{PolicyKind::ttl, PolicyOptions{}}}) {
+      auto policy = make_policy(kind, cost, *est, opts);
       int swaps = 0;
       for (int iter = 0; iter < 1000; ++iter) {
         const PolicyInput in = random_input(rng, tools);
@@ -370,6 +419,18 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
           ASSERT_LE(host_blocks * in.block_size, in.swap_budget_tokens);
           if (!in.memory_pressure) {
             for (const auto& d : out) ASSERT_EQ(d.action, KvAction::preserve);
+          }
+          // Discards stop once they cover the deficit: before the last one (in the policy's
+          // order, so at most the largest) they were short of it.
+          int64_t discarded = 0, largest = 0;
+          for (size_t i = 0; i < out.size(); ++i)
+            if (out[i].action == KvAction::discard) {
+              const int64_t b = (in.paused[i].device_tokens + in.block_size - 1) / in.block_size;
+              discarded += b;
+              largest = std::max(largest, b);
+            }
+          if (opts.minwaste_discard_to_deficit) {
+            ASSERT_LT(discarded - largest, std::max<int64_t>(1, in.deficit_blocks));
           }
         }
         if (kind == PolicyKind::ttl) {

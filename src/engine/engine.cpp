@@ -194,7 +194,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   TRY(e->cost_.validate());
   TRY_ASSIGN(e->estimator_, make_duration_estimator(config.estimator));
   TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  e->policy_ = make_policy(kind, e->cost_, *e->estimator_);
+  e->policy_ = make_policy(kind, e->cost_, *e->estimator_, PolicyOptions::from_env());
   SchedulerConfig sc;
   sc.block_size = config.block_size;
   sc.max_tokens_per_step = config.max_tokens_per_step;

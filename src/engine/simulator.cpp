@@ -238,7 +238,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   TRY_ASSIGN(std::unique_ptr<DurationEstimator> estimator,
              make_duration_estimator(config.estimator));
   TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator);
+  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator, PolicyOptions::from_env());
   SchedulerConfig sc;
   sc.block_size = bs;
   sc.max_tokens_per_step = config.max_tokens_per_step;

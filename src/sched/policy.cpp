@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 
 #include "core/check.h"
 #include "sched/waste.h"
@@ -20,6 +22,13 @@ Result<PolicyKind> parse_policy(const std::string& name) {
   return make_error(
       "unknown policy '", name,
       "' (expected one of: minwaste, discard, improved-discard, preserve, swap, ttl)");
+}
+
+PolicyOptions PolicyOptions::from_env() {
+  PolicyOptions o;
+  if (const char* e = std::getenv("INFERCEPT_MINWASTE_DISCARD"); e != nullptr)
+    o.minwaste_discard_to_deficit = std::string(e) == "deficit";
+  return o;
 }
 
 const char* policy_name(PolicyKind k) {
@@ -150,14 +159,16 @@ class TtlPolicy final : public Policy {
 // InferCept. Under memory pressure, each paused request's cheaper alternative to swapping,
 // min(W_p, W_cd), measures how much it costs the others if it is not swapped; the swap-out
 // budget (hidden under the forward pass, so free) goes to the costliest first, and everyone
-// else takes the cheaper of preserve and chunked discard. Decided afresh every step, so a
+// else takes the cheaper of preserve and chunked discard (with the experimental option,
+// discards only until the blocks they free cover what the request next in line lacks). Decided afresh every step, so a
 // request preserved at the start of a pause is swapped or discarded once its estimated
 // remaining time grows, and a request partly on the host simply keeps receiving budget in
 // later steps (its device part is still a prefix, and what is on the host stays there).
 class MinWastePolicy final : public Policy {
  public:
-  MinWastePolicy(const CostModel& cost, const DurationEstimator& estimator)
-      : cost_(cost), estimator_(estimator) {}
+  MinWastePolicy(const CostModel& cost, const DurationEstimator& estimator,
+                 const PolicyOptions& options)
+      : cost_(cost), estimator_(estimator), options_(options) {}
   PolicyKind kind() const override { return PolicyKind::minwaste; }
   bool keeps_arrival_on_resume() const override { return true; }
 
@@ -201,6 +212,11 @@ class MinWastePolicy final : public Policy {
     std::vector<PausedDecision> out(in.paused.size());
     int64_t token_budget = std::max<int64_t>(0, in.swap_budget_tokens);
     int64_t host_blocks = std::max<int64_t>(0, in.free_host_blocks);
+    // Device blocks that discarding may still release this step: no limit (the paper's
+    // rule), or with the option the deficit of the request next in line.
+    int64_t to_release = options_.minwaste_discard_to_deficit
+                             ? std::max<int64_t>(0, in.deficit_blocks)
+                             : std::numeric_limits<int64_t>::max();
     for (const Cand& c : cands_) {
       const PausedView& p = in.paused[c.index];
       PausedDecision& d = out[c.index];
@@ -219,7 +235,9 @@ class MinWastePolicy final : public Policy {
           continue;
         }
       }
-      d.action = c.preserve <= c.discard ? KvAction::preserve : KvAction::discard;
+      const bool discard = c.discard < c.preserve && to_release > 0;
+      d.action = discard ? KvAction::discard : KvAction::preserve;
+      if (discard) to_release -= blocks_for(c.device, in.block_size);
     }
     return out;
   }
@@ -237,8 +255,10 @@ class MinWastePolicy final : public Policy {
   // long pause could use; such a request stays with preserve or discard.
   bool worth_swapping(const Cand& c) const { return c.t_int > 2.0 * cost_.t_swap(c.device); }
 
+
   const CostModel& cost_;
   const DurationEstimator& estimator_;
+  PolicyOptions options_;
   std::vector<Cand> cands_;  // scratch reused across steps: no allocation once warmed up
 };
 
@@ -258,7 +278,7 @@ std::unique_ptr<Policy> make_policy(PolicyKind kind, const CostModel& cost,
     case PolicyKind::ttl:
       return std::make_unique<TtlPolicy>(estimator, options);
     case PolicyKind::minwaste:
-      return std::make_unique<MinWastePolicy>(cost, estimator);
+      return std::make_unique<MinWastePolicy>(cost, estimator, options);
   }
   CHECK_MSG(false, "unknown PolicyKind");
   return nullptr;

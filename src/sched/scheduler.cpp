@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/check.h"
@@ -152,7 +153,9 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
 // Any waiting request used to count as pressure. With chunked prefill every arrival waits
 // one step, so minwaste (and ttl) moved or dropped paused KV with most of the cache free:
 // the CPU sweep and the simulator both showed it (docs/PERF.md 3.3, docs/BENCHMARKS.md).
-bool Scheduler::memory_pressure() const {
+bool Scheduler::memory_pressure() const { return memory_deficit_blocks() > 0; }
+
+int64_t Scheduler::memory_deficit_blocks() const {
   const int64_t bs = config_.block_size;
   int64_t need = 0;
   if (!waiting_.empty()) {
@@ -167,8 +170,10 @@ bool Scheduler::memory_pressure() const {
     need += (int64_t)s->host_blocks.size();
     if (s->swap_preempted) need += (int64_t)running_.size();
   }
-  if (need > (int64_t)device_.n_free()) return true;
-  return (double)device_.n_free() < config_.pressure_watermark * (double)device_.n_blocks();
+  const int64_t free = (int64_t)device_.n_free();
+  if (need > free) return need - free;
+  const double floor = config_.pressure_watermark * (double)device_.n_blocks();
+  return (double)free < floor ? (int64_t)std::ceil(floor - (double)free) : 0;
 }
 
 // Takes one device block from a paused request (newest first) by dropping its KV. Used
@@ -256,7 +261,8 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   in.free_device_blocks = device_.n_free();
   in.free_host_blocks = host_ != nullptr ? host_->n_free() : 0;
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
-  in.memory_pressure = memory_pressure();
+  in.deficit_blocks = memory_deficit_blocks();
+  in.memory_pressure = in.deficit_blocks > 0;
   for (const Sequence* s : running_) {
     in.running_context_tokens += (int64_t)s->tokens.size();
     if (s->n_uncomputed() <= 1) in.decode_tokens++;

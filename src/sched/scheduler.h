@@ -114,6 +114,9 @@ class Scheduler {
   void swap_in_resuming(StepPlan& plan, int64_t& swap_budget);
   bool free_a_paused_block(StepPlan& plan);
   bool memory_pressure() const;
+  // Device blocks the next request in line needs beyond the free pool (or that the pool is
+  // short of its watermark); 0 without pressure.
+  int64_t memory_deficit_blocks() const;
 
   SchedulerConfig config_;
   BlockAllocator& device_;
