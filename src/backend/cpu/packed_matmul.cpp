@@ -292,8 +292,7 @@ void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64
   }
 }
 
-void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
-                  PackedActs& out) {
+void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out) {
   CHECK(packed_supported(t) && k % kQK == 0 && n >= 0);
   const int64_t nb = k / kQK;
   out.n = n;
@@ -303,9 +302,16 @@ void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, in
   const bool q8_1 = t == DType::q4_1;
   out.s.resize(q8_1 ? (size_t)(n * nb) : 0);
   out.corr.resize(q8_1 ? 0 : (size_t)(n * nb));
+}
+
+void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
+                       int64_t a_end, PackedActs& out) {
+  CHECK(a_begin >= 0 && a_end <= out.n);
+  const int64_t k = out.k, nb = k / kQK;
+  const bool q8_1 = t == DType::q4_1;
   const int offset = t == DType::q4_0 ? 8 : 128;  // the weight operand's bias (q4_0, q8_0)
   const auto* base = static_cast<const uint8_t*>(acts);
-  for (int64_t a = 0; a < n; ++a) {
+  for (int64_t a = a_begin; a < a_end; ++a) {
     const uint8_t* row = base + (size_t)a * act_row_bytes;
     int8_t* qs = out.qs.data() + a * k;
     for (int64_t i = 0; i < nb; ++i) {
@@ -325,6 +331,12 @@ void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, in
       }
     }
   }
+}
+
+void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
+                  PackedActs& out) {
+  resize_acts(t, n, k, out);
+  prepare_acts_rows(t, acts, act_row_bytes, 0, n, out);
 }
 
 void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,

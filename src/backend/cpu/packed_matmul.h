@@ -46,6 +46,11 @@ struct PackedActs {
 // row a at acts + a * act_row_bytes. Reuses out's storage.
 void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
                   PackedActs& out);
+// prepare_acts in two steps, so threads can fill disjoint rows: sizes out for n rows of k,
+// then fills rows [a_begin, a_end) (row a still at acts + a * act_row_bytes).
+void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out);
+void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
+                       int64_t a_end, PackedActs& out);
 
 // out[a * out_stride + r] = dot(weight row r, activation row a) for r in [row_begin, row_end)
 // and every activation row. row_begin must be a multiple of 16 and row_end a multiple of 16
