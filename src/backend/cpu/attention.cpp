@@ -96,16 +96,26 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
   // The same per-element FMA chain as the AVX2 form below, 16 lanes wide.
   if (n % 64 == 0) {
     for (int64_t c = 0; c < n; c += 64) {
-      __m512 acc[4];
-      for (int j = 0; j < 4; ++j)
-        acc[j] = accumulate ? _mm512_loadu_ps(out + c + 16 * j) : _mm512_setzero_ps();
+      // Four named accumulators: as an array GCC kept them in memory across positions.
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      if (accumulate) {
+        a0 = _mm512_loadu_ps(out + c);
+        a1 = _mm512_loadu_ps(out + c + 16);
+        a2 = _mm512_loadu_ps(out + c + 32);
+        a3 = _mm512_loadu_ps(out + c + 48);
+      }
       for (int64_t p = 0; p < n_pos; ++p) {
         const __m512 wp = _mm512_set1_ps(w[p]);
         const float* vp = v + p * stride + c;
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) acc[j] =
-            _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16 * j), acc[j]);
+        a0 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp), a0);
+        a1 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16), a1);
+        a2 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 32), a2);
+        a3 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 48), a3);
       }
-      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out + c + 16 * j, acc[j]);
+      _mm512_storeu_ps(out + c, a0);
+      _mm512_storeu_ps(out + c + 16, a1);
+      _mm512_storeu_ps(out + c + 32, a2);
+      _mm512_storeu_ps(out + c + 48, a3);
     }
     return;
   }
@@ -171,14 +181,20 @@ inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t 
 #if INFERCEPT_VEC_AVX512
   if (hd % 16 == 0) {
     const __m512 vscale = _mm512_set1_ps(scale);
+    // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
+    // registers; each position's chain is the same either way.
     for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
       const int64_t live = std::min<int64_t>(16, n_pos - p0);
+      const float* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
       __m512 acc[16];
-      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) {
-        const float* kp = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
-        acc[i] = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_loadu_ps(kp));
-        for (int64_t c = 16; c < hd; c += 16)
-          acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + c), _mm512_loadu_ps(kp + c), acc[i]);
+      __m512 qc = _mm512_loadu_ps(qh);
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
+        acc[i] = _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
+      for (int64_t c = 16; c < hd; c += 16) {
+        qc = _mm512_loadu_ps(qh + c);
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
+          acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
       }
       const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
       _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
@@ -219,6 +235,7 @@ struct LinePrefetch {
   }
   // Issues the next share of the planned lines: part `i` of `parts`.
   void issue(int64_t i, int64_t parts) {
+
     const size_t end = std::min(
         lines.size(), (size_t)((i + 1) * (int64_t)lines.size() + parts - 1) / (size_t)parts);
     for (; next < end; ++next) __builtin_prefetch(lines[next], 0, 3);
@@ -374,7 +391,13 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
       auto round_q = [&](int64_t row, int64_t kv_head) {
         for (int64_t j = 0; j < group; ++j) {
           const float* qp = q.row<float>(row) + (kv_head * group + j) * hd;
-          for (int64_t i = 0; i < hd; ++i)
+          int64_t i = 0;
+#if INFERCEPT_VEC_AVX512
+          if (f16)
+            for (; i + 16 <= hd; i += 16)
+              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)], vm::round_to_f16(_mm512_loadu_ps(qp + i)));
+#endif
+          for (; i < hd; ++i)
             qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
         }
       };
