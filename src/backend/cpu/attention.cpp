@@ -216,29 +216,40 @@ inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t 
 // them. Issued in one burst they filled the core's fill buffers and stalled it (13% of a
 // batch-32 decode step sat on the prefetch instructions); spread out, they overlap compute.
 struct LinePrefetch {
-  std::vector<const uint8_t*> lines;
-  size_t next = 0;
+  struct Run {
+    const uint8_t* start;
+    size_t lines;
+  };
+  std::vector<Run> runs;  // contiguous slots, one run per block touched
+  size_t total = 0, issued = 0;
+  size_t run = 0, line = 0;  // where the next line to issue is
 
-  void plan(const uint8_t* base, const KvGeometry& g, const int32_t* block_table, int64_t p_begin,
-            int64_t n) {
-    lines.clear();
-    next = 0;
+  void clear() {
+    runs.clear();
+    total = issued = run = line = 0;
+  }
+  void plan(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
+            int64_t p_begin, int64_t n) {
+    clear();
     const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
     int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
     for (int64_t p = 0; p < n; ++b, j = 0) {
-      const int64_t run = std::min(g.block_size - j, n - p);
+      const int64_t count = std::min(g.block_size - j, n - p);
       const uint8_t* start =
           base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
-      for (size_t off = 0; off < (size_t)run * slot_bytes; off += 64) lines.push_back(start + off);
-      p += run;
+      const size_t lines = ((size_t)count * slot_bytes + 63) / 64;
+      runs.push_back({start, lines});
+      total += lines;
+      p += count;
     }
   }
   // Issues the next share of the planned lines: part `i` of `parts`.
   void issue(int64_t i, int64_t parts) {
-
-    const size_t end = std::min(
-        lines.size(), (size_t)((i + 1) * (int64_t)lines.size() + parts - 1) / (size_t)parts);
-    for (; next < end; ++next) __builtin_prefetch(lines[next], 0, 3);
+    const size_t end = std::min(total, ((size_t)(i + 1) * total + (size_t)parts - 1) / (size_t)parts);
+    for (; issued < end; ++issued) {
+      __builtin_prefetch(runs[run].start + 64 * line, 0, 3);
+      if (++line == runs[run].lines) ++run, line = 0;
+    }
   }
 };
 
@@ -426,7 +437,7 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           else if (!in_v)
             pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
           else
-            pf.lines.clear();
+            pf.clear();
         };
         pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
         pf.issue(0, 1);
