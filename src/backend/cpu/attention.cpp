@@ -141,6 +141,66 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
   for (int64_t p = 0; p < n_pos; ++p) axpy(w[p], v + p * stride, out, n);
 }
 
+#if INFERCEPT_VEC_AVX512
+// weighted_rows for G query heads that share one value head: out_j[c] = sum over p of
+// w_j[p] * v[p * stride + c], each element the same FMA chain in position order as
+// weighted_rows, but the G heads' 4G chains run side by side and share each value load
+// (one head alone is bound by the FMA latency, 4 chains deep). n % 64 == 0.
+template <int G>
+inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n_pos, int64_t n,
+                                int64_t stride, float* const* out, bool accumulate) {
+  for (int64_t c = 0; c < n; c += 64) {
+    __m512 acc[G][4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+        acc[j][q] = accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
+    for (int64_t p = 0; p < n_pos; ++p) {
+      const float* vp = v + p * stride + c;
+      const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16),
+                   v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
+        const __m512 wp = _mm512_set1_ps(w[j][p]);
+        acc[j][0] = _mm512_fmadd_ps(wp, v0, acc[j][0]);
+        acc[j][1] = _mm512_fmadd_ps(wp, v1, acc[j][1]);
+        acc[j][2] = _mm512_fmadd_ps(wp, v2, acc[j][2]);
+        acc[j][3] = _mm512_fmadd_ps(wp, v3, acc[j][3]);
+      }
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+        _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
+  }
+}
+#endif
+
+// weighted_rows for `group` heads sharing v: w_j = w + j * w_stride, out_j = out + j * n.
+inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group, const float* v,
+                                int64_t n_pos, int64_t n, int64_t stride, float* out,
+                                bool accumulate) {
+#if INFERCEPT_VEC_AVX512
+  if (n % 64 == 0) {
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+      const int g = (int)std::min<int64_t>(4, group - j0);
+      const float* ws[4];
+      float* os[4];
+      for (int j = 0; j < g; ++j) {
+        ws[j] = w + (j0 + j) * w_stride;
+        os[j] = out + (j0 + j) * n;
+      }
+      switch (g) {
+        case 1: weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate); break;
+        case 2: weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate); break;
+        case 3: weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate); break;
+        default: weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate); break;
+      }
+    }
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < group; ++j)
+    weighted_rows(w + j * w_stride, v, n_pos, n, stride, out + j * n, accumulate);
+}
+
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
 // f32 (exact: f16 -> f32 loses nothing).
 void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
@@ -457,17 +517,18 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           const int64_t n = std::min(kPosChunk, n_pos - p0);
           gather_slots(kv.v, g, table, p0, n, kbuf.data());
           plan_after(true, p0);
-          for (int64_t hq = 0; hq < n_heads; ++hq) {
-            weighted_rows(scores.data() + hq * n_pos + p0, kbuf.data() + (hq / group) * hd, n, hd,
-                          width, out.row<float>(row) + hq * hd, p0 > 0);
-            pf.issue(hq, n_heads);
+          for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+            weighted_rows_group(scores.data() + kvh * group * n_pos + p0, n_pos, group,
+                                kbuf.data() + kvh * hd, n, hd, width,
+                                out.row<float>(row) + kvh * group * hd, p0 > 0);
+            pf.issue(kvh, g.n_kv_heads);
           }
         }
         continue;
       }
       kbuf.resize((size_t)(n_pos * hd));
       vbuf.resize((size_t)(n_pos * hd));
-      scores.resize((size_t)n_pos);
+      scores.resize((size_t)(group * n_pos));
       gather_head(kv.k, g, table, 0, n_pos, w.kv_head, kbuf.data());
       gather_head(kv.v, g, table, 0, n_pos, w.kv_head, vbuf.data());
       for (int64_t r = w.q_begin; r < w.q_end; ++r) {
@@ -475,11 +536,12 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         const int64_t visible = first_pos + r + 1;
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, scores.data());
-          softmax_weights(scores.data(), visible, f16);
-          weighted_rows(scores.data(), vbuf.data(), visible, hd, hd,
-                        out.row<float>(row) + (w.kv_head * group + j) * hd);
+          float* sj = scores.data() + j * n_pos;
+          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj);
+          softmax_weights(sj, visible, f16);
         }
+        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
+                            out.row<float>(row) + w.kv_head * group * hd, false);
       }
     }
   });
