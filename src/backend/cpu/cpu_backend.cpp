@@ -451,7 +451,23 @@ class CpuBackend final : public Backend {
 
   static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
     double ss = 0.0;
-    for (int64_t i = 0; i < n; ++i) ss += (double)x[i] * (double)x[i];
+    int64_t i0 = 0;
+#if INFERCEPT_VEC_AVX512
+    // The sum of squares in 8 double lanes (element i in lane i % 8), then the lanes in
+    // order: one chain of 576 dependent double adds was ~2% of a batch-32 step. In double
+    // the order moves the f32 scale below only in a last-bit tie.
+    if (n >= 8) {
+      __m512d acc = _mm512_setzero_pd();
+      for (; i0 + 8 <= n; i0 += 8) {
+        const __m512d v = _mm512_maskz_cvtps_pd((__mmask8)0xff, _mm256_loadu_ps(x + i0));
+        acc = _mm512_fmadd_pd(v, v, acc);
+      }
+      alignas(64) double lanes[8];
+      _mm512_store_pd(lanes, acc);
+      for (double l : lanes) ss += l;
+    }
+#endif
+    for (int64_t i = i0; i < n; ++i) ss += (double)x[i] * (double)x[i];
     const float s = 1.0f / std::sqrt((float)(ss / (double)n) + eps);
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s * w[i];
   }
