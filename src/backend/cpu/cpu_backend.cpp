@@ -111,6 +111,19 @@ class CpuBackend final : public Backend {
 
   void sync() override {}
 
+  // Greedy rows are sampled here, split across threads, so the engine skips copying the
+  // logits (6 MB a step at batch 32) and arg-maxing them on its one thread. Same rule as the
+  // host sampler's argmax: NaN is never chosen, the lowest id wins a tie, and a row whose
+  // maximum is -inf (all masked or NaN) gives 0.
+  bool greedy_on_device() const override { return true; }
+  bool argmax_rows(const Tensor& logits, int32_t* out) override {
+    CHECK(logits.dtype == DType::f32);
+    pool_.parallel_for(logits.rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) out[r] = argmax_row(logits.row<float>(r), logits.cols);
+    }, /*grain=*/4);
+    return true;
+  }
+
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override {
     CHECK(out.dtype == DType::f32 && out.rows == (int64_t)tokens.size() && out.cols == table.cols);
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -447,6 +460,31 @@ class CpuBackend final : public Backend {
 #else
     for (int64_t c = 0; c < n; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
 #endif
+  }
+
+  static int32_t argmax_row(const float* x, int64_t n) {
+    float m = -INFINITY;
+    int64_t i = 0;
+#if INFERCEPT_VEC_AVX512
+    // max(x, m) keeps m where x is NaN (vmaxps returns its second operand then).
+    __m512 m16 = _mm512_set1_ps(-INFINITY);
+    for (; i + 16 <= n; i += 16) m16 = vm::max(_mm512_loadu_ps(x + i), m16);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, m16);
+    for (float l : lanes) m = std::max(m, l);
+#endif
+    for (; i < n; ++i) m = std::max(m, x[i]);
+    if (m == -INFINITY) return 0;
+    i = 0;
+#if INFERCEPT_VEC_AVX512
+    const __m512 mv = _mm512_set1_ps(m);
+    for (; i + 16 <= n; i += 16)
+      if (const __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), mv, _CMP_EQ_OQ); eq != 0)
+        return (int32_t)(i + __builtin_ctz((unsigned)eq));
+#endif
+    for (; i < n; ++i)
+      if (x[i] == m) return (int32_t)i;
+    return 0;
   }
 
   static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
