@@ -32,14 +32,16 @@ size_t packed_bytes(DType t, int64_t rows, int64_t k);
 // which must be 64-byte aligned and packed_bytes(t, rows, k) long.
 void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
 
-// Activation rows in the form the packed kernels read: quants of each row contiguous, block
-// scales converted to f32 once per matmul instead of once per weight group.
+// Activation rows in the form the packed kernels read: panels of 8 rows (the widest tile),
+// block-major inside a panel, so a tile reaches all its rows' operands from one pointer;
+// block scales converted to f32 once per matmul instead of once per weight group. Slot
+// j = (panel * nb + block) * 8 + row-in-panel; the last panel is padded.
 struct PackedActs {
   int64_t n = 0, k = 0;
-  std::vector<int8_t> qs;     // n x k
-  std::vector<float> d;       // n x k/32 block scales
-  std::vector<float> s;       // n x k/32, q8_1 only: d * sum of the block's quants
-  std::vector<int32_t> corr;  // n x k/32, q4_0/q8_0: -offset * sum of the block's quants
+  std::vector<int8_t> qs;     // slots x 32 quants
+  std::vector<float> d;       // per slot: block scale
+  std::vector<float> s;       // per slot, q8_1 only: d * sum of the block's quants
+  std::vector<int32_t> corr;  // per slot, q4_0/q8_0: -offset * sum of the block's quants
 };
 
 // Fills out from n activation rows quantized with quantize_row(activation_dtype_for(t), ...),
