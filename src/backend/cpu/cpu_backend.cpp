@@ -240,18 +240,38 @@ class CpuBackend final : public Backend {
     // theta_i = pos * base^(-2i/rot_dim), built by repeated float multiplication: that is
     // how llama.cpp rounds it, and near-ties in greedy decoding are sensitive to the last bit.
     const float theta_scale = std::pow(p.theta_base, -2.0f / (float)p.rot_dim);
+    // Every layer of a step rotates the same positions: the cos/sin table of the first is
+    // kept (~1% of a batch-32 decode step went to sincos) and reused while the positions
+    // and parameters match.
+    RopeTable& tab = rope_table_;
+    const bool hit = tab.half == half && tab.theta_base == p.theta_base &&
+                     tab.freq_factors.data() == p.freq_factors.data() &&
+                     tab.freq_factors.size() == p.freq_factors.size() &&
+                     std::equal(positions.begin(), positions.end(), tab.positions.begin(),
+                                tab.positions.end());
+    if (!hit) {
+      tab.half = half;
+      tab.theta_base = p.theta_base;
+      tab.freq_factors = p.freq_factors;
+      tab.positions.assign(positions.begin(), positions.end());
+      tab.cs.resize(positions.size() * (size_t)half);
+      tab.sn.resize(positions.size() * (size_t)half);
+    }
     pool_.parallel_for(q.rows, [&](int64_t b, int64_t e) {
-      std::vector<float> cs((size_t)half), sn((size_t)half);
       for (int64_t r = b; r < e; ++r) {
-        float theta = (float)positions[(size_t)r];
-        for (int64_t i = 0; i < half; ++i) {
-          const float t = p.freq_factors.empty() ? theta : theta / p.freq_factors[(size_t)i];
-          cs[(size_t)i] = std::cos(t);
-          sn[(size_t)i] = std::sin(t);
-          theta *= theta_scale;
+        float* cs = tab.cs.data() + r * half;
+        float* sn = tab.sn.data() + r * half;
+        if (!hit) {
+          float theta = (float)positions[(size_t)r];
+          for (int64_t i = 0; i < half; ++i) {
+            const float t = p.freq_factors.empty() ? theta : theta / p.freq_factors[(size_t)i];
+            cs[i] = std::cos(t);
+            sn[i] = std::sin(t);
+            theta *= theta_scale;
+          }
         }
-        rotate_heads(q.row<float>(r), q.cols / p.head_dim, p, cs.data(), sn.data());
-        rotate_heads(k.row<float>(r), k.cols / p.head_dim, p, cs.data(), sn.data());
+        rotate_heads(q.row<float>(r), q.cols / p.head_dim, p, cs, sn);
+        rotate_heads(k.row<float>(r), k.cols / p.head_dim, p, cs, sn);
         if constexpr (!std::is_same_v<After, std::nullptr_t>) after(r);
       }
     }, /*grain=*/4);
@@ -546,7 +566,17 @@ class CpuBackend final : public Backend {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };
 
+  // cos and sin of every (row, frequency) of the positions last rotated, [rows, half] each.
+  struct RopeTable {
+    int64_t half = -1;
+    float theta_base = 0.0f;
+    std::span<const float> freq_factors;
+    std::vector<int32_t> positions;
+    std::vector<float> cs, sn;
+  };
+
   ThreadPool pool_;
+  RopeTable rope_table_;
   bool pack_weights_ = true;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
