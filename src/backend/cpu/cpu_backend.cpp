@@ -391,8 +391,8 @@ class CpuBackend final : public Backend {
     return static_cast<const float*>(norm.data);
   }
 
-  // Quantizes x for products against weights like w (into act_scratch_, and into
-  // packed_acts_ for packed weights), rows split across threads. pre(r), when given, runs
+  // Quantizes x for products against weights like w (into packed_acts_ for packed weights,
+  // else into act_scratch_), rows split across threads. pre(r), when given, runs
   // first for each row (it writes x's row r: the fused RMSNorm).
   template <typename Pre>
   Input quantize_input(const Tensor& x, const Weight& w, Pre pre) {
@@ -411,10 +411,23 @@ class CpuBackend final : public Backend {
             /*grain=*/4);
       return {x.data, (size_t)x.stride * sizeof(float)};
     }
+    if (w.packed != nullptr) {
+      // Straight into the packed kernels' panels (no block-format copy in between).
+      resize_acts(w.dtype, n, k, packed_acts_);
+      pool_.parallel_for(
+          n,
+          [&](int64_t b, int64_t e) {
+            for (int64_t r = b; r < e; ++r) {
+              if constexpr (kHasPre) pre(r);
+              quantize_acts_rows(w.dtype, x.row<float>(r), x.stride, r, r + 1, packed_acts_);
+            }
+          },
+          /*grain=*/4);
+      return {nullptr, 0};
+    }
     const size_t rb = dtype_row_bytes(act_t, k);
     if (act_scratch_.size() < rb * (size_t)n) act_scratch_.resize(rb * (size_t)n);
     uint8_t* dst = act_scratch_.data();
-    if (w.packed != nullptr) resize_acts(w.dtype, n, k, packed_acts_);
     pool_.parallel_for(
         n,
         [&](int64_t b, int64_t e) {
@@ -422,7 +435,6 @@ class CpuBackend final : public Backend {
             if constexpr (kHasPre) pre(r);
             quantize_row_fast(act_t, x.row<float>(r), dst + (size_t)r * rb, k);
           }
-          if (w.packed != nullptr) prepare_acts_rows(w.dtype, dst, rb, b, e, packed_acts_);
         },
         /*grain=*/4);
     return {dst, rb};

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/quantize_fast.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
@@ -330,6 +331,28 @@ void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t 
         out.corr[j] = -offset * sum;
         std::memcpy(qs, b->qs, kQK);
       }
+    }
+  }
+}
+
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
+                        int64_t a_end, PackedActs& out) {
+  CHECK(a_begin >= 0 && a_end <= out.n);
+  const int64_t nb = out.k / kQK;
+  const bool q8_1 = t == DType::q4_1;
+  const int offset = t == DType::q4_0 ? 8 : 128;  // the weight operand's bias (q4_0, q8_0)
+  for (int64_t a = a_begin; a < a_end; ++a, x += x_stride) {
+    const size_t row0 = (size_t)(a / kPanel * nb * kPanel + a % kPanel);  // block 0's slot
+    for (int64_t i = 0; i < nb; ++i) {
+      const size_t j = row0 + (size_t)i * kPanel;
+      int sum = 0;
+      const float d = quantize_block32_fast(x + i * kQK, out.qs.data() + j * kQK, &sum);
+      // The values prepare_acts_rows reads back from the f16 fields of the block.
+      out.d[j] = fp16_to_fp32(fp32_to_fp16(d));
+      if (q8_1)
+        out.s[j] = fp16_to_fp32(fp32_to_fp16((float)sum * d));
+      else
+        out.corr[j] = -offset * sum;
     }
   }
 }

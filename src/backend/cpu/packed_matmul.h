@@ -51,6 +51,11 @@ void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, in
 // prepare_acts in two steps, so threads can fill disjoint rows: sizes out for n rows of k,
 // then fills rows [a_begin, a_end) (row a still at acts + a * act_row_bytes).
 void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out);
+// Quantizes f32 activation rows [a_begin, a_end) (row a at x + (a - a_begin) * x_stride)
+// straight into out (sized by resize_acts): the same values as quantize_row_fast to
+// activation_dtype_for(t) followed by prepare_acts_rows, without the block-format copy.
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
+                        int64_t a_end, PackedActs& out);
 void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
                        int64_t a_end, PackedActs& out);
 

@@ -115,6 +115,25 @@ inline float amax32(const float* x) { return amax32_256(x); }
 }  // namespace
 #endif
 
+float quantize_block32_fast(const float* x, int8_t* q, int* sum) {
+#if INFERCEPT_QFAST_AVX2
+  const float d = amax32(x) / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  *sum = quantize32(x, id, q);
+  return d;
+#else
+  // core/quant.cpp's quant_q8_1, one block.
+  float amax = 0.f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  int s = 0;
+  for (int j = 0; j < kQK; ++j) s += (q[j] = (int8_t)std::roundf(x[j] * id));
+  *sum = s;
+  return d;
+#endif
+}
+
 void quantize_row_fast(DType t, const float* src, void* dst, int64_t n) {
 #if INFERCEPT_QFAST_AVX2
   if (t == DType::q8_0 || t == DType::q8_1) {
