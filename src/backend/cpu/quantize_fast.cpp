@@ -45,11 +45,14 @@ inline int quantize32_512(const float* x, float id, int8_t* q) {
     _mm512_mask_cvtsepi32_storeu_epi8(q + 16 * k, kAll16, r);
     sum = _mm512_add_epi32(sum, r);
   }
-  alignas(64) int32_t lanes[16];
-  _mm512_store_si512(lanes, sum);
-  int total = 0;
-  for (int32_t l : lanes) total += l;
-  return total;
+  // Lane sums by halves (exact in any order): a store and a scalar loop here cost more
+  // than the quantization itself.
+  const __m256i s8 = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64((__mmask8)0xff, sum, 0),
+                                      _mm512_maskz_extracti64x4_epi64((__mmask8)0xff, sum, 1));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x55));
+  return _mm_cvtsi128_si32(s4);
 }
 
 inline float amax32_512(const float* x) {
@@ -57,11 +60,14 @@ inline float amax32_512(const float* x) {
   const __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x)), abs_mask));
   const __m512 a1 =
       _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + 16)), abs_mask));
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_maskz_max_ps(kAll16, a0, a1));
-  float m = lanes[0];
-  for (float l : lanes) m = std::max(m, l);
-  return m;
+  const __m512i m16 = _mm512_castps_si512(_mm512_maskz_max_ps(kAll16, a0, a1));
+  const __m256 m8 =
+      _mm256_max_ps(_mm256_castsi256_ps(_mm512_maskz_extracti64x4_epi64((__mmask8)0xff, m16, 0)),
+                    _mm256_castsi256_ps(_mm512_maskz_extracti64x4_epi64((__mmask8)0xff, m16, 1)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
 }
 #endif
 
