@@ -170,7 +170,8 @@ class CpuBackend final : public Backend {
   // so the results are the same bits; at batch 32 a layer went from 19 regions to 10.
   void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
                     std::span<const Projection> projections) override {
-    std::vector<Product> ps;
+    std::vector<Product>& ps = products_;  // reused: no allocation once it has grown
+    ps.clear();
     for (const Projection& p : projections) ps.push_back({p.w, p.bias, p.out});
     if (!same_input_form(ps)) return Backend::norm_project(x, norm, eps, h, projections);
     const auto* wv = check_norm(x, norm, h);
@@ -594,6 +595,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
   PackedActs packed_acts_;  // the current matmul's activations for matmul_packed
+  std::vector<Product> products_;  // norm_project's group
 };
 
 }  // namespace
