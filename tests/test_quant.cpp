@@ -689,5 +689,45 @@ TEST(MatmulPacked, ExtremeOperandsStayExact) {
   }
 }
 
+// The CPU backend quantizes f32 rows straight into the panels (quantize_acts_rows); the
+// panels must hold what quantizing to the block format and prepare_acts would give.
+TEST(MatmulPacked, QuantizeStraightIntoPanelsEqualsQuantizeThenPrepare) {
+  std::mt19937 rng(5);
+  const int64_t k = 576;
+  for (DType wt : kPackedTypes) {
+    if (!packed_supported(wt)) GTEST_SKIP() << "no AVX512-VNNI in this build";
+    for (int64_t n : {1, 5, 8, 13, 32}) {
+      std::vector<float> x;
+      for (int64_t r = 0; r < n; ++r) {
+        const auto row = random_floats(rng, k, r % 3 == 0 ? 0.01f : 3.0f);
+        x.insert(x.end(), row.begin(), row.end());
+      }
+      std::fill(x.begin(), x.begin() + 32, 0.0f);  // an all-zero block
+      const DType at = activation_dtype_for(wt);
+      const size_t arb = dtype_row_bytes(at, k);
+      std::vector<uint8_t> blocks(arb * (size_t)n);
+      for (int64_t r = 0; r < n; ++r)
+        quantize_row_fast(at, x.data() + r * k, blocks.data() + (size_t)r * arb, k);
+      PackedActs want, got;
+      prepare_acts(wt, blocks.data(), arb, n, k, want);
+      resize_acts(wt, n, k, got);
+      // In two calls, as threads would split the rows.
+      quantize_acts_rows(wt, x.data(), k, 0, n / 2, got);
+      quantize_acts_rows(wt, x.data() + (n / 2) * k, k, n / 2, n, got);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < k / 32; ++i) {
+          const size_t j = (size_t)((r / 8 * (k / 32) + i) * 8 + r % 8);
+          ASSERT_EQ(std::memcmp(got.qs.data() + j * 32, want.qs.data() + j * 32, 32), 0)
+              << dtype_name(wt) << " n " << n << " row " << r << " block " << i;
+          ASSERT_EQ(got.d[j], want.d[j]);
+          if (wt == DType::q4_1)
+            ASSERT_EQ(got.s[j], want.s[j]);
+          else
+            ASSERT_EQ(got.corr[j], want.corr[j]);
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace infercept

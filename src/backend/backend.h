@@ -120,7 +120,8 @@ class Backend {
   virtual bool copies_are_async() const { return false; }
   // Greedy sampling where the logits live: out[i] = the lowest id of row i's largest value
   // (the host sampler's tie rule). Returns false when the backend leaves sampling to the
-  // host (the CPU: its logits are already there); greedy_on_device() says so up front.
+  // host; greedy_on_device() says so up front (the CPU does it too: split across threads, and
+  // the logits need not be copied out).
   virtual bool greedy_on_device() const { return false; }
   virtual bool argmax_rows(const Tensor& logits, int32_t* out) { return false; }
   // Sampling of any DeviceSampleRow where the logits live; the logits are overwritten.

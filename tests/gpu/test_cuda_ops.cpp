@@ -362,7 +362,13 @@ TEST(CudaOps, ArgmaxRowsMatchesTheHostRule) {
     const int32_t want = (int32_t)(std::max_element(row, row + vocab) - row);  // first maximum
     EXPECT_EQ(got[(size_t)r], want) << "row " << r;
   }
-  EXPECT_FALSE(p.cpu->argmax_rows(t, got.data())) << "the CPU samples on the host";
+  // The CPU backend arg-maxes greedy rows itself too (split across threads): same rule.
+  Tensor tc = p.cpu->alloc_activation(rows, vocab, DType::f32);
+  std::copy(v.begin(), v.end(), static_cast<float*>(tc.data));
+  std::vector<int32_t> got_cpu((size_t)rows, -1);
+  ASSERT_TRUE(p.cpu->greedy_on_device());
+  ASSERT_TRUE(p.cpu->argmax_rows(tc, got_cpu.data()));
+  EXPECT_EQ(got_cpu, got);
 }
 
 // Device sampling against the exact filtered distribution: N copies of one logit row drawn

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/vec_math.h"
 #include "core/check.h"
 #include "core/half.h"
 
@@ -85,12 +86,40 @@ inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// out[0, n) = sum over p of w[p] * v[p * stride .. p * stride + n), accumulated in position order per
-// element (the same fused multiply-adds as repeated axpy), with 64 columns at a time held
-// in registers instead of being reloaded and stored for every position.
-// With accumulate, the sums continue from what out holds (a later chunk of positions).
-inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t n,
-                          int64_t stride, float* out, bool accumulate = false) {
+// out[0, n) = sum over p of w[p] * v[p * stride .. p * stride + n), accumulated in position order
+// per element (the same fused multiply-adds as repeated axpy), with 64 columns at a time held in
+// registers instead of being reloaded and stored for every position. With accumulate, the sums
+// continue from what out holds (a later chunk of positions).
+inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t n, int64_t stride,
+                          float* out, bool accumulate = false) {
+#if INFERCEPT_VEC_AVX512
+  // The same per-element FMA chain as the AVX2 form below, 16 lanes wide.
+  if (n % 64 == 0) {
+    for (int64_t c = 0; c < n; c += 64) {
+      // Four named accumulators: as an array GCC kept them in memory across positions.
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      if (accumulate) {
+        a0 = _mm512_loadu_ps(out + c);
+        a1 = _mm512_loadu_ps(out + c + 16);
+        a2 = _mm512_loadu_ps(out + c + 32);
+        a3 = _mm512_loadu_ps(out + c + 48);
+      }
+      for (int64_t p = 0; p < n_pos; ++p) {
+        const __m512 wp = _mm512_set1_ps(w[p]);
+        const float* vp = v + p * stride + c;
+        a0 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp), a0);
+        a1 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16), a1);
+        a2 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 32), a2);
+        a3 = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 48), a3);
+      }
+      _mm512_storeu_ps(out + c, a0);
+      _mm512_storeu_ps(out + c + 16, a1);
+      _mm512_storeu_ps(out + c + 32, a2);
+      _mm512_storeu_ps(out + c + 48, a3);
+    }
+    return;
+  }
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   if (n % 64 == 0) {
     for (int64_t c = 0; c < n; c += 64) {
@@ -100,8 +129,8 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
       for (int64_t p = 0; p < n_pos; ++p) {
         const __m256 wp = _mm256_set1_ps(w[p]);
         const float* vp = v + p * stride + c;
-        _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
-          acc[j] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * j), acc[j]);
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j) acc[j] =
+            _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8 * j), acc[j]);
       }
       for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + c + 8 * j, acc[j]);
     }
@@ -110,6 +139,66 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
 #endif
   if (!accumulate) std::fill(out, out + n, 0.0f);
   for (int64_t p = 0; p < n_pos; ++p) axpy(w[p], v + p * stride, out, n);
+}
+
+#if INFERCEPT_VEC_AVX512
+// weighted_rows for G query heads that share one value head: out_j[c] = sum over p of
+// w_j[p] * v[p * stride + c], each element the same FMA chain in position order as
+// weighted_rows, but the G heads' 4G chains run side by side and share each value load
+// (one head alone is bound by the FMA latency, 4 chains deep). n % 64 == 0.
+template <int G>
+inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n_pos, int64_t n,
+                                int64_t stride, float* const* out, bool accumulate) {
+  for (int64_t c = 0; c < n; c += 64) {
+    __m512 acc[G][4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+        acc[j][q] = accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
+    for (int64_t p = 0; p < n_pos; ++p) {
+      const float* vp = v + p * stride + c;
+      const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16),
+                   v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
+        const __m512 wp = _mm512_set1_ps(w[j][p]);
+        acc[j][0] = _mm512_fmadd_ps(wp, v0, acc[j][0]);
+        acc[j][1] = _mm512_fmadd_ps(wp, v1, acc[j][1]);
+        acc[j][2] = _mm512_fmadd_ps(wp, v2, acc[j][2]);
+        acc[j][3] = _mm512_fmadd_ps(wp, v3, acc[j][3]);
+      }
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+        _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
+  }
+}
+#endif
+
+// weighted_rows for `group` heads sharing v: w_j = w + j * w_stride, out_j = out + j * n.
+inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group, const float* v,
+                                int64_t n_pos, int64_t n, int64_t stride, float* out,
+                                bool accumulate) {
+#if INFERCEPT_VEC_AVX512
+  if (n % 64 == 0) {
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+      const int g = (int)std::min<int64_t>(4, group - j0);
+      const float* ws[4];
+      float* os[4];
+      for (int j = 0; j < g; ++j) {
+        ws[j] = w + (j0 + j) * w_stride;
+        os[j] = out + (j0 + j) * n;
+      }
+      switch (g) {
+        case 1: weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate); break;
+        case 2: weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate); break;
+        case 3: weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate); break;
+        default: weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate); break;
+      }
+    }
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < group; ++j)
+    weighted_rows(w + j * w_stride, v, n_pos, n, stride, out + j * n, accumulate);
 }
 
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
@@ -133,7 +222,8 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
         int64_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__)
         for (; i + 8 <= g.head_dim; i += 8)
-          _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+          _mm256_storeu_ps(
+              d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
 #endif
         for (; i < g.head_dim; ++i) d[i] = fp16_to_fp32(s[i]);
       }
@@ -142,9 +232,36 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
 }
 
 // Scores of one query head against positions' keys (position p's at k + p * stride):
-// out[p] = dot(q, key p) * scale.
-inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd,
-                        int64_t stride, float scale, float* out) {
+// out[p] = dot(q, key p) * scale. With AVX-512 and head_dim % 16 == 0, each dot is one
+// 16-lane FMA chain over the dimensions summed in hsum16's order, 16 positions per pass
+// (a pass past n_pos re-reads the last key and drops the extra sums), so every position
+// gets the same arithmetic whatever n_pos, stride or the path that called.
+inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd, int64_t stride,
+                        float scale, float* out) {
+#if INFERCEPT_VEC_AVX512
+  if (hd % 16 == 0) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
+    // registers; each position's chain is the same either way.
+    for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+      const int64_t live = std::min<int64_t>(16, n_pos - p0);
+      const float* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
+      __m512 acc[16];
+      __m512 qc = _mm512_loadu_ps(qh);
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
+        acc[i] = _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
+      for (int64_t c = 16; c < hd; c += 16) {
+        qc = _mm512_loadu_ps(qh + c);
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
+          acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
+      }
+      const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
+      _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
+    }
+    return;
+  }
+#endif
   int64_t p = 0;
   for (; p + 4 <= n_pos; p += 4) {
     dot4(qh, k + p * stride, hd, stride, out + p);
@@ -153,21 +270,48 @@ inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t 
   for (; p < n_pos; ++p) out[p] = dot(qh, k + p * stride, hd) * scale;
 }
 
-// Asks for positions [p_begin, p_begin + n) of every head to be brought into cache: the
-// decode path calls it one chunk ahead, as a block's slots are contiguous but blocks are
-// scattered, so the hardware prefetcher cannot run ahead across them.
-void prefetch_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
-                    int64_t p_begin, int64_t n) {
-  const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
-  int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
-  for (int64_t p = 0; p < n; ++b, j = 0) {
-    const int64_t run = std::min(g.block_size - j, n - p);
-    const uint8_t* start = base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
-    for (size_t off = 0; off < (size_t)run * slot_bytes; off += 64)
-      __builtin_prefetch(start + off, 0, 3);
-    p += run;
+// The cache lines of positions [p_begin, p_begin + n) (every head) of one sequence, to be
+// prefetched a few at a time while the chunk before them is computed: a block's slots are
+// contiguous but blocks are scattered, so the hardware prefetcher cannot run ahead across
+// them. Issued in one burst they filled the core's fill buffers and stalled it (13% of a
+// batch-32 decode step sat on the prefetch instructions); spread out, they overlap compute.
+struct LinePrefetch {
+  struct Run {
+    const uint8_t* start;
+    size_t lines;
+  };
+  std::vector<Run> runs;  // contiguous slots, one run per block touched
+  size_t total = 0, issued = 0;
+  size_t run = 0, line = 0;  // where the next line to issue is
+
+  void clear() {
+    runs.clear();
+    total = issued = run = line = 0;
   }
-}
+  void plan(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
+            int64_t p_begin, int64_t n) {
+    clear();
+    const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
+    int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
+    for (int64_t p = 0; p < n; ++b, j = 0) {
+      const int64_t count = std::min(g.block_size - j, n - p);
+      const uint8_t* start =
+          base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
+      const size_t lines = ((size_t)count * slot_bytes + 63) / 64;
+      runs.push_back({start, lines});
+      total += lines;
+      p += count;
+    }
+  }
+  // Issues the next share of the planned lines: part `i` of `parts`.
+  void issue(int64_t i, int64_t parts) {
+    const size_t end = std::min(total, ((size_t)(i + 1) * total + (size_t)parts - 1) / (size_t)parts);
+    for (; issued < end; ++issued) {
+      __builtin_prefetch(runs[run].start + 64 * line, 0, 3);
+      if (++line == runs[run].lines) ++run, line = 0;
+    }
+  }
+};
 
 // Copies all heads of positions [p_begin, p_begin + n) into dst [n, n_kv_heads * head_dim]
 // f32: whole slots, which lie contiguous within a block, so the reads stream.
@@ -186,9 +330,13 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
     } else {
       const uint16_t* s = reinterpret_cast<const uint16_t*>(base) + off;
       int64_t i = 0;
+#if INFERCEPT_VEC_AVX512
+      for (; i + 16 <= count; i += 16) _mm512_storeu_ps(d + i, vm::f16_to_f32(s + i));
+#endif
 #if defined(__F16C__) && defined(__AVX2__)
       for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+        _mm256_storeu_ps(d + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
 #endif
       for (; i < count; ++i) d[i] = fp16_to_fp32(s[i]);
     }
@@ -200,6 +348,35 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
 // probabilities meet f16 values, so they are rounded to f16 too (an f16 P*V product, as
 // llama.cpp computes it).
 inline void softmax_weights(float* scores, int64_t n, bool f16) {
+#if INFERCEPT_VEC_AVX512
+  // 16 positions per pass, the tail masked: the maximum is exact in any order; the sum runs
+  // in 16 lanes (position p in lane p % 16, in position order) and ends with hsum16.
+  auto mask_at = [&](int64_t p) {
+    return (__mmask16)(n - p >= 16 ? 0xffffu : (1u << (n - p)) - 1u);
+  };
+  __m512 m16 = _mm512_set1_ps(-INFINITY);
+  for (int64_t p = 0; p < n; p += 16)
+    m16 = _mm512_mask_max_ps(m16, mask_at(p), m16, _mm512_maskz_loadu_ps(mask_at(p), scores + p));
+  float lanes[16];
+  _mm512_storeu_ps(lanes, m16);
+  float mx = lanes[0];
+  for (float l : lanes) mx = std::max(mx, l);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 sum16 = _mm512_setzero_ps();
+  for (int64_t p = 0; p < n; p += 16) {
+    const __mmask16 m = mask_at(p);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), vmx));
+    sum16 = _mm512_mask_add_ps(sum16, m, sum16, e);
+    _mm512_mask_storeu_ps(scores + p, m, e);
+  }
+  const __m512 vinv = _mm512_set1_ps(1.0f / hsum16(sum16));
+  for (int64_t p = 0; p < n; p += 16) {
+    const __mmask16 m = mask_at(p);
+    __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + p), vinv);
+    if (f16) w = vm::round_to_f16(w);
+    _mm512_mask_storeu_ps(scores + p, m, w);
+  }
+#else
   float mx = -INFINITY;
   int64_t p0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -235,6 +412,7 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
     const float w = scores[p] * inv;
     scores[p] = f16 ? fp16_to_fp32(fp32_to_fp16(w)) : w;
   }
+#endif
 }
 
 struct WorkItem {
@@ -270,6 +448,7 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   const bool f16 = g.dtype == DType::f16;
   pool.run([&](int, int) {
     std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
+    LinePrefetch pf;
     for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
       const WorkItem& w = items[it];
       const int64_t ctx = batch.ctx_len[(size_t)w.seq];
@@ -283,7 +462,13 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
       auto round_q = [&](int64_t row, int64_t kv_head) {
         for (int64_t j = 0; j < group; ++j) {
           const float* qp = q.row<float>(row) + (kv_head * group + j) * hd;
-          for (int64_t i = 0; i < hd; ++i)
+          int64_t i = 0;
+#if INFERCEPT_VEC_AVX512
+          if (f16)
+            for (; i + 16 <= hd; i += 16)
+              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)], vm::round_to_f16(_mm512_loadu_ps(qp + i)));
+#endif
+          for (; i < hd; ++i)
             qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
         }
       };
@@ -303,35 +488,47 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           round_q(row, kvh);
           std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
         }
-        auto prefetch_next = [&](const uint8_t* base, int64_t p0) {
+        // Chunk c + 1 (of K, then of V) is prefetched while chunk c is computed, one share
+        // after each query head.
+        auto plan_after = [&](bool in_v, int64_t p0) {
           if (p0 + kPosChunk < n_pos)
-            prefetch_slots(base, g, table, p0 + kPosChunk,
-                           std::min(kPosChunk, n_pos - p0 - kPosChunk));
+            pf.plan(in_v ? kv.v : kv.k, g, table, p0 + kPosChunk,
+                    std::min(kPosChunk, n_pos - p0 - kPosChunk));
+          else if (!in_v)
+            pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
+          else
+            pf.clear();
         };
+        pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
+        pf.issue(0, 1);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
-          prefetch_next(kv.k, p0);
           gather_slots(kv.k, g, table, p0, n, kbuf.data());
-          for (int64_t hq = 0; hq < n_heads; ++hq)
-            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width,
-                        scale, scores.data() + hq * n_pos + p0);
+          plan_after(false, p0);
+          for (int64_t hq = 0; hq < n_heads; ++hq) {
+            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
+                        scores.data() + hq * n_pos + p0);
+            pf.issue(hq, n_heads);
+          }
         }
-        prefetch_slots(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         for (int64_t hq = 0; hq < n_heads; ++hq)
           softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
-          prefetch_next(kv.v, p0);
           gather_slots(kv.v, g, table, p0, n, kbuf.data());
-          for (int64_t hq = 0; hq < n_heads; ++hq)
-            weighted_rows(scores.data() + hq * n_pos + p0, kbuf.data() + (hq / group) * hd, n, hd,
-                          width, out.row<float>(row) + hq * hd, p0 > 0);
+          plan_after(true, p0);
+          for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+            weighted_rows_group(scores.data() + kvh * group * n_pos + p0, n_pos, group,
+                                kbuf.data() + kvh * hd, n, hd, width,
+                                out.row<float>(row) + kvh * group * hd, p0 > 0);
+            pf.issue(kvh, g.n_kv_heads);
+          }
         }
         continue;
       }
       kbuf.resize((size_t)(n_pos * hd));
       vbuf.resize((size_t)(n_pos * hd));
-      scores.resize((size_t)n_pos);
+      scores.resize((size_t)(group * n_pos));
       gather_head(kv.k, g, table, 0, n_pos, w.kv_head, kbuf.data());
       gather_head(kv.v, g, table, 0, n_pos, w.kv_head, vbuf.data());
       for (int64_t r = w.q_begin; r < w.q_end; ++r) {
@@ -339,11 +536,12 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         const int64_t visible = first_pos + r + 1;
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, scores.data());
-          softmax_weights(scores.data(), visible, f16);
-          weighted_rows(scores.data(), vbuf.data(), visible, hd, hd,
-                        out.row<float>(row) + (w.kv_head * group + j) * hd);
+          float* sj = scores.data() + j * n_pos;
+          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj);
+          softmax_weights(sj, visible, f16);
         }
+        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
+                            out.row<float>(row) + w.kv_head * group * hd, false);
       }
     }
   });

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/quantize_fast.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
@@ -27,6 +28,7 @@ namespace infercept {
 namespace {
 
 constexpr int kGroup = 16;  // weight rows per group: one int32 lane each of a 512-bit vector
+constexpr int kPanel = 8;   // activation rows per panel of PackedActs (= the widest tile)
 
 struct Geometry {
   int64_t nb = 0;          // blocks per row
@@ -84,18 +86,16 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
   constexpr bool kQ4 = K != Kind::q8_0;
   constexpr int NV = kQ4 ? 4 : 8;  // 64-byte quant vectors per block of a group
   constexpr int S = G * C < 4 ? 2 : 1;
-  const int64_t nb = geo.nb, k = A.k;
-  const int8_t* aq[C];
-  const float* ad[C];
-  const float* as[C];
-  const int32_t* ac[C];
-  INFERCEPT_UNROLL
-  for (int c = 0; c < C; ++c) {
-    aq[c] = A.qs.data() + (a0 + c) * k;
-    ad[c] = A.d.data() + (a0 + c) * nb;
-    as[c] = K == Kind::q4_1 ? A.s.data() + (a0 + c) * nb : nullptr;
-    ac[c] = K == Kind::q4_1 ? nullptr : A.corr.data() + (a0 + c) * nb;
-  }
+  const int64_t nb = geo.nb;
+  static_assert(C <= kPanel);
+  // The tile's rows are one panel: every activation operand is one base pointer plus a
+  // constant offset (row c's block i at (i * kPanel + c) * kQK quants, i * kPanel + c
+  // scales), so the 8 rows do not take 32 general registers.
+  const size_t panel = (size_t)(a0 / kPanel) * (size_t)nb * kPanel;
+  const int8_t* const aq = A.qs.data() + panel * kQK;
+  const float* const ad = A.d.data() + panel;
+  const float* const as = K == Kind::q4_1 ? A.s.data() + panel : nullptr;
+  const int32_t* const ac = K == Kind::q4_1 ? nullptr : A.corr.data() + panel;
   const uint8_t* qs[G];
   const uint16_t* dd[G];
   const uint16_t* mm[G];
@@ -119,7 +119,7 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
       INFERCEPT_UNROLL
       for (int c = 0; c < C; ++c) {
         isum[g][c][0] =
-            K == Kind::q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(ac[c][i]);
+            K == Kind::q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(ac[i * kPanel + c]);
         if constexpr (S == 2) isum[g][c][1] = _mm512_setzero_si512();
       }
     }
@@ -138,7 +138,7 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
       }
       INFERCEPT_UNROLL
       for (int c = 0; c < C; ++c) {
-        const int8_t* a = aq[c] + i * kQK;
+        const int8_t* a = aq + (i * kPanel + c) * kQK;
         if constexpr (kQ4) {
           const __m512i al = _mm512_set1_epi32(load_i32(a + 4 * v));
           const __m512i ah = _mm512_set1_epi32(load_i32(a + 16 + 4 * v));
@@ -166,10 +166,10 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
       for (int c = 0; c < C; ++c) {
         __m512i s = isum[g][c][0];
         if constexpr (S == 2) s = _mm512_add_epi32(s, isum[g][c][1]);
-        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(ad[c][i]));
+        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(ad[i * kPanel + c]));
         acc[g][c] = _mm512_fmadd_ps(scale, i32_to_f32(s), acc[g][c]);
         if constexpr (K == Kind::q4_1)
-          acc[g][c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(as[c][i]), acc[g][c]);
+          acc[g][c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(as[i * kPanel + c]), acc[g][c]);
       }
     }
   }
@@ -206,7 +206,7 @@ void run(const uint8_t* packed, int64_t rows, int64_t row_begin, int64_t row_end
   // Decode (one activation row) streams the weights: four groups per pass give the core
   // independent dependency chains to overlap with the loads.
   constexpr int kDecodeGroups = 4;
-  constexpr int kActTile = 8;
+  constexpr int kActTile = kPanel;
   if (A.n == 1) {
     int64_t g = g0;
     for (; g + kDecodeGroups <= g1; g += kDecodeGroups) {
@@ -292,39 +292,75 @@ void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64
   }
 }
 
-void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
-                  PackedActs& out) {
+void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out) {
   CHECK(packed_supported(t) && k % kQK == 0 && n >= 0);
   const int64_t nb = k / kQK;
   out.n = n;
   out.k = k;
-  out.qs.resize((size_t)(n * k));
-  out.d.resize((size_t)(n * nb));
+  const size_t slots = (size_t)((n + kPanel - 1) / kPanel * kPanel * nb);  // padded panels
+  out.qs.resize(slots * kQK);
+  out.d.resize(slots);
   const bool q8_1 = t == DType::q4_1;
-  out.s.resize(q8_1 ? (size_t)(n * nb) : 0);
-  out.corr.resize(q8_1 ? 0 : (size_t)(n * nb));
+  out.s.resize(q8_1 ? slots : 0);
+  out.corr.resize(q8_1 ? 0 : slots);
+}
+
+void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
+                       int64_t a_end, PackedActs& out) {
+  CHECK(a_begin >= 0 && a_end <= out.n);
+  const int64_t nb = out.k / kQK;
+  const bool q8_1 = t == DType::q4_1;
   const int offset = t == DType::q4_0 ? 8 : 128;  // the weight operand's bias (q4_0, q8_0)
   const auto* base = static_cast<const uint8_t*>(acts);
-  for (int64_t a = 0; a < n; ++a) {
+  for (int64_t a = a_begin; a < a_end; ++a) {
     const uint8_t* row = base + (size_t)a * act_row_bytes;
-    int8_t* qs = out.qs.data() + a * k;
+    const size_t row0 = (size_t)(a / kPanel * nb * kPanel + a % kPanel);  // block 0's slot
     for (int64_t i = 0; i < nb; ++i) {
-      const size_t j = (size_t)(a * nb + i);
+      const size_t j = row0 + (size_t)i * kPanel;
+      int8_t* qs = out.qs.data() + j * kQK;
       if (q8_1) {
         const auto* b = reinterpret_cast<const BlockQ8_1*>(row) + i;
         out.d[j] = fp16_to_fp32(b->d);
         out.s[j] = fp16_to_fp32(b->s);
-        std::memcpy(qs + i * kQK, b->qs, kQK);
+        std::memcpy(qs, b->qs, kQK);
       } else {
         const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i;
         out.d[j] = fp16_to_fp32(b->d);
         int sum = 0;
         for (int e = 0; e < kQK; ++e) sum += b->qs[e];
         out.corr[j] = -offset * sum;
-        std::memcpy(qs + i * kQK, b->qs, kQK);
+        std::memcpy(qs, b->qs, kQK);
       }
     }
   }
+}
+
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
+                        int64_t a_end, PackedActs& out) {
+  CHECK(a_begin >= 0 && a_end <= out.n);
+  const int64_t nb = out.k / kQK;
+  const bool q8_1 = t == DType::q4_1;
+  const int offset = t == DType::q4_0 ? 8 : 128;  // the weight operand's bias (q4_0, q8_0)
+  for (int64_t a = a_begin; a < a_end; ++a, x += x_stride) {
+    const size_t row0 = (size_t)(a / kPanel * nb * kPanel + a % kPanel);  // block 0's slot
+    for (int64_t i = 0; i < nb; ++i) {
+      const size_t j = row0 + (size_t)i * kPanel;
+      int sum = 0;
+      const float d = quantize_block32_fast(x + i * kQK, out.qs.data() + j * kQK, &sum);
+      // The values prepare_acts_rows reads back from the f16 fields of the block.
+      out.d[j] = fp16_to_fp32(fp32_to_fp16(d));
+      if (q8_1)
+        out.s[j] = fp16_to_fp32(fp32_to_fp16((float)sum * d));
+      else
+        out.corr[j] = -offset * sum;
+    }
+  }
+}
+
+void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
+                  PackedActs& out) {
+  resize_acts(t, n, k, out);
+  prepare_acts_rows(t, acts, act_row_bytes, 0, n, out);
 }
 
 void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,

@@ -32,20 +32,32 @@ size_t packed_bytes(DType t, int64_t rows, int64_t k);
 // which must be 64-byte aligned and packed_bytes(t, rows, k) long.
 void pack_weight(DType t, const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
 
-// Activation rows in the form the packed kernels read: quants of each row contiguous, block
-// scales converted to f32 once per matmul instead of once per weight group.
+// Activation rows in the form the packed kernels read: panels of 8 rows (the widest tile),
+// block-major inside a panel, so a tile reaches all its rows' operands from one pointer;
+// block scales converted to f32 once per matmul instead of once per weight group. Slot
+// j = (panel * nb + block) * 8 + row-in-panel; the last panel is padded.
 struct PackedActs {
   int64_t n = 0, k = 0;
-  std::vector<int8_t> qs;     // n x k
-  std::vector<float> d;       // n x k/32 block scales
-  std::vector<float> s;       // n x k/32, q8_1 only: d * sum of the block's quants
-  std::vector<int32_t> corr;  // n x k/32, q4_0/q8_0: -offset * sum of the block's quants
+  std::vector<int8_t> qs;     // slots x 32 quants
+  std::vector<float> d;       // per slot: block scale
+  std::vector<float> s;       // per slot, q8_1 only: d * sum of the block's quants
+  std::vector<int32_t> corr;  // per slot, q4_0/q8_0: -offset * sum of the block's quants
 };
 
 // Fills out from n activation rows quantized with quantize_row(activation_dtype_for(t), ...),
 // row a at acts + a * act_row_bytes. Reuses out's storage.
 void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, int64_t k,
                   PackedActs& out);
+// prepare_acts in two steps, so threads can fill disjoint rows: sizes out for n rows of k,
+// then fills rows [a_begin, a_end) (row a still at acts + a * act_row_bytes).
+void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out);
+// Quantizes f32 activation rows [a_begin, a_end) (row a at x + (a - a_begin) * x_stride)
+// straight into out (sized by resize_acts): the same values as quantize_row_fast to
+// activation_dtype_for(t) followed by prepare_acts_rows, without the block-format copy.
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
+                        int64_t a_end, PackedActs& out);
+void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
+                       int64_t a_end, PackedActs& out);
 
 // out[a * out_stride + r] = dot(weight row r, activation row a) for r in [row_begin, row_end)
 // and every activation row. row_begin must be a multiple of 16 and row_end a multiple of 16
