@@ -112,7 +112,7 @@ void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64
   Matrix m = make_matrix(wt, rows, k, false);
   const size_t one = packed_bytes(wt, rows, k);
   const int64_t copies = cold ? (int64_t)std::max<size_t>(1, kColdBytes / one) : 1;
-  auto* packed = static_cast<uint8_t*>(::operator new(one * (size_t)copies, std::align_val_t(64)));
+  auto* packed = static_cast<uint8_t*>(::operator new(one*(size_t)copies, std::align_val_t(64)));
   pack_weight(wt, m.w.data(), m.row_bytes, rows, k, packed);
   for (int64_t c = 1; c < copies; ++c) std::memcpy(packed + c * one, packed, one);
   const size_t arb = m.act.size();
@@ -129,8 +129,8 @@ void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64
   }
   const double it = (double)state.iterations();
   if (n_act == 1)
-    state.counters["weight_GB/s"] =
-        benchmark::Counter((double)m.row_bytes * (double)rows * it / 1e9, benchmark::Counter::kIsRate);
+    state.counters["weight_GB/s"] = benchmark::Counter(
+        (double)m.row_bytes * (double)rows * it / 1e9, benchmark::Counter::kIsRate);
   else
     state.counters["GMAC/s"] = benchmark::Counter(
         (double)rows * (double)k * (double)n_act * it / 1e9, benchmark::Counter::kIsRate);

@@ -15,25 +15,45 @@ namespace infercept::testing {
 
 struct Script {
   std::string prompt;
-  std::vector<int> generate;       // tokens to generate before each pause (last: then finish)
-  std::vector<std::string> tools;  // tool per pause
+  std::vector<int> generate;         // tokens to generate before each pause (last: then finish)
+  std::vector<std::string> tools;    // tool per pause
   std::vector<std::string> results;  // tool result text per pause
-  std::vector<int> wait_steps;     // engine steps the tool takes
+  std::vector<int> wait_steps;       // engine steps the tool takes
 };
 
 inline std::vector<Script> scripts() {
   return {
-      {"The capital of France is", {6, 5, 6}, {"search", "calc"}, {" Result: Paris.", " 42"}, {3, 1}},
+      {"The capital of France is",
+       {6, 5, 6},
+       {"search", "calc"},
+       {" Result: Paris.", " 42"},
+       {3, 1}},
       {"def add(a, b):\n", {8, 4, 5}, {"python", "python"}, {"\n>>> 3", "\n>>> ok"}, {5, 2}},
-      {"Question: what is 17 * 3?\nThought:", {5, 5, 4}, {"calculator", "calculator"}, {" 51", " done"}, {1, 1}},
-      {"Once upon a time", {7, 6, 6, 3}, {"human", "human", "human"}, {" Go on.", " And then?", " End."}, {8, 4, 6}},
-      {"Search the web for the tallest mountain.", {4, 6, 5}, {"search", "search"}, {" Everest, 8849 m.", " Nepal."}, {6, 3}},
+      {"Question: what is 17 * 3?\nThought:",
+       {5, 5, 4},
+       {"calculator", "calculator"},
+       {" 51", " done"},
+       {1, 1}},
+      {"Once upon a time",
+       {7, 6, 6, 3},
+       {"human", "human", "human"},
+       {" Go on.", " And then?", " End."},
+       {8, 4, 6}},
+      {"Search the web for the tallest mountain.",
+       {4, 6, 5},
+       {"search", "search"},
+       {" Everest, 8849 m.", " Nepal."},
+       {6, 3}},
       {"List three colors:", {6, 4, 4}, {"image", "tts"}, {" [image]", " [audio]"}, {10, 2}},
       {"Translate 'cat' to French:", {3, 5, 5}, {"dict", "dict"}, {" chat", " le chat"}, {2, 7}},
       {"The weather today is", {5, 5, 5}, {"weather", "weather"}, {" 21C sunny", " 18C"}, {4, 4}},
       {"SELECT * FROM users", {6, 3, 4}, {"sql", "sql"}, {" 3 rows", " 0 rows"}, {3, 9}},
       {"A haiku about rain:", {7, 4, 6}, {"review", "review"}, {" good", " better"}, {5, 5}},
-      {"Step 1: open the door. Step 2:", {6, 6, 6}, {"env", "env"}, {" You see a key.", " The door opens."}, {1, 2}},
+      {"Step 1: open the door. Step 2:",
+       {6, 6, 6},
+       {"env", "env"},
+       {" You see a key.", " The door opens."},
+       {1, 2}},
   };
 }
 
@@ -41,7 +61,7 @@ inline CostModel test_cost_model() {
   CostModel c;
   c.t_fwd_samples = {{1, 0.01}, {64, 0.012}, {512, 0.06}};
   c.kv_bytes_per_token = 2.0 * 30 * 3 * 64 * 2;  // SmolLM2-135M, f16
-  c.swap_bytes_per_second = 2e8;                  // ~87 tokens per 10 ms step
+  c.swap_bytes_per_second = 2e8;                 // ~87 tokens per 10 ms step
   c.saturation_tokens = 64;
   return c;
 }
@@ -67,7 +87,7 @@ using Generated = std::vector<std::vector<int32_t>>;  // per segment
 
 // Runs every script concurrently through its pauses; returns generated tokens per segment.
 inline std::vector<Generated> run_scripts(EngineCore& e, const std::vector<Script>& ss, bool hints,
-                                   EngineStats* stats_out) {
+                                          EngineStats* stats_out) {
   struct Live {
     uint64_t id;
     size_t seg = 0;
@@ -144,7 +164,8 @@ inline std::vector<Generated> reference(const std::vector<Script>& ss,
       auto id = (*e)->add_request(std::move(r));
       std::vector<int32_t> gen;
       while ((*e)->has_work())
-        for (auto& o : (*e)->step()) gen.insert(gen.end(), o.new_tokens.begin(), o.new_tokens.end());
+        for (auto& o : (*e)->step())
+          gen.insert(gen.end(), o.new_tokens.begin(), o.new_tokens.end());
       out[i].push_back(gen);
       ctx.insert(ctx.end(), gen.begin(), gen.end());
       if (k < ss[i].results.size()) {

@@ -93,8 +93,8 @@ TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
         std::vector<double> sc((size_t)(r + 1));
         double mx = -INFINITY;
         for (int64_t p = 0; p <= r; ++p) {
-          const int64_t slot = (int64_t)c.table[(size_t)(p / s.block_size)] * s.block_size +
-                               p % s.block_size;
+          const int64_t slot =
+              (int64_t)c.table[(size_t)(p / s.block_size)] * s.block_size + p % s.block_size;
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
             d += (double)fp16_to_fp32(fp32_to_fp16(q[(size_t)((r * n_heads + h) * hd + i)])) *
@@ -107,9 +107,10 @@ TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
         for (int64_t i = 0; i < hd; ++i) {
           double o = 0;
           for (int64_t p = 0; p <= r; ++p) {
-            const int64_t slot = (int64_t)c.table[(size_t)(p / s.block_size)] * s.block_size +
-                                 p % s.block_size;
-            o += sc[(size_t)p] / sum * fp16_to_fp32(c.v[(size_t)((slot * s.n_kv_heads + kvh) * hd + i)]);
+            const int64_t slot =
+                (int64_t)c.table[(size_t)(p / s.block_size)] * s.block_size + p % s.block_size;
+            o += sc[(size_t)p] / sum *
+                 fp16_to_fp32(c.v[(size_t)((slot * s.n_kv_heads + kvh) * hd + i)]);
           }
           // probabilities are rounded to f16 (relative 2^-11) before they meet V
           EXPECT_NEAR(decode[(size_t)(h * hd + i)], o, 2e-3) << "row " << r << " head " << h;

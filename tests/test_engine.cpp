@@ -250,7 +250,8 @@ TEST(Engine, DeviceSelectionErrorsAreClear) {
   c.device = "tpu";
   auto e = EngineCore::create(c);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.error().message.find("unknown --device 'tpu'"), std::string::npos) << e.error().message;
+  EXPECT_NE(e.error().message.find("unknown --device 'tpu'"), std::string::npos)
+      << e.error().message;
   c.device = "cuda:x";
   e = EngineCore::create(c);
   ASSERT_FALSE(e.ok());

@@ -31,12 +31,13 @@ TEST_P(InterceptionPolicies, SameTokensAsAnUninterruptedRunUnderMemoryPressure) 
       EXPECT_EQ(got[i][k], ref[i][k]) << policy << ": script " << i << " segment " << k;
   EXPECT_EQ(st.interceptions, 23);
   EXPECT_EQ(st.resumes, st.interceptions);
-  std::printf("%s: %lld interceptions, %lld preemptions, %lld recomputed tokens, %lld swapped out, "
-              "%lld swapped in, decisions discard/swap/preserve %lld/%lld/%lld\n",
-              policy.c_str(), (long long)st.interceptions, (long long)st.preemptions,
-              (long long)st.recomputed_tokens, (long long)st.swapped_out_tokens,
-              (long long)st.swapped_in_tokens, (long long)st.discard_decisions,
-              (long long)st.swap_decisions, (long long)st.preserve_decisions);
+  std::printf(
+      "%s: %lld interceptions, %lld preemptions, %lld recomputed tokens, %lld swapped out, "
+      "%lld swapped in, decisions discard/swap/preserve %lld/%lld/%lld\n",
+      policy.c_str(), (long long)st.interceptions, (long long)st.preemptions,
+      (long long)st.recomputed_tokens, (long long)st.swapped_out_tokens,
+      (long long)st.swapped_in_tokens, (long long)st.discard_decisions,
+      (long long)st.swap_decisions, (long long)st.preserve_decisions);
   if (policy == "swap") {
     EXPECT_GT(st.swapped_out_tokens, 0);
   }
@@ -81,10 +82,10 @@ TEST(Interception, ToolCallSyntaxAndStringsPauseAndErrorsAreClear) {
   ASSERT_TRUE(paused);
   EXPECT_EQ(tool, " 7,");
   EXPECT_FALSE((*e)->has_work());
-  EXPECT_FALSE((*e)->resume(id + 100, {1}).ok());       // unknown id
-  EXPECT_FALSE((*e)->resume(id, {-5}).ok());            // bad token
+  EXPECT_FALSE((*e)->resume(id + 100, {1}).ok());  // unknown id
+  EXPECT_FALSE((*e)->resume(id, {-5}).ok());       // bad token
   ASSERT_TRUE((*e)->resume(id, {28}).ok());
-  EXPECT_FALSE((*e)->resume(id, {28}).ok());            // not paused any more
+  EXPECT_FALSE((*e)->resume(id, {28}).ok());  // not paused any more
   while ((*e)->has_work()) (*e)->step();
   EXPECT_EQ((*e)->allocator().n_free(), (*e)->allocator().n_blocks());
 

@@ -43,7 +43,9 @@ constexpr int kMinMatchingTokens = 32;
 
 struct Reference {
   nlohmann::json j;
-  Reference() { j = nlohmann::json::parse(testing::read_file(testing::fixture_path("reference_smollm2.json"))); }
+  Reference() {
+    j = nlohmann::json::parse(testing::read_file(testing::fixture_path("reference_smollm2.json")));
+  }
 };
 
 const Reference& reference() {
@@ -178,8 +180,10 @@ TEST_F(ModelReference, LogitsAtEveryPositionMatchLlamaCpp) {
       const auto top_ids = positions[p]["top_ids"].get<std::vector<int32_t>>();
       const auto top_logits = positions[p]["top_logits"].get<std::vector<float>>();
       const auto fixed = positions[p]["fixed_logits"].get<std::vector<float>>();
-      for (size_t i = 0; i < top_ids.size(); ++i) diffs.push_back(std::fabs(row[top_ids[i]] - top_logits[i]));
-      for (size_t i = 0; i < fixed_ids.size(); ++i) diffs.push_back(std::fabs(row[fixed_ids[i]] - fixed[i]));
+      for (size_t i = 0; i < top_ids.size(); ++i)
+        diffs.push_back(std::fabs(row[top_ids[i]] - top_logits[i]));
+      for (size_t i = 0; i < fixed_ids.size(); ++i)
+        diffs.push_back(std::fabs(row[fixed_ids[i]] - fixed[i]));
       for (float v : std::span<const float>(row, (size_t)vocab)) ASSERT_TRUE(std::isfinite(v));
     }
   }

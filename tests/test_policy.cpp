@@ -296,8 +296,8 @@ TEST(MinWaste, SwapsSpendTheBudgetWhateverTheDeficit) {
   PolicyOptions to_deficit;
   to_deficit.minwaste_discard_to_deficit = true;
   Fixture f(PolicyKind::minwaste, "elapsed", to_deficit);
-  PolicyInput in = pressured({paused(1, "chat", 2048, 10.0), paused(2, "chat", 2048, 10.0)},
-                             4096, 10000);
+  PolicyInput in =
+      pressured({paused(1, "chat", 2048, 10.0), paused(2, "chat", 2048, 10.0)}, 4096, 10000);
   in.deficit_blocks = 1;
   auto d = f.policy->decide(in);
   EXPECT_EQ(d[0].action, KvAction::swap_out);
@@ -382,8 +382,9 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
     PolicyOptions to_deficit;
     to_deficit.minwaste_discard_to_deficit = true;
     for (const auto& [kind, opts] :
-         {std::pair{PolicyKind::minwaste, PolicyOptions{}}, std::pair{PolicyKind::minwaste, to_deficit},
-          std::pair{PolicyKind::swap, PolicyOptions{}}, std::pair{PolicyKind::ttl, PolicyOptions{}}}) {
+         {std::pair{PolicyKind::minwaste, PolicyOptions{}},
+          std::pair{PolicyKind::minwaste, to_deficit}, std::pair{PolicyKind::swap, PolicyOptions{}},
+          std::pair{PolicyKind::ttl, PolicyOptions{}}}) {
       auto policy = make_policy(kind, cost, *est, opts);
       int swaps = 0;
       for (int iter = 0; iter < 1000; ++iter) {

@@ -451,10 +451,10 @@ struct Shape {
 // Checks a [acts, stride] product that was to fill rows [begin, end) only: untouched
 // sentinels outside, and inside each value against the scalar oracle (and, when
 // `against_double`, against the double-precision reference too).
-void expect_row_range_matches(DType wt, const std::vector<float>& out, int64_t stride,
-                              int64_t rows, int64_t acts, int64_t begin, int64_t end,
-                              const uint8_t* w, size_t wrb, const uint8_t* a, size_t arb,
-                              int64_t k, float sentinel, bool against_double) {
+void expect_row_range_matches(DType wt, const std::vector<float>& out, int64_t stride, int64_t rows,
+                              int64_t acts, int64_t begin, int64_t end, const uint8_t* w,
+                              size_t wrb, const uint8_t* a, size_t arb, int64_t k, float sentinel,
+                              bool against_double) {
   for (int64_t j = 0; j < acts; ++j) {
     for (int64_t r = 0; r < stride; ++r) {
       const float got = out[(size_t)(j * stride + r)];
@@ -466,8 +466,8 @@ void expect_row_range_matches(DType wt, const std::vector<float>& out, int64_t s
       const void* ar = a + (size_t)j * arb;
       const RefDot ref = ref_dot(wt, wr, ar, k);
       EXPECT_NEAR(got, vec_dot_scalar(wt, wr, ar, k), 1e-5 * ref.abs + 1e-30)
-          << dtype_name(wt) << " rows=" << rows << " acts=" << acts << " k=" << k
-          << " r=" << r << " a=" << j;
+          << dtype_name(wt) << " rows=" << rows << " acts=" << acts << " k=" << k << " r=" << r
+          << " a=" << j;
       if (against_double) {
         EXPECT_NEAR(got, ref.dot, 1e-4 * ref.abs + 1e-30) << dtype_name(wt);
       }
@@ -600,7 +600,7 @@ TEST(MatmulPacked, MatchesScalarOracle) {
   };
   // Odd row counts (a partial last group), one to many activation rows (every tile
   // remainder), and thread-style sub-ranges that start on a 16-row group.
-  const S shapes[] = {{1, 1, 0, 1},    {16, 1, 0, 16},   {37, 1, 0, 37},  {37, 3, 16, 37},
+  const S shapes[] = {{1, 1, 0, 1},     {16, 1, 0, 16},  {37, 1, 0, 37},  {37, 3, 16, 37},
                       {100, 5, 0, 100}, {70, 8, 16, 48}, {70, 13, 0, 70}, {130, 33, 32, 130},
                       {5, 9, 0, 5},     {80, 1, 16, 80}};
   std::mt19937 rng(21);

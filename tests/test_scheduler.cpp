@@ -6,9 +6,9 @@
 #include <random>
 
 #include "kv/block_allocator.h"
-#include "sched/scheduler.h"
 #include "sched/duration_estimator.h"
 #include "sched/policy.h"
+#include "sched/scheduler.h"
 
 namespace infercept {
 namespace {
@@ -113,7 +113,8 @@ TEST(Scheduler, PreemptsNewestWhenCacheIsFullAndEveryoneFinishes) {
   Harness h(6, 64, 4);
   for (int i = 0; i < 3; ++i) h.add(5, 8, (double)i);
   int64_t preemptions = 0;
-  for (int it = 0; it < 500 && h.sched.has_work(); ++it) preemptions += (int64_t)h.step().preempted.size();
+  for (int it = 0; it < 500 && h.sched.has_work(); ++it)
+    preemptions += (int64_t)h.step().preempted.size();
   EXPECT_FALSE(h.sched.has_work());
   EXPECT_GT(preemptions, 0);
   for (auto& s : h.seqs) {
@@ -159,8 +160,7 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
   Harness h(20, 16, 4);
   double t = 0;
   for (int it = 0; it < 2000; ++it) {
-    if (rng() % 4 == 0 && h.seqs.size() < 60)
-      h.add(1 + rng() % 30, 1 + rng() % 20, t += 1.0);
+    if (rng() % 4 == 0 && h.seqs.size() < 60) h.add(1 + rng() % 30, 1 + rng() % 20, t += 1.0);
     h.step();
   }
   for (int it = 0; it < 5000 && h.sched.has_work(); ++it) h.step();
@@ -168,7 +168,6 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
   for (size_t i = 0; i < h.seqs.size(); ++i) EXPECT_EQ(h.seqs[i]->n_generated(), h.max_new[i]);
   EXPECT_EQ(h.alloc.n_free(), 20);
 }
-
 
 // A scripted policy: decides what the test says, so the scheduler's mechanics (moves,
 // budgets, queues) are tested apart from the waste model.
@@ -182,7 +181,8 @@ class ScriptedPolicy : public Policy {
   std::vector<PausedDecision> decide(const PolicyInput& in) override {
     std::vector<PausedDecision> out;
     for (const auto& p : in.paused)
-      out.push_back({p.id, action, action == KvAction::swap_out ? std::min(tokens, p.device_tokens) : 0});
+      out.push_back(
+          {p.id, action, action == KvAction::swap_out ? std::min(tokens, p.device_tokens) : 0});
     return out;
   }
 };
@@ -260,7 +260,7 @@ TEST(SchedulerInterception, SwapOutFromTheBackAndInFromTheFront) {
   auto p3 = h.step();
   ASSERT_FALSE(p3.swap_in.empty());
   EXPECT_EQ(p3.swap_in[0].from, first_host);  // the front first
-  EXPECT_EQ(h.sched.n_resuming(), 0u);  // no cost model: unbounded budget, all back at once
+  EXPECT_EQ(h.sched.n_resuming(), 0u);        // no cost model: unbounded budget, all back at once
   // Runs again in the same step: the sampled token + the returned one.
   ASSERT_EQ(p3.scheduled.size(), 1u);
   EXPECT_EQ(p3.scheduled[0].n_tokens, 2);
@@ -317,7 +317,8 @@ TEST(SchedulerInterception, MinwastePreemptsBySwappingWhenACopyIsCheaper) {
   Sequence* b = add(16, 1.0);  // 4 blocks: 7 of 8 in use
   double now = 0.0;
   int64_t swapped_out = 0, swapped_in = 0, swap_preemptions = 0;
-  for (int step = 0; step < 200 && (a->state != SeqState::finished || b->state != SeqState::finished); ++step) {
+  for (int step = 0;
+       step < 200 && (a->state != SeqState::finished || b->state != SeqState::finished); ++step) {
     StepPlan plan = sched.schedule(now += 0.01);
     sched.commit(plan);
     swapped_out += (int64_t)plan.swap_out.size();
@@ -404,7 +405,7 @@ struct PressureHarness {
 // it in the next schedule()), but that is no reason to move a paused request's KV: it is
 // preserved, and the newcomer runs beside it.
 TEST(SchedulerPressure, WaitingRequestThatFitsLeavesPausedKvAlone) {
-  PressureHarness h(32);  // 128 tokens
+  PressureHarness h(32);              // 128 tokens
   Sequence* paused = h.add(40, 0.0);  // 10 blocks
   h.run_and_pause(paused);
   const std::vector<int32_t> blocks = paused->blocks.blocks;
@@ -426,7 +427,7 @@ TEST(SchedulerPressure, WaitingRequestThatFitsLeavesPausedKvAlone) {
 // the host (a swap, not the discard that taking its blocks at admission would be), and the
 // newcomer runs in the same step.
 TEST(SchedulerPressure, WaitingRequestThatDoesNotFitMakesMinwasteSwap) {
-  PressureHarness h(16);  // 64 tokens
+  PressureHarness h(16);              // 64 tokens
   Sequence* paused = h.add(40, 0.0);  // 10 blocks, 6 free
   h.run_and_pause(paused);
   Sequence* fresh = h.add(40, 1.0);  // needs 10
@@ -451,7 +452,7 @@ TEST(SchedulerPressure, RecomputingRequestCountsItsWholeContext) {
   Sequence* dropped = h.add(47, 1.0);  // 12 blocks
   h.run_and_pause(dropped);
   ASSERT_EQ(h.device.n_free(), 2);
-  h.sched->release_paused(dropped);  // expired: KV gone, tokens kept
+  h.sched->release_paused(dropped);                             // expired: KV gone, tokens kept
   h.sched->resume(dropped, std::vector<int32_t>(9, 5), h.now);  // back to recompute 57 tokens
   ASSERT_EQ(h.sched->n_waiting(), 1u);
   const int64_t free = h.device.n_free();
@@ -475,9 +476,9 @@ TEST(SchedulerPressure, RecomputingRequestCountsItsWholeContext) {
 // and gives it up as soon as the request next in line does.
 TEST(SchedulerPressure, TtlReleasesOnlyWhenTheBlocksAreNeeded) {
   PressureHarness h(16, PolicyKind::ttl);  // ttl default: 1 s without observations
-  Sequence* paused = h.add(40, 0.0);  // 10 blocks, 6 free
+  Sequence* paused = h.add(40, 0.0);       // 10 blocks, 6 free
   h.run_and_pause(paused);
-  h.step(5.0);  // 5 s into the pause, no one waiting
+  h.step(5.0);                      // 5 s into the pause, no one waiting
   Sequence* small = h.add(8, 1.0);  // 2 blocks: fits
   StepPlan p = h.step();
   EXPECT_EQ(p.n_discards, 0);
@@ -491,7 +492,7 @@ TEST(SchedulerPressure, TtlReleasesOnlyWhenTheBlocksAreNeeded) {
 }
 
 TEST(SchedulerInterception, RunningRequestTakesBlocksFromPausedOnesFirst) {
-  TieredHarness h;  // 16 device blocks of 4 tokens
+  TieredHarness h;                    // 16 device blocks of 4 tokens
   Sequence* paused = h.add(40, 0.0);  // 10 blocks
   h.step();
   h.sched.intercept(paused, {"t", h.now, std::nullopt, false, 0.0, false});

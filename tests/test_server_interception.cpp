@@ -192,16 +192,18 @@ TEST(ServerInterception, ScriptedCallAfterNTokens) {
   const std::string call_id = choice["message"]["tool_calls"][0]["id"];
 
   // max_tokens equal to N: the call still ends the turn (what a client sizing turns sends).
-  json results = {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
-                  {"max_tokens", 5},
-                  {"intercept_after_tokens", 5}};
+  json results = {
+      {"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
+      {"max_tokens", 5},
+      {"intercept_after_tokens", 5}};
   Reply resumed = s.post("/v1/interceptions/" + id + "/resume", results);
   ASSERT_EQ(resumed.status, 200) << resumed.raw;
   EXPECT_EQ(resumed.body["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(resumed.body["usage"]["completion_tokens"], 5);
   EXPECT_GT(resumed.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
   ASSERT_TRUE(resumed.body.contains("interception"));
-  Reply del = s.request("DELETE", "/v1/interceptions/" + resumed.body["interception"]["id"].get<std::string>());
+  Reply del = s.request(
+      "DELETE", "/v1/interceptions/" + resumed.body["interception"]["id"].get<std::string>());
   EXPECT_EQ(del.status, 200);
 
   for (const json& bad : {json(0), json("5"), json(-3)}) {

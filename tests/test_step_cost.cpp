@@ -24,7 +24,9 @@ CostModel linear() {
   return c;
 }
 
-double tf(int64_t x) { return 0.010 + 0.0001 * (double)x; }
+double tf(int64_t x) {
+  return 0.010 + 0.0001 * (double)x;
+}
 
 StepShape shape(int64_t x, int64_t context, int64_t sequences, int64_t sampled) {
   StepShape s;
@@ -38,7 +40,8 @@ StepShape shape(int64_t x, int64_t context, int64_t sequences, int64_t sampled) 
 TEST(StepCost, WithoutTermsAStepIsTfwdAlone) {
   const CostModel c = linear();
   EXPECT_FALSE(c.has_step_terms());
-  for (const StepShape& s : {shape(1, 0, 1, 1), shape(32, 32 * 1024, 32, 32), shape(512, 9000, 7, 3)})
+  for (const StepShape& s :
+       {shape(1, 0, 1, 1), shape(32, 32 * 1024, 32, 32), shape(512, 9000, 7, 3)})
     EXPECT_DOUBLE_EQ(c.step_seconds(s), c.t_fwd(s.query_tokens));
   EXPECT_EQ(c.step_seconds(shape(0, 5000, 3, 0)), 0.0);  // nothing to run costs nothing
 }
@@ -166,8 +169,8 @@ TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
     double step_ms, t_fwd_ms;
   };
   const Measured measured[] = {
-      {1, 3072, 7.088, 5.360},  {2, 2048, 7.877, 5.610},  {4, 2048, 9.868, 6.565},
-      {8, 1024, 9.534, 6.613},  {16, 3072, 21.619, 6.745}, {32, 1024, 13.426, 7.037},
+      {1, 3072, 7.088, 5.360},   {2, 2048, 7.877, 5.610},   {4, 2048, 9.868, 6.565},
+      {8, 1024, 9.534, 6.613},   {16, 3072, 21.619, 6.745}, {32, 1024, 13.426, 7.037},
       {64, 2048, 32.665, 6.737},
   };
   for (const Measured& m : measured) {
@@ -208,8 +211,7 @@ TEST(StepCost, SimulatorChargesSequencesAndContext) {
   ASSERT_EQ(res->records.size(), 2u);
   // Both prompts in one step (200 rows, 2 sequences, nothing cached before), then two decode
   // steps of 2 rows reading 2 x 100 and 2 x 101 cached tokens.
-  const double expected =
-      (tf(200) + 1e-3) + (tf(2) + 1e-3 + 200e-6) + (tf(2) + 1e-3 + 202e-6);
+  const double expected = (tf(200) + 1e-3) + (tf(2) + 1e-3 + 200e-6) + (tf(2) + 1e-3 + 202e-6);
   for (const RequestRecord& r : res->records) {
     ASSERT_TRUE(r.completed);
     EXPECT_NEAR(r.end_s, expected, 1e-9);
@@ -252,7 +254,7 @@ TEST(StepCost, PrefillChunksPayTheirOwnContextPrice) {
   EXPECT_EQ(c.chunk_seconds_per_token(63, 3), 6.5e-6);
   EXPECT_EQ(c.chunk_seconds_per_token(64, 3), 1.35e-6);
   EXPECT_EQ(c.chunk_seconds_per_token(512, 3), 1.35e-6);
-  EXPECT_EQ(c.chunk_seconds_per_token(8, 1), c.context_seconds_per_token(1));   // decode-like
+  EXPECT_EQ(c.chunk_seconds_per_token(8, 1), c.context_seconds_per_token(1));  // decode-like
   EXPECT_EQ(c.chunk_seconds_per_token(3, 32), c.context_seconds_per_token(32));
   // 3 decode rows at context 800 beside a 51-row chunk over 2,000 cached tokens, 4 sequences.
   const double a = c.context_seconds_per_token(4);

@@ -5,7 +5,9 @@
 
 namespace infercept::testing {
 
-std::string default_model_path() { return INFERCEPT_DEFAULT_MODEL; }
+std::string default_model_path() {
+  return INFERCEPT_DEFAULT_MODEL;
+}
 
 std::string fixture_path(const std::string& name) {
   return std::string(INFERCEPT_SOURCE_DIR) + "/tests/fixtures/" + name;

@@ -40,10 +40,13 @@
 static void print_bw_table(const char* title, const std::vector<BwRow>& rows, bool d2d) {
   std::printf("\n### %s\n\n", title);
   if (d2d) {
-    std::printf("| test | MiB per rep | median ms | min ms | GB/s (read+written) | GB/s (size/time) | check | note |\n");
+    std::printf(
+        "| test | MiB per rep | median ms | min ms | GB/s (read+written) | GB/s (size/time) | "
+        "check | note |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---|---|\n");
   } else {
-    std::printf("| test | MiB per rep | median ms | min ms | GB/s | host enqueue us | check | note |\n");
+    std::printf(
+        "| test | MiB per rep | median ms | min ms | GB/s | host enqueue us | check | note |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---|---|\n");
   }
   for (auto& r : rows) {
@@ -63,11 +66,13 @@ static void print_bw_table(const char* title, const std::vector<BwRow>& rows, bo
 
 static void print_gemm_table(const std::vector<GemmRow>& rows) {
   std::printf("\n### bf16 GEMM, cuBLASLt (out[M,N] = x[M,K] @ W[N,K]^T, fp32 accumulate)\n\n");
-  std::printf("| M | N | K | sets | algos tried | heur[0] us | best us | TFLOP/s best | TFLOP/s heur[0] | GB/s best | max rel err | graph | check |\n");
+  std::printf(
+      "| M | N | K | sets | algos tried | heur[0] us | best us | TFLOP/s best | TFLOP/s heur[0] | "
+      "GB/s best | max rel err | graph | check |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
   for (auto& r : rows)
-    std::printf("| %d | %d | %d | %d | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.M,
-                r.N, r.K, r.nsets, r.n_tried, r.n_heur, fmt("%.1f", r.ms_heur0 * 1e3).c_str(),
+    std::printf("| %d | %d | %d | %d | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.M, r.N,
+                r.K, r.nsets, r.n_tried, r.n_heur, fmt("%.1f", r.ms_heur0 * 1e3).c_str(),
                 fmt("%.1f", r.ms_best * 1e3).c_str(), fmt("%.1f", r.tflops(r.ms_best)).c_str(),
                 fmt("%.1f", r.tflops(r.ms_heur0)).c_str(), fmt("%.0f", r.gbps(r.ms_best)).c_str(),
                 fmt("%.2e", r.max_rel_err).c_str(), r.graph ? "yes" : "no",
@@ -149,16 +154,26 @@ int main(int argc, char** argv) {
       }
       return x;
     };
-    if (a == "--json") o.json_path = next();
-    else if (a == "--reps") o.reps = (int)std::max(1LL, num());
-    else if (a == "--warmup") o.warmup = (int)num();
-    else if (a == "--device") o.device = (int)num();
-    else if (a == "--copy-mb") o.copy_mb = (size_t)std::max(1LL, num());
-    else if (a == "--host-mb") o.host_mb = (size_t)std::max(1LL, num());
-    else if (a == "--small-kb") o.small_kb = (size_t)std::max(1LL, num());
-    else if (a == "--small-count") o.small_count = (int)std::max(1LL, num());
-    else if (a == "--algos") o.algos = (int)std::max(1LL, num());
-    else if (a == "--gemm-rot-mb") o.gemm_rot_mb = (size_t)std::max(1LL, num());
+    if (a == "--json")
+      o.json_path = next();
+    else if (a == "--reps")
+      o.reps = (int)std::max(1LL, num());
+    else if (a == "--warmup")
+      o.warmup = (int)num();
+    else if (a == "--device")
+      o.device = (int)num();
+    else if (a == "--copy-mb")
+      o.copy_mb = (size_t)std::max(1LL, num());
+    else if (a == "--host-mb")
+      o.host_mb = (size_t)std::max(1LL, num());
+    else if (a == "--small-kb")
+      o.small_kb = (size_t)std::max(1LL, num());
+    else if (a == "--small-count")
+      o.small_count = (int)std::max(1LL, num());
+    else if (a == "--algos")
+      o.algos = (int)std::max(1LL, num());
+    else if (a == "--gemm-rot-mb")
+      o.gemm_rot_mb = (size_t)std::max(1LL, num());
     else if (a == "--sections") {
       std::string v = next();
       o.do_d2d = v.find("d2d") != std::string::npos;
@@ -200,18 +215,18 @@ int main(int argc, char** argv) {
   CK(cudaDriverGetVersion(&drv_ver));
   const size_t lt_ver = cublasLtGetVersion();
 
-  std::printf("## floors: %s (sm_%d%d, %d SMs, L2 %.1f MiB, %.1f GiB, mem clock %d MHz x %d bit "
-              "= %.0f GB/s theoretical, SM clock %d MHz)\n",
-              prop.name, prop.major, prop.minor, g_sms, l2 / 1048576.0,
-              prop.totalGlobalMem / 1073741824.0, mem_clock_khz / 1000, bus_bits, theo_gbps,
-              sm_clock_khz / 1000);
+  std::printf(
+      "## floors: %s (sm_%d%d, %d SMs, L2 %.1f MiB, %.1f GiB, mem clock %d MHz x %d bit "
+      "= %.0f GB/s theoretical, SM clock %d MHz)\n",
+      prop.name, prop.major, prop.minor, g_sms, l2 / 1048576.0, prop.totalGlobalMem / 1073741824.0,
+      mem_clock_khz / 1000, bus_bits, theo_gbps, sm_clock_khz / 1000);
   std::printf("CUDA runtime %d, driver %d, cuBLASLt %zu; reps %d (median), warm-up %d\n", rt_ver,
               drv_ver, lt_ver, o.reps, o.warmup);
   std::fflush(stdout);
 
   if ((size_t)l2 * 2 > (o.gemm_rot_mb << 20))
-    std::fprintf(stderr, "warning: --gemm-rot-mb %zu is under twice L2 (%d bytes)\n",
-                 o.gemm_rot_mb, l2);
+    std::fprintf(stderr, "warning: --gemm-rot-mb %zu is under twice L2 (%d bytes)\n", o.gemm_rot_mb,
+                 l2);
 
   cudaStream_t s, s2;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -242,7 +257,9 @@ int main(int argc, char** argv) {
       CK(cudaFree(a));
       CK(cudaFree(b));
     }
-    struct Shape { int M, N, K; };
+    struct Shape {
+      int M, N, K;
+    };
     std::vector<Shape> shapes = {{8192, 8192, 8192}};
     const int Ms[] = {1, 32, 128, 4096};
     const int NK[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {14336, 4096}};
@@ -251,8 +268,8 @@ int main(int argc, char** argv) {
     for (auto& sh : shapes) {
       gemm_rows.push_back(run_gemm(o, lt, ws, ws_bytes, s, sh.M, sh.N, sh.K, rng));
       auto& r = gemm_rows.back();
-      std::fprintf(stderr, "gemm %dx%dx%d: best %.2f us (%.1f TFLOP/s, %.0f GB/s), err %.2e\n",
-                   r.M, r.N, r.K, r.ms_best * 1e3, r.tflops(r.ms_best), r.gbps(r.ms_best),
+      std::fprintf(stderr, "gemm %dx%dx%d: best %.2f us (%.1f TFLOP/s, %.0f GB/s), err %.2e\n", r.M,
+                   r.N, r.K, r.ms_best * 1e3, r.tflops(r.ms_best), r.gbps(r.ms_best),
                    r.max_rel_err);
     }
     CK(cudaFree(ws));
@@ -285,8 +302,9 @@ int main(int argc, char** argv) {
          ", \"bus_width_bits\": " + std::to_string(bus_bits) +
          ", \"theoretical_mem_gbps\": " + jnum(theo_gbps) +
          ", \"sm_clock_khz\": " + std::to_string(sm_clock_khz) + "},\n";
-    j += "  \"cuda_runtime\": " + std::to_string(rt_ver) + ", \"cuda_driver\": " +
-         std::to_string(drv_ver) + ", \"cublaslt\": " + std::to_string(lt_ver) + ",\n";
+    j += "  \"cuda_runtime\": " + std::to_string(rt_ver) +
+         ", \"cuda_driver\": " + std::to_string(drv_ver) +
+         ", \"cublaslt\": " + std::to_string(lt_ver) + ",\n";
     j += "  \"reps\": " + std::to_string(o.reps) + ", \"warmup\": " + std::to_string(o.warmup) +
          ", \"statistic\": \"median\",\n";
     j += "  \"units\": {\"gbps\": \"1e9 bytes/s\", \"tflops\": \"1e12 flop/s\", "
@@ -312,4 +330,3 @@ int main(int argc, char** argv) {
   CK(cudaStreamDestroy(s2));
   return g_all_ok ? 0 : 1;
 }
-

@@ -23,24 +23,24 @@
 // ------------------------------------------------------------------------------------------
 // error checking
 
-#define CK(call)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "CUDA error %s (%d: %s) at %s:%d in %s\n", cudaGetErrorName(e_), \
-                   (int)e_, cudaGetErrorString(e_), __FILE__, __LINE__, #call);           \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-#define CKLT(call)                                                                          \
+#define CK(call)                                                                            \
   do {                                                                                      \
-    cublasStatus_t s_ = (call);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-      std::fprintf(stderr, "cuBLASLt error %d at %s:%d in %s\n", (int)s_, __FILE__, __LINE__, \
-                   #call);                                                                  \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "CUDA error %s (%d: %s) at %s:%d in %s\n", cudaGetErrorName(e_), \
+                   (int)e_, cudaGetErrorString(e_), __FILE__, __LINE__, #call);             \
       std::exit(3);                                                                         \
     }                                                                                       \
+  } while (0)
+
+#define CKLT(call)                                                                            \
+  do {                                                                                        \
+    cublasStatus_t s_ = (call);                                                               \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+      std::fprintf(stderr, "cuBLASLt error %d at %s:%d in %s\n", (int)s_, __FILE__, __LINE__, \
+                   #call);                                                                    \
+      std::exit(3);                                                                           \
+    }                                                                                         \
   } while (0)
 
 #define CK_LAUNCH() CK(cudaGetLastError())

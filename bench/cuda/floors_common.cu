@@ -23,8 +23,8 @@ static __global__ void fill_bf16_kernel(__nv_bfloat16* p, size_t n, uint64_t see
 // ------------------------------------------------------------------------------------------
 // bandwidth kernels
 
-__global__ void __launch_bounds__(256) copy_kernel(const uint4* __restrict__ src,
-                                                   uint4* __restrict__ dst, size_t n) {
+__global__ void __launch_bounds__(256)
+    copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   for (; i + 3 * stride < n; i += 4 * stride) {
@@ -46,8 +46,6 @@ double median(std::vector<double> v) {
 double vmin(const std::vector<double>& v) {
   return v.empty() ? NAN : *std::min_element(v.begin(), v.end());
 }
-
-
 
 // Runs body() `warm` times, then `reps` times each between two events on stream s.
 // body() must enqueue all of its work so that it completes before anything recorded on s
@@ -93,8 +91,8 @@ uint64_t read_word(const void* base, size_t word_index) {
 }
 
 // Sampled check of a contiguous copy: word i of dst must be word_at(seed, i).
-bool check_contig(const void* dst, size_t nwords, uint64_t seed, int samples,
-                         std::mt19937_64& rng, long* bad_out) {
+bool check_contig(const void* dst, size_t nwords, uint64_t seed, int samples, std::mt19937_64& rng,
+                  long* bad_out) {
   CK(cudaDeviceSynchronize());
   long bad = 0;
   std::uniform_int_distribution<size_t> d(0, nwords - 1);

@@ -3,8 +3,8 @@
 
 // Reads every 16-byte word; writes only if the XOR hits a magic value (practically never), so
 // the loads cannot be removed and (almost) no bytes are written.
-__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src, size_t n,
-                                                   uint4* __restrict__ sink) {
+__global__ void __launch_bounds__(256)
+    read_kernel(const uint4* __restrict__ src, size_t n, uint4* __restrict__ sink) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   uint4 acc = make_uint4(0, 0, 0, 0);
@@ -51,9 +51,8 @@ std::vector<BwRow> run_d2d(const Opts& o, cudaStream_t s, std::mt19937_64& rng) 
     r.checked = true;
     r.ok = check_contig(dst, S / 8, seed, 4096, rng, &bad);
     if (!r.ok) r.note = std::to_string(bad) + " of 4096 sampled words wrong";
-    Timing t = time_reps(s, o.warmup, o.reps, [&] {
-      CK(cudaMemcpyAsync(dst, src, S, cudaMemcpyDeviceToDevice, s));
-    });
+    Timing t = time_reps(s, o.warmup, o.reps,
+                         [&] { CK(cudaMemcpyAsync(dst, src, S, cudaMemcpyDeviceToDevice, s)); });
     record_timing(r, t);
     rows.push_back(r);
   }

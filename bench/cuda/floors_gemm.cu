@@ -3,8 +3,6 @@
 // ------------------------------------------------------------------------------------------
 // (b) GEMM through cuBLASLt
 
-
-
 static float bf16_bits_to_float(uint16_t b) {
   uint32_t u = (uint32_t)b << 16;
   float f;
@@ -46,8 +44,8 @@ static double check_gemm(const void* X, const void* W, const void* O, int M, int
   return worst;
 }
 
-GemmRow run_gemm(const Opts& o, cublasLtHandle_t lt, void* ws, size_t ws_bytes,
-                        cudaStream_t s, int M, int N, int K, std::mt19937_64& rng) {
+GemmRow run_gemm(const Opts& o, cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s,
+                 int M, int N, int K, std::mt19937_64& rng) {
   GemmRow r;
   r.M = M;
   r.N = N;

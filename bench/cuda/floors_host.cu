@@ -3,9 +3,9 @@
 
 // Batched copy: copy blockIdx.y goes from srcs[y] to dsts[y], n16 16-byte words each, split
 // over gridDim.x CTAs. Pointers may be mapped pinned host memory (zero-copy over PCIe).
-__global__ void __launch_bounds__(256) batched_copy_kernel(const uint4* const* __restrict__ srcs,
-                                                           uint4* const* __restrict__ dsts,
-                                                           size_t n16) {
+__global__ void __launch_bounds__(256)
+    batched_copy_kernel(const uint4* const* __restrict__ srcs, uint4* const* __restrict__ dsts,
+                        size_t n16) {
   const uint4* __restrict__ s = srcs[blockIdx.y];
   uint4* __restrict__ d = dsts[blockIdx.y];
   const size_t per_cta = (n16 + gridDim.x - 1) / gridDim.x;
@@ -32,8 +32,8 @@ static void host_fill_words(void* p, size_t bytes, uint64_t seed) {
 }
 
 std::vector<BwRow> run_host(const Opts& o, cudaStream_t s, cudaStream_t s2, int dev,
-                                   std::mt19937_64& rng, std::string& fastest_h2d,
-                                   std::string& fastest_d2h) {
+                            std::mt19937_64& rng, std::string& fastest_h2d,
+                            std::string& fastest_d2h) {
   std::vector<BwRow> rows;
   const size_t H = o.host_mb << 20;
   const uint64_t seed_h = 0x4057001, seed_d = 0xDE71CE1;
@@ -66,7 +66,8 @@ std::vector<BwRow> run_host(const Opts& o, cudaStream_t s, cudaStream_t s2, int 
   auto mark = [&](BwRow& r, bool ok, long bad, int samples) {
     r.checked = true;
     r.ok = ok;
-    if (!ok) r.note += std::to_string(bad) + " of " + std::to_string(samples) + " sampled words wrong; ";
+    if (!ok)
+      r.note += std::to_string(bad) + " of " + std::to_string(samples) + " sampled words wrong; ";
     if (!ok) g_all_ok = false;
   };
 
@@ -242,7 +243,8 @@ std::vector<BwRow> run_host(const Opts& o, cudaStream_t s, cudaStream_t s2, int 
         if (e != cudaSuccess) {
           (void)cudaGetLastError();
           r.ran = false;
-          r.note = std::string("unavailable: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+          r.note = std::string("unavailable: ") + cudaGetErrorName(e) + " (" +
+                   cudaGetErrorString(e) + ")";
         } else {
           check_blocks(r);
           record_timing(r, time_reps(s, o.warmup, o.reps, [&] { CK(call()); }));

@@ -2,7 +2,8 @@
 // (src/backend/cuda/attention_prefill.cu) on random paged KV caches.
 //
 // Build: make -C bench/cuda prefill_attn_test      (links the kernel's .cu directly, -I src)
-// Run:   bench/cuda/prefill_attn_test [--reps 10] [--warmup 3] [--only SUBSTR[,SUBSTR...]] [--seed N]
+// Run:   bench/cuda/prefill_attn_test [--reps 10] [--warmup 3] [--only SUBSTR[,SUBSTR...]] [--seed
+// N]
 //
 // Each case: random q (rows of a fused [q|k|v] activation, so q_stride > n_heads*head_dim),
 // K/V caches whose every slot starts as NaN and whose slots of the sequences' tokens are
@@ -38,14 +39,14 @@
 using infercept::DType;
 using namespace infercept::cuda;
 
-#define CK(call)                                                                            \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "CUDA error %s (%s) at %s:%d in %s\n", cudaGetErrorName(e_),     \
-                   cudaGetErrorString(e_), __FILE__, __LINE__, #call);                      \
-      std::exit(3);                                                                         \
-    }                                                                                       \
+#define CK(call)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "CUDA error %s (%s) at %s:%d in %s\n", cudaGetErrorName(e_), \
+                   cudaGetErrorString(e_), __FILE__, __LINE__, #call);                  \
+      std::exit(3);                                                                     \
+    }                                                                                   \
   } while (0)
 
 namespace {
@@ -56,8 +57,10 @@ __host__ __device__ inline float ld_f(const void* p, int64_t i, bool bf) {
   return __half2float(static_cast<const __half*>(p)[i]);
 }
 __host__ __device__ inline void st_f(void* p, int64_t i, float v, bool bf) {
-  if (bf) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
-  else static_cast<__half*>(p)[i] = __float2half(v);
+  if (bf)
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+  else
+    static_cast<__half*>(p)[i] = __float2half(v);
 }
 __host__ __device__ inline uint32_t hash32(uint64_t x) {
   x ^= x >> 33;
@@ -72,7 +75,8 @@ __host__ __device__ inline uint32_t hash32(uint64_t x) {
 __global__ void fill_random(void* p, int64_t n, bool bf, uint64_t seed, float amp) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const float u = (hash32(seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i) >> 8) * (1.0f / 16777216.0f);
+    const float u =
+        (hash32(seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i) >> 8) * (1.0f / 16777216.0f);
     st_f(p, i, (2.0f * u - 1.0f) * amp, bf);
   }
 }
@@ -88,7 +92,8 @@ __global__ void fill_tokens(void* k, void* v, const int32_t* slot_of_token, int6
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t tok = i / width, c = i % width, at = (int64_t)slot_of_token[tok] * width + c;
-    const float u = (hash32(seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i) >> 8) * (1.0f / 16777216.0f);
+    const float u =
+        (hash32(seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i) >> 8) * (1.0f / 16777216.0f);
     const float w = (hash32(seed * 0x9E3779B97F4A7C15ULL + 0x5555555555ULL + (uint64_t)i) >> 8) *
                     (1.0f / 16777216.0f);
     st_f(k, at, (2.0f * u - 1.0f) * amp, bf);
@@ -123,8 +128,7 @@ __global__ void ref_attention(RefArgs a) {
   __syncthreads();
   float mx = -INFINITY;
   for (int t = threadIdx.x; t <= pos; t += blockDim.x) {
-    const int64_t slot =
-        (int64_t)a.bt[(int64_t)s * a.max_blocks + t / a.bs] * a.bs + t % a.bs;
+    const int64_t slot = (int64_t)a.bt[(int64_t)s * a.max_blocks + t / a.bs] * a.bs + t % a.bs;
     float dot = 0.0f;
     for (int d = 0; d < a.hd; ++d) dot += qv[d] * ld_f(a.k, slot * width + kvh * a.hd + d, a.kv_bf);
     sc[t] = dot * a.scale;
@@ -149,8 +153,7 @@ __global__ void ref_attention(RefArgs a) {
   for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
     float o = 0.0f;
     for (int t = 0; t <= pos; ++t) {
-      const int64_t slot =
-          (int64_t)a.bt[(int64_t)s * a.max_blocks + t / a.bs] * a.bs + t % a.bs;
+      const int64_t slot = (int64_t)a.bt[(int64_t)s * a.max_blocks + t / a.bs] * a.bs + t % a.bs;
       o += sc[t] * ld_f(a.v, slot * width + kvh * a.hd + d, a.kv_bf);
     }
     a.out[(int64_t)row * a.n_heads * a.hd + (int64_t)h * a.hd + d] = o / sum;
@@ -168,7 +171,9 @@ struct Case {
   bool timed = false;
 };
 
-const char* dn(DType t) { return t == DType::bf16 ? "bf16" : "f16"; }
+const char* dn(DType t) {
+  return t == DType::bf16 ? "bf16" : "f16";
+}
 
 struct Result {
   double rel = NAN, max_abs = NAN, ref_rel = NAN, ms = NAN, tflops = NAN;
@@ -208,7 +213,8 @@ Result run_case(const Case& c, uint64_t seed, int warmup, int reps) {
   std::vector<int32_t> tables((size_t)n_seqs * max_blocks, -1), slot_of_token;
   size_t next = 0;
   for (int s = 0; s < n_seqs; ++s) {
-    for (int b = 0; b < (ctx[s] + bs - 1) / bs; ++b) tables[(size_t)s * max_blocks + b] = ids[next++];
+    for (int b = 0; b < (ctx[s] + bs - 1) / bs; ++b)
+      tables[(size_t)s * max_blocks + b] = ids[next++];
     for (int t = 0; t < ctx[s]; ++t)
       slot_of_token.push_back(tables[(size_t)s * max_blocks + t / bs] * bs + t % bs);
   }
@@ -283,8 +289,8 @@ Result run_case(const Case& c, uint64_t seed, int warmup, int reps) {
   CK(cudaDeviceSynchronize());
 
   // Reference.
-  RefArgs ra{d_q, q_stride, d_k, d_v, d_ref, d_row_seq, d_q_start, d_q_len, d_ctx, d_bt,
-             max_blocks, bs, c.n_heads, c.n_kv, hd, a.scale, act_bf, kv_bf};
+  RefArgs ra{d_q,  q_stride,   d_k, d_v,       d_ref,  d_row_seq, d_q_start, d_q_len, d_ctx,
+             d_bt, max_blocks, bs,  c.n_heads, c.n_kv, hd,        a.scale,   act_bf,  kv_bf};
   const size_t ref_smem = (size_t)(hd + max_ctx) * sizeof(float);
   CK(cudaFuncSetAttribute(ref_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int)std::max<size_t>(ref_smem, 48 * 1024)));
@@ -352,7 +358,8 @@ Result run_case(const Case& c, uint64_t seed, int warmup, int reps) {
           const int64_t slot = (int64_t)tables[(size_t)s * max_blocks + t / bs] * bs + t % bs;
           const double p = std::exp(sc[t] - mx);
           sum += p;
-          for (int d = 0; d < hd; ++d) o[d] += p * ld_f(hv.data(), slot * width + kvh * hd + d, kv_bf);
+          for (int d = 0; d < hd; ++d)
+            o[d] += p * ld_f(hv.data(), slot * width + kvh * hd + d, kv_bf);
         }
         for (int d = 0; d < hd; ++d) {
           const double want = o[d] / sum;
@@ -391,9 +398,9 @@ Result run_case(const Case& c, uint64_t seed, int warmup, int reps) {
 
   res.pass = res.rel < 1e-2 && !std::isnan(res.rel) && res.nans == 0 && res.touched == 0 &&
              res.ref_rel < 1e-4;
-  for (void* p : {(void*)d_q, d_k, d_v, d_out, (void*)d_ref, (void*)d_q_start, (void*)d_q_len,
-                  (void*)d_ctx, (void*)d_bt, (void*)d_row_seq, (void*)d_slot_of_token,
-                  (void*)d_tiles})
+  for (void* p :
+       {(void*)d_q, d_k, d_v, d_out, (void*)d_ref, (void*)d_q_start, (void*)d_q_len, (void*)d_ctx,
+        (void*)d_bt, (void*)d_row_seq, (void*)d_slot_of_token, (void*)d_tiles})
     CK(cudaFree(p));
   return res;
 }
@@ -412,12 +419,17 @@ int main(int argc, char** argv) {
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (k == "--warmup" && i + 1 < argc) warmup = std::atoi(argv[++i]);
-    else if (k == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (k == "--only" && i + 1 < argc) only = argv[++i];
+    if (k == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (k == "--warmup" && i + 1 < argc)
+      warmup = std::atoi(argv[++i]);
+    else if (k == "--seed" && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (k == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--warmup N] [--seed N] [--only SUBSTR[,SUBSTR...]]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--warmup N] [--seed N] [--only SUBSTR[,SUBSTR...]]\n",
                    argv[0]);
       return 2;
     }
@@ -432,9 +444,28 @@ int main(int argc, char** argv) {
       {"7b-prompt-4096", 32, 32, 128, {4096}, {4096}, B, B, 16, 1.7320508f, true},
       {"gqa-chunk-1000/1500", 32, 8, 128, {1000}, {1500}, B, B, 16, 1.7320508f, true},
       {"mha9/3-hd64-300", 9, 3, 64, {300}, {300}, B, B, 16, 1.7320508f, true},
-      {"multi-seq-gqa", 32, 8, 128, {700, 1, 130, 40, 64, 63, 257}, {700, 3000, 2000, 40, 64, 900, 1300},
-       B, B, 16, 1.7320508f, true},
-      {"multi-seq-hd64", 9, 3, 64, {129, 5, 80, 400}, {129, 300, 1000, 555}, B, B, 16, 1.7320508f, true},
+      {"multi-seq-gqa",
+       32,
+       8,
+       128,
+       {700, 1, 130, 40, 64, 63, 257},
+       {700, 3000, 2000, 40, 64, 900, 1300},
+       B,
+       B,
+       16,
+       1.7320508f,
+       true},
+      {"multi-seq-hd64",
+       9,
+       3,
+       64,
+       {129, 5, 80, 400},
+       {129, 300, 1000, 555},
+       B,
+       B,
+       16,
+       1.7320508f,
+       true},
       {"f16-gqa-513/777", 32, 8, 128, {513}, {777}, H, H, 16, 1.7320508f, true},
       {"act-bf16/kv-f16-hd64", 16, 4, 64, {250, 77}, {600, 77}, B, H, 16, 1.7320508f, false},
       {"act-f16/kv-bf16-hd128", 8, 2, 128, {190}, {190}, H, B, 16, 1.7320508f, false},
@@ -448,15 +479,17 @@ int main(int argc, char** argv) {
        1.7320508f, true},
   };
 
-  std::printf("| %-22s | %5s | %3s | %-9s | %-28s | %5s | %9s | %9s | %4s | %7s | %9s | %9s | %8s | %s |\n",
-              "case", "heads", "hd", "act/kv", "q_len / ctx_len", "tiles", "rel err", "max abs",
-              "NaN", "others", "ref-fp64", "ms", "TFLOP/s", "result");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(),
-              std::string(7, '-').c_str(), std::string(5, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(30, '-').c_str(), std::string(7, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(6, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(10, '-').c_str(),
-              std::string(8, '-').c_str());
+  std::printf(
+      "| %-22s | %5s | %3s | %-9s | %-28s | %5s | %9s | %9s | %4s | %7s | %9s | %9s | %8s | %s |\n",
+      "case", "heads", "hd", "act/kv", "q_len / ctx_len", "tiles", "rel err", "max abs", "NaN",
+      "others", "ref-fp64", "ms", "TFLOP/s", "result");
+  std::printf(
+      "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(),
+      std::string(7, '-').c_str(), std::string(5, '-').c_str(), std::string(11, '-').c_str(),
+      std::string(30, '-').c_str(), std::string(7, '-').c_str(), std::string(11, '-').c_str(),
+      std::string(11, '-').c_str(), std::string(6, '-').c_str(), std::string(9, '-').c_str(),
+      std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(10, '-').c_str(),
+      std::string(8, '-').c_str());
   bool all = true;
   int idx = 0;
   for (const Case& c : cases) {
@@ -480,17 +513,19 @@ int main(int argc, char** argv) {
     std::snprintf(tf, sizeof tf, std::isnan(r.tflops) ? "-" : "%.1f", r.tflops);
     std::string lens = join(c.q_lens) + " / " + join(c.ctx_lens);
     if (lens.size() > 28) lens = lens.substr(0, 25) + "...";
-    std::printf("| %-22s | %5s | %3d | %-9s | %-28s | %5d | %9.2e | %9.2e | %4lld | %7s | %9.2e | %9s | %8s | %s |\n",
-                c.name.c_str(), heads, c.hd, dt, lens.c_str(), r.tiles, r.rel, r.max_abs,
-                (long long)r.nans, r.touched == 0 ? "ok" : "TOUCHED", r.ref_rel, ms, tf,
-                r.pass ? "PASS" : "FAIL");
+    std::printf(
+        "| %-22s | %5s | %3d | %-9s | %-28s | %5d | %9.2e | %9.2e | %4lld | %7s | %9.2e | %9s | "
+        "%8s | %s |\n",
+        c.name.c_str(), heads, c.hd, dt, lens.c_str(), r.tiles, r.rel, r.max_abs, (long long)r.nans,
+        r.touched == 0 ? "ok" : "TOUCHED", r.ref_rel, ms, tf, r.pass ? "PASS" : "FAIL");
     std::fflush(stdout);
   }
-  std::printf("\nrel err: ||out - ref|| / ||ref|| over the kernel's rows vs an fp32 GPU reference "
-              "(limit 1e-2); ref-fp64: that reference vs fp64 on sampled rows (limit 1e-4);\n"
-              "others: rows of sequences with q_len < %d left untouched; TFLOP/s: causal FLOPs "
-              "4*heads*hd*sum(pos+1), median of %d runs after %d warm-up.\n",
-              kPrefillMinQLen, reps, warmup);
+  std::printf(
+      "\nrel err: ||out - ref|| / ||ref|| over the kernel's rows vs an fp32 GPU reference "
+      "(limit 1e-2); ref-fp64: that reference vs fp64 on sampled rows (limit 1e-4);\n"
+      "others: rows of sequences with q_len < %d left untouched; TFLOP/s: causal FLOPs "
+      "4*heads*hd*sum(pos+1), median of %d runs after %d warm-up.\n",
+      kPrefillMinQLen, reps, warmup);
   std::printf("%s\n", all ? "ALL PASS" : "SOME CHECKS FAILED");
   return all ? 0 : 1;
 }

@@ -153,16 +153,15 @@ class Backend {
                         std::span<const int32_t> slots) = 0;
   // rope(q, k) then store_kv(k, v): one fused kernel on a device backend.
   virtual void rope_store_kv(Tensor q, Tensor k, const Tensor& v,
-                             std::span<const int32_t> positions, const RopeParams& p,
-                             KvStorage& kv, int64_t layer, std::span<const int32_t> slots) {
+                             std::span<const int32_t> positions, const RopeParams& p, KvStorage& kv,
+                             int64_t layer, std::span<const int32_t> slots) {
     rope(q, k, positions, p);
     store_kv(kv, layer, k, v, slots);
   }
   // Causal attention of q over the paged cache of `layer` (which already holds this step's
   // k and v).  q, out: [n, n_heads*head_dim].
   virtual void attention(const Tensor& q, const KvStorage& kv, int64_t layer,
-                         const AttentionBatch& batch, int64_t n_heads, float scale,
-                         Tensor out) = 0;
+                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) = 0;
   // out = silu(gate) * up           gate, up, out: [n, f]
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
 
@@ -203,8 +202,7 @@ class Backend {
   // Copies whole blocks between two storages of the same geometry but their block count
   // (the device pool and the host swap pool): to[dst[i]] = from[src[i]].
   virtual void copy_blocks_between(const KvStorage& from, KvStorage& to,
-                                   std::span<const int32_t> src,
-                                   std::span<const int32_t> dst) = 0;
+                                   std::span<const int32_t> src, std::span<const int32_t> dst) = 0;
   // Host memory for swapped-out KV (pinned on a GPU; on the CPU a second bounded pool, so
   // every swap path runs in CI).
   virtual Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) = 0;

@@ -1,5 +1,5 @@
-#include "backend/backend.h"
 #include "backend/tensor.h"
+#include "backend/backend.h"
 
 #include "core/check.h"
 

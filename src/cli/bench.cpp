@@ -50,10 +50,7 @@ struct Resume {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      merge({kEngineFlags, kWorkloadFlags, {"json"}}),
-      {"quiet"});
+  auto args = Args::parse(argc, argv, merge({kEngineFlags, kWorkloadFlags, {"json"}}), {"quiet"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
   auto cfg = engine_config_from(a);
@@ -125,7 +122,8 @@ int run_bench(int argc, char** argv) {
       resumes.pop();
       Live& l = live.at(r.engine_id);
       const Segment& sg = l.trace->segments[l.segment - 1];
-      Status st = e.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab));
+      Status st =
+          e.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab));
       if (!st.ok()) return fail(st.error());
       l.record.interception_s += t - l.paused_at;
       l.record.output_tokens += sg.return_tokens;
@@ -174,15 +172,18 @@ int run_bench(int argc, char** argv) {
   const EngineStats& st = e.stats();
   const double gb = 1e9;
   if (!a.flag("quiet")) {
-    std::printf("workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals (%.0f s run)\n",
-                wl.c_str(), cfg->policy.c_str(), cfg->estimator.c_str(),
-                trace.empty() ? 0.0 : (double)trace.size() / duration, duration, wall);
-    std::printf("%s", format_summary_table(sum, summarize_by_augmentation(records, duration)).c_str());
-    std::printf("interceptions %lld, recomputed tokens %lld, swapped out/in %lld/%lld tokens, "
-                "preemptions %lld, skipped %lld\n",
-                (long long)st.interceptions, (long long)st.recomputed_tokens,
-                (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens,
-                (long long)st.preemptions, (long long)skipped);
+    std::printf(
+        "workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals (%.0f s run)\n",
+        wl.c_str(), cfg->policy.c_str(), cfg->estimator.c_str(),
+        trace.empty() ? 0.0 : (double)trace.size() / duration, duration, wall);
+    std::printf("%s",
+                format_summary_table(sum, summarize_by_augmentation(records, duration)).c_str());
+    std::printf(
+        "interceptions %lld, recomputed tokens %lld, swapped out/in %lld/%lld tokens, "
+        "preemptions %lld, skipped %lld\n",
+        (long long)st.interceptions, (long long)st.recomputed_tokens,
+        (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens,
+        (long long)st.preemptions, (long long)skipped);
     std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
                 (long long)st.swap_decisions, (long long)st.preserve_decisions);
     std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
@@ -213,22 +214,26 @@ int run_bench(int argc, char** argv) {
                       {"preserve", st.preserve_decisions}};
     nlohmann::json tools = nlohmann::json::array();
     for (const ToolStats& ts : e.estimator().stats())
-      tools.push_back({{"tool", ts.tool}, {"count", ts.count}, {"p50", ts.p50}, {"p95", ts.p95},
+      tools.push_back({{"tool", ts.tool},
+                       {"count", ts.count},
+                       {"p50", ts.p50},
+                       {"p95", ts.p95},
                        {"p99", ts.p99}});
     j["tools"] = tools;
     // Where the engine's time went: a measured run set against a simulated one needs these.
-    j["engine"] = {{"steps", st.steps},
-                   {"forward_seconds", st.forward_seconds},
-                   {"mean_step_ms", st.steps > 0 ? st.forward_seconds / (double)st.steps * 1e3 : 0.0},
-                   {"host_prepare_seconds", st.host_prepare_seconds},
-                   {"swap_seconds", st.swap_seconds},
-                   {"prompt_tokens_computed", st.prompt_tokens_computed},
-                   {"decode_tokens", st.decode_tokens},
-                   {"replayed_steps", st.replayed_steps},
-                   {"swap_preemptions", st.swap_preemptions},
-                   {"run_seconds", wall},
-                   {"step_wall_seconds", step_wall_s},
-                   {"idle_seconds", idle_s}};
+    j["engine"] = {
+        {"steps", st.steps},
+        {"forward_seconds", st.forward_seconds},
+        {"mean_step_ms", st.steps > 0 ? st.forward_seconds / (double)st.steps * 1e3 : 0.0},
+        {"host_prepare_seconds", st.host_prepare_seconds},
+        {"swap_seconds", st.swap_seconds},
+        {"prompt_tokens_computed", st.prompt_tokens_computed},
+        {"decode_tokens", st.decode_tokens},
+        {"replayed_steps", st.replayed_steps},
+        {"swap_preemptions", st.swap_preemptions},
+        {"run_seconds", wall},
+        {"step_wall_seconds", step_wall_s},
+        {"idle_seconds", idle_s}};
     std::ofstream out(a.get("json"));
     if (!out) return fail(Error{"cannot write '" + a.get("json") + "'"});
     out << j.dump(2) << "\n";

@@ -14,9 +14,8 @@
 namespace infercept::cli {
 
 int run_bench_decode(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          merge({kEngineFlags, {"batch", "prompt-tokens", "decode-tokens"}}),
-                          {"json"});
+  auto args = Args::parse(
+      argc, argv, merge({kEngineFlags, {"batch", "prompt-tokens", "decode-tokens"}}), {"json"});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());
@@ -80,16 +79,19 @@ int run_bench_decode(int argc, char** argv) {
   j["decode_tokens_per_s"] = (double)decode_tokens_total / decode_s;
   j["peak_rss_mb"] = (double)ru.ru_maxrss / 1024.0;
   j["preemptions"] = e.stats().preemptions;
-  j["host_prepare_ms_per_step"] = e.stats().host_prepare_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
-  j["forward_ms_per_step"] = e.stats().forward_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
+  j["host_prepare_ms_per_step"] =
+      e.stats().host_prepare_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
+  j["forward_ms_per_step"] =
+      e.stats().forward_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
   if (args->flag("json")) {
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("batch %lld: prompt %.1f tok/s, decode %.1f tok/s (aggregate), peak RSS %.0f MiB, "
-                "host %.3f ms + forward %.3f ms per step\n",
-                (long long)*batch, j["prompt_tokens_per_s"].get<double>(),
-                j["decode_tokens_per_s"].get<double>(), j["peak_rss_mb"].get<double>(),
-                j["host_prepare_ms_per_step"].get<double>(), j["forward_ms_per_step"].get<double>());
+    std::printf(
+        "batch %lld: prompt %.1f tok/s, decode %.1f tok/s (aggregate), peak RSS %.0f MiB, "
+        "host %.3f ms + forward %.3f ms per step\n",
+        (long long)*batch, j["prompt_tokens_per_s"].get<double>(),
+        j["decode_tokens_per_s"].get<double>(), j["peak_rss_mb"].get<double>(),
+        j["host_prepare_ms_per_step"].get<double>(), j["forward_ms_per_step"].get<double>());
   }
   return 0;
 }

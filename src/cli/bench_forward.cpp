@@ -55,7 +55,8 @@ double weight_elems(const ModelConfig& c) {
   const double d = (double)c.d_model, q = (double)(c.n_heads * c.head_dim),
                kv = (double)(c.n_kv_heads * c.head_dim), f = (double)c.d_ff;
   const double per_layer = d * q + 2 * d * kv + q * d + 3 * d * f;
-  return (double)c.vocab_size * d * (c.tied_embeddings ? 1.0 : 2.0) + per_layer * (double)c.n_layers;
+  return (double)c.vocab_size * d * (c.tied_embeddings ? 1.0 : 2.0) +
+         per_layer * (double)c.n_layers;
 }
 // Matmul FLOPs per token (the embedding lookup is not a matmul).
 double matmul_flops_per_token(const ModelConfig& c) {
@@ -75,7 +76,8 @@ Floors load_floors(const std::string& path) {
   auto j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded()) return f;
   for (auto& r : j.value("d2d", nlohmann::json::array()))
-    if (r.value("name", "").find("read-only") != std::string::npos) f.read_gbps = r.value("gbps_payload", 0.0);
+    if (r.value("name", "").find("read-only") != std::string::npos)
+      f.read_gbps = r.value("gbps_payload", 0.0);
   for (auto& r : j.value("gemm", nlohmann::json::array()))
     f.gemm_tflops = std::max(f.gemm_tflops, r.value("tflops_best", 0.0));
   for (auto& r : j.value("host", nlohmann::json::array())) {
@@ -92,8 +94,9 @@ Floors load_floors(const std::string& path) {
 
 int run_bench_forward(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
-                          merge({kEngineFlags, {"batches", "context", "prefill", "tfwd", "repeats",
-                                                "swap-blocks", "floors", "json-out", "swap-batch"}}),
+                          merge({kEngineFlags,
+                                 {"batches", "context", "prefill", "tfwd", "repeats", "swap-blocks",
+                                  "floors", "json-out", "swap-batch"}}),
                           {});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
@@ -110,7 +113,8 @@ int run_bench_forward(int argc, char** argv) {
   for (auto* r : {&context, &prefill, &repeats, &swap_blocks, &swap_batch})
     if (!r->ok()) return fail(r->error());
   if (batches->empty() || *context < 1 || *prefill < 1 || *repeats < 1 || *swap_blocks < 1)
-    return fail(Error{"--batches, --context, --prefill, --repeats and --swap-blocks must be positive"});
+    return fail(
+        Error{"--batches, --context, --prefill, --repeats and --swap-blocks must be positive"});
   const Floors floors = load_floors(args->get("floors", ""));
 
   auto src = open_model_source(cfg->model_path);
@@ -119,8 +123,10 @@ int run_bench_forward(int argc, char** argv) {
   auto backend = make_backend(*cfg);
   if (!backend.ok()) return fail(backend.error());
   Backend& be = **backend;
-  const int64_t max_batch = std::max(*std::max_element(batches->begin(), batches->end()), *swap_batch);
-  const int64_t max_rows = std::max({*prefill, *std::max_element(tfwd->begin(), tfwd->end()), max_batch});
+  const int64_t max_batch =
+      std::max(*std::max_element(batches->begin(), batches->end()), *swap_batch);
+  const int64_t max_rows =
+      std::max({*prefill, *std::max_element(tfwd->begin(), tfwd->end()), max_batch});
   std::fprintf(stderr, "loading %s on %s ...\n", cfg->model_path.c_str(), be.name().c_str());
   auto t_load = clock_type::now();
   auto model = LlamaModel::create(**src, be, max_rows, max_batch);
@@ -144,7 +150,8 @@ int run_bench_forward(int argc, char** argv) {
   hg.n_blocks = *swap_blocks;
   auto host = be.create_host_kv_storage(hg);
   if (!host.ok()) return fail(host.error());
-  const double kv_per_token = (double)g.bytes_per_block_per_layer() * 2.0 * (double)g.n_layers / (double)bs;
+  const double kv_per_token =
+      (double)g.bytes_per_block_per_layer() * 2.0 * (double)g.n_layers / (double)bs;
 
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, (int32_t)mc.vocab_size - 1);
@@ -155,11 +162,15 @@ int run_bench_forward(int argc, char** argv) {
   out["layers"] = mc.n_layers;
   out["weights_gb"] = weight_elems(mc) * 2 / 1e9;
   out["kv_bytes_per_token"] = kv_per_token;
-  out["floors"] = {{"read_gbps", floors.read_gbps}, {"gemm_tflops", floors.gemm_tflops},
-                   {"h2d_gbps", floors.h2d_gbps}, {"d2h_gbps", floors.d2h_gbps}, {"both_gbps", floors.both_gbps}};
+  out["floors"] = {{"read_gbps", floors.read_gbps},
+                   {"gemm_tflops", floors.gemm_tflops},
+                   {"h2d_gbps", floors.h2d_gbps},
+                   {"d2h_gbps", floors.d2h_gbps},
+                   {"both_gbps", floors.both_gbps}};
 
   // Fill the decode contexts: sequence s owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks).
-  std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch, (long long)*context);
+  std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch,
+               (long long)*context);
   {
     StepInput in;
     auto flush = [&] {
@@ -181,7 +192,8 @@ int run_bench_forward(int argc, char** argv) {
           in.slots.push_back((int32_t)((s * ctx_blocks + p / bs) * bs + p % bs));
         }
         in.max_blocks = (int32_t)ctx_blocks;  // every table row has the same width
-        for (int64_t b = 0; b < ctx_blocks; ++b) in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
+        for (int64_t b = 0; b < ctx_blocks; ++b)
+          in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
       }
     }
     flush();
@@ -199,7 +211,8 @@ int run_bench_forward(int argc, char** argv) {
       in.positions.push_back((int32_t)*context);
       const int64_t p = *context;
       in.slots.push_back((int32_t)((s * ctx_blocks + p / bs) * bs + p % bs));
-      for (int64_t b = 0; b < ctx_blocks; ++b) in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
+      for (int64_t b = 0; b < ctx_blocks; ++b)
+        in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
       in.logit_rows.push_back((int32_t)s);
     }
     return in;
@@ -208,8 +221,10 @@ int run_bench_forward(int argc, char** argv) {
   // with_logits: the logits go to the host; device_argmax: they stay and only the greedy
   // token ids come back (what the engine does for plain greedy batches).
   // device_topp: the tokens drawn on the device with temperature 0.8 and top_p 0.9.
-  std::vector<DeviceSampleRow> topp_rows((size_t)max_batch, DeviceSampleRow{0, 1.0f / 0.8f, 0, 0.9f, 0.0f, 0.5f});
-  auto time_forward = [&](StepInput& in, bool with_logits, bool device_argmax = false, bool device_topp = false) {
+  std::vector<DeviceSampleRow> topp_rows((size_t)max_batch,
+                                         DeviceSampleRow{0, 1.0f / 0.8f, 0, 0.9f, 0.0f, 0.5f});
+  auto time_forward = [&](StepInput& in, bool with_logits, bool device_argmax = false,
+                          bool device_topp = false) {
     if (!with_logits && !device_argmax && !device_topp) in.logit_rows.clear();
     auto once = [&] {
       const bool on_device = device_argmax || device_topp;
@@ -217,7 +232,8 @@ int run_bench_forward(int argc, char** argv) {
       const int64_t nl = (int64_t)in.logit_rows.size();
       if (device_argmax) CHECK(be.argmax_rows(m.last_logits(nl), sampled.data()));
       if (device_topp)
-        CHECK(be.sample_rows(m.last_logits(nl), std::span(topp_rows).first((size_t)nl), sampled.data()));
+        CHECK(be.sample_rows(m.last_logits(nl), std::span(topp_rows).first((size_t)nl),
+                             sampled.data()));
       be.sync();
     };
     for (int w = 0; w < 3; ++w) once();
@@ -232,8 +248,12 @@ int run_bench_forward(int argc, char** argv) {
   const bool can_argmax = be.greedy_on_device();
 
   // ---- decode ----
-  std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)*context, cfg->model_path.c_str(), be.name().c_str());
-  std::printf("| batch | step ms (no logits) | step ms (with logits to host) | with greedy on device | with top-p on device | bytes floor ms | x floor | tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)*context,
+              cfg->model_path.c_str(), be.name().c_str());
+  std::printf(
+      "| batch | step ms (no logits) | step ms (with logits to host) | with greedy on device | "
+      "with top-p on device | bytes floor ms | x floor | tokens/s "
+      "|\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int64_t b : *batches) {
     StepInput in = decode_input(b);
     const double t_nolog = time_forward(in, false);
@@ -246,11 +266,17 @@ int run_bench_forward(int argc, char** argv) {
     const double bytes = weight_elems(mc) * 2.0 + (double)b * (double)(*context + 1) * kv_per_token;
     const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
     const double t_best = can_argmax ? t_dev : t_log;
-    std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.0f |\n", (long long)b, t_nolog * 1e3, t_log * 1e3,
-                t_dev * 1e3, t_topp * 1e3, floor_ms, floor_ms > 0 ? t_nolog * 1e3 / floor_ms : 0.0, (double)b / t_best);
-    out["decode"].push_back({{"batch", b}, {"context", *context}, {"ms", t_nolog * 1e3},
-                             {"ms_with_logits", t_log * 1e3}, {"ms_greedy_on_device", t_dev * 1e3}, {"ms_top_p_on_device", t_topp * 1e3},
-                             {"floor_ms", floor_ms}, {"bytes", bytes}});
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.0f |\n", (long long)b,
+                t_nolog * 1e3, t_log * 1e3, t_dev * 1e3, t_topp * 1e3, floor_ms,
+                floor_ms > 0 ? t_nolog * 1e3 / floor_ms : 0.0, (double)b / t_best);
+    out["decode"].push_back({{"batch", b},
+                             {"context", *context},
+                             {"ms", t_nolog * 1e3},
+                             {"ms_with_logits", t_log * 1e3},
+                             {"ms_greedy_on_device", t_dev * 1e3},
+                             {"ms_top_p_on_device", t_topp * 1e3},
+                             {"floor_ms", floor_ms},
+                             {"bytes", bytes}});
   }
 
   // ---- prefill ----
@@ -269,19 +295,29 @@ int run_bench_forward(int argc, char** argv) {
     for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
     in.logit_rows = {(int32_t)n - 1};
     const double t = time_forward(in, true);
-    const double attn_flops = 4.0 * (double)mc.n_heads * (double)mc.head_dim * (double)n * (double)(n + 1) / 2.0 * (double)mc.n_layers;
+    const double attn_flops = 4.0 * (double)mc.n_heads * (double)mc.head_dim * (double)n *
+                              (double)(n + 1) / 2.0 * (double)mc.n_layers;
     const double flops = matmul_flops_per_token(mc) * (double)n + attn_flops;
-    const double floor_ms = floors.gemm_tflops > 0 ? flops / (floors.gemm_tflops * 1e12) * 1e3 : 0.0;
-    std::printf("\n### Prefill of %lld tokens\n\n| ms | TFLOP/s | FLOP floor ms (at %.0f TFLOP/s) | share of GEMM rate |\n|---:|---:|---:|---:|\n",
-                (long long)n, floors.gemm_tflops);
+    const double floor_ms =
+        floors.gemm_tflops > 0 ? flops / (floors.gemm_tflops * 1e12) * 1e3 : 0.0;
+    std::printf(
+        "\n### Prefill of %lld tokens\n\n| ms | TFLOP/s | FLOP floor ms (at %.0f TFLOP/s) | share "
+        "of GEMM rate |\n|---:|---:|---:|---:|\n",
+        (long long)n, floors.gemm_tflops);
     std::printf("| %.2f | %.1f | %.2f | %.0f%% |\n", t * 1e3, flops / t / 1e12, floor_ms,
                 floor_ms > 0 ? 100.0 * floor_ms / (t * 1e3) : 0.0);
-    out["prefill"] = {{"tokens", n}, {"ms", t * 1e3}, {"tflops", flops / t / 1e12}, {"floor_ms", floor_ms}, {"flops", flops}};
+    out["prefill"] = {{"tokens", n},
+                      {"ms", t * 1e3},
+                      {"tflops", flops / t / 1e12},
+                      {"floor_ms", floor_ms},
+                      {"flops", flops}};
   }
 
   // ---- T_fwd(x) ----
   CostModel cost;
-  std::printf("\n### T_fwd(x): one sequence of x query tokens\n\n| x | ms | us per token |\n|---:|---:|---:|\n");
+  std::printf(
+      "\n### T_fwd(x): one sequence of x query tokens\n\n| x | ms | us per token "
+      "|\n|---:|---:|---:|\n");
   for (int64_t x : *tfwd) {
     if (x > max_rows) continue;
     StepInput in;
@@ -302,7 +338,10 @@ int run_bench_forward(int argc, char** argv) {
     out["t_fwd"].push_back({{"x", x}, {"ms", t * 1e3}});
   }
   const int64_t S = cost.derive_saturation();
-  std::printf("\nsaturation point S = %lld tokens (T_fwd flat: at most +20%% per doubling of x, +44%% in all)\n", (long long)S);
+  std::printf(
+      "\nsaturation point S = %lld tokens (T_fwd flat: at most +20%% per doubling of x, +44%% in "
+      "all)\n",
+      (long long)S);
   out["saturation_tokens"] = S;
 
   // ---- swap ----
@@ -323,13 +362,17 @@ int run_bench_forward(int argc, char** argv) {
     }
     return median(ts);
   };
-  const double t_out = time_copy(true, false), t_in = time_copy(false, true), t_both = time_copy(true, true);
-  std::printf("\n### Swap, %lld blocks (%.1f MB) per direction\n\n| direction | ms | GB/s | floor GB/s | share |\n|---|---:|---:|---:|---:|\n",
-              (long long)nb, swap_bytes / 1e6);
+  const double t_out = time_copy(true, false), t_in = time_copy(false, true),
+               t_both = time_copy(true, true);
+  std::printf(
+      "\n### Swap, %lld blocks (%.1f MB) per direction\n\n| direction | ms | GB/s | floor GB/s | "
+      "share |\n|---|---:|---:|---:|---:|\n",
+      (long long)nb, swap_bytes / 1e6);
   auto row = [&](const char* name, double t, double bytes, double fl) {
     std::printf("| %s | %.3f | %.1f | %.1f | %.0f%% |\n", name, t * 1e3, bytes / t / 1e9, fl,
                 fl > 0 ? 100.0 * bytes / t / 1e9 / fl : 0.0);
-    out["swap"].push_back({{"direction", name}, {"ms", t * 1e3}, {"gbps", bytes / t / 1e9}, {"floor_gbps", fl}});
+    out["swap"].push_back(
+        {{"direction", name}, {"ms", t * 1e3}, {"gbps", bytes / t / 1e9}, {"floor_gbps", fl}});
   };
   row("out (device to host)", t_out, swap_bytes, floors.d2h_gbps);
   row("in (host to device)", t_in, swap_bytes, floors.h2d_gbps);
@@ -347,15 +390,20 @@ int run_bench_forward(int argc, char** argv) {
     StepInput in = decode_input(b);
     const double base = time_forward(in, true);
     const double t_one_way = std::max(t_out, t_in);
-    const int64_t engine_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_one_way / 2.0), 1, nb);
+    const int64_t engine_each =
+        std::clamp<int64_t>((int64_t)((double)nb * base / t_one_way / 2.0), 1, nb);
     const int64_t full_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
-    std::printf("\n### Decode at batch %lld while swapping (step alone %.3f ms)\n\n"
-                "| copies per step | blocks each way | MB each way | step ms swapping | growth |\n"
-                "|---|---:|---:|---:|---:|\n", (long long)b, base * 1e3);
+    std::printf(
+        "\n### Decode at batch %lld while swapping (step alone %.3f ms)\n\n"
+        "| copies per step | blocks each way | MB each way | step ms swapping | growth |\n"
+        "|---|---:|---:|---:|---:|\n",
+        (long long)b, base * 1e3);
     out["swap_during_decode"] = nlohmann::json::array();
-    for (const auto& [name, budget] : {std::pair<const char*, int64_t>{"engine budget, half each way", engine_each},
-                                       {"both ways at full rate", full_each}}) {
-      std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget), h(host_ids.begin(), host_ids.begin() + budget);
+    for (const auto& [name, budget] :
+         {std::pair<const char*, int64_t>{"engine budget, half each way", engine_each},
+          {"both ways at full rate", full_each}}) {
+      std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget),
+          h(host_ids.begin(), host_ids.begin() + budget);
       std::vector<double> ts;
       for (int r = 0; r < *repeats + 3; ++r) {
         const auto t = clock_type::now();
@@ -367,9 +415,13 @@ int run_bench_forward(int argc, char** argv) {
       }
       const double with = median(ts);
       std::printf("| %s | %lld | %.1f | %.3f | %+.1f%% |\n", name, (long long)budget,
-                  (double)budget * bs * kv_per_token / 1e6, with * 1e3, 100.0 * (with / base - 1.0));
-      out["swap_during_decode"].push_back({{"copies", name}, {"batch", b}, {"blocks_each_way", budget},
-                                           {"ms_alone", base * 1e3}, {"ms_swapping", with * 1e3}});
+                  (double)budget * bs * kv_per_token / 1e6, with * 1e3,
+                  100.0 * (with / base - 1.0));
+      out["swap_during_decode"].push_back({{"copies", name},
+                                           {"batch", b},
+                                           {"blocks_each_way", budget},
+                                           {"ms_alone", base * 1e3},
+                                           {"ms_swapping", with * 1e3}});
     }
   }
   const std::string jpath = args->get("json-out", "");

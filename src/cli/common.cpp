@@ -8,16 +8,35 @@
 
 namespace infercept::cli {
 
-const std::set<std::string> kEngineFlags = {
-    "model",     "threads",  "kv-cache-mb",   "kv-cache-tokens", "block-size", "kv-cache-gb",
-    "swap-space-gb", "swap-space-mb", "policy", "estimator", "interception-timeout",
-    "max-batch-tokens", "max-seqs", "chat-template", "kv-dtype", "device",
-    "gpu-memory-utilization", "cuda-graphs", "dtype"};
-const std::set<std::string> kSamplingFlags = {
-    "max-tokens",         "temperature",      "top-p",
-    "top-k",              "min-p",            "seed",
-    "repetition-penalty", "presence-penalty", "frequency-penalty",
-    "stop"};
+const std::set<std::string> kEngineFlags = {"model",
+                                            "threads",
+                                            "kv-cache-mb",
+                                            "kv-cache-tokens",
+                                            "block-size",
+                                            "kv-cache-gb",
+                                            "swap-space-gb",
+                                            "swap-space-mb",
+                                            "policy",
+                                            "estimator",
+                                            "interception-timeout",
+                                            "max-batch-tokens",
+                                            "max-seqs",
+                                            "chat-template",
+                                            "kv-dtype",
+                                            "device",
+                                            "gpu-memory-utilization",
+                                            "cuda-graphs",
+                                            "dtype"};
+const std::set<std::string> kSamplingFlags = {"max-tokens",
+                                              "temperature",
+                                              "top-p",
+                                              "top-k",
+                                              "min-p",
+                                              "seed",
+                                              "repetition-penalty",
+                                              "presence-penalty",
+                                              "frequency-penalty",
+                                              "stop"};
 
 std::set<std::string> merge(std::initializer_list<std::set<std::string>> sets) {
   std::set<std::string> out;
@@ -69,20 +88,29 @@ Result<EngineConfig> engine_config_from(const Args& a) {
     return make_error("--cuda-graphs must be on or off, got '", graphs, "'");
   c.cuda_graphs = graphs == "on";
   const std::string dt = a.get("dtype", "bf16");
-  if (dt == "bf16") c.compute_dtype = DType::bf16;
-  else if (dt == "f16") c.compute_dtype = DType::f16;
-  else return make_error("--dtype must be bf16 or f16, got '", dt, "'");
+  if (dt == "bf16")
+    c.compute_dtype = DType::bf16;
+  else if (dt == "f16")
+    c.compute_dtype = DType::f16;
+  else
+    return make_error("--dtype must be bf16 or f16, got '", dt, "'");
   c.kv_cache_size_given = a.has("kv-cache-gb") || a.has("kv-cache-mb") || a.has("kv-cache-tokens");
   const std::string kv = a.get("kv-dtype", "f16");
-  if (kv == "f16") c.kv_dtype = DType::f16;
-  else if (kv == "bf16") c.kv_dtype = DType::bf16;
-  else if (kv == "f32") c.kv_dtype = DType::f32;
-  else return make_error("--kv-dtype must be f16, bf16 or f32, got '", kv, "'");
+  if (kv == "f16")
+    c.kv_dtype = DType::f16;
+  else if (kv == "bf16")
+    c.kv_dtype = DType::bf16;
+  else if (kv == "f32")
+    c.kv_dtype = DType::f32;
+  else
+    return make_error("--kv-dtype must be f16, bf16 or f32, got '", kv, "'");
   if (c.kv_cache_mb <= 0 || c.swap_space_mb < 0 || c.interception_timeout_s <= 0)
-    return make_error("--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
-                      "--interception-timeout > 0");
+    return make_error(
+        "--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
+        "--interception-timeout > 0");
   if (threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
-    return make_error("--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");
+    return make_error(
+        "--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");
   return c;
 }
 

@@ -12,9 +12,9 @@
 namespace infercept::cli {
 
 int run_generate(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          merge({kEngineFlags, kSamplingFlags, {"prompt", "prompt-file", "system"}}),
-                          {"chat", "json", "ignore-eos"});
+  auto args = Args::parse(
+      argc, argv, merge({kEngineFlags, kSamplingFlags, {"prompt", "prompt-file", "system"}}),
+      {"chat", "json", "ignore-eos"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
   if (a.has("prompt") == a.has("prompt-file"))

@@ -16,16 +16,20 @@ int run_logits(int argc, char** argv) {
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());
   const std::string tokens_path = args->get("tokens-file"), out_path = args->get("out");
-  if (tokens_path.empty() || out_path.empty()) return fail(Error{"--tokens-file and --out are required"});
+  if (tokens_path.empty() || out_path.empty())
+    return fail(Error{"--tokens-file and --out are required"});
   std::ifstream tf(tokens_path);
   if (!tf) return fail(Error{"cannot read " + tokens_path});
   auto j = nlohmann::json::parse(tf, nullptr, false);
-  if (j.is_object()) j = j.contains("tokens") ? j["tokens"] : j.value("sequences", nlohmann::json());
-  if (!j.is_array() || j.empty()) return fail(Error{tokens_path + ": expected a JSON list of token-id lists"});
+  if (j.is_object())
+    j = j.contains("tokens") ? j["tokens"] : j.value("sequences", nlohmann::json());
+  if (!j.is_array() || j.empty())
+    return fail(Error{tokens_path + ": expected a JSON list of token-id lists"});
   std::vector<std::vector<int32_t>> seqs;
   size_t longest = 0;
   for (auto& s : j) {
-    if (!s.is_array() || s.empty()) return fail(Error{tokens_path + ": every sequence must be a non-empty list"});
+    if (!s.is_array() || s.empty())
+      return fail(Error{tokens_path + ": every sequence must be a non-empty list"});
     seqs.emplace_back();
     for (auto& t : s) {
       if (!t.is_number_integer()) return fail(Error{tokens_path + ": token ids must be integers"});
@@ -38,7 +42,8 @@ int run_logits(int argc, char** argv) {
   const ModelConfig& mc = (*src)->config();
   for (auto& s : seqs)
     for (int32_t t : s)
-      if (t < 0 || t >= mc.vocab_size) return fail(Error{"token id " + std::to_string(t) + " is outside the vocabulary"});
+      if (t < 0 || t >= mc.vocab_size)
+        return fail(Error{"token id " + std::to_string(t) + " is outside the vocabulary"});
   auto backend = make_backend(*cfg);
   if (!backend.ok()) return fail(backend.error());
   auto model = LlamaModel::create(**src, **backend, (int64_t)longest, 1);
@@ -83,8 +88,8 @@ int run_logits(int argc, char** argv) {
   f.write(reinterpret_cast<const char*>(&hlen), 2);
   f << header;
   f.write(reinterpret_cast<const char*>(all.data()), (std::streamsize)(all.size() * sizeof(float)));
-  std::printf("wrote %s: %zu x %lld logits (%s)\n", out_path.c_str(), seqs.size(), (long long)mc.vocab_size,
-              (*backend)->name().c_str());
+  std::printf("wrote %s: %zu x %lld logits (%s)\n", out_path.c_str(), seqs.size(),
+              (long long)mc.vocab_size, (*backend)->name().c_str());
   return f.good() ? 0 : 1;
 }
 

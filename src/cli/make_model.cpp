@@ -3,8 +3,8 @@
 // without its trained weights.
 #include <unistd.h>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 
 #include "cli/common.h"
 #include "engine/random_checkpoint.h"
@@ -94,7 +94,8 @@ int run_make_model(int argc, char** argv) {
   o.tokenizer_source = default_model_path();
   // A bytes-only tokenizer needs no source model: machines without the default model (a
   // bare GPU box) can still write the llama2 shapes with --tokenizer byte.
-  if (o.tokenizer == CheckpointTokenizer::byte_level && !std::filesystem::exists(o.tokenizer_source))
+  if (o.tokenizer == CheckpointTokenizer::byte_level &&
+      !std::filesystem::exists(o.tokenizer_source))
     o.tokenizer_source.clear();
   auto threads = args->get_int("threads", 0);
   if (!threads.ok()) return fail(threads.error());

@@ -28,17 +28,21 @@ int run_profile(int argc, char** argv) {
   for (const auto& [x, t] : c.t_fwd_samples)
     std::printf("%10lld %12.2f %14.1f\n", (long long)x, t * 1e3, t * 1e6 / (double)x);
   const int64_t s = c.saturation();
-  std::printf("saturation point S: %lld tokens (step time flat: at most +20%% per doubling of tokens, +44%% in all)\n",
-              (long long)s);
-  std::printf("beyond T_fwd: %.4f us per context token read (one decode row), %.1f us per "
-              "sequence past the first\n",
-              c.context_seconds_per_token(1) * 1e6, c.sequence_seconds * 1e6);
+  std::printf(
+      "saturation point S: %lld tokens (step time flat: at most +20%% per doubling of tokens, "
+      "+44%% in all)\n",
+      (long long)s);
+  std::printf(
+      "beyond T_fwd: %.4f us per context token read (one decode row), %.1f us per "
+      "sequence past the first\n",
+      c.context_seconds_per_token(1) * 1e6, c.sequence_seconds * 1e6);
   std::printf("KV bytes per token: %.0f\n", c.kv_bytes_per_token);
   std::printf("KV copy bandwidth (each way): %.2f GB/s\n", c.swap_bytes_per_second / 1e9);
-  std::printf("swap budget per step: %lld tokens during a decode step (%.2f ms), %lld during a "
-              "step of S tokens\n",
-              (long long)c.swap_budget_tokens(c.t_fwd(1)), c.t_fwd(1) * 1e3,
-              (long long)c.swap_budget_tokens(c.t_fwd(s)));
+  std::printf(
+      "swap budget per step: %lld tokens during a decode step (%.2f ms), %lld during a "
+      "step of S tokens\n",
+      (long long)c.swap_budget_tokens(c.t_fwd(1)), c.t_fwd(1) * 1e3,
+      (long long)c.swap_budget_tokens(c.t_fwd(s)));
   return 0;
 }
 

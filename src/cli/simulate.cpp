@@ -20,12 +20,28 @@ namespace infercept::cli {
 int run_simulate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           merge({kWorkloadFlags,
-                                 {"profile", "policy", "estimator", "json", "kv-cache-tokens",
-                                  "kv-cache-gb", "kv-cache-mb", "swap-space-tokens",
-                                  "swap-space-gb", "swap-space-mb", "max-batch-tokens",
-                                  "max-seqs", "block-size", "interception-timeout", "gpus",
-                                  "tp-efficiency", "copy-mode", "model-context", "idle-tick",
-                                  "context-cost-us", "sequence-cost-us", "sample-cost-us",
+                                 {"profile",
+                                  "policy",
+                                  "estimator",
+                                  "json",
+                                  "kv-cache-tokens",
+                                  "kv-cache-gb",
+                                  "kv-cache-mb",
+                                  "swap-space-tokens",
+                                  "swap-space-gb",
+                                  "swap-space-mb",
+                                  "max-batch-tokens",
+                                  "max-seqs",
+                                  "block-size",
+                                  "interception-timeout",
+                                  "gpus",
+                                  "tp-efficiency",
+                                  "copy-mode",
+                                  "model-context",
+                                  "idle-tick",
+                                  "context-cost-us",
+                                  "sequence-cost-us",
+                                  "sample-cost-us",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
   if (!args.ok()) return fail(args.error());
@@ -150,8 +166,7 @@ int run_simulate(int argc, char** argv) {
         cfg.cost.t_fwd(cfg.max_tokens_per_step) * 1e3, (long long)cfg.cost.saturation(),
         cfg.cost.context_seconds_per_token(1) * 1e6,
         cfg.cost.context_seconds_per_token(cfg.max_seqs) * 1e6, (long long)cfg.max_seqs,
-        cfg.cost.sequence_seconds * 1e6,
-        cfg.cost.sample_seconds_per_row * 1e6, m,
+        cfg.cost.sequence_seconds * 1e6, cfg.cost.sample_seconds_per_row * 1e6, m,
         cfg.cost.swap_bytes_per_second / gb);
     if (!cfg.cost.decode_samples.empty() || !cfg.cost.chunk_context_samples.empty()) {
       if (cfg.cost.decode_samples.empty())
@@ -188,10 +203,12 @@ int run_simulate(int argc, char** argv) {
     std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
                 st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
     std::printf(
-        "engine: %lld steps (%lld decode-only), busy %.1f%% of %.0f s, forward %.1f s, swap stall %.2f s, "
+        "engine: %lld steps (%lld decode-only), busy %.1f%% of %.0f s, forward %.1f s, swap stall "
+        "%.2f s, "
         "peak running/paused/waiting %lld/%lld/%lld, peak KV blocks device %lld host %lld\n",
-        (long long)st.steps, (long long)st.decode_only_steps, r.end_time_s > 0 ? 100.0 * st.busy_seconds / r.end_time_s : 0.0,
-        r.end_time_s, st.forward_seconds, st.swap_stall_seconds, (long long)st.max_running,
+        (long long)st.steps, (long long)st.decode_only_steps,
+        r.end_time_s > 0 ? 100.0 * st.busy_seconds / r.end_time_s : 0.0, r.end_time_s,
+        st.forward_seconds, st.swap_stall_seconds, (long long)st.max_running,
         (long long)st.max_paused, (long long)st.max_waiting, (long long)st.peak_device_blocks,
         (long long)st.peak_host_blocks);
     for (const ToolStats& ts : r.tools)

@@ -6,9 +6,9 @@
 
 namespace infercept::cli {
 
-const std::set<std::string> kWorkloadFlags = {"workload",      "rate",        "duration", "seed",
-                                              "time-scale",    "context-scale", "max-context",
-                                              "tokens",        "trace-out",   "drain"};
+const std::set<std::string> kWorkloadFlags = {
+    "workload",      "rate",        "duration", "seed",      "time-scale",
+    "context-scale", "max-context", "tokens",   "trace-out", "drain"};
 
 Result<WorkloadRun> workload_from(const Args& a) {
   WorkloadRun w;

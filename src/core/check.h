@@ -16,14 +16,14 @@ namespace infercept::detail {
 }
 }  // namespace infercept::detail
 
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) ::infercept::detail::check_failed(__FILE__, __LINE__, #cond, "");      \
+#define CHECK(cond)                                                                \
+  do {                                                                             \
+    if (!(cond)) ::infercept::detail::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
 
-#define CHECK_MSG(cond, msg)                                                           \
-  do {                                                                                 \
-    if (!(cond)) ::infercept::detail::check_failed(__FILE__, __LINE__, #cond, (msg));   \
+#define CHECK_MSG(cond, msg)                                                          \
+  do {                                                                                \
+    if (!(cond)) ::infercept::detail::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 
 #define CHECK_EQ(a, b) CHECK((a) == (b))

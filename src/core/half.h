@@ -72,7 +72,9 @@ inline uint16_t fp32_to_fp16(float f) {
 #endif
 }
 
-inline float bf16_to_fp32(uint16_t b) { return fp32_from_bits((uint32_t)b << 16); }
+inline float bf16_to_fp32(uint16_t b) {
+  return fp32_from_bits((uint32_t)b << 16);
+}
 
 inline uint16_t fp32_to_bf16(float f) {
   uint32_t x = fp32_to_bits(f);

@@ -18,7 +18,7 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -53,7 +53,9 @@ class [[nodiscard]] Result {
 // Result<void> equivalent.
 struct Ok {};
 using Status = Result<Ok>;
-inline Status ok_status() { return Ok{}; }
+inline Status ok_status() {
+  return Ok{};
+}
 
 template <typename... Args>
 Error make_error(Args&&... parts) {
@@ -72,8 +74,8 @@ Error make_error(Args&&... parts) {
   if (!tmp.ok()) return tmp.error();    \
   lhs = std::move(tmp).value()
 #define TRY_ASSIGN(lhs, expr) TRY_ASSIGN_IMPL(INFERCEPT_CONCAT(try_tmp_, __LINE__), lhs, expr)
-#define TRY(expr)                                        \
-  do {                                                   \
-    auto try_status_ = (expr);                           \
-    if (!try_status_.ok()) return try_status_.error();   \
+#define TRY(expr)                                      \
+  do {                                                 \
+    auto try_status_ = (expr);                         \
+    if (!try_status_.ok()) return try_status_.error(); \
   } while (0)

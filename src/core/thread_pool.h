@@ -30,8 +30,7 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous ranges, one per thread: fn(begin, end). When n <= grain
   // the caller does it all inline: waking the workers costs more than a few rows of work.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                    int64_t grain = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
  private:
   void worker_loop(int index);

@@ -15,10 +15,14 @@ namespace infercept {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::none: return "none";
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::abort: return "abort";
+    case FinishReason::none:
+      return "none";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::abort:
+      return "abort";
   }
   return "?";
 }
@@ -122,9 +126,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                          ? BlockTable::blocks_for(config.kv_cache_tokens, config.block_size)
                          : (int64_t)(config.kv_cache_mb * 1024.0 * 1024.0 / (double)block_bytes);
   if (config.gpu_memory_utilization > 0 && !config.kv_cache_size_given) {
-    const int64_t total = e->backend_->total_memory_bytes(), free = e->backend_->free_memory_bytes();
+    const int64_t total = e->backend_->total_memory_bytes(),
+                  free = e->backend_->free_memory_bytes();
     if (total < 0)
-      return make_error("--gpu-memory-utilization needs a GPU device (use --kv-cache-gb on the CPU)");
+      return make_error(
+          "--gpu-memory-utilization needs a GPU device (use --kv-cache-gb on the CPU)");
     if (config.gpu_memory_utilization > 1.0)
       return make_error("--gpu-memory-utilization must be in (0, 1]");
     // What this process may still take: its share of the card minus what is already used.
@@ -151,18 +157,20 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     e->cost_ = *config.cost_model;
   } else {
     const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
-    const std::string cache = config.profile_path.empty()
-                                  ? profile_cache_path(config.model_path,
-                                                       config.device == "cpu" ? "cpu" : "cuda",
-                                                       threads)
-                                  : config.profile_path;
+    const std::string cache =
+        config.profile_path.empty()
+            ? profile_cache_path(config.model_path, config.device == "cpu" ? "cpu" : "cuda",
+                                 threads)
+            : config.profile_path;
     auto cached = MappedFile::open(cache);
     std::optional<CostModel> loaded;
     if (cached.ok() && !config.force_profile) {
       auto cm = CostModel::from_json(
           std::string(reinterpret_cast<const char*>((*cached)->data()), (*cached)->size()), cache);
-      if (cm.ok()) loaded = *cm;
-      else LOG_WARN("ignoring profile %s: %s", cache.c_str(), cm.error().message.c_str());
+      if (cm.ok())
+        loaded = *cm;
+      else
+        LOG_WARN("ignoring profile %s: %s", cache.c_str(), cm.error().message.c_str());
     }
     if (loaded) {
       e->cost_ = *loaded;
@@ -202,8 +210,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_, e->host_allocator_.get(),
                                               e->policy_.get(), &e->cost_);
   e->t0_ = now_seconds();
-  e->max_context_ = config.max_context > 0 ? std::min(config.max_context, mc.max_context)
-                                           : mc.max_context;
+  e->max_context_ =
+      config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
   e->logits_.resize((size_t)(config.max_seqs * mc.vocab_size));
   LOG_INFO("engine: %s, %lld KV blocks of %lld tokens (%.1f MiB)", config.model_path.c_str(),
            (long long)n_blocks, (long long)config.block_size,
@@ -237,8 +245,8 @@ Result<uint64_t> EngineCore::add_request(GenerateRequest req) {
 void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   CHECK(active_.find(id) == active_.end());
   next_id_ = std::max(next_id_, id + 1);
-  auto a = std::make_unique<Active>(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull,
-                                    *tokenizer_);
+  auto a =
+      std::make_unique<Active>(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull, *tokenizer_);
   a->script = std::move(req.script);
   a->intercept_strings = std::move(req.intercept_strings);
   a->intercept_token_ids = std::move(req.intercept_token_ids);
@@ -266,8 +274,8 @@ Result<std::vector<int32_t>> EngineCore::encode_chat(
     const std::vector<ChatMessage>& messages, const std::vector<ToolDefinition>& tools) const {
   if (tokenizer_->spec().chat_template.empty() && config_.chat_template.empty())
     return make_error("the model has no chat template; pass --chat-template chatml|llama3|llama2");
-  TRY_ASSIGN(auto cached, resolve_chat_template(config_.chat_template,
-                                                tokenizer_->spec().chat_template));
+  TRY_ASSIGN(auto cached,
+             resolve_chat_template(config_.chat_template, tokenizer_->spec().chat_template));
   TRY_ASSIGN(std::string text, render_chat(cached, messages, tools, true));
   return tokenizer_->encode(text, /*add_bos=*/true, /*parse_special=*/true);
 }
@@ -301,7 +309,9 @@ void EngineCore::build_step_input(const StepPlan& plan) {
   }
 }
 
-double EngineCore::now() const { return now_seconds() - t0_; }
+double EngineCore::now() const {
+  return now_seconds() - t0_;
+}
 
 Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
   auto it = active_.find(id);
@@ -311,10 +321,12 @@ Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
     return make_error("request ", std::to_string(id), " is not paused for a tool");
   const int32_t vocab = (int32_t)model_config().vocab_size;
   for (int32_t t : returned)
-    if (t < 0 || t >= vocab) return make_error("returned token id ", std::to_string(t), " is outside the vocabulary");
+    if (t < 0 || t >= vocab)
+      return make_error("returned token id ", std::to_string(t), " is outside the vocabulary");
   const int64_t limit = std::min(max_context_, kv_capacity_tokens());
   if ((int64_t)(s.tokens.size() + returned.size()) >= limit)
-    return make_error("the tool result does not fit the context (", std::to_string(limit), " tokens)");
+    return make_error("the tool result does not fit the context (", std::to_string(limit),
+                      " tokens)");
   const double t = now();
   estimator_->observe(s.interception->tool, t - s.interception->call_time);
   scheduler_->resume(&s, returned, t);
@@ -383,7 +395,8 @@ Status EngineCore::set_interception_hint(uint64_t id, double seconds) {
 Status EngineCore::release(uint64_t id) {
   auto it = active_.find(id);
   if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
-  if (!it->second->seq.is_paused()) return make_error("request ", std::to_string(id), " is not paused");
+  if (!it->second->seq.is_paused())
+    return make_error("request ", std::to_string(id), " is not paused");
   scheduler_->release_paused(&it->second->seq);
   return ok_status();
 }
@@ -431,7 +444,7 @@ bool EngineCore::check_interception(Active& a, RequestOutput& out) {
     if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
     fire = true;
   } else if (a.next_script < a.script.size() &&
-      a.sampled_since_resume >= a.script[a.next_script].after_generated) {
+             a.sampled_since_resume >= a.script[a.next_script].after_generated) {
     tool = a.script[a.next_script].tool;
     hint = a.script[a.next_script].hint;
     ++a.next_script;
@@ -520,7 +533,8 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
   device_greedy = device_greedy && n_logit_rows > 0 && backend_->greedy_on_device();
-  device_sample = !device_greedy && device_sample && n_logit_rows > 0 && backend_->samples_on_device();
+  device_sample =
+      !device_greedy && device_sample && n_logit_rows > 0 && backend_->samples_on_device();
   const bool on_device = device_greedy || device_sample;
   const double t0 = now_seconds();
   model_->forward(step_input_, *kv_, on_device ? nullptr : logits_.data());
@@ -544,7 +558,8 @@ std::vector<RequestOutput> EngineCore::step() {
       }
       device_rows_.push_back(r);
     }
-    CHECK(backend_->sample_rows(model_->last_logits(n_logit_rows), device_rows_, device_tokens_.data()));
+    CHECK(backend_->sample_rows(model_->last_logits(n_logit_rows), device_rows_,
+                                device_tokens_.data()));
   }
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
@@ -576,8 +591,8 @@ std::vector<RequestOutput> EngineCore::step() {
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);
     const int32_t tok = on_device ? device_tokens_[logit_index]
-                                      : a.sampler.sample(row, all.first((size_t)s.n_prompt),
-                                                         all.subspan((size_t)s.n_prompt));
+                                  : a.sampler.sample(row, all.first((size_t)s.n_prompt),
+                                                     all.subspan((size_t)s.n_prompt));
     ++logit_index;
     s.tokens.push_back(tok);
     a.sampled_since_resume++;

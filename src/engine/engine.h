@@ -34,7 +34,7 @@ namespace infercept {
 
 struct EngineConfig {
   std::string model_path;
-  int n_threads = 0;  // 0 = all cores
+  int n_threads = 0;           // 0 = all cores
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;  // 0 = derived from kv_cache_mb
@@ -42,8 +42,8 @@ struct EngineConfig {
   // On a GPU, when > 0 and no explicit cache size was given: the KV pool takes what is left
   // of this share of the device's memory after the weights and activations.
   double gpu_memory_utilization = 0.0;
-  bool kv_cache_size_given = false;  // --kv-cache-gb/mb/tokens was passed
-  bool cuda_graphs = true;           // --cuda-graphs on|off: decode steps replayed as graphs
+  bool kv_cache_size_given = false;   // --kv-cache-gb/mb/tokens was passed
+  bool cuda_graphs = true;            // --cuda-graphs on|off: decode steps replayed as graphs
   DType compute_dtype = DType::bf16;  // --dtype bf16|f16: weights and activations on a GPU
   DType kv_dtype = DType::f16;
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
@@ -54,17 +54,17 @@ struct EngineConfig {
   bool check_invariants = false;      // run the KV invariants after every step (tests)
 
   // Interception (docs/DESIGN.md).
-  std::string policy = "minwaste";     // discard|improved-discard|preserve|swap|ttl|minwaste
-  std::string estimator = "learned";   // oracle|elapsed|learned
-  double swap_space_mb = 256.0;        // host tier for swapped-out KV
-  int64_t swap_space_tokens = 0;       // overrides swap_space_mb when > 0
+  std::string policy = "minwaste";        // discard|improved-discard|preserve|swap|ttl|minwaste
+  std::string estimator = "learned";      // oracle|elapsed|learned
+  double swap_space_mb = 256.0;           // host tier for swapped-out KV
+  int64_t swap_space_tokens = 0;          // overrides swap_space_mb when > 0
   double interception_timeout_s = 600.0;  // paused longer: KV released, tokens kept
   // Cost model: measured by the profiler. Empty path = a quick profile at start-up unless
   // `cost_model` is given directly (tests).
   std::string profile_path;
   std::optional<CostModel> cost_model;
-  bool force_profile = false;              // measure even when a cache exists (`profile`)
-  std::vector<int64_t> profile_tokens;     // token counts to measure; empty = a quick set
+  bool force_profile = false;           // measure even when a cache exists (`profile`)
+  std::vector<int64_t> profile_tokens;  // token counts to measure; empty = a quick set
 };
 
 // The backend `config.device` names (cpu, cuda, cuda:N); a clear error when unavailable.
@@ -87,7 +87,7 @@ struct GenerateRequest {
   std::vector<ScriptedInterception> script;
   std::vector<std::string> intercept_strings;  // generated text containing one pauses it
   std::vector<int32_t> intercept_token_ids;    // sampling one of these pauses it
-  bool detect_tool_calls = false;  // ChatML/Hermes <tool_call>...</tool_call> pauses it
+  bool detect_tool_calls = false;              // ChatML/Hermes <tool_call>...</tool_call> pauses it
   // A turn that ends (end-of-turn token) with tool calls in its text (Hermes <tool_call>
   // blocks, or a Llama 3 JSON call) pauses instead of finishing: the OpenAI server's
   // semantics, where a response carries all of a turn's calls (parallel calls included).
@@ -126,11 +126,11 @@ struct EngineStats {
   int64_t expirations = 0;
   int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
   int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks
-  double swap_seconds = 0.0;          // time copying between tiers (a stall on the CPU)
+  double swap_seconds = 0.0;  // time copying between tiers (a stall on the CPU)
   // Waste in byte-seconds of KV memory, by cause (docs/DESIGN.md):
-  double waste_recompute = 0.0;  // share of step time spent recomputing x context held
-  double waste_preserve = 0.0;   // device KV held by paused requests x time
-  double waste_swap_stall = 0.0; // copy time not hidden under a forward x context held
+  double waste_recompute = 0.0;        // share of step time spent recomputing x context held
+  double waste_preserve = 0.0;         // device KV held by paused requests x time
+  double waste_swap_stall = 0.0;       // copy time not hidden under a forward x context held
   int64_t prompt_tokens_computed = 0;  // prefill rows run, recomputation included
   int64_t decode_tokens = 0;           // tokens sampled
   int64_t preemptions = 0;
@@ -138,7 +138,7 @@ struct EngineStats {
   int64_t recomputed_tokens = 0;
   double forward_seconds = 0.0;
   double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
-  int64_t replayed_steps = 0;  // steps the backend ran from a recording (CUDA graphs)
+  int64_t replayed_steps = 0;         // steps the backend ran from a recording (CUDA graphs)
 };
 
 class EngineCore {
@@ -220,8 +220,8 @@ class EngineCore {
   uint64_t next_id_ = 1;
   int64_t max_context_ = 0;
   StepInput step_input_;
-  std::vector<float> logits_;  // [max_seqs, vocab]
-  std::vector<int32_t> device_tokens_;  // tokens sampled on the device this step
+  std::vector<float> logits_;                 // [max_seqs, vocab]
+  std::vector<int32_t> device_tokens_;        // tokens sampled on the device this step
   std::vector<DeviceSampleRow> device_rows_;  // their sampling parameters
   EngineStats stats_;
 };

@@ -72,8 +72,8 @@ void measure_step_terms(LlamaModel& model, KvStorage& device, int64_t block_size
   if (c >= 2 && BlockTable::blocks_for(c, block_size) <= blocks) {
     std::vector<int32_t> table((size_t)BlockTable::blocks_for(c, block_size));
     std::iota(table.begin(), table.end(), 0);
-    const double t_long =
-        best_forward(model, decode_step(1, c - 1, block_size, {table}, vocab), device, logits, repeats);
+    const double t_long = best_forward(model, decode_step(1, c - 1, block_size, {table}, vocab),
+                                       device, logits, repeats);
     const double t_short =
         best_forward(model, decode_step(1, 0, block_size, {table}, vocab), device, logits, repeats);
     cost.context_samples = {{1, std::max(0.0, (t_long - t_short) / (double)(c - 1))}};
@@ -140,7 +140,8 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
     }
     cost.t_fwd_samples.emplace_back(x, best);
   }
-  if (cost.t_fwd_samples.empty()) return make_error("profile: no token count fits the model's step size");
+  if (cost.t_fwd_samples.empty())
+    return make_error("profile: no token count fits the model's step size");
 
   // Copy bandwidth: whole blocks device -> host and back, best of the repeats.
   const int64_t nb = std::min({options.copy_blocks, g.n_blocks, host.geometry().n_blocks});
@@ -158,8 +159,8 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
     backend.sync();
     best_in = std::min(best_in, seconds_since(t));
   }
-  cost.kv_bytes_per_token = (double)g.bytes_per_block_per_layer() * 2.0 * (double)g.n_layers /
-                            (double)block_size;
+  cost.kv_bytes_per_token =
+      (double)g.bytes_per_block_per_layer() * 2.0 * (double)g.n_layers / (double)block_size;
   const double bytes = cost.kv_bytes_per_token * (double)(nb * block_size);
   cost.swap_bytes_per_second = bytes / std::max(best_out, best_in);
   cost.saturation_tokens = cost.derive_saturation();

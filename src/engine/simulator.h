@@ -62,7 +62,7 @@ struct SimProfile {
   double device_memory_gib = 0.0;  // one device
   double weights_gib = 0.0;        // the whole model (bf16)
   int64_t max_context = 0;         // the model's context length; 0 = no limit beyond the cache
-  std::string source;  // where the numbers come from (printed with the results)
+  std::string source;              // where the numbers come from (printed with the results)
 
   // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
   // `util` (0.9 like vLLM), after the weights and ~2 GiB per device of activations and
@@ -86,8 +86,8 @@ double default_tp_efficiency(int gpus);
 CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency);
 
 struct SimConfig {
-  CostModel cost;                          // already scaled to the deployment (scale_cost_model)
-  bool copies_overlap = true;              // see SimProfile
+  CostModel cost;              // already scaled to the deployment (scale_cost_model)
+  bool copies_overlap = true;  // see SimProfile
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;    // device pool, rounded up to whole blocks (> 0)
   int64_t swap_space_tokens = 0;  // host pool; at least one block, as in EngineCore
@@ -106,12 +106,12 @@ struct SimConfig {
 
 // EngineStats' counters and waste by cause, plus what only a simulation knows.
 struct SimStats {
-  int64_t steps = 0;            // steps with a forward pass
-  int64_t decode_only_steps = 0;  // of which every sequence computed one row (the engine
-                                  // replays these from CUDA graphs once their shape repeats)
+  int64_t steps = 0;                 // steps with a forward pass
+  int64_t decode_only_steps = 0;     // of which every sequence computed one row (the engine
+                                     // replays these from CUDA graphs once their shape repeats)
   double decode_only_seconds = 0.0;  // their share of forward_seconds
-  int64_t copy_only_steps = 0;  // plans with copies but nothing to run
-  int64_t idle_ticks = 0;       // schedule() calls while only paused requests existed
+  int64_t copy_only_steps = 0;       // plans with copies but nothing to run
+  int64_t idle_ticks = 0;            // schedule() calls while only paused requests existed
   int64_t interceptions = 0, resumes = 0, expirations = 0;
   int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
   int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks

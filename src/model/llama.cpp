@@ -85,8 +85,8 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
   Tensor x = x_.slice_rows(0, n), h = h_.slice_rows(0, n), q = q_.slice_rows(0, n),
          k = k_.slice_rows(0, n), v = v_.slice_rows(0, n), attn = attn_.slice_rows(0, n),
          o = o_.slice_rows(0, n), gate = gate_.slice_rows(0, n), up = up_.slice_rows(0, n);
-  const AttentionBatch batch{in.n_seqs(), in.q_start, in.q_len, in.ctx_len, in.block_tables,
-                             in.max_blocks};
+  const AttentionBatch batch{in.n_seqs(), in.q_start,      in.q_len,
+                             in.ctx_len,  in.block_tables, in.max_blocks};
   const RopeParams rope{c.head_dim, c.head_dim, c.rope_style == RopeStyle::neox, c.rope_theta,
                         freq_factors_};
   const float scale = 1.0f / std::sqrt((float)c.head_dim);

@@ -15,12 +15,12 @@ namespace infercept {
 
 // Everything one forward step needs, prepared by the engine on the host.
 struct StepInput {
-  std::vector<int32_t> tokens;     // [n] query tokens, sequence after sequence
-  std::vector<int32_t> positions;  // [n]
-  std::vector<int32_t> slots;      // [n] KV slot each token's K/V is written to
-  std::vector<int32_t> q_start;    // [n_seqs] first row of each sequence
-  std::vector<int32_t> q_len;      // [n_seqs]
-  std::vector<int32_t> ctx_len;    // [n_seqs] tokens in the cache after this step
+  std::vector<int32_t> tokens;        // [n] query tokens, sequence after sequence
+  std::vector<int32_t> positions;     // [n]
+  std::vector<int32_t> slots;         // [n] KV slot each token's K/V is written to
+  std::vector<int32_t> q_start;       // [n_seqs] first row of each sequence
+  std::vector<int32_t> q_len;         // [n_seqs]
+  std::vector<int32_t> ctx_len;       // [n_seqs] tokens in the cache after this step
   std::vector<int32_t> block_tables;  // [n_seqs, max_blocks], padded with 0
   int32_t max_blocks = 0;
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted

@@ -14,13 +14,16 @@ Result<Weight> load(const ModelSource& src, Backend& backend, ModelWeights& m,
     return make_error(src.path(), ": missing tensor '", name, "'");
   }
   const bool is_vector = rows == 0;
-  const bool shape_ok = is_vector ? (t->shape.size() == 1 && t->shape[0] == cols)
-                                  : (t->shape.size() == 2 && t->shape[0] == rows && t->shape[1] == cols);
+  const bool shape_ok = is_vector
+                            ? (t->shape.size() == 1 && t->shape[0] == cols)
+                            : (t->shape.size() == 2 && t->shape[0] == rows && t->shape[1] == cols);
   if (!shape_ok) {
     std::string got;
-    for (size_t i = 0; i < t->shape.size(); ++i) got += (i ? "x" : "") + std::to_string(t->shape[i]);
-    return make_error(src.path(), ": tensor '", name, "' has shape ", got, ", expected ",
-                      is_vector ? std::to_string(cols) : std::to_string(rows) + "x" + std::to_string(cols));
+    for (size_t i = 0; i < t->shape.size(); ++i)
+      got += (i ? "x" : "") + std::to_string(t->shape[i]);
+    return make_error(
+        src.path(), ": tensor '", name, "' has shape ", got, ", expected ",
+        is_vector ? std::to_string(cols) : std::to_string(rows) + "x" + std::to_string(cols));
   }
   const void* data = t->data;
   DType dtype = t->dtype;

@@ -10,10 +10,10 @@
 namespace infercept {
 
 struct LayerWeights {
-  Weight attn_norm;            // [d]
-  Weight wq, wk, wv, wo;       // [nh*hd, d], [nkv*hd, d], [nkv*hd, d], [d, nh*hd]
-  Weight bq, bk, bv;           // optional biases (Qwen2)
-  Weight ffn_norm;             // [d]
+  Weight attn_norm;             // [d]
+  Weight wq, wk, wv, wo;        // [nh*hd, d], [nkv*hd, d], [nkv*hd, d], [d, nh*hd]
+  Weight bq, bk, bv;            // optional biases (Qwen2)
+  Weight ffn_norm;              // [d]
   Weight w_gate, w_up, w_down;  // [f, d], [f, d], [d, f]
 };
 

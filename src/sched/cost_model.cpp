@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 namespace infercept {
 
@@ -66,9 +66,9 @@ double interpolate(const std::vector<std::pair<int64_t, double>>& s, int64_t key
   if (s.empty()) return 0.0;
   if (key <= s.front().first) return s.front().second;
   if (key >= s.back().first) return s.back().second;
-  auto it = std::upper_bound(
-      s.begin(), s.end(), key,
-      [](int64_t n, const std::pair<int64_t, double>& p) { return n < p.first; });
+  auto it =
+      std::upper_bound(s.begin(), s.end(), key,
+                       [](int64_t n, const std::pair<int64_t, double>& p) { return n < p.first; });
   const auto& b = *it;
   const auto& a = *(it - 1);
   return line((double)a.first, a.second, (double)b.first, b.second, (double)key);
@@ -87,9 +87,9 @@ double CostModel::t_decode(int64_t sequences) const {
 double CostModel::chunk_seconds_per_token(int64_t rows, int64_t sequences) const {
   // The kernel that serves a chunk changes at row thresholds (not smoothly): a step function.
   const auto& s = chunk_context_samples;
-  auto it = std::upper_bound(
-      s.begin(), s.end(), rows,
-      [](int64_t r, const std::pair<int64_t, double>& p) { return r < p.first; });
+  auto it =
+      std::upper_bound(s.begin(), s.end(), rows,
+                       [](int64_t r, const std::pair<int64_t, double>& p) { return r < p.first; });
   if (it == s.begin()) return context_seconds_per_token(sequences);
   return (it - 1)->second;
 }
@@ -104,9 +104,8 @@ double CostModel::step_seconds(const StepShape& step) const {
       context += (chunk_seconds_per_token(c.rows, step.sequences) - a) *
                  (double)std::max<int64_t>(0, c.context);
   const double base = step.decode_only() && !decode_samples.empty() ? t_decode(step.sequences)
-                                                                     : t_fwd(step.query_tokens);
-  return base + context +
-         sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
+                                                                    : t_fwd(step.query_tokens);
+  return base + context + sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
          sample_seconds_per_row * (double)std::max<int64_t>(0, step.sampled_rows - 1);
 }
 
@@ -210,10 +209,10 @@ Status CostModel::validate() const {
     }
   }
   for (const auto& [name, v] : {std::pair{"sequence_seconds", sequence_seconds},
-                                 std::pair{"sample_seconds_per_row", sample_seconds_per_row}})
+                                std::pair{"sample_seconds_per_row", sample_seconds_per_row}})
     if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
-      return make_error("invalid cost model: ", name, " = ", std::to_string(v),
-                        " (must be in [0, ", std::to_string(kMaxStepSeconds), "])");
+      return make_error("invalid cost model: ", name, " = ", std::to_string(v), " (must be in [0, ",
+                        std::to_string(kMaxStepSeconds), "])");
   if (saturation_tokens < 0 || saturation_tokens > kMaxSampleTokens)
     return make_error("invalid cost model: saturation_tokens = ", std::to_string(saturation_tokens),
                       " (must be in [0, ", std::to_string(kMaxSampleTokens), "]; 0 = derive)");
@@ -238,8 +237,9 @@ std::string CostModel::to_json() const {
   }
   if (sequence_seconds > 0.0) j["sequence_seconds"] = sequence_seconds;
   if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
-  for (const auto& [key, samples] : {std::pair{"decode_seconds", &decode_samples},
-                                     std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
+  for (const auto& [key, samples] :
+       {std::pair{"decode_seconds", &decode_samples},
+        std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
     if (samples->empty()) continue;
     json a = json::array();
     for (const auto& [k, v] : *samples) a.push_back({k, v});
@@ -292,16 +292,18 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
     } else if (it->is_array()) {
       for (const json& s : *it) {
         if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number())
-          return make_error(where, ": \"context_seconds_per_token\" samples must be "
-                                   "[sequences (integer), seconds (number)]");
+          return make_error(where,
+                            ": \"context_seconds_per_token\" samples must be "
+                            "[sequences (integer), seconds (number)]");
         m.context_samples.emplace_back(s[0].get<int64_t>(), s[1].get<double>());
       }
     } else {
       return make_error(where, ": \"context_seconds_per_token\" must be a number or an array");
     }
   }
-  for (const auto& [key, samples] : {std::pair{"decode_seconds", &m.decode_samples},
-                                     std::pair{"chunk_context_seconds_per_token", &m.chunk_context_samples}}) {
+  for (const auto& [key, samples] :
+       {std::pair{"decode_seconds", &m.decode_samples},
+        std::pair{"chunk_context_seconds_per_token", &m.chunk_context_samples}}) {
     auto it = j.find(key);
     if (it == j.end()) continue;
     if (!it->is_array()) return make_error(where, ": \"", key, "\" must be an array");

@@ -60,9 +60,9 @@ struct CostModel {
   // (query tokens, seconds) samples of one forward step, ascending in tokens; t_fwd()
   // interpolates linearly between them and extrapolates from the last two.
   std::vector<std::pair<int64_t, double>> t_fwd_samples;
-  double kv_bytes_per_token = 0.0;      // M: 2 * layers * kv_heads * head_dim * elem bytes
-  double swap_bytes_per_second = 0.0;   // B: one direction, host <-> device
-  int64_t saturation_tokens = 0;        // S; 0 = derive from the samples
+  double kv_bytes_per_token = 0.0;     // M: 2 * layers * kv_heads * head_dim * elem bytes
+  double swap_bytes_per_second = 0.0;  // B: one direction, host <-> device
+  int64_t saturation_tokens = 0;       // S; 0 = derive from the samples
   // a(n): (sequences in the step, seconds per context token they held before it) samples,
   // ascending in sequences; interpolated linearly, flat outside. Empty: no context term. One
   // sample is a constant (what `infercept profile` measures: one decode row).
@@ -99,7 +99,9 @@ struct CostModel {
   // every stretch between samples grows by at most `tolerance` per doubling of x and the
   // total by at most (1 + tolerance)^2. Used when saturation_tokens is 0.
   int64_t derive_saturation(double tolerance = 0.2) const;
-  int64_t saturation() const { return saturation_tokens > 0 ? saturation_tokens : derive_saturation(); }
+  int64_t saturation() const {
+    return saturation_tokens > 0 ? saturation_tokens : derive_saturation();
+  }
 
   Status validate() const;
   // JSON text <-> CostModel (the profiler's cache file). The step terms are optional keys:

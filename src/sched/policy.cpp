@@ -160,10 +160,10 @@ class TtlPolicy final : public Policy {
 // min(W_p, W_cd), measures how much it costs the others if it is not swapped; the swap-out
 // budget (hidden under the forward pass, so free) goes to the costliest first, and everyone
 // else takes the cheaper of preserve and chunked discard (with the experimental option,
-// discards only until the blocks they free cover what the request next in line lacks). Decided afresh every step, so a
-// request preserved at the start of a pause is swapped or discarded once its estimated
-// remaining time grows, and a request partly on the host simply keeps receiving budget in
-// later steps (its device part is still a prefix, and what is on the host stays there).
+// discards only until the blocks they free cover what the request next in line lacks). Decided
+// afresh every step, so a request preserved at the start of a pause is swapped or discarded once
+// its estimated remaining time grows, and a request partly on the host simply keeps receiving
+// budget in later steps (its device part is still a prefix, and what is on the host stays there).
 class MinWastePolicy final : public Policy {
  public:
   MinWastePolicy(const CostModel& cost, const DurationEstimator& estimator,
@@ -254,7 +254,6 @@ class MinWastePolicy final : public Policy {
   // ~10 ms for a 1k-token 7B context) would only delay the resume and spend budget that a
   // long pause could use; such a request stays with preserve or discard.
   bool worth_swapping(const Cand& c) const { return c.t_int > 2.0 * cost_.t_swap(c.device); }
-
 
   const CostModel& cost_;
   const DurationEstimator& estimator_;

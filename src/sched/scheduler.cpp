@@ -9,7 +9,9 @@
 namespace infercept {
 
 namespace {
-bool by_arrival(const Sequence* a, const Sequence* b) { return a->arrival_time < b->arrival_time; }
+bool by_arrival(const Sequence* a, const Sequence* b) {
+  return a->arrival_time < b->arrival_time;
+}
 template <typename Q>
 void erase_from(Q& q, Sequence* s) {
   q.erase(std::remove(q.begin(), q.end(), s), q.end());
@@ -153,7 +155,9 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
 // Any waiting request used to count as pressure. With chunked prefill every arrival waits
 // one step, so minwaste (and ttl) moved or dropped paused KV with most of the cache free:
 // the CPU sweep and the simulator both showed it (docs/PERF.md 3.3, docs/BENCHMARKS.md).
-bool Scheduler::memory_pressure() const { return memory_deficit_blocks() > 0; }
+bool Scheduler::memory_pressure() const {
+  return memory_deficit_blocks() > 0;
+}
 
 int64_t Scheduler::memory_deficit_blocks() const {
   const int64_t bs = config_.block_size;
@@ -346,8 +350,10 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
       s.blocks.blocks.push_back(*db);
       host_->release(hb);  // the copy runs before the host block is reused (next step)
       s.n_swapped_in += bs;
-      if (sync) plan.sync_swap = true;
-      else swap_budget -= bs;
+      if (sync)
+        plan.sync_swap = true;
+      else
+        swap_budget -= bs;
     }
     if (s.host_blocks.empty()) {
       resuming_.erase(resuming_.begin() + (ptrdiff_t)i);
@@ -386,8 +392,7 @@ StepPlan Scheduler::schedule(double now) {
   int64_t decode_tokens = 0;
   for (const Sequence* s : running_) decode_tokens += s->n_uncomputed() == 1 ? 1 : 0;
   const int64_t saturation = cost_ != nullptr ? cost_->saturation() : config_.max_tokens_per_step;
-  const int64_t recompute_chunk =
-      std::max(saturation - decode_tokens, config_.min_recompute_chunk);
+  const int64_t recompute_chunk = std::max(saturation - decode_tokens, config_.min_recompute_chunk);
   auto chunk = [&](const Sequence* s) {
     const int64_t n = std::min(s->n_uncomputed(), budget);
     // Only the part below the peak is recomputation; new tokens (a prompt, a tool result)

@@ -48,7 +48,7 @@ struct StepPlan {
   std::vector<ScheduledSeq> scheduled;
   std::vector<Sequence*> preempted;
   int64_t n_tokens = 0;
-  int64_t dropped_tokens = 0;      // computed tokens whose KV was thrown away this step
+  int64_t dropped_tokens = 0;  // computed tokens whose KV was thrown away this step
   // Copies run before the forward pass, swap_in first: a host block freed by a swap-in may be
   // the destination of a swap-out in the same step, and device blocks freed by a swap-out
   // may be written by this step's forward pass.

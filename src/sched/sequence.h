@@ -23,31 +23,31 @@ enum class SeqState { waiting, running, intercepted, finished };
 
 struct InterceptionInfo {
   std::string tool;
-  double call_time = 0.0;       // seconds (engine clock)
-  std::optional<double> hint;   // expected duration from the client, if any
-  bool resumed = false;         // the tool answered; the sequence wants to run again
+  double call_time = 0.0;      // seconds (engine clock)
+  std::optional<double> hint;  // expected duration from the client, if any
+  bool resumed = false;        // the tool answered; the sequence wants to run again
   double resume_time = 0.0;
-  bool expired = false;         // nobody answered in time: KV released, tokens kept
+  bool expired = false;  // nobody answered in time: KV released, tokens kept
 };
 
 struct Sequence {
   uint64_t id = 0;
-  double arrival_time = 0.0;  // seconds; every queue is ordered by it (FCFS)
+  double arrival_time = 0.0;    // seconds; every queue is ordered by it (FCFS)
   std::vector<int32_t> tokens;  // prompt, then generated (and returned tool) tokens
   int64_t n_prompt = 0;
-  int64_t n_computed = 0;  // tokens whose KV exists: device prefix, then host suffix
-  int64_t n_computed_peak = 0;  // most tokens ever computed: below it, prefill recomputes
-  BlockTable blocks;       // device blocks (a prefix of the context)
+  int64_t n_computed = 0;            // tokens whose KV exists: device prefix, then host suffix
+  int64_t n_computed_peak = 0;       // most tokens ever computed: below it, prefill recomputes
+  BlockTable blocks;                 // device blocks (a prefix of the context)
   std::vector<int32_t> host_blocks;  // host blocks holding the positions after `blocks`
   SeqState state = SeqState::waiting;
   std::optional<InterceptionInfo> interception;  // set while intercepted
 
   // Accounting (the KPIs of docs/DESIGN.md).
   int64_t n_preemptions = 0;
-  bool swap_preempted = false;  // its KV went to the host when it was preempted (minwaste)
-  int64_t n_recomputed = 0;     // tokens whose KV was dropped and had to be computed again
-  int64_t n_swapped_out = 0;    // tokens copied device -> host (in whole blocks)
-  int64_t n_swapped_in = 0;     // tokens copied host -> device (in whole blocks)
+  bool swap_preempted = false;           // its KV went to the host when it was preempted (minwaste)
+  int64_t n_recomputed = 0;              // tokens whose KV was dropped and had to be computed again
+  int64_t n_swapped_out = 0;             // tokens copied device -> host (in whole blocks)
+  int64_t n_swapped_in = 0;              // tokens copied host -> device (in whole blocks)
   double preserved_token_seconds = 0.0;  // device tokens held while paused, over time
   int64_t n_interceptions = 0;
 

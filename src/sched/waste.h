@@ -41,7 +41,7 @@ struct Waste {
   double discard = 0;          // recomputed at once
   double discard_chunked = 0;  // recomputed in chunks riding along decode steps
   double swap_sync = 0;
-  int64_t chunks = 0;          // n
+  int64_t chunks = 0;  // n
 };
 
 Waste compute_waste(const CostModel& cost, const WasteInputs& in);

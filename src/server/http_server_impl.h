@@ -30,7 +30,6 @@
 
 namespace infercept::server {
 
-
 inline double steady_now() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
@@ -139,7 +138,6 @@ inline void send_error(httplib::Response& res, const ApiError& e) {
 inline std::string sse(const json& j) {
   return "data: " + dump(j) + "\n\n";
 }
-
 
 struct HttpServer::Impl {
   ServerOptions opt;

@@ -472,10 +472,12 @@ std::optional<ApiError> parse_scripted_call(const json& body, ChatRequest& out) 
   out.intercept_after_tokens = 0;
   out.intercept_tool.clear();
   if (!after) {
-    if (tool) return invalid_request("intercept_tool needs intercept_after_tokens", "intercept_tool");
+    if (tool)
+      return invalid_request("intercept_tool needs intercept_after_tokens", "intercept_tool");
     return std::nullopt;
   }
-  if (*after < 1) return invalid_request("intercept_after_tokens must be >= 1", "intercept_after_tokens");
+  if (*after < 1)
+    return invalid_request("intercept_after_tokens must be >= 1", "intercept_after_tokens");
   if (out.tools.empty())
     return invalid_request("intercept_after_tokens needs tools", "intercept_after_tokens");
   std::string name = tool.value_or(out.tool_choice == ToolChoice::named ? out.tool_choice_name
@@ -483,7 +485,8 @@ std::optional<ApiError> parse_scripted_call(const json& body, ChatRequest& out) 
   bool known = false;
   for (const ToolDefinition& t : out.tools) known = known || t.name == name;
   if (!known)
-    return invalid_request("intercept_tool names '" + name + "', which is not in tools", "intercept_tool");
+    return invalid_request("intercept_tool names '" + name + "', which is not in tools",
+                           "intercept_tool");
   out.intercept_after_tokens = *after;
   out.intercept_tool = std::move(name);
   return std::nullopt;

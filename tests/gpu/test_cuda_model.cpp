@@ -62,13 +62,22 @@ GreedyAgreement compare_greedy(const std::string& model, DType gpu_dtype = DType
   EXPECT_TRUE(cpu.ok()) << (cpu.ok() ? "" : cpu.error().message);
   EXPECT_TRUE(gpu.ok()) << (gpu.ok() ? "" : gpu.error().message);
   if (!cpu.ok() || !gpu.ok()) return g;
-  const std::vector<std::string> prompts = {
-      "The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
-      "The three laws of thermodynamics are", "To make a cup of tea, first",
-      "SELECT name FROM users WHERE", "The quick brown fox", "In 1969, the first humans",
-      "A haiku about autumn:", "Water boils at", "The largest planet in the solar system",
-      "import numpy as np", "Dear hiring manager,", "The recipe calls for two cups of",
-      "Photosynthesis is the process by which", "1, 2, 3, 5, 8, 13,"};
+  const std::vector<std::string> prompts = {"The capital of France is",
+                                            "def fibonacci(n):",
+                                            "Once upon a time, in a small village,",
+                                            "The three laws of thermodynamics are",
+                                            "To make a cup of tea, first",
+                                            "SELECT name FROM users WHERE",
+                                            "The quick brown fox",
+                                            "In 1969, the first humans",
+                                            "A haiku about autumn:",
+                                            "Water boils at",
+                                            "The largest planet in the solar system",
+                                            "import numpy as np",
+                                            "Dear hiring manager,",
+                                            "The recipe calls for two cups of",
+                                            "Photosynthesis is the process by which",
+                                            "1, 2, 3, 5, 8, 13,"};
   for (const std::string& p : prompts) {
     auto toks = (*cpu)->tokenizer().encode(p, true, false);
     auto a = greedy(**cpu, toks, 32), b = greedy(**gpu, toks, 32);
@@ -211,13 +220,15 @@ TEST_P(CudaInterception, PausesResumeAndTokensMatchAnUninterruptedRun) {
     for (size_t k = 0; k < ref[i].size(); ++k) {
       ++segments;
       identical += got[i][k] == ref[i][k];
-      if (got[i][k] != ref[i][k]) std::printf("%s: script %zu segment %zu differs\n", policy.c_str(), i, k);
+      if (got[i][k] != ref[i][k])
+        std::printf("%s: script %zu segment %zu differs\n", policy.c_str(), i, k);
     }
-  std::printf("%s on CUDA: %d/%d segments identical; %lld interceptions, %lld preemptions, "
-              "%lld recomputed, %lld swapped out, %lld swapped in\n",
-              policy.c_str(), identical, segments, (long long)st.interceptions,
-              (long long)st.preemptions, (long long)st.recomputed_tokens,
-              (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens);
+  std::printf(
+      "%s on CUDA: %d/%d segments identical; %lld interceptions, %lld preemptions, "
+      "%lld recomputed, %lld swapped out, %lld swapped in\n",
+      policy.c_str(), identical, segments, (long long)st.interceptions, (long long)st.preemptions,
+      (long long)st.recomputed_tokens, (long long)st.swapped_out_tokens,
+      (long long)st.swapped_in_tokens);
   EXPECT_EQ(st.interceptions, 23);
   EXPECT_EQ(st.resumes, st.interceptions);
   EXPECT_GE(identical * 10, segments * 8) << "at most a fifth of segments may part at near-ties";

@@ -128,8 +128,10 @@ TEST(CudaOps, GemvEveryRowCountStridedInput) {
       Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
       Tensor og32 = p.gpu->alloc_activation(n, m, DType::f32);
       Tensor og = p.gpu->alloc_activation(n, m, p.gpu->activation_dtype());
-      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og32.data, og32.stride, DType::f32, nullptr);
-      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og.data, og.stride, og.dtype, nullptr);
+      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og32.data, og32.stride,
+                 DType::f32, nullptr);
+      cuda::gemv(xg.data, xg.stride, xg.dtype, wg->data, n, m, k, og.data, og.stride, og.dtype,
+                 nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       p.cpu->matmul(xc, *wc, nullptr, oc);
       const auto ref = get(*p.cpu, oc);
@@ -160,9 +162,11 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
     EXPECT_TRUE(w.ok());
     return *w;
   };
-  const auto wq = to_f16(randn((size_t)(qd * d), 0.05f)), wk = to_f16(randn((size_t)(kvd * d), 0.05f)),
-             wv = to_f16(randn((size_t)(kvd * d), 0.05f)), wg = to_f16(randn((size_t)(f * d), 0.05f)),
-             wu = to_f16(randn((size_t)(f * d), 0.05f)), wd = to_f16(randn((size_t)(d * f), 0.03f));
+  const auto wq = to_f16(randn((size_t)(qd * d), 0.05f)),
+             wk = to_f16(randn((size_t)(kvd * d), 0.05f)),
+             wv = to_f16(randn((size_t)(kvd * d), 0.05f)),
+             wg = to_f16(randn((size_t)(f * d), 0.05f)), wu = to_f16(randn((size_t)(f * d), 0.05f)),
+             wd = to_f16(randn((size_t)(d * f), 0.03f));
   const auto norm = randn((size_t)d, 1.0f), bk = randn((size_t)kvd, 0.5f);
   struct Side {
     Weight wq, wk, wv, wg, wu, wd, norm, bk, none;
@@ -183,12 +187,15 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
     };
     auto oc = outs(*p.cpu, DType::f32), og = outs(*p.gpu, p.gpu->activation_dtype());
     // [0] h, [1] q, [2] k, [3] v, [4] gate, [5] up, [6] scratch
-    const Projection pc[] = {{&c.wq, &c.none, oc[1]}, {&c.wk, &c.bk, oc[2]}, {&c.wv, nullptr, oc[3]}};
-    const Projection pg[] = {{&g.wq, &g.none, og[1]}, {&g.wk, &g.bk, og[2]}, {&g.wv, nullptr, og[3]}};
+    const Projection pc[] = {
+        {&c.wq, &c.none, oc[1]}, {&c.wk, &c.bk, oc[2]}, {&c.wv, nullptr, oc[3]}};
+    const Projection pg[] = {
+        {&g.wq, &g.none, og[1]}, {&g.wk, &g.bk, og[2]}, {&g.wv, nullptr, og[3]}};
     p.cpu->norm_project(xc, c.norm, 1e-5f, oc[0], pc);
     p.gpu->norm_project(xg, g.norm, 1e-5f, og[0], pg);
     for (int i = 1; i <= 3; ++i)
-      EXPECT_LT(rel_error(get(*p.gpu, og[i]), get(*p.cpu, oc[i])), kBf16Tol) << "n " << n << " qkv " << i;
+      EXPECT_LT(rel_error(get(*p.gpu, og[i]), get(*p.cpu, oc[i])), kBf16Tol)
+          << "n " << n << " qkv " << i;
     p.cpu->norm_gated_ffn(xc, c.norm, 1e-5f, oc[0], c.wg, c.wu, oc[4], oc[5]);
     p.gpu->norm_gated_ffn(xg, g.norm, 1e-5f, og[0], g.wg, g.wu, og[4], og[5]);
     EXPECT_LT(rel_error(get(*p.gpu, og[4]), get(*p.cpu, oc[4])), kBf16Tol) << "n " << n << " gated";
@@ -265,7 +272,8 @@ void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q
   std::vector<int32_t> tables((size_t)(n_seqs * max_blocks), 0);
   size_t next = 0;
   for (int s = 0; s < n_seqs; ++s)
-    for (int b = 0; b < (ctx_lens[s] + bs - 1) / bs; ++b) tables[(size_t)(s * max_blocks + b)] = ids[next++];
+    for (int b = 0; b < (ctx_lens[s] + bs - 1) / bs; ++b)
+      tables[(size_t)(s * max_blocks + b)] = ids[next++];
   // Fill the history (positions before this step's rows) with one big store, then the step.
   std::vector<int32_t> hist_pos, hist_slot, pos, slot, q_start, q_len(q_lens.begin(), q_lens.end()),
       ctx(ctx_lens.begin(), ctx_lens.end());
@@ -291,7 +299,8 @@ void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q
                        const std::vector<int32_t>& sl, const std::vector<float>& q,
                        const std::vector<float>& k, const std::vector<float>& v, Tensor* q_out) {
     const int64_t n = (int64_t)ps.size();
-    Tensor qt = put(b, q, n, n_heads * hd), kt = put(b, k, n, n_kv * hd), vt = put(b, v, n, n_kv * hd);
+    Tensor qt = put(b, q, n, n_heads * hd), kt = put(b, k, n, n_kv * hd),
+           vt = put(b, v, n, n_kv * hd);
     b.begin_step();
     b.rope_store_kv(qt, kt, vt, ps, rp, kv, 0, sl);
     if (q_out) *q_out = qt;
@@ -386,8 +395,9 @@ TEST(CudaOps, SampleRowsMatchTheFilteredDistribution) {
     int32_t top_k;
     float top_p, min_p;
   };
-  for (const Case& c : {Case{1.0f, 0, 1.0f, 0.0f}, Case{1.0f, 0, 0.9f, 0.0f}, Case{0.7f, 50, 1.0f, 0.0f},
-                        Case{1.3f, 20, 0.5f, 0.05f}, Case{1.0f, 0, 1.0f, 0.1f}, Case{0.5f, 0, 0.95f, 0.0f}}) {
+  for (const Case& c :
+       {Case{1.0f, 0, 1.0f, 0.0f}, Case{1.0f, 0, 0.9f, 0.0f}, Case{0.7f, 50, 1.0f, 0.0f},
+        Case{1.3f, 20, 0.5f, 0.05f}, Case{1.0f, 0, 1.0f, 0.1f}, Case{0.5f, 0, 0.95f, 0.0f}}) {
     // The exact distribution, in double, the host sampler's order of filters.
     std::vector<int32_t> ids;
     for (int32_t i = 0; i < vocab; ++i)
@@ -416,10 +426,12 @@ TEST(CudaOps, SampleRowsMatchTheFilteredDistribution) {
     std::vector<float> rows((size_t)(n * vocab));
     for (int64_t r = 0; r < n; ++r) std::copy(row.begin(), row.end(), rows.begin() + r * vocab);
     Tensor t = p.gpu->alloc_activation(n, vocab, DType::f32);
-    ASSERT_EQ(cudaMemcpy(t.data, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(t.data, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
     std::vector<DeviceSampleRow> params((size_t)n);
     for (int64_t j = 0; j < n; ++j)
-      params[(size_t)j] = DeviceSampleRow{0, 1.0f / c.t, c.top_k, c.top_p, c.min_p, (float)((j + 0.5) / n)};
+      params[(size_t)j] =
+          DeviceSampleRow{0, 1.0f / c.t, c.top_k, c.top_p, c.min_p, (float)((j + 0.5) / n)};
     std::vector<int32_t> got((size_t)n, -1);
     ASSERT_TRUE(p.gpu->sample_rows(t, params, got.data()));
     std::vector<int> count((size_t)vocab, 0);

@@ -152,8 +152,8 @@ inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n
   for (int64_t c = 0; c < n; c += 64) {
     __m512 acc[G][4];
     _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
-      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
-        acc[j][q] = accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[j][q] =
+            accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
     for (int64_t p = 0; p < n_pos; ++p) {
       const float* vp = v + p * stride + c;
       const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16),
@@ -167,8 +167,8 @@ inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n
       }
     }
     _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
-      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
-        _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+            _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
   }
 }
 #endif
@@ -188,10 +188,18 @@ inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group,
         os[j] = out + (j0 + j) * n;
       }
       switch (g) {
-        case 1: weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate); break;
-        case 2: weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate); break;
-        case 3: weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate); break;
-        default: weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate); break;
+        case 1:
+          weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        case 2:
+          weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        case 3:
+          weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        default:
+          weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
       }
     }
     return;
@@ -249,12 +257,12 @@ inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t 
       for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
       __m512 acc[16];
       __m512 qc = _mm512_loadu_ps(qh);
-      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
-        acc[i] = _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+          _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
       for (int64_t c = 16; c < hd; c += 16) {
         qc = _mm512_loadu_ps(qh + c);
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i)
-          acc[i] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+            _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
       }
       const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
       _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
@@ -288,8 +296,8 @@ struct LinePrefetch {
     runs.clear();
     total = issued = run = line = 0;
   }
-  void plan(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
-            int64_t p_begin, int64_t n) {
+  void plan(const uint8_t* base, const KvGeometry& g, const int32_t* block_table, int64_t p_begin,
+            int64_t n) {
     clear();
     const size_t slot_bytes = (size_t)(g.n_kv_heads * g.head_dim) * dtype_block_bytes(g.dtype);
     int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
@@ -305,7 +313,8 @@ struct LinePrefetch {
   }
   // Issues the next share of the planned lines: part `i` of `parts`.
   void issue(int64_t i, int64_t parts) {
-    const size_t end = std::min(total, ((size_t)(i + 1) * total + (size_t)parts - 1) / (size_t)parts);
+    const size_t end =
+        std::min(total, ((size_t)(i + 1) * total + (size_t)parts - 1) / (size_t)parts);
     for (; issued < end; ++issued) {
       __builtin_prefetch(runs[run].start + 64 * line, 0, 3);
       if (++line == runs[run].lines) ++run, line = 0;
@@ -466,7 +475,8 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
 #if INFERCEPT_VEC_AVX512
           if (f16)
             for (; i + 16 <= hd; i += 16)
-              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)], vm::round_to_f16(_mm512_loadu_ps(qp + i)));
+              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)],
+                               vm::round_to_f16(_mm512_loadu_ps(qp + i)));
 #endif
           for (; i < hd; ++i)
             qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];

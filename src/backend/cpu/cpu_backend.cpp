@@ -53,8 +53,7 @@ class CpuKvStorage final : public KvStorage {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads)
-      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
+  explicit CpuBackend(int n_threads) : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
     // INFERCEPT_CPU_PACKED=0 keeps every weight in the file layout only (matmul_rows): the
     // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
     if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
@@ -73,8 +72,7 @@ class CpuBackend final : public Backend {
     return Tensor{buf.get(), dtype, rows, cols, cols};
   }
 
-  Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows,
-                               int64_t cols) override {
+  Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows, int64_t cols) override {
     if (cols % dtype_block_elems(dtype) != 0)
       return make_error("weight row of ", std::to_string(cols), " elements is not a multiple of ",
                         std::string(dtype_name(dtype)), "'s block size");
@@ -118,9 +116,12 @@ class CpuBackend final : public Backend {
   bool greedy_on_device() const override { return true; }
   bool argmax_rows(const Tensor& logits, int32_t* out) override {
     CHECK(logits.dtype == DType::f32);
-    pool_.parallel_for(logits.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) out[r] = argmax_row(logits.row<float>(r), logits.cols);
-    }, /*grain=*/4);
+    pool_.parallel_for(
+        logits.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) out[r] = argmax_row(logits.row<float>(r), logits.cols);
+        },
+        /*grain=*/4);
     return true;
   }
 
@@ -128,7 +129,8 @@ class CpuBackend final : public Backend {
     CHECK(out.dtype == DType::f32 && out.rows == (int64_t)tokens.size() && out.cols == table.cols);
     for (size_t i = 0; i < tokens.size(); ++i) {
       CHECK(tokens[i] >= 0 && tokens[i] < table.rows);
-      const auto* src = static_cast<const uint8_t*>(table.data) + (size_t)tokens[i] * table.row_bytes;
+      const auto* src =
+          static_cast<const uint8_t*>(table.data) + (size_t)tokens[i] * table.row_bytes;
       dequantize_row(table.dtype, src, out.row<float>((int64_t)i), table.cols);
     }
   }
@@ -137,23 +139,30 @@ class CpuBackend final : public Backend {
     CHECK(x.rows == out.rows && x.cols == out.cols && w.cols == x.cols && w.dtype == DType::f32);
     const auto* wv = static_cast<const float*>(w.data);
     // Rows are independent, so splitting them across threads changes nothing in a row.
-    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
-    }, /*grain=*/4);
+    pool_.parallel_for(
+        x.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r)
+            rmsnorm_row(x.row<float>(r), wv, x.cols, eps, out.row<float>(r));
+        },
+        /*grain=*/4);
   }
 
   void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
                    Tensor out) override {
     CHECK(residual.rows == x.rows && residual.cols == x.cols && out.rows == x.rows);
     const auto* wv = static_cast<const float*>(w.data);
-    pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        float* res = residual.row<float>(r);
-        const float* xr = x.row<float>(r);
-        for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
-        rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
-      }
-    }, /*grain=*/4);
+    pool_.parallel_for(
+        x.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            float* res = residual.row<float>(r);
+            const float* xr = x.row<float>(r);
+            for (int64_t c = 0; c < x.cols; ++c) res[c] += xr[c];
+            rmsnorm_row(res, wv, x.cols, eps, out.row<float>(r));
+          }
+        },
+        /*grain=*/4);
   }
 
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override {
@@ -245,11 +254,11 @@ class CpuBackend final : public Backend {
     // kept (~1% of a batch-32 decode step went to sincos) and reused while the positions
     // and parameters match.
     RopeTable& tab = rope_table_;
-    const bool hit = tab.half == half && tab.theta_base == p.theta_base &&
-                     tab.freq_factors.data() == p.freq_factors.data() &&
-                     tab.freq_factors.size() == p.freq_factors.size() &&
-                     std::equal(positions.begin(), positions.end(), tab.positions.begin(),
-                                tab.positions.end());
+    const bool hit =
+        tab.half == half && tab.theta_base == p.theta_base &&
+        tab.freq_factors.data() == p.freq_factors.data() &&
+        tab.freq_factors.size() == p.freq_factors.size() &&
+        std::equal(positions.begin(), positions.end(), tab.positions.begin(), tab.positions.end());
     if (!hit) {
       tab.half = half;
       tab.theta_base = p.theta_base;
@@ -258,24 +267,27 @@ class CpuBackend final : public Backend {
       tab.cs.resize(positions.size() * (size_t)half);
       tab.sn.resize(positions.size() * (size_t)half);
     }
-    pool_.parallel_for(q.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        float* cs = tab.cs.data() + r * half;
-        float* sn = tab.sn.data() + r * half;
-        if (!hit) {
-          float theta = (float)positions[(size_t)r];
-          for (int64_t i = 0; i < half; ++i) {
-            const float t = p.freq_factors.empty() ? theta : theta / p.freq_factors[(size_t)i];
-            cs[i] = std::cos(t);
-            sn[i] = std::sin(t);
-            theta *= theta_scale;
+    pool_.parallel_for(
+        q.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            float* cs = tab.cs.data() + r * half;
+            float* sn = tab.sn.data() + r * half;
+            if (!hit) {
+              float theta = (float)positions[(size_t)r];
+              for (int64_t i = 0; i < half; ++i) {
+                const float t = p.freq_factors.empty() ? theta : theta / p.freq_factors[(size_t)i];
+                cs[i] = std::cos(t);
+                sn[i] = std::sin(t);
+                theta *= theta_scale;
+              }
+            }
+            rotate_heads(q.row<float>(r), q.cols / p.head_dim, p, cs, sn);
+            rotate_heads(k.row<float>(r), k.cols / p.head_dim, p, cs, sn);
+            if constexpr (!std::is_same_v<After, std::nullptr_t>) after(r);
           }
-        }
-        rotate_heads(q.row<float>(r), q.cols / p.head_dim, p, cs, sn);
-        rotate_heads(k.row<float>(r), k.cols / p.head_dim, p, cs, sn);
-        if constexpr (!std::is_same_v<After, std::nullptr_t>) after(r);
-      }
-    }, /*grain=*/4);
+        },
+        /*grain=*/4);
   }
 
   void store_kv(KvStorage& kv_base, int64_t layer, const Tensor& k, const Tensor& v,
@@ -295,8 +307,7 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const Tensor& q, const KvStorage& kv_base, int64_t layer,
-                 const AttentionBatch& batch, int64_t n_heads, float scale,
-                 Tensor out) override {
+                 const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) override {
     const auto& kv = static_cast<const CpuKvStorage&>(kv_base);
     PagedKvView view{kv.k(layer), kv.v(layer), kv.geometry()};
     paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out);
@@ -304,11 +315,14 @@ class CpuBackend final : public Backend {
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
     CHECK(gate.rows == up.rows && gate.cols == up.cols && out.rows == gate.rows);
-    pool_.parallel_for(gate.rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        silu_mul_row(gate.row<float>(r), up.row<float>(r), out.row<float>(r), gate.cols);
-      }
-    }, /*grain=*/4);
+    pool_.parallel_for(
+        gate.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            silu_mul_row(gate.row<float>(r), up.row<float>(r), out.row<float>(r), gate.cols);
+          }
+        },
+        /*grain=*/4);
   }
 
   void add(Tensor a, const Tensor& b) override {
@@ -324,7 +338,8 @@ class CpuBackend final : public Backend {
     CHECK(out.rows >= (int64_t)rows.size() && out.cols == x.cols);
     for (size_t i = 0; i < rows.size(); ++i) {
       CHECK(rows[i] >= 0 && rows[i] < x.rows);
-      std::memcpy(out.row<float>((int64_t)i), x.row<float>(rows[i]), (size_t)x.cols * sizeof(float));
+      std::memcpy(out.row<float>((int64_t)i), x.row<float>(rows[i]),
+                  (size_t)x.cols * sizeof(float));
     }
   }
 
@@ -594,7 +609,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
-  PackedActs packed_acts_;  // the current matmul's activations for matmul_packed
+  PackedActs packed_acts_;         // the current matmul's activations for matmul_packed
   std::vector<Product> products_;  // norm_project's group
 };
 

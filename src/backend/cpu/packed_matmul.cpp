@@ -31,10 +31,10 @@ constexpr int kGroup = 16;  // weight rows per group: one int32 lane each of a 5
 constexpr int kPanel = 8;   // activation rows per panel of PackedActs (= the widest tile)
 
 struct Geometry {
-  int64_t nb = 0;          // blocks per row
-  int qs_bytes = 0;        // quant bytes per block of a group
-  bool has_min = false;    // q4_1
-  size_t d_offset = 0;     // from the group start
+  int64_t nb = 0;        // blocks per row
+  int qs_bytes = 0;      // quant bytes per block of a group
+  bool has_min = false;  // q4_1
+  size_t d_offset = 0;   // from the group start
   size_t m_offset = 0;
   size_t group_bytes = 0;  // multiple of 64
 };
@@ -51,7 +51,9 @@ Geometry geometry(DType t, int64_t k) {
   return g;
 }
 
-int64_t n_groups(int64_t rows) { return (rows + kGroup - 1) / kGroup; }
+int64_t n_groups(int64_t rows) {
+  return (rows + kGroup - 1) / kGroup;
+}
 
 #if INFERCEPT_PACKED_VNNI
 
@@ -160,8 +162,7 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
     for (int g = 0; g < G; ++g) {
       const __m512 dx = f16x16_to_f32(dd[g] + i * kGroup);
       __m512 mx = _mm512_setzero_ps();
-      if constexpr (K == Kind::q4_1)
-        mx = f16x16_to_f32(mm[g] + i * kGroup);
+      if constexpr (K == Kind::q4_1) mx = f16x16_to_f32(mm[g] + i * kGroup);
       INFERCEPT_UNROLL
       for (int c = 0; c < C; ++c) {
         __m512i s = isum[g][c][0];
@@ -193,7 +194,7 @@ void tile_rest(int c, const uint8_t* grp, const Geometry& geo, const PackedActs&
 template <Kind K>
 void run(const uint8_t* packed, int64_t rows, int64_t row_begin, int64_t row_end,
          const PackedActs& A, float* out, int64_t out_stride) {
-  const Geometry geo = geometry(K == Kind::q8_0 ? DType::q8_0
+  const Geometry geo = geometry(K == Kind::q8_0   ? DType::q8_0
                                 : K == Kind::q4_0 ? DType::q4_0
                                                   : DType::q4_1,
                                 A.k);
@@ -335,8 +336,8 @@ void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t 
   }
 }
 
-void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
-                        int64_t a_end, PackedActs& out) {
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin, int64_t a_end,
+                        PackedActs& out) {
   CHECK(a_begin >= 0 && a_end <= out.n);
   const int64_t nb = out.k / kQK;
   const bool q8_1 = t == DType::q4_1;

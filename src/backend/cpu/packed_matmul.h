@@ -54,8 +54,8 @@ void resize_acts(DType t, int64_t n, int64_t k, PackedActs& out);
 // Quantizes f32 activation rows [a_begin, a_end) (row a at x + (a - a_begin) * x_stride)
 // straight into out (sized by resize_acts): the same values as quantize_row_fast to
 // activation_dtype_for(t) followed by prepare_acts_rows, without the block-format copy.
-void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin,
-                        int64_t a_end, PackedActs& out);
+void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_begin, int64_t a_end,
+                        PackedActs& out);
 void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
                        int64_t a_end, PackedActs& out);
 

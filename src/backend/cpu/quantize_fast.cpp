@@ -57,7 +57,8 @@ inline int quantize32_512(const float* x, float id, int8_t* q) {
 
 inline float amax32_512(const float* x) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x)), abs_mask));
+  const __m512 a0 =
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x)), abs_mask));
   const __m512 a1 =
       _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + 16)), abs_mask));
   const __m512i m16 = _mm512_castps_si512(_mm512_maskz_max_ps(kAll16, a0, a1));
@@ -93,7 +94,8 @@ inline int quantize32_256(const float* x, float id, int8_t* q) {
   __m256i b = _mm256_packs_epi16(s01, s23);
   b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
-  const __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+  const __m256i sum32 =
+      _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
   s = _mm_hadd_epi32(s, s);
   s = _mm_hadd_epi32(s, s);
@@ -103,7 +105,8 @@ inline int quantize32_256(const float* x, float id, int8_t* q) {
 inline float amax32_256(const float* x) {
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x));
-  for (int k = 1; k < 4; ++k) m = _mm256_max_ps(m, _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x + 8 * k)));
+  for (int k = 1; k < 4; ++k)
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x + 8 * k)));
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -111,11 +114,19 @@ inline float amax32_256(const float* x) {
 }
 
 #if INFERCEPT_QFAST_AVX512
-inline int quantize32(const float* x, float id, int8_t* q) { return quantize32_512(x, id, q); }
-inline float amax32(const float* x) { return amax32_512(x); }
+inline int quantize32(const float* x, float id, int8_t* q) {
+  return quantize32_512(x, id, q);
+}
+inline float amax32(const float* x) {
+  return amax32_512(x);
+}
 #else
-inline int quantize32(const float* x, float id, int8_t* q) { return quantize32_256(x, id, q); }
-inline float amax32(const float* x) { return amax32_256(x); }
+inline int quantize32(const float* x, float id, int8_t* q) {
+  return quantize32_256(x, id, q);
+}
+inline float amax32(const float* x) {
+  return amax32_256(x);
+}
 #endif
 
 }  // namespace

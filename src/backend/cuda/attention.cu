@@ -9,11 +9,11 @@
 namespace infercept::cuda {
 
 namespace {
-constexpr int kMaxPairs = 32;      // (row, head) pairs of one item
-constexpr int kPairsPerWarp = 4;   // so at most 8 warps
-constexpr int kTile = 32;          // keys per shared-memory tile (one per lane)
-constexpr int kSplitMaxPairs = 8;  // items with at most this many pairs may be split
-constexpr int kMinPartition = 128; // keys
+constexpr int kMaxPairs = 32;       // (row, head) pairs of one item
+constexpr int kPairsPerWarp = 4;    // so at most 8 warps
+constexpr int kTile = 32;           // keys per shared-memory tile (one per lane)
+constexpr int kSplitMaxPairs = 8;   // items with at most this many pairs may be split
+constexpr int kMinPartition = 128;  // keys
 }  // namespace
 
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas) {
@@ -65,8 +65,8 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
     const int span = ((t.kend + parts - 1) / parts + kTile - 1) / kTile * kTile;
     AttnCombine c{t.row0, t.nrows, plan.partial_pairs, 0};
     for (int k0 = 0; k0 < t.kend; k0 += span) {
-      dst.push_back({t.seq, t.row0, t.nrows, k0, std::min(t.kend, k0 + span),
-                     plan.partial_pairs, combine});
+      dst.push_back(
+          {t.seq, t.row0, t.nrows, k0, std::min(t.kend, k0 + span), plan.partial_pairs, combine});
       plan.partial_pairs += t.nrows * n_heads;
       ++c.n_parts;
     }
@@ -79,12 +79,12 @@ namespace {
 
 template <typename T, typename KV, int HD>
 __global__ void attention_kernel(AttnArgs a) {
-  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
+  pdl_launch_dependents();       // the output projection (a GEMV at batch 1) may start its loads
   constexpr int kPer = HD / 32;  // output dims per lane
   extern __shared__ unsigned char smem_raw[];
-  float* qs = reinterpret_cast<float*>(smem_raw);                        // [32][HD]
-  KV* kt = reinterpret_cast<KV*>(qs + kMaxPairs * HD);                   // [HD][kTile + 2]
-  KV* vs = kt + HD * (kTile + 2);                                        // [kTile][HD]
+  float* qs = reinterpret_cast<float*>(smem_raw);       // [32][HD]
+  KV* kt = reinterpret_cast<KV*>(qs + kMaxPairs * HD);  // [HD][kTile + 2]
+  KV* vs = kt + HD * (kTile + 2);                       // [kTile][HD]
 
   const AttnItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
@@ -206,8 +206,8 @@ __global__ void attention_kernel(AttnArgs a) {
 template <typename KV, int HD>
 struct DecodeStage {
   static constexpr int kVecElems = 16 / sizeof(KV);  // elements per 16-byte piece
-  static constexpr int kPieces = HD / kVecElems;      // pieces per row
-  static constexpr int kRowsPerCopy = 32 / kPieces;   // rows one warp-wide cp.async covers
+  static constexpr int kPieces = HD / kVecElems;     // pieces per row
+  static constexpr int kRowsPerCopy = 32 / kPieces;  // rows one warp-wide cp.async covers
   static constexpr int kWarps = 4;
   static constexpr int kWarpPieces = 2 * 32 * kPieces;  // K rows, then V rows
   static constexpr size_t kBytes = 16 * kWarps * kWarpPieces;
@@ -250,7 +250,8 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
       }
       mx = bm;
     }
-    out[(int64_t)c.row0 * a.out_stride + head * HD + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+    out[(int64_t)c.row0 * a.out_stride + head * HD + d] =
+        from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
 }
 
@@ -300,7 +301,8 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
 #pragma unroll
       for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
         const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
-        cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v, true);
+        cp_async16(my_stage + Stage::piece(r0 + sub, v),
+                   reinterpret_cast<const uint4*>(kc + off) + v, true);
         cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
                    reinterpret_cast<const uint4*>(vc + off) + v, true);
       }
@@ -394,7 +396,8 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     }
     const int head = kvh * group + g;
     if (it.partial < 0) {
-      out[(int64_t)it.row0 * a.out_stride + head * HD + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+      out[(int64_t)it.row0 * a.out_stride + head * HD + d] =
+          from_f32<T>(den > 0.0f ? num / den : 0.0f);
     } else {
       const int64_t pair = it.partial + head;
       a.partial_acc[pair * HD + d] = num;
@@ -436,8 +439,7 @@ __global__ void combine_kernel(AttnArgs a) {
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
       float num = 0.0f, den = 0.0f;
       for (int p = 0; p < c.n_parts; ++p) {
-        const int64_t pair =
-            c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
+        const int64_t pair = c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
         const float l = a.partial_ml[pair * 2 + 1];
         if (l == 0.0f) continue;
         const float w = __expf(a.partial_ml[pair * 2] - mx);
@@ -472,8 +474,8 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     // One warp per pair up to 8; beyond that each of 8 warps takes up to kPairsPerWarp
     // (pairs p = warp + 8k), which covers kMaxPairs = 32.
     const int nw = std::clamp(a.max_pairs, 1, 8);
-    const size_t smem = sizeof(float) * kMaxPairs * HD + sizeof(KV) * HD * (kTile + 2) +
-                        sizeof(KV) * kTile * HD;
+    const size_t smem =
+        sizeof(float) * kMaxPairs * HD + sizeof(KV) * HD * (kTile + 2) + sizeof(KV) * kTile * HD;
     static bool configured = false;  // per instantiation
     if (!configured) {
       CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, KV, HD>,
@@ -489,10 +491,14 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     d.items = a.decode_items;
     dim3 grid((unsigned)a.n_decode_items, (unsigned)a.n_kv_heads);
     const int group = a.n_heads / a.n_kv_heads;
-    if (group <= 1) launch_decode<T, KV, HD, 1>(d, grid, s);
-    else if (group <= 2) launch_decode<T, KV, HD, 2>(d, grid, s);
-    else if (group <= 4) launch_decode<T, KV, HD, 4>(d, grid, s);
-    else launch_decode<T, KV, HD, 8>(d, grid, s);
+    if (group <= 1)
+      launch_decode<T, KV, HD, 1>(d, grid, s);
+    else if (group <= 2)
+      launch_decode<T, KV, HD, 2>(d, grid, s);
+    else if (group <= 4)
+      launch_decode<T, KV, HD, 4>(d, grid, s);
+    else
+      launch_decode<T, KV, HD, 8>(d, grid, s);
   }
   if (a.n_combines > 0) {
     dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads);
@@ -504,10 +510,14 @@ void launch(const AttnArgs& a, cudaStream_t s) {
 template <typename T, typename KV>
 void launch_hd(const AttnArgs& a, cudaStream_t s) {
   switch (a.head_dim) {
-    case 32: return launch<T, KV, 32>(a, s);
-    case 64: return launch<T, KV, 64>(a, s);
-    case 128: return launch<T, KV, 128>(a, s);
-    default: CHECK_MSG(false, "CUDA attention supports head_dim 32, 64 and 128");
+    case 32:
+      return launch<T, KV, 32>(a, s);
+    case 64:
+      return launch<T, KV, 64>(a, s);
+    case 128:
+      return launch<T, KV, 128>(a, s);
+    default:
+      CHECK_MSG(false, "CUDA attention supports head_dim 32, 64 and 128");
   }
 }
 

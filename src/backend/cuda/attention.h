@@ -29,12 +29,12 @@ struct AttnCombine {
 };
 
 struct AttnPlan {
-  std::vector<AttnItem> items;         // general kernel (prefill tiles, small groups of rows)
-  std::vector<AttnItem> decode_items;  // decode kernel (one row each)
+  std::vector<AttnItem> items;               // general kernel (prefill tiles, small groups of rows)
+  std::vector<AttnItem> decode_items;        // decode kernel (one row each)
   std::vector<AttnCombine> combines;         // run by the combine kernel (general items)
   std::vector<AttnCombine> decode_combines;  // run by the decode kernel's last partition
-  int32_t partial_pairs = 0;  // scratch needed, in (row, head) pairs
-  int32_t max_pairs = 0;      // largest rows x group of an item (sets the block size)
+  int32_t partial_pairs = 0;                 // scratch needed, in (row, head) pairs
+  int32_t max_pairs = 0;  // largest rows x group of an item (sets the block size)
 };
 
 // Splits a step; `target_ctas` is about how many blocks fill the chip.

@@ -130,19 +130,19 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
 template <typename T, typename KV, int HD>
 __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
     prefill_attention_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
-  constexpr int CPR = HD / 8;             // 16-byte chunks per row
-  constexpr int KSTEPS = HD / 16;         // k-steps of Q K^T
-  constexpr int SN = kN / 8;              // n8 tiles of S
-  constexpr int ON = HD / 8;              // n8 tiles of O
-  constexpr int LROWS = kThreads / CPR;   // K/V rows one pass of the CTA loads
-  constexpr int LOADS = kN / LROWS;       // K/V rows (of each) per thread per tile
+  constexpr int CPR = HD / 8;            // 16-byte chunks per row
+  constexpr int KSTEPS = HD / 16;        // k-steps of Q K^T
+  constexpr int SN = kN / 8;             // n8 tiles of S
+  constexpr int ON = HD / 8;             // n8 tiles of O
+  constexpr int LROWS = kThreads / CPR;  // K/V rows one pass of the CTA loads
+  constexpr int LOADS = kN / LROWS;      // K/V rows (of each) per thread per tile
   static_assert(kThreads % CPR == 0 && kN % LROWS == 0 && (kM * CPR) % kThreads == 0);
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ uint4 smem[];
-  uint4* sQ = smem;                // [kM][CPR]
-  uint4* sK = sQ + kM * CPR;       // [2][kN][CPR]
-  uint4* sV = sK + 2 * kN * CPR;   // [2][kN][CPR]
+  uint4* sQ = smem;               // [kM][CPR]
+  uint4* sK = sQ + kM * CPR;      // [2][kN][CPR]
+  uint4* sV = sK + 2 * kN * CPR;  // [2][kN][CPR]
 
   const PrefillTile tile = tiles[blockIdx.y];
   const int head = blockIdx.x;
@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
   const int qs0 = a.q_start[tile.seq];
   // Position of the tile's first row; row r of the tile sees keys [0, pos0 + r].
   const int pos0 = a.ctx_len[tile.seq] - a.q_len[tile.seq] + (tile.row0 - qs0);
-  const int kend = pos0 + tile.nrows;           // keys any row of the tile sees
-  const int n_kt = (kend + kN - 1) / kN;        // key tiles (those above the diagonal skipped)
-  const int n_full = (pos0 + 1) / kN;           // key tiles no row masks
+  const int kend = pos0 + tile.nrows;     // keys any row of the tile sees
+  const int n_kt = (kend + kN - 1) / kN;  // key tiles (those above the diagonal skipped)
+  const int n_full = (pos0 + 1) / kN;     // key tiles no row masks
   const int64_t kv_width = (int64_t)a.n_kv_heads * HD;
   const int bs = a.block_size;
   const int32_t* __restrict__ bt = a.block_tables + (int64_t)tile.seq * a.max_blocks;
@@ -369,17 +369,20 @@ void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStre
 template <typename T, typename KV>
 void launch_hd(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
   switch (a.head_dim) {
-    case 32: return launch<T, KV, 32>(a, d_tiles, n_tiles, s);
-    case 64: return launch<T, KV, 64>(a, d_tiles, n_tiles, s);
-    case 128: return launch<T, KV, 128>(a, d_tiles, n_tiles, s);
-    default: CHECK_MSG(false, "prefill attention supports head_dim 32, 64 and 128");
+    case 32:
+      return launch<T, KV, 32>(a, d_tiles, n_tiles, s);
+    case 64:
+      return launch<T, KV, 64>(a, d_tiles, n_tiles, s);
+    case 128:
+      return launch<T, KV, 128>(a, d_tiles, n_tiles, s);
+    default:
+      CHECK_MSG(false, "prefill attention supports head_dim 32, 64 and 128");
   }
 }
 
 }  // namespace
 
-void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                       cudaStream_t s) {
+void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
   if (n_tiles == 0) return;
   CHECK(n_tiles <= 65535);
   CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0);
@@ -391,7 +394,8 @@ void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tile
   const bool bf = a.act_dtype == DType::bf16;
   CHECK(bf || a.act_dtype == DType::f16);
   CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
-  if (bf && a.kv_dtype == DType::bf16) return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, d_tiles, n_tiles, s);
+  if (bf && a.kv_dtype == DType::bf16)
+    return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, d_tiles, n_tiles, s);
   if (bf) return launch_hd<__nv_bfloat16, __half>(a, d_tiles, n_tiles, s);
   if (a.kv_dtype == DType::bf16) return launch_hd<__half, __nv_bfloat16>(a, d_tiles, n_tiles, s);
   return launch_hd<__half, __half>(a, d_tiles, n_tiles, s);

@@ -48,7 +48,6 @@ bool prefill_supports_head_dim(int head_dim);
 // block_tables, max_blocks, block_size, n_heads, n_kv_heads, head_dim and scale of `a`;
 // ignores items, combines, max_pairs and the partial buffers. q/out strides must be
 // multiples of 8 elements and the pointers 16-byte aligned. Grid: (n_heads, n_tiles).
-void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                       cudaStream_t s);
+void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s);
 
 }  // namespace infercept::cuda

@@ -22,8 +22,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -46,17 +46,21 @@ namespace {
 
 using cuda::RowsView;
 
-RowsView view(const Tensor& t) { return RowsView{t.data, t.rows, t.cols, t.stride, t.dtype}; }
+RowsView view(const Tensor& t) {
+  return RowsView{t.data, t.rows, t.cols, t.stride, t.dtype};
+}
 
 using cuda::CudaKvStorage;
 using cuda::Staging;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType act, bool graphs) : device_(device), act_(act), graphs_on_(graphs) {}
+  CudaBackend(int device, DType act, bool graphs)
+      : device_(device), act_(act), graphs_on_(graphs) {}
 
   Status init() {
-    if (cudaSetDevice(device_) != cudaSuccess) return make_error("cannot use CUDA device ", std::to_string(device_));
+    if (cudaSetDevice(device_) != cudaSuccess)
+      return make_error("cannot use CUDA device ", std::to_string(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::Gemm>();
@@ -65,10 +69,12 @@ class CudaBackend final : public Backend {
     TRY(swap_.init(device_, props_.multiProcessorCount));
     target_ctas_ = 2 * props_.multiProcessorCount;
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
-    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4, cudaHostAllocDefault));
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_), argmax_capacity_ * sizeof(DeviceSampleRow)));
-    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_), argmax_capacity_ * sizeof(DeviceSampleRow),
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4,
                              cudaHostAllocDefault));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_),
+                          argmax_capacity_ * sizeof(DeviceSampleRow)));
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_),
+                             argmax_capacity_ * sizeof(DeviceSampleRow), cudaHostAllocDefault));
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
@@ -77,7 +83,8 @@ class CudaBackend final : public Backend {
     if (const char* f = std::getenv("INFERCEPT_FUSED"); f != nullptr && std::string(f) == "0")
       fused_on_ = false;
     bool pdl = props_.major >= 9;
-    if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0") pdl = false;
+    if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0")
+      pdl = false;
     cuda::set_gemv_programmatic_launch(pdl);
     return ok_status();
   }
@@ -121,7 +128,8 @@ class CudaBackend final : public Backend {
   Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows, int64_t cols) override {
     if (rows == 1 && dtype == DType::f32) {  // vectors (norms, biases) stay f32
       void* p = device_alloc_checked((size_t)cols * 4);
-      if (p == nullptr) return make_error("out of GPU memory for a ", std::to_string(cols), "-vector");
+      if (p == nullptr)
+        return make_error("out of GPU memory for a ", std::to_string(cols), "-vector");
       CUDA_CHECK(cudaMemcpy(p, data, (size_t)cols * 4, cudaMemcpyHostToDevice));
       // A pageable cudaMemcpy may return before its DMA lands, and the compute stream does
       // not order against the legacy stream: wait (start-up only).
@@ -148,8 +156,10 @@ class CudaBackend final : public Backend {
         const int64_t nr = std::min(slab, rows - r0);
         for (int64_t r = 0; r < nr; ++r) {
           const void* src = static_cast<const char*>(data) + (size_t)(r0 + r) * in_row;
-          if (dtype == DType::f32) std::memcpy(f.data(), src, (size_t)cols * 4);
-          else dequantize_row(dtype, src, f.data(), cols);
+          if (dtype == DType::f32)
+            std::memcpy(f.data(), src, (size_t)cols * 4);
+          else
+            dequantize_row(dtype, src, f.data(), cols);
           uint16_t* dst = h.data() + (size_t)(r * cols);
           for (int64_t c = 0; c < cols; ++c)
             dst[c] = act_ == DType::bf16 ? fp32_to_bf16(f[(size_t)c]) : fp32_to_fp16(f[(size_t)c]);
@@ -189,7 +199,8 @@ class CudaBackend final : public Backend {
     CHECK(t.dtype == DType::f32 && t.rows <= argmax_capacity_);
     if (t.rows == 0) return true;
     cuda::argmax_rows(view(t), argmax_dev_, compute_);
-    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4, cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4,
+                               cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
     return true;
@@ -203,9 +214,10 @@ class CudaBackend final : public Backend {
     std::memcpy(sample_params_host_, rows.data(), rows.size_bytes());
     CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_, sample_params_host_, rows.size_bytes(),
                                cudaMemcpyHostToDevice, compute_));
-    cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, sample_params_dev_, argmax_dev_,
-                      compute_);
-    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4, cudaMemcpyDeviceToHost, compute_));
+    cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, sample_params_dev_,
+                      argmax_dev_, compute_);
+    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4,
+                               cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
     return true;
@@ -259,7 +271,8 @@ class CudaBackend final : public Backend {
       case Pass::capture: {
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
-        CHECK_MSG(sig_ == probe_sig_, "a step's launches changed between its probe and its capture");
+        CHECK_MSG(sig_ == probe_sig_,
+                  "a step's launches changed between its probe and its capture");
         cudaGraphExec_t exec = graphs_.add(sig_, graph, step_no_, compute_);
         CUDA_CHECK(cudaGraphDestroy(graph));
         CUDA_CHECK(cudaGraphLaunch(exec, compute_));
@@ -298,7 +311,8 @@ class CudaBackend final : public Backend {
     CHECK(x.dtype == act_ && w.dtype == act_);
     const void* b = bias != nullptr && bias->present() ? bias->data : nullptr;
     if (skip_launch(4, x, w.data, w.rows, w.cols, b, out)) return;
-    if (x.rows <= gemv_max_rows_ && cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
+    if (x.rows <= gemv_max_rows_ &&
+        cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
       cuda::gemv(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
                  out.dtype, compute_);
     else
@@ -377,7 +391,8 @@ class CudaBackend final : public Backend {
     wait_before_store(layer, slots, g.block_size);
     CHECK((int64_t)slots.size() == k.rows && k.cols == g.n_kv_heads * g.head_dim);
     // A rope with zero rotation would change nothing but costs sincos: copy rows instead.
-    cuda::RopeStoreArgs a = rope_args(k, k, v, {}, RopeParams{g.head_dim, g.head_dim}, &s, layer, slots);
+    cuda::RopeStoreArgs a =
+        rope_args(k, k, v, {}, RopeParams{g.head_dim, g.head_dim}, &s, layer, slots);
     a.n_heads = 0;
     a.theta_base = 1.0f;
     a.positions = zero_positions(k.rows);
@@ -486,8 +501,8 @@ class CudaBackend final : public Backend {
     // Its own small upload (not the step's staging: this may run between steps).
     const int32_t* idx = cuda::upload_indices(block_copy_idx_, compute_, src, dst);
     cuda::copy_chunks(s.planes(), s.planes(), (int)(2 * g.n_layers), idx, idx + src.size(),
-                      (int)src.size(), g.bytes_per_block_per_layer(), 4 * props_.multiProcessorCount,
-                      compute_);
+                      (int)src.size(), g.bytes_per_block_per_layer(),
+                      4 * props_.multiProcessorCount, compute_);
   }
 
   void copy_blocks_between(const KvStorage& from, KvStorage& to, std::span<const int32_t> src,
@@ -514,7 +529,8 @@ class CudaBackend final : public Backend {
 
   Result<std::unique_ptr<KvStorage>> create_storage(const KvGeometry& g, bool host) {
     if (g.dtype != DType::bf16 && g.dtype != DType::f16)
-      return make_error("the CUDA KV cache holds bf16 or f16, not ", std::string(dtype_name(g.dtype)));
+      return make_error("the CUDA KV cache holds bf16 or f16, not ",
+                        std::string(dtype_name(g.dtype)));
     if (g.bytes_per_block_per_layer() % 16 != 0)
       return make_error("KV block of ", std::to_string(g.bytes_per_block_per_layer()),
                         " bytes is not a multiple of 16");
@@ -522,13 +538,16 @@ class CudaBackend final : public Backend {
     char* base = nullptr;
     if (host) {
       // Mapped pinned memory: the copy kernels read and write it directly over PCIe.
-      if (cudaHostAlloc(reinterpret_cast<void**>(&base), bytes, cudaHostAllocMapped) != cudaSuccess) {
+      if (cudaHostAlloc(reinterpret_cast<void**>(&base), bytes, cudaHostAllocMapped) !=
+          cudaSuccess) {
         cudaGetLastError();
-        return make_error("cannot pin ", std::to_string(bytes >> 20), " MiB of host memory for the swap space");
+        return make_error("cannot pin ", std::to_string(bytes >> 20),
+                          " MiB of host memory for the swap space");
       }
     } else if (cudaMalloc(reinterpret_cast<void**>(&base), bytes) != cudaSuccess) {
       cudaGetLastError();
-      return make_error("out of GPU memory for a KV cache of ", std::to_string(bytes >> 20), " MiB");
+      return make_error("out of GPU memory for a KV cache of ", std::to_string(bytes >> 20),
+                        " MiB");
     }
     char** planes = nullptr;
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&planes), sizeof(char*) * 2 * g.n_layers));
@@ -544,7 +563,8 @@ class CudaBackend final : public Backend {
       ptrs.push_back(k);
       ptrs.push_back(v);
     }
-    CUDA_CHECK(cudaMemcpy(planes, ptrs.data(), sizeof(char*) * ptrs.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(planes, ptrs.data(), sizeof(char*) * ptrs.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());
     if (!host) {
       swap_.attach_device_pool(g.n_layers, g.n_blocks);
@@ -578,7 +598,8 @@ class CudaBackend final : public Backend {
     std::memcpy(step_.host + off, src, bytes);
     step_.used = off + bytes;
     if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
-    CUDA_CHECK(cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
     // In a capture the copy is a graph node; end_step records `done` after the launch.
     if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
     return step_.dev + off;
@@ -608,7 +629,9 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  static cuda::LaunchSignature::Bytes bytes_of(const auto& v) { return cuda::LaunchSignature::bytes_of(v); }
+  static cuda::LaunchSignature::Bytes bytes_of(const auto& v) {
+    return cuda::LaunchSignature::bytes_of(v);
+  }
   cuda::GemvArgs gemv_args(const Tensor& x, cuda::GemvEpilogue epilogue) const {
     cuda::GemvArgs a;
     std::memset(static_cast<void*>(&a), 0, sizeof a);  // hashed as bytes: no stray padding
@@ -775,12 +798,15 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
     return make_error("no CUDA device is available");
   }
   if (options.device < 0 || options.device >= count)
-    return make_error("CUDA device ", std::to_string(options.device), " does not exist (", std::to_string(count), " found)");
+    return make_error("CUDA device ", std::to_string(options.device), " does not exist (",
+                      std::to_string(count), " found)");
   auto b = std::make_unique<CudaBackend>(options.device, options.activation_dtype, options.graphs);
   TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-bool cuda_backend_built() { return true; }
+bool cuda_backend_built() {
+  return true;
+}
 
 }  // namespace infercept

@@ -10,14 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CUDA_CHECK(expr)                                                                   \
-  do {                                                                                     \
-    cudaError_t err_ = (expr);                                                             \
-    if (err_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__,            \
-                   cudaGetErrorString(err_), #expr);                                       \
-      std::abort();                                                                        \
-    }                                                                                      \
+#define CUDA_CHECK(expr)                                                       \
+  do {                                                                         \
+    cudaError_t err_ = (expr);                                                 \
+    if (err_ != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__, \
+                   cudaGetErrorString(err_), #expr);                           \
+      std::abort();                                                            \
+    }                                                                          \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next sync.
@@ -25,20 +25,30 @@
 
 namespace infercept::cuda {
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16(x);
 }
 template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half(x); }
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half(x);
+}
 
 // Programmatic dependent launch (sm_90+). A kernel launched with the programmatic-
 // serialization attribute may start before the previous kernel in the stream has finished:
@@ -62,8 +72,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // 16 bytes global -> shared; src-size 0 zero-fills (src must still be a valid address).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(pred ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(pred ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -75,6 +85,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+inline int ceil_div(long long a, long long b) {
+  return (int)((a + b - 1) / b);
+}
 
 }  // namespace infercept::cuda

@@ -6,24 +6,28 @@
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
 
-#define CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                      \
-    cublasStatus_t st_ = (expr);                                                            \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+#define CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                       \
+    cublasStatus_t st_ = (expr);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
       std::fprintf(stderr, "%s:%d: cuBLASLt error %d in %s\n", __FILE__, __LINE__, (int)st_, \
-                   #expr);                                                                  \
-      std::abort();                                                                         \
-    }                                                                                       \
+                   #expr);                                                                   \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace infercept::cuda {
 namespace {
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    case DType::f32: return CUDA_R_32F;
-    default: CHECK_MSG(false, "unsupported GEMM dtype");
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::f32:
+      return CUDA_R_32F;
+    default:
+      CHECK_MSG(false, "unsupported GEMM dtype");
   }
   return CUDA_R_32F;
 }
@@ -64,26 +68,26 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, (uint64_t)m, (uint64_t)n, os));
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes_, sizeof workspace_bytes_));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1,
-                                              &result, &found));
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
+                                              &found));
   cublasLtMatmulPreferenceDestroy(pref);
   CHECK_MSG(found > 0, "cuBLASLt found no algorithm for a GEMM shape");
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
-void Gemm::run(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n,
-               int64_t m, int64_t k, void* out, int64_t out_stride, DType out_dtype,
-               cudaStream_t s, bool accumulate) {
+void Gemm::run(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
+               int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s,
+               bool accumulate) {
   if (n == 0) return;
   const Plan& p = plan(Key{n, m, k, x_stride, out_stride, (int)in_dtype, (int)out_dtype});
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out,
-                              p.c, &p.algo, workspace_, workspace_bytes_, s));
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c,
+                              &p.algo, workspace_, workspace_bytes_, s));
 }
 
 }  // namespace infercept::cuda

@@ -22,9 +22,9 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // accumulate: out += the product (beta = 1; one rounding of the f32 sum).
-  void run(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n,
-           int64_t m, int64_t k, void* out, int64_t out_stride, DType out_dtype,
-           cudaStream_t s, bool accumulate = false);
+  void run(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
+           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s,
+           bool accumulate = false);
 
  private:
   struct Plan {

@@ -69,8 +69,8 @@ __device__ __forceinline__ uint4 pack8(const float f[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const T lo = from_f32<T>(f[2 * i]), hi = from_f32<T>(f[2 * i + 1]);
-    u[i] = (uint32_t)*reinterpret_cast<const uint16_t*>(&lo) |
-           ((uint32_t)*reinterpret_cast<const uint16_t*>(&hi) << 16);
+    u[i] = (uint32_t) * reinterpret_cast<const uint16_t*>(&lo) |
+           ((uint32_t) * reinterpret_cast<const uint16_t*>(&hi) << 16);
   }
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
@@ -190,8 +190,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
 
   const T* x = static_cast<const T*>(a.x);
   auto load_x = [&](int r, int c) {
-    if constexpr (kNorm) return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];
-    else return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
+    if constexpr (kNorm)
+      return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];
+    else
+      return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
   };
   for (int vb = (int)blockIdx.x; vb < a.total_blocks; vb += (int)gridDim.x) {
     const uint4 *wr, *ur;
@@ -225,8 +227,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
       for (int i = 0; i < kUnroll; ++i) {
         const int c = c0 + 32 * i;
         wv[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
-        if constexpr (kGated) uv[i] = c < nv ? load_stream(ur + c) : make_uint4(0, 0, 0, 0);
-        else uv[i] = wv[i];
+        if constexpr (kGated)
+          uv[i] = c < nv ? load_stream(ur + c) : make_uint4(0, 0, 0, 0);
+        else
+          uv[i] = wv[i];
       }
 #pragma unroll
       for (int i = 0; i < kUnroll; ++i)
@@ -314,8 +318,8 @@ void launch(const GemvArgs& a, cudaStream_t s) {
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi, int kMax>
 void launch_rows(const GemvArgs& a, cudaStream_t s) {
   switch (a.n) {
-#define INFERCEPT_GEMV_CASE(N)                                      \
-  case N:                                                           \
+#define INFERCEPT_GEMV_CASE(N)                                             \
+  case N:                                                                  \
     if constexpr (N <= kMax) return launch<T, OutT, N, kNorm, kEpi>(a, s); \
     break;
     INFERCEPT_GEMV_CASE(1)
@@ -327,7 +331,8 @@ void launch_rows(const GemvArgs& a, cudaStream_t s) {
     INFERCEPT_GEMV_CASE(7)
     INFERCEPT_GEMV_CASE(8)
 #undef INFERCEPT_GEMV_CASE
-    default: break;
+    default:
+      break;
   }
   CHECK_MSG(false, "gemv: unsupported row count");
 }
@@ -348,7 +353,9 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
@@ -397,8 +404,8 @@ GemvArgs plain_args(const void* x, int64_t x_stride, DType in_dtype, const void*
 }
 }  // namespace
 
-bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
-               DType in_dtype, DType out_dtype) {
+bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w, DType in_dtype,
+               DType out_dtype) {
   if (n < 1 || n > kGemvMaxRows || k < 1 || k >= ((int64_t)1 << 31)) return false;
   char any_output;  // only the output's type matters to the answer
   return gemv_fits(plain_args(x, x_stride, in_dtype, w, n, 1, k, &any_output, 0, out_dtype));
@@ -409,6 +416,8 @@ void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_
   gemv(plain_args(x, x_stride, in_dtype, w, n, m, k, out, out_stride, out_dtype), s);
 }
 
-void set_gemv_programmatic_launch(bool on) { g_programmatic_launch = on; }
+void set_gemv_programmatic_launch(bool on) {
+  g_programmatic_launch = on;
+}
 
 }  // namespace infercept::cuda

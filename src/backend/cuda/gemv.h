@@ -60,8 +60,8 @@ bool gemv_fits(const GemvArgs& a);
 void gemv(const GemvArgs& a, cudaStream_t s);
 
 // The plain product of one weight (store epilogue, no norm, no bias).
-bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w,
-               DType in_dtype, DType out_dtype);
+bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w, DType in_dtype,
+               DType out_dtype);
 void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s);
 

@@ -65,11 +65,10 @@ __global__ void add_bias_kernel(T* out, int64_t os, const float* bias, int64_t c
 }
 
 template <typename T>
-__global__ void silu_mul_kernel(const T* g, int64_t gs, const T* u, int64_t us, T* out,
-                                int64_t os, int64_t cols) {
+__global__ void silu_mul_kernel(const T* g, int64_t gs, const T* u, int64_t us, T* out, int64_t os,
+                                int64_t cols) {
   const int64_t r = blockIdx.y;
-  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols;
-       c += gridDim.x * blockDim.x) {
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
     const float a = to_f32(g[r * gs + c]);
     out[r * os + c] = from_f32<T>(a / (1.0f + __expf(-a)) * to_f32(u[r * us + c]));
   }
@@ -182,49 +181,50 @@ __global__ void copy_chunks_kernel(const char* const* src_planes, char* const* d
   const size_t vecs = chunk_bytes / 16;
   const int plane = blockIdx.y;
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
-    const uint4* s = reinterpret_cast<const uint4*>(src_planes[plane] +
-                                                    (size_t)src_idx[i] * chunk_bytes);
+    const uint4* s =
+        reinterpret_cast<const uint4*>(src_planes[plane] + (size_t)src_idx[i] * chunk_bytes);
     uint4* d = reinterpret_cast<uint4*>(dst_planes[plane] + (size_t)dst_idx[i] * chunk_bytes);
     for (size_t v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
   }
 }
 
-int col_blocks(int64_t cols) { return std::min(ceil_div(cols, kThreads), 64); }
+int col_blocks(int64_t cols) {
+  return std::min(ceil_div(cols, kThreads), 64);
+}
 
 }  // namespace
 
-#define DISPATCH_ACT(dtype, T, ...)                                  \
-  do {                                                               \
-    if ((dtype) == DType::bf16) {                                    \
-      using T = __nv_bfloat16;                                       \
-      __VA_ARGS__;                                                   \
-    } else {                                                         \
-      CHECK((dtype) == DType::f16);                                  \
-      using T = __half;                                              \
-      __VA_ARGS__;                                                   \
-    }                                                                \
+#define DISPATCH_ACT(dtype, T, ...) \
+  do {                              \
+    if ((dtype) == DType::bf16) {   \
+      using T = __nv_bfloat16;      \
+      __VA_ARGS__;                  \
+    } else {                        \
+      CHECK((dtype) == DType::f16); \
+      using T = __half;             \
+      __VA_ARGS__;                  \
+    }                               \
   } while (0)
 
 void embed(const void* table, DType table_dtype, const int32_t* tokens, RowsView out,
            cudaStream_t s) {
   CHECK(table_dtype == out.dtype);
   if (out.rows == 0) return;
-  DISPATCH_ACT(out.dtype, T,
-               embed_kernel<T><<<(unsigned)out.rows, kThreads, 0, s>>>(
-                   static_cast<const T*>(table), out.cols, tokens, static_cast<T*>(out.data),
-                   out.stride));
+  DISPATCH_ACT(
+      out.dtype, T,
+      embed_kernel<T><<<(unsigned)out.rows, kThreads, 0, s>>>(
+          static_cast<const T*>(table), out.cols, tokens, static_cast<T*>(out.data), out.stride));
   CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* res,
-             cudaStream_t s) {
+void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* res, cudaStream_t s) {
   CHECK(x.dtype == out.dtype && x.rows == out.rows && x.cols == out.cols);
   if (x.rows == 0) return;
-  DISPATCH_ACT(x.dtype, T,
-               rmsnorm_kernel<T><<<(unsigned)x.rows, kThreads, 0, s>>>(
-                   static_cast<const T*>(x.data), x.stride, w, eps, static_cast<T*>(out.data),
-                   out.stride, res ? static_cast<T*>(res->data) : nullptr,
-                   res ? res->stride : 0, x.cols));
+  DISPATCH_ACT(
+      x.dtype, T,
+      rmsnorm_kernel<T><<<(unsigned)x.rows, kThreads, 0, s>>>(
+          static_cast<const T*>(x.data), x.stride, w, eps, static_cast<T*>(out.data), out.stride,
+          res ? static_cast<T*>(res->data) : nullptr, res ? res->stride : 0, x.cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -232,8 +232,8 @@ void add_bias(RowsView out, const float* bias, cudaStream_t s) {
   if (out.rows == 0) return;
   dim3 grid(col_blocks(out.cols), (unsigned)out.rows);
   DISPATCH_ACT(out.dtype, T,
-               add_bias_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<T*>(out.data),
-                                                            out.stride, bias, out.cols));
+               add_bias_kernel<T>
+               <<<grid, kThreads, 0, s>>>(static_cast<T*>(out.data), out.stride, bias, out.cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -243,8 +243,8 @@ void silu_mul(RowsView g, RowsView u, RowsView out, cudaStream_t s) {
   dim3 grid(col_blocks(g.cols), (unsigned)g.rows);
   DISPATCH_ACT(g.dtype, T,
                silu_mul_kernel<T><<<grid, kThreads, 0, s>>>(
-                   static_cast<const T*>(g.data), g.stride, static_cast<const T*>(u.data),
-                   u.stride, static_cast<T*>(out.data), out.stride, g.cols));
+                   static_cast<const T*>(g.data), g.stride, static_cast<const T*>(u.data), u.stride,
+                   static_cast<T*>(out.data), out.stride, g.cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -253,9 +253,9 @@ void add(RowsView a, RowsView b, cudaStream_t s) {
   if (a.rows == 0) return;
   dim3 grid(col_blocks(a.cols), (unsigned)a.rows);
   DISPATCH_ACT(a.dtype, T,
-               add_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<T*>(a.data), a.stride,
-                                                       static_cast<const T*>(b.data), b.stride,
-                                                       a.cols));
+               add_kernel<T>
+               <<<grid, kThreads, 0, s>>>(static_cast<T*>(a.data), a.stride,
+                                          static_cast<const T*>(b.data), b.stride, a.cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -273,8 +273,8 @@ void convert_to_f32(RowsView x, float* dst, cudaStream_t s) {
   if (x.rows == 0) return;
   dim3 grid(col_blocks(x.cols), (unsigned)x.rows);
   DISPATCH_ACT(x.dtype, T,
-               to_f32_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(x.data),
-                                                          x.stride, dst, x.cols));
+               to_f32_kernel<T>
+               <<<grid, kThreads, 0, s>>>(static_cast<const T*>(x.data), x.stride, dst, x.cols));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -282,7 +282,7 @@ void argmax_rows(RowsView x, int32_t* out, cudaStream_t s) {
   CHECK(x.dtype == DType::f32);
   if (x.rows == 0) return;
   argmax_kernel<<<(unsigned)x.rows, kThreads, 0, s>>>(static_cast<const float*>(x.data), x.stride,
-                                                     x.cols, out);
+                                                      x.cols, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -309,7 +309,7 @@ void copy_chunks(const char* const* src_planes, char* const* dst_planes, int n_p
   if (n == 0 || n_planes == 0) return;
   dim3 grid((unsigned)std::max(1, std::min(n, max_ctas)), (unsigned)n_planes);
   copy_chunks_kernel<<<grid, kThreads, 0, s>>>(src_planes, dst_planes, src_idx, dst_idx, n,
-                                                chunk_bytes);
+                                               chunk_bytes);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -33,7 +33,7 @@ void argmax_rows(RowsView x, int32_t* out, cudaStream_t s);
 struct RopeStoreArgs {
   RowsView q, k, v;  // q, k rotated in place; k, v rows also written to the cache
   const int32_t* positions;
-  const int32_t* slots;  // nullptr: rope only
+  const int32_t* slots;       // nullptr: rope only
   const float* freq_factors;  // [head_dim/2] or nullptr
   int head_dim, n_heads, n_kv_heads;
   bool neox;

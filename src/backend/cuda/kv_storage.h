@@ -20,8 +20,10 @@ class CudaKvStorage final : public KvStorage {
   CudaKvStorage(const KvGeometry& g, char* base, bool host, char** d_planes)
       : g_(g), base_(base), host_(host), d_planes_(d_planes) {}
   ~CudaKvStorage() override {
-    if (host_) cudaFreeHost(base_);
-    else cudaFree(base_);
+    if (host_)
+      cudaFreeHost(base_);
+    else
+      cudaFree(base_);
     cudaFree(d_planes_);
   }
   const KvGeometry& geometry() const override { return g_; }

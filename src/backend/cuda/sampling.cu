@@ -58,8 +58,10 @@ __device__ uint32_t largest_cut(const float* w, int64_t cols, uint32_t lo, float
   while (lo < hi) {
     const uint32_t mid = lo + (hi - lo + 1) / 2;
     const float2 r = at_least(w, cols, mid, red);
-    if ((use_mass ? r.y : r.x) >= target) lo = mid;
-    else hi = mid - 1;
+    if ((use_mass ? r.y : r.x) >= target)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }

@@ -29,8 +29,9 @@ cudaGraphExec_t StepGraphCache::add(const LaunchSignature& sig, cudaGraph_t grap
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   if (graphs_.size() >= kMaxGraphs) {
-    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
-                                [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const Entry& a, const Entry& b) {
+      return a.last_use < b.last_use;
+    });
     CUDA_CHECK(cudaStreamSynchronize(stream));  // it may still be running
     CUDA_CHECK(cudaGraphExecDestroy(lru->exec));
     graphs_.erase(lru);

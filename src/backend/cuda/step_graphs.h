@@ -53,10 +53,8 @@ class LaunchSignature {
     word(u);
   }
   template <class I>
-    requires std::is_integral_v<I>
-  void add(I v) {
-    word((uint64_t)v);
-  }
+  requires std::is_integral_v<I>
+  void add(I v) { word((uint64_t)v); }
 
   uint64_t hash() const { return hash_; }
   bool operator==(const LaunchSignature& o) const { return hash_ == o.hash_ && words_ == o.words_; }
@@ -85,7 +83,8 @@ class StepGraphCache {
   // is not worth a capture).
   bool worth_recording(const LaunchSignature& sig);
   // Instantiates a captured step under `sig` (waiting on `stream` before dropping an old one).
-  cudaGraphExec_t add(const LaunchSignature& sig, cudaGraph_t graph, int64_t step, cudaStream_t stream);
+  cudaGraphExec_t add(const LaunchSignature& sig, cudaGraph_t graph, int64_t step,
+                      cudaStream_t stream);
 
  private:
   struct Entry {

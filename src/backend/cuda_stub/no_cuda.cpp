@@ -5,10 +5,13 @@
 namespace infercept {
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions&) {
-  return make_error("this build of infercept has no CUDA backend (nvcc was not found when it "
-                    "was configured, or INFERCEPT_CUDA=OFF)");
+  return make_error(
+      "this build of infercept has no CUDA backend (nvcc was not found when it "
+      "was configured, or INFERCEPT_CUDA=OFF)");
 }
 
-bool cuda_backend_built() { return false; }
+bool cuda_backend_built() {
+  return false;
+}
 
 }  // namespace infercept
