@@ -227,16 +227,25 @@ class CpuBackend final : public Backend {
                      const RopeParams& p, KvStorage& kv_base, int64_t layer,
                      std::span<const int32_t> slots) override {
     auto& kv = static_cast<CpuKvStorage&>(kv_base);
+    check_store(kv, k, v, slots);
+    rope_rows(q, k, positions, p,
+              [&](int64_t r) { store_slot(kv, layer, k, v, r, slots[(size_t)r]); });
+  }
+
+  static void check_store(const CpuKvStorage& kv, const Tensor& k, const Tensor& v,
+                          std::span<const int32_t> slots) {
+    const int64_t width = kv.geometry().n_kv_heads * kv.geometry().head_dim;
+    CHECK(k.cols == width && v.cols == width && k.rows == (int64_t)slots.size());
+  }
+  // Row r of k and v into cache slot `slot` of `layer`, rounded to the cache's dtype.
+  static void store_slot(CpuKvStorage& kv, int64_t layer, const Tensor& k, const Tensor& v,
+                         int64_t r, int32_t slot) {
     const KvGeometry& g = kv.geometry();
     const int64_t width = g.n_kv_heads * g.head_dim;
-    CHECK(k.cols == width && v.cols == width && k.rows == (int64_t)slots.size());
-    const size_t es = dtype_block_bytes(g.dtype);
-    rope_rows(q, k, positions, p, [&](int64_t r) {
-      const int32_t slot = slots[(size_t)r];
-      CHECK(slot >= 0 && slot < g.n_blocks * g.block_size);
-      store_row(k.row<float>(r), kv.k(layer) + (size_t)slot * (size_t)width * es, width, g.dtype);
-      store_row(v.row<float>(r), kv.v(layer) + (size_t)slot * (size_t)width * es, width, g.dtype);
-    });
+    CHECK(slot >= 0 && slot < g.n_blocks * g.block_size);
+    const size_t off = (size_t)slot * (size_t)width * dtype_block_bytes(g.dtype);
+    store_row(k.row<float>(r), kv.k(layer) + off, width, g.dtype);
+    store_row(v.row<float>(r), kv.v(layer) + off, width, g.dtype);
   }
 
   // Rotates q and k row by row; after(r), when given, runs once row r is rotated.
@@ -293,17 +302,8 @@ class CpuBackend final : public Backend {
   void store_kv(KvStorage& kv_base, int64_t layer, const Tensor& k, const Tensor& v,
                 std::span<const int32_t> slots) override {
     auto& kv = static_cast<CpuKvStorage&>(kv_base);
-    const KvGeometry& g = kv.geometry();
-    const int64_t width = g.n_kv_heads * g.head_dim;
-    CHECK(k.cols == width && v.cols == width && k.rows == (int64_t)slots.size());
-    const size_t es = dtype_block_bytes(g.dtype);
-    for (size_t i = 0; i < slots.size(); ++i) {
-      CHECK(slots[i] >= 0 && slots[i] < g.n_blocks * g.block_size);
-      uint8_t* kd = kv.k(layer) + (size_t)slots[i] * (size_t)width * es;
-      uint8_t* vd = kv.v(layer) + (size_t)slots[i] * (size_t)width * es;
-      store_row(k.row<float>((int64_t)i), kd, width, g.dtype);
-      store_row(v.row<float>((int64_t)i), vd, width, g.dtype);
-    }
+    check_store(kv, k, v, slots);
+    for (size_t i = 0; i < slots.size(); ++i) store_slot(kv, layer, k, v, (int64_t)i, slots[i]);
   }
 
   void attention(const Tensor& q, const KvStorage& kv_base, int64_t layer,
