@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "backend/backend.h"
@@ -40,6 +41,11 @@ class CudaKvStorage final : public KvStorage {
   bool host_;
   char** d_planes_;
 };
+
+// The device pool (host = false) or the pinned, mapped host pool (host = true) of geometry
+// g, with the device array of its plane pointers filled; a clear error when the memory is
+// not there or the geometry is not one the CUDA kernels take.
+Result<std::unique_ptr<CudaKvStorage>> allocate_kv_storage(const KvGeometry& g, bool host);
 
 // A pinned host buffer mirrored on the device, filled from the front and uploaded in pieces.
 struct Staging {
