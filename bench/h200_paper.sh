@@ -14,7 +14,10 @@
 #             b  mixed, the rest: discard at 3; improved-discard, preserve, swap, ttl at 2 and 6;
 #                minwaste at 5 with the oracle and elapsed estimators           (11 points)
 #             c  QA-only and chat-only at 6 req/s: discard, minwaste, preserve  (6 points)
-#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR]   e.g. mixed:minwaste:5:oracle (learned if left out)
+#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR[:VARIANT]]   e.g. mixed:minwaste:5:oracle (learned
+#                if left out); VARIANT "all" runs minwaste with INFERCEPT_MINWASTE_DISCARD=all (the
+#                paper's rule: discard every pause cheaper to discard), "deficit" with =deficit
+#                (discard only what the request next in line lacks: the default since run "g")
 #   device call:  bash bench/h200_paper.sh a     with carry [".carry/bin"] (a CUDA build of
 #                 infercept, cmake -B build-cuda -DINFERCEPT_NATIVE=OFF, copied there)
 #
@@ -116,17 +119,23 @@ fi
 
 n=0
 for p in $POINTS; do
-  IFS=: read -r wl pol rate est <<<"$p"
+  IFS=: read -r wl pol rate est var <<<"$p"
   est=${est:-learned}
   n=$((n + 1))
-  name="$wl-$pol-$est-r$rate"
-  cmd=("$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
+  name="$wl-$pol-$est-r$rate${var:+-$var}"
+  envs=()
+  case ${var:-} in
+    "") ;;
+    deficit|all) envs=(INFERCEPT_MINWASTE_DISCARD=$var) ;;
+    *) log "point $n $name: unknown variant '$var'"; continue ;;
+  esac
+  cmd=(env "${envs[@]}" "$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
        --workload "$wl" --policy "$pol" --estimator "$est" --rate "$rate" "${SHARED[@]}"
        --json "$RES/$name.json")
   if [ "$DRY_RUN" = 1 ]; then echo "${cmd[*]}"; continue; fi
   used=$((SECONDS - T0))
   left=$((BUDGET_S - used))
-  meta="\"name\":\"$name\",\"workload\":\"$wl\",\"policy\":\"$pol\",\"estimator\":\"$est\",\"rate\":$rate,\"shape\":\"$SHAPE\",\"device\":\"$DEVICE\",\"kv_dtype\":\"$KV_DTYPE\",\"shared_args\":$(jarr "${SHARED[@]}")"
+  meta="\"name\":\"$name\",\"workload\":\"$wl\",\"policy\":\"$pol\",\"estimator\":\"$est\",\"variant\":\"${var:-}\",\"rate\":$rate,\"shape\":\"$SHAPE\",\"device\":\"$DEVICE\",\"kv_dtype\":\"$KV_DTYPE\",\"shared_args\":$(jarr "${SHARED[@]}")"
   if [ $((DURATION + DRAIN + START_S)) -gt "$left" ]; then
     log "point $n $name: skipped, ${left}s left of the budget"
     echo "{$meta,\"rc\":\"skipped\",\"wall_s\":0,\"json\":null}" >>"$RES/manifest.jsonl"

@@ -119,6 +119,11 @@ def load_points(paths, tmp):
                         continue
                     e = json.loads(line)
                     e["_folder"] = folder
+                    # A variant (h200_paper.sh's fifth field) is its own line in every table:
+                    # fold it into the policy's label, keep the real policy for the simulator.
+                    e["base_policy"] = e["policy"]
+                    if e.get("variant"):
+                        e["policy"] = f"{e['policy']}+{e['variant']}"
                     e["result"] = None
                     if e.get("json"):
                         jp = os.path.join(folder, e["json"])
@@ -152,9 +157,12 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
         if os.path.exists(prof) and shape and "--model-context" not in more:
             more += ["--model-context", str(shape[0])]
         cmd = [binary, "simulate", "--profile", prof,
-               "--workload", e["workload"], "--policy", e["policy"], "--estimator", e["estimator"],
+               "--workload", e["workload"], "--policy", e["base_policy"], "--estimator", e["estimator"],
                "--rate", str(e["rate"])] + list(e["shared_args"]) + more + ["--json", out, "--quiet"]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ)
+        if e.get("variant") in ("deficit", "all"):
+            env["INFERCEPT_MINWASTE_DISCARD"] = e["variant"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         if p.returncode != 0:
             sys.stderr.write(f"simulate failed for {e['name']}: {p.stderr.strip()}\n  {' '.join(cmd)}\n")
             return None

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "sched/policy.h"
@@ -284,8 +285,10 @@ TEST(MinWaste, DiscardsOnlyWhatTheNextRequestLacks) {
   EXPECT_EQ(d[2].action, KvAction::discard);
   EXPECT_EQ(d[0].action, KvAction::discard);
   EXPECT_EQ(d[1].action, KvAction::preserve);
-  // The paper's rule (the default) discards all three whatever the deficit.
-  Fixture g(PolicyKind::minwaste);
+  // The paper's rule (INFERCEPT_MINWASTE_DISCARD=all) discards all three whatever the deficit.
+  PolicyOptions paper_rule;
+  paper_rule.minwaste_discard_to_deficit = false;
+  Fixture g(PolicyKind::minwaste, "elapsed", paper_rule);
   in.deficit_blocks = 1;
   for (const auto& x : g.policy->decide(in)) EXPECT_EQ(x.action, KvAction::discard);
 }
@@ -379,11 +382,12 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
     auto est = estimator(est_name);
     std::exponential_distribution<double> dur(1.0);
     for (int i = 0; i < 200; ++i) est->observe(tools[(size_t)i % 4], dur(rng) * (i % 4 + 1));
-    PolicyOptions to_deficit;
+    PolicyOptions to_deficit, paper_rule;
     to_deficit.minwaste_discard_to_deficit = true;
+    paper_rule.minwaste_discard_to_deficit = false;
     for (const auto& [kind, opts] :
-         {std::pair{PolicyKind::minwaste, PolicyOptions{}},
-          std::pair{PolicyKind::minwaste, to_deficit}, std::pair{PolicyKind::swap, PolicyOptions{}},
+         {std::pair{PolicyKind::minwaste, paper_rule}, std::pair{PolicyKind::minwaste, to_deficit},
+          std::pair{PolicyKind::swap, PolicyOptions{}},
           std::pair{PolicyKind::ttl, PolicyOptions{}}}) {
       auto policy = make_policy(kind, cost, *est, opts);
       int swaps = 0;
@@ -443,6 +447,20 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
       }
     }
   }
+}
+
+// The minwaste discard rule defaults to the deficit rule; the environment can pick either,
+// and anything else leaves the default.
+TEST(PolicyOptions, FromEnvPicksTheMinwasteDiscardRule) {
+  unsetenv("INFERCEPT_MINWASTE_DISCARD");
+  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
+  setenv("INFERCEPT_MINWASTE_DISCARD", "all", 1);
+  EXPECT_FALSE(PolicyOptions::from_env().minwaste_discard_to_deficit);
+  setenv("INFERCEPT_MINWASTE_DISCARD", "deficit", 1);
+  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
+  setenv("INFERCEPT_MINWASTE_DISCARD", "bogus", 1);
+  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
+  unsetenv("INFERCEPT_MINWASTE_DISCARD");
 }
 
 }  // namespace

@@ -203,6 +203,10 @@ class Backend {
   // (the device pool and the host swap pool): to[dst[i]] = from[src[i]].
   virtual void copy_blocks_between(const KvStorage& from, KvStorage& to,
                                    std::span<const int32_t> src, std::span<const int32_t> dst) = 0;
+  // A backend whose copies are async may hold them until the next step has been launched
+  // (queueing them costs host time that would otherwise delay the launch); sync(), the next
+  // step or this call starts them. Callers with no step to run next call this.
+  virtual void flush_copies() {}
   // Host memory for swapped-out KV (pinned on a GPU; on the CPU a second bounded pool, so
   // every swap path runs in CI).
   virtual Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) = 0;

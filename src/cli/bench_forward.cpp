@@ -395,33 +395,50 @@ int run_bench_forward(int argc, char** argv) {
     const int64_t full_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
     std::printf(
         "\n### Decode at batch %lld while swapping (step alone %.3f ms)\n\n"
-        "| copies per step | blocks each way | MB each way | step ms swapping | growth |\n"
-        "|---|---:|---:|---:|---:|\n",
+        "| copies per step | blocks each way | MB each way | step ms swapping | growth | host ms "
+        "queueing copies |\n"
+        "|---|---:|---:|---:|---:|---:|\n",
         (long long)b, base * 1e3);
     out["swap_during_decode"] = nlohmann::json::array();
-    for (const auto& [name, budget] :
-         {std::pair<const char*, int64_t>{"engine budget, half each way", engine_each},
-          {"both ways at full rate", full_each}}) {
+    struct Row {
+      const char* name;
+      int64_t blocks;
+      bool out_dir, in_dir;
+    };
+    for (const Row& row :
+         {Row{"engine budget, half each way", engine_each, true, true},
+          Row{"the same, out only", engine_each, true, false},
+          Row{"the same, in only", engine_each, false, true},
+          Row{"half the engine budget", std::max<int64_t>(1, engine_each / 2), true, true},
+          Row{"both ways at full rate", full_each, true, true}}) {
+      const char* name = row.name;
+      const int64_t budget = row.blocks;
       std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget),
           h(host_ids.begin(), host_ids.begin() + budget);
-      std::vector<double> ts;
+      std::vector<double> ts, enqueue;
       for (int r = 0; r < *repeats + 3; ++r) {
         const auto t = clock_type::now();
-        be.copy_blocks_between(**kv, **host, d, h);
-        be.copy_blocks_between(**host, **kv, h, d);
+        if (row.out_dir) be.copy_blocks_between(**kv, **host, d, h);
+        if (row.in_dir) be.copy_blocks_between(**host, **kv, h, d);
+        // Host time to queue the copies: it delays the step's launch one for one.
+        const double queued = since(t);
         m.forward(in, **kv, logits.data());
         be.sync();
-        if (r >= 3) ts.push_back(since(t));
+        if (r >= 3) {
+          ts.push_back(since(t));
+          enqueue.push_back(queued);
+        }
       }
       const double with = median(ts);
-      std::printf("| %s | %lld | %.1f | %.3f | %+.1f%% |\n", name, (long long)budget,
-                  (double)budget * bs * kv_per_token / 1e6, with * 1e3,
-                  100.0 * (with / base - 1.0));
+      std::printf("| %s | %lld | %.1f | %.3f | %+.1f%% | %.3f |\n", name, (long long)budget,
+                  (double)budget * bs * kv_per_token / 1e6, with * 1e3, 100.0 * (with / base - 1.0),
+                  median(enqueue) * 1e3);
       out["swap_during_decode"].push_back({{"copies", name},
                                            {"batch", b},
                                            {"blocks_each_way", budget},
                                            {"ms_alone", base * 1e3},
-                                           {"ms_swapping", with * 1e3}});
+                                           {"ms_swapping", with * 1e3},
+                                           {"ms_queueing_copies", median(enqueue) * 1e3}});
     }
   }
   const std::string jpath = args->get("json-out", "");

@@ -513,6 +513,7 @@ std::vector<RequestOutput> EngineCore::step() {
   for (const ScheduledSeq& ss : plan.scheduled) batch_tokens += ss.seq->n_computed + ss.n_tokens;
   execute_swaps(plan, batch_tokens);
   if (plan.scheduled.empty()) {
+    backend_->flush_copies();  // no step follows to start them
     if (config_.check_invariants) scheduler_->check_invariants();
     return outputs;
   }

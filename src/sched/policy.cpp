@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "sched/waste.h"
 
 namespace infercept {
@@ -26,8 +27,15 @@ Result<PolicyKind> parse_policy(const std::string& name) {
 
 PolicyOptions PolicyOptions::from_env() {
   PolicyOptions o;
-  if (const char* e = std::getenv("INFERCEPT_MINWASTE_DISCARD"); e != nullptr)
-    o.minwaste_discard_to_deficit = std::string(e) == "deficit";
+  if (const char* e = std::getenv("INFERCEPT_MINWASTE_DISCARD"); e != nullptr) {
+    const std::string v = e;
+    if (v == "all")
+      o.minwaste_discard_to_deficit = false;
+    else if (v == "deficit")
+      o.minwaste_discard_to_deficit = true;
+    else
+      LOG_WARN("INFERCEPT_MINWASTE_DISCARD=%s is neither 'all' nor 'deficit': ignored", e);
+  }
   return o;
 }
 

@@ -87,12 +87,12 @@ struct PolicyOptions {
   // blocks as the request next in line lacks, most wasteful first, and preserve the rest.
   // The idea: memory held by a pause wastes nothing while nobody waits for it, and what is
   // discarded beyond the need is taken by new admissions at once, leaving no paused memory
-  // to reclaim when the running requests grow. Off (the default): every pause whose discard
-  // is cheaper is discarded, the paper's rule. Experimental: in simulation (H200 7B, 3 seeds,
-  // docs/BENCHMARKS.md) it recomputes 10-70% fewer tokens and is 2-3% faster on chat-only,
-  // but near saturation it is -12% to +13% against the paper's rule; not measured on the
-  // device yet. INFERCEPT_MINWASTE_DISCARD=deficit turns it on (PolicyOptions::from_env).
-  bool minwaste_discard_to_deficit = false;
+  // to reclaim when the running requests grow. On by default since the H200 A/B of
+  // 2026-12-01 (docs/BENCHMARKS.md run "g": 7B, one call, same requests: chat-only at
+  // 4 req/s 6.51 -> 6.26 ms/token, below ttl's 6.35; mixed at 4 req/s 18.0 -> 14.9).
+  // INFERCEPT_MINWASTE_DISCARD=all restores the paper's rule (every pause whose discard is
+  // cheaper is discarded); =deficit is this (PolicyOptions::from_env).
+  bool minwaste_discard_to_deficit = true;
 
   // The defaults, with the ablation switches of the environment applied.
   static PolicyOptions from_env();

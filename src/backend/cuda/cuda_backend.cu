@@ -70,11 +70,19 @@ class CudaBackend final : public Backend {
     target_ctas_ = 2 * props_.multiProcessorCount;
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4,
-                             cudaHostAllocDefault));
+                             cudaHostAllocMapped));
+    CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_host_dev_), argmax_host_, 0));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_),
                           argmax_capacity_ * sizeof(DeviceSampleRow)));
     CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_),
-                             argmax_capacity_ * sizeof(DeviceSampleRow), cudaHostAllocDefault));
+                             argmax_capacity_ * sizeof(DeviceSampleRow), cudaHostAllocMapped));
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sample_params_host_dev_),
+                                        sample_params_host_, 0));
+    // A step's small transfers (inputs, sampled ids) go through the SMs by default: on a
+    // copy engine they can queue behind the swap engine's bulk copies (docs/PERF.md 4.5e).
+    if (const char* c = std::getenv("INFERCEPT_STEP_COPIES"); c != nullptr)
+      small_copies_by_kernel_ = std::string(c) != "engine";
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
@@ -199,9 +207,7 @@ class CudaBackend final : public Backend {
     CHECK(t.dtype == DType::f32 && t.rows <= argmax_capacity_);
     if (t.rows == 0) return true;
     cuda::argmax_rows(view(t), argmax_dev_, compute_);
-    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4,
-                               cudaMemcpyDeviceToHost, compute_));
-    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    ids_to_host(t.rows);
     std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
     return true;
   }
@@ -212,13 +218,11 @@ class CudaBackend final : public Backend {
     if (t.rows == 0) return true;
     // The previous call synchronized the stream, so the pinned parameters are free again.
     std::memcpy(sample_params_host_, rows.data(), rows.size_bytes());
-    CUDA_CHECK(cudaMemcpyAsync(sample_params_dev_, sample_params_host_, rows.size_bytes(),
-                               cudaMemcpyHostToDevice, compute_));
+    small_copy(sample_params_dev_, sample_params_host_dev_, sample_params_host_, rows.size_bytes(),
+               cudaMemcpyHostToDevice, compute_);
     cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, sample_params_dev_,
                       argmax_dev_, compute_);
-    CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, (size_t)t.rows * 4,
-                               cudaMemcpyDeviceToHost, compute_));
-    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    ids_to_host(t.rows);
     std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
     return true;
   }
@@ -247,6 +251,9 @@ class CudaBackend final : public Backend {
     } else {
       pass_ = next;  // probe, or eager after a probe that found nothing to replay
     }
+    // An eager step may wait for this step's swap copies: queue them now. A replayed or
+    // captured one queues them right after its graph launch (SwapEngine::flush).
+    if (pass_ == Pass::eager) swap_.flush();
   }
 
   bool end_step() override {
@@ -261,6 +268,7 @@ class CudaBackend final : public Backend {
         if (cudaGraphExec_t exec = graphs_.find(sig_, step_no_)) {
           CUDA_CHECK(cudaGraphLaunch(exec, compute_));
           CUDA_CHECK(cudaEventRecord(step_.done, compute_));
+          swap_.flush();
           ++graph_replays_;
           return true;
         }
@@ -277,6 +285,7 @@ class CudaBackend final : public Backend {
         CUDA_CHECK(cudaGraphDestroy(graph));
         CUDA_CHECK(cudaGraphLaunch(exec, compute_));
         CUDA_CHECK(cudaEventRecord(step_.done, compute_));
+        swap_.flush();
         ++graph_captures_;
         return true;
       }
@@ -497,6 +506,7 @@ class CudaBackend final : public Backend {
     auto& s = static_cast<CudaKvStorage&>(kv);
     CHECK(src.size() == dst.size());
     if (src.empty()) return;
+    swap_.flush();  // copies reach the device in the order they were asked for
     const KvGeometry& g = s.geometry();
     // Its own small upload (not the step's staging: this may run between steps).
     const int32_t* idx = cuda::upload_indices(block_copy_idx_, compute_, src, dst);
@@ -510,6 +520,7 @@ class CudaBackend final : public Backend {
     swap_.copy(static_cast<const CudaKvStorage&>(from), static_cast<CudaKvStorage&>(to), src, dst,
                compute_);
   }
+  void flush_copies() override { swap_.flush(); }
 
  private:
   void* device_alloc(size_t bytes) {
@@ -561,11 +572,31 @@ class CudaBackend final : public Backend {
     std::memcpy(step_.host + off, src, bytes);
     step_.used = off + bytes;
     if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
-    CUDA_CHECK(
-        cudaMemcpyAsync(step_.dev + off, step_.host + off, bytes, cudaMemcpyHostToDevice, st));
+    small_copy(step_.dev + off, step_.host_dev + off, step_.host + off, bytes,
+               cudaMemcpyHostToDevice, st);
     // In a capture the copy is a graph node; end_step records `done` after the launch.
     if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
     return step_.dev + off;
+  }
+
+  // A few KB between pinned host memory and the device, by a kernel (the SMs read or write
+  // the mapped pages) or by a copy engine. `dst`/`src` are device addresses; `host` is the
+  // host side's own address, for the copy engine.
+  void small_copy(void* dst, const void* src, const void* host, size_t bytes, cudaMemcpyKind kind,
+                  cudaStream_t st) {
+    if (small_copies_by_kernel_) {
+      cuda::copy_bytes(dst, src, bytes, st);
+    } else if (kind == cudaMemcpyHostToDevice) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, kind, st));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(host), src, bytes, kind, st));
+    }
+  }
+  // The sampled ids of `rows` rows into argmax_host_, then waits for them.
+  void ids_to_host(int64_t rows) {
+    small_copy(argmax_host_dev_, argmax_dev_, argmax_host_, (size_t)rows * 4,
+               cudaMemcpyDeviceToHost, compute_);
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
 
   // The compute stream waits for a layer's swap copies only where this step touches blocks
@@ -743,8 +774,11 @@ class CudaBackend final : public Backend {
   static constexpr int64_t argmax_capacity_ = 1 << 16;  // rows sampled per step, at most
   int32_t* argmax_dev_ = nullptr;
   int32_t* argmax_host_ = nullptr;
+  int32_t* argmax_host_dev_ = nullptr;  // the device's address of argmax_host_ (mapped)
   DeviceSampleRow* sample_params_dev_ = nullptr;
   DeviceSampleRow* sample_params_host_ = nullptr;
+  DeviceSampleRow* sample_params_host_dev_ = nullptr;
+  bool small_copies_by_kernel_ = true;  // INFERCEPT_STEP_COPIES=engine for copy engines
   size_t logits_host_elems_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_elems_ = 0;

@@ -188,6 +188,20 @@ __global__ void copy_chunks_kernel(const char* const* src_planes, char* const* d
   }
 }
 
+// 16-byte pieces where both sides allow it, single bytes for the rest.
+__global__ void copy_bytes_kernel(char* dst, const char* src, size_t bytes) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t head = 0;
+  if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+    const size_t vecs = bytes / 16;
+    for (size_t v = first; v < vecs; v += stride)
+      reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(src)[v];
+    head = vecs * 16;
+  }
+  for (size_t i = head + first; i < bytes; i += stride) dst[i] = src[i];
+}
+
 int col_blocks(int64_t cols) {
   return std::min(ceil_div(cols, kThreads), 64);
 }
@@ -310,6 +324,15 @@ void copy_chunks(const char* const* src_planes, char* const* dst_planes, int n_p
   dim3 grid((unsigned)std::max(1, std::min(n, max_ctas)), (unsigned)n_planes);
   copy_chunks_kernel<<<grid, kThreads, 0, s>>>(src_planes, dst_planes, src_idx, dst_idx, n,
                                                chunk_bytes);
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  if (bytes == 0) return;
+  // One 16-byte piece per thread and pass: a few KB of step inputs is one round trip.
+  const int blocks = (int)std::min<size_t>((bytes + kThreads * 16 - 1) / (kThreads * 16), 64);
+  copy_bytes_kernel<<<blocks, kThreads, 0, s>>>(static_cast<char*>(dst),
+                                                static_cast<const char*>(src), bytes);
   CUDA_CHECK_LAUNCH();
 }
 

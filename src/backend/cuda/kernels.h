@@ -51,4 +51,9 @@ void copy_chunks(const char* const* src_planes, char* const* dst_planes, int n_p
                  const int32_t* src_idx, const int32_t* dst_idx, int n, size_t chunk_bytes,
                  int max_ctas, cudaStream_t s);
 
+// dst = src, bytes by the SMs rather than a copy engine. Either side may be mapped pinned
+// host memory: a step's few KB of inputs and sampled ids then never queue on a copy engine
+// behind the swap engine's bulk copies of KV blocks (which can take milliseconds).
+void copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t s);
+
 }  // namespace infercept::cuda

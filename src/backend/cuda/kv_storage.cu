@@ -51,9 +51,10 @@ Result<std::unique_ptr<CudaKvStorage>> allocate_kv_storage(const KvGeometry& g, 
 
 Status make_staging(Staging& s, size_t bytes, cudaStream_t st) {
   s.bytes = bytes;
-  if (cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault) != cudaSuccess ||
+  if (cudaHostAlloc(&s.host, bytes, cudaHostAllocMapped) != cudaSuccess ||
       cudaMalloc(&s.dev, bytes) != cudaSuccess)
     return make_error("cannot allocate CUDA staging buffers");
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s.host_dev), s.host, 0));
   CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(s.done, st));
   return ok_status();

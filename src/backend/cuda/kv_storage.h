@@ -50,6 +50,7 @@ Result<std::unique_ptr<CudaKvStorage>> allocate_kv_storage(const KvGeometry& g, 
 // A pinned host buffer mirrored on the device, filled from the front and uploaded in pieces.
 struct Staging {
   char* host = nullptr;
+  char* host_dev = nullptr;  // the device's address of the (mapped) host pages
   char* dev = nullptr;
   size_t bytes = 0, used = 0;
   cudaEvent_t done = nullptr;  // recorded after the last upload: the host side may refill

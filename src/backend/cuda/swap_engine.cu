@@ -32,6 +32,8 @@ Status SwapEngine::init(int device, int sms) {
   CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
   if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
     use_batch_copies_ = std::string(m) != "kernel";
+  if (const char* d = std::getenv("INFERCEPT_SWAP_DEFER"); d != nullptr)
+    defer_ = std::string(d) != "0";
   return ok_status();
 }
 
@@ -47,7 +49,8 @@ void SwapEngine::attach_device_pool(int64_t n_layers, int64_t n_blocks) {
   }
 }
 
-void SwapEngine::sync() const {
+void SwapEngine::sync() {
+  flush();
   CUDA_CHECK(cudaStreamSynchronize(h2d_));
   CUDA_CHECK(cudaStreamSynchronize(d2h_));
 }
@@ -63,14 +66,37 @@ void SwapEngine::copy(const CudaKvStorage& f, CudaKvStorage& t, std::span<const 
           dst[i] < t.geometry().n_blocks);
   CHECK(f.host() != t.host());
   const bool in = f.host();  // host -> device: a swap-in
+  CHECK((in ? ev_in_ : ev_out_).size() == (size_t)f.geometry().n_layers);
+  // After what the compute stream has queued so far (blocks it wrote or still reads). One
+  // mark serves every pending copy: a later record only moves it later in the compute order,
+  // and nothing is queued on the compute stream between the copy() calls of a step and the
+  // flush after its launch.
+  CUDA_CHECK(cudaEventRecord(compute_mark_, compute));
+  // The device blocks this copy reads (out) or writes (in) are busy until its events fire
+  // (the flags of earlier copies that have completed are cleared first).
+  refresh_inflight();
+  std::vector<uint8_t>& busy = in ? in_inflight_ : out_inflight_;
+  for (int32_t b : in ? dst : src) busy[(size_t)b] = 1;
+  (in ? any_in_ : any_out_) = true;
+  pending_.push_back(PendingCopy{&f, &t, {src.begin(), src.end()}, {dst.begin(), dst.end()}});
+  if (!defer_) flush();
+}
+
+void SwapEngine::flush() {
+  for (const PendingCopy& c : pending_) issue(c);
+  pending_.clear();
+}
+
+void SwapEngine::issue(const PendingCopy& c) {
+  const CudaKvStorage& f = *c.from;
+  CudaKvStorage& t = *c.to;
+  std::span<const int32_t> src = c.src, dst = c.dst;
+  const bool in = f.host();
   cudaStream_t st = in ? h2d_ : d2h_;
   std::vector<cudaEvent_t>& evs = in ? ev_in_ : ev_out_;
-  CHECK(evs.size() == (size_t)f.geometry().n_layers);
-  // Order: after what the compute stream has queued (blocks it wrote or still reads), and
-  // per layer after the other direction's last copy of that layer (a host block freed by a
+  // Per layer after the other direction's last copy of that layer (a host block freed by a
   // swap-in may be refilled by a swap-out of the same step, and the reverse): the two
   // directions still overlap, layer by layer.
-  CUDA_CHECK(cudaEventRecord(compute_mark_, compute));
   CUDA_CHECK(cudaStreamWaitEvent(st, compute_mark_));
   const std::vector<cudaEvent_t>& other = in ? ev_out_ : ev_in_;
   const bool other_ran = in ? swapped_out_ever_ : swapped_in_ever_;
@@ -120,14 +146,11 @@ void SwapEngine::copy(const CudaKvStorage& f, CudaKvStorage& t, std::span<const 
     }
   }
   (in ? swapped_in_ever_ : swapped_out_ever_) = true;
-  // The device blocks this copy reads (out) or writes (in) are busy until its events fire.
-  refresh_inflight();
-  std::vector<uint8_t>& busy = in ? in_inflight_ : out_inflight_;
-  for (int32_t b : in ? dst : src) busy[(size_t)b] = 1;
-  (in ? any_in_ : any_out_) = true;
 }
 
 void SwapEngine::refresh_inflight() {
+  // A recorded copy has no events yet: the last ones belong to earlier copies.
+  if (!pending_.empty()) return;
   if (any_out_ && cudaEventQuery(ev_out_.back()) == cudaSuccess) {
     std::fill(out_inflight_.begin(), out_inflight_.end(), 0);
     any_out_ = false;
