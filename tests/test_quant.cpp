@@ -162,7 +162,7 @@ TEST(Dequantize, Q6_K) {
 }
 
 TEST(Quantize, HandValues) {
-  // q8_0: amax 127 -> d = 1, values round half away from zero.
+  // q8_0: amax 127 -> d = 1, values round half to even (ggml's x86 activation quantizer).
   float x[32] = {};
   x[0] = 127.f;
   x[1] = -2.5f;
@@ -172,13 +172,13 @@ TEST(Quantize, HandValues) {
   quantize_row(DType::q8_0, x, &b0, 32);
   EXPECT_EQ(b0.d, 0x3c00);
   EXPECT_EQ(b0.qs[0], 127);
-  EXPECT_EQ(b0.qs[1], -3);
+  EXPECT_EQ(b0.qs[1], -2);
   EXPECT_EQ(b0.qs[2], 0);
   EXPECT_EQ(b0.qs[3], -127);
-  // q8_1: s = d * sum(qs) = 127 - 3 - 127 = -3.
+  // q8_1: s = d * sum(qs) = 127 - 2 - 127 = -2.
   BlockQ8_1 b1;
   quantize_row(DType::q8_1, x, &b1, 32);
-  EXPECT_EQ(fp16_to_fp32(b1.s), -3.f);
+  EXPECT_EQ(fp16_to_fp32(b1.s), -2.f);
   // q8_K: the signed value of largest magnitude maps to -127, so d = max / -127 = -1 here;
   // rounding ties go to even (-2.5 -> -2, -3.5 -> -4).
   std::vector<float> xk(256, 0.f);

@@ -141,73 +141,126 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
   for (int64_t p = 0; p < n_pos; ++p) axpy(w[p], v + p * stride, out, n);
 }
 
-#if INFERCEPT_VEC_AVX512
-// weighted_rows for G query heads that share one value head: out_j[c] = sum over p of
-// w_j[p] * v[p * stride + c], each element the same FMA chain in position order as
-// weighted_rows, but the G heads' 4G chains run side by side and share each value load
-// (one head alone is bound by the FMA latency, 4 chains deep). n % 64 == 0.
-template <int G>
-inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n_pos, int64_t n,
-                                int64_t stride, float* const* out, bool accumulate) {
-  for (int64_t c = 0; c < n; c += 64) {
-    __m512 acc[G][4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[j][q] =
-            accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
-    for (int64_t p = 0; p < n_pos; ++p) {
-      const float* vp = v + p * stride + c;
-      const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16),
-                   v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
-      _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
-        const __m512 wp = _mm512_set1_ps(w[j][p]);
-        acc[j][0] = _mm512_fmadd_ps(wp, v0, acc[j][0]);
-        acc[j][1] = _mm512_fmadd_ps(wp, v1, acc[j][1]);
-        acc[j][2] = _mm512_fmadd_ps(wp, v2, acc[j][2]);
-        acc[j][3] = _mm512_fmadd_ps(wp, v3, acc[j][3]);
-      }
-    }
-    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
-            _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
-  }
-}
-#endif
-
 // weighted_rows for `group` heads sharing v: w_j = w + j * w_stride, out_j = out + j * n.
 inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group, const float* v,
                                 int64_t n_pos, int64_t n, int64_t stride, float* out,
                                 bool accumulate) {
-#if INFERCEPT_VEC_AVX512
-  if (n % 64 == 0) {
-    for (int64_t j0 = 0; j0 < group; j0 += 4) {
-      const int g = (int)std::min<int64_t>(4, group - j0);
-      const float* ws[4];
-      float* os[4];
-      for (int j = 0; j < g; ++j) {
-        ws[j] = w + (j0 + j) * w_stride;
-        os[j] = out + (j0 + j) * n;
-      }
-      switch (g) {
-        case 1:
-          weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        case 2:
-          weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        case 3:
-          weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        default:
-          weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-      }
-    }
-    return;
-  }
-#endif
   for (int64_t j = 0; j < group; ++j)
     weighted_rows(w + j * w_stride, v, n_pos, n, stride, out + j * n, accumulate);
 }
+
+#if INFERCEPT_VEC_AVX512
+// llama.cpp (flash attention off) computes attention as two f16 matrix products, and which
+// kernel runs them decides the order of every sum: a batch of two or more tokens goes to
+// llamafile's tinyBLAS, a single token to ggml_vec_dot_f16. The functions below reproduce
+// both orders so that our prompt rows and decode rows get llama.cpp's bits (K, V, Q and the
+// softmax weights are f16 values, so every product is exact and only the order of the
+// additions matters):
+//   tinyBLAS: one 16-lane accumulator, element i in lane i % 16 in order, then the lanes
+//     summed by the tree of _mm512_reduce_add_ps (hsum16);
+//   vec_dot_f16: four 16-lane accumulators, element i in accumulator (i / 16) % 4, lane
+//     i % 16, combined as (acc0 + acc2) + (acc1 + acc3), then the same lane tree; elements
+//     past the last multiple of 64 are added afterwards in double.
+// Here the lanes are vectors over 16 head dimensions, so each "lane" of llama.cpp's
+// accumulator is one vector and its tree is vertical adds.
+
+// hsum16's tree applied to 16 vectors lane by lane: lane j of the result is hsum16 of the
+// vector whose lanes are a[0..15][j].
+inline __m512 tree16(const __m512* a) {
+  __m512 b[8], c[4];
+  for (int l = 0; l < 8; ++l) b[l] = _mm512_add_ps(a[l], a[l + 8]);
+  for (int l = 0; l < 4; ++l) c[l] = _mm512_add_ps(b[l], b[l + 4]);
+  return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+}
+
+// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in tinyBLAS's order
+// (a prompt row). hd % 16 == 0.
+inline void weighted_sum_batched_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
+                                       int64_t stride, float* out) {
+  for (int64_t c = 0; c < hd; c += 16) {
+    __m512 acc[16];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= n_pos; p += 16) {
+      _Pragma("GCC unroll 16") for (int l = 0; l < 16; ++l) acc[l] = _mm512_fmadd_ps(
+          _mm512_set1_ps(w[p + l]), _mm512_loadu_ps(v + (p + l) * stride + c), acc[l]);
+    }
+    for (int l = 0; p + l < n_pos; ++l)
+      acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(w[p + l]), _mm512_loadu_ps(v + (p + l) * stride + c),
+                               acc[l]);
+    _mm512_storeu_ps(out + c, tree16(acc));
+  }
+}
+
+// The same sum in ggml_vec_dot_f16's order (a decode row). Positions past n_pos are zeros in
+// llama.cpp's padded row (a multiple of 256 long), so no position is ever "left over".
+// For each lane l the four accumulators (positions l + 16j + 64m, j = 0..3) run side by side
+// over 64 dimensions at a time, so the loop over m (n_pos / 64 steps) does 16 FMAs a pass.
+inline void weighted_sum_single_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
+                                      int64_t stride, float* out) {
+  for (int64_t c = 0; c < hd; c += 64) {
+    const int nq = (int)std::min<int64_t>(4, (hd - c) / 16);  // 16-dimension vectors here
+    alignas(64) float lanes[16][64];
+    for (int l = 0; l < 16; ++l) {
+      __m512 a[4][4];
+      for (auto& aj : a)
+        for (auto& x : aj) x = _mm512_setzero_ps();
+      for (int64_t p0 = l; p0 < n_pos; p0 += 64) {
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {
+          const int64_t p = p0 + 16 * j;
+          if (p >= n_pos) break;
+          const __m512 wp = _mm512_set1_ps(w[p]);
+          const float* vp = v + p * stride + c;
+          _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) a[j][q] =
+              _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16 * q), a[j][q]);
+        }
+      }
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) _mm512_store_ps(
+          &lanes[l][16 * q],
+          _mm512_add_ps(_mm512_add_ps(a[0][q], a[2][q]), _mm512_add_ps(a[1][q], a[3][q])));
+    }
+    for (int q = 0; q < nq; ++q) {
+      __m512 x[16];
+      for (int l = 0; l < 16; ++l) x[l] = _mm512_load_ps(&lanes[l][16 * q]);
+      _mm512_storeu_ps(out + c + 16 * q, tree16(x));
+    }
+  }
+}
+
+// Scores of one query head in ggml_vec_dot_f16's order (a decode row): out[p] =
+// dot(q, key p) * scale. hd % 16 == 0.
+inline void head_scores_single_order(const float* qh, const float* k, int64_t n_pos, int64_t hd,
+                                     int64_t stride, float scale, float* out) {
+  const int64_t np = hd / 64 * 64;
+  for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+    const int64_t live = std::min<int64_t>(16, n_pos - p0);
+    __m512 x[16];
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) {
+      const float* kr = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t c = 0; c < np; c += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c), _mm512_loadu_ps(qh + c), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 16), _mm512_loadu_ps(qh + c + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 32), _mm512_loadu_ps(qh + c + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 48), _mm512_loadu_ps(qh + c + 48), a3);
+      }
+      x[i] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+    }
+    alignas(64) float dots[16];
+    _mm512_store_ps(dots, hsum16x16(x));
+    for (int64_t i = 0; i < live; ++i) {
+      float d = dots[i];
+      if (np < hd) {  // the elements past the last multiple of 64, in double
+        const float* kr = k + (p0 + i) * stride;
+        double sum = d;
+        for (int64_t e = np; e < hd; ++e) sum += (double)(kr[e] * qh[e]);
+        d = (float)sum;
+      }
+      out[p0 + i] = d * scale;
+    }
+  }
+}
+#endif
 
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
 // f32 (exact: f16 -> f32 loses nothing).
@@ -241,9 +294,9 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
 
 // Scores of one query head against positions' keys (position p's at k + p * stride):
 // out[p] = dot(q, key p) * scale. With AVX-512 and head_dim % 16 == 0, each dot is one
-// 16-lane FMA chain over the dimensions summed in hsum16's order, 16 positions per pass
-// (a pass past n_pos re-reads the last key and drops the extra sums), so every position
-// gets the same arithmetic whatever n_pos, stride or the path that called.
+// 16-lane FMA chain over the dimensions summed in hsum16's order (tinyBLAS's order, see
+// above: a prompt row), 16 positions per pass (a pass past n_pos re-reads the last key and
+// drops the extra sums), so every position gets the same arithmetic whatever n_pos or stride.
 inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd, int64_t stride,
                         float scale, float* out) {
 #if INFERCEPT_VEC_AVX512
@@ -358,8 +411,11 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
 // llama.cpp computes it).
 inline void softmax_weights(float* scores, int64_t n, bool f16) {
 #if INFERCEPT_VEC_AVX512
-  // 16 positions per pass, the tail masked: the maximum is exact in any order; the sum runs
-  // in 16 lanes (position p in lane p % 16, in position order) and ends with hsum16.
+  // 16 positions per pass, the tail masked: the maximum is exact in any order; the sum is
+  // ggml's (soft_max_f32): each pass's 16 exponentials summed by hsum16 (the tree of
+  // _mm512_reduce_add_ps), the passes added in double, and the weights multiplied by
+  // (float)(1.0 / sum). Positions past n are exact zeros in ggml's padded row, so a masked
+  // tail sums the same.
   auto mask_at = [&](int64_t p) {
     return (__mmask16)(n - p >= 16 ? 0xffffu : (1u << (n - p)) - 1u);
   };
@@ -371,14 +427,15 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
   float mx = lanes[0];
   for (float l : lanes) mx = std::max(mx, l);
   const __m512 vmx = _mm512_set1_ps(mx);
-  __m512 sum16 = _mm512_setzero_ps();
+  double sum = 0.0;
   for (int64_t p = 0; p < n; p += 16) {
     const __mmask16 m = mask_at(p);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), vmx));
-    sum16 = _mm512_mask_add_ps(sum16, m, sum16, e);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), vmx)));
+    sum += (double)hsum16(e);
     _mm512_mask_storeu_ps(scores + p, m, e);
   }
-  const __m512 vinv = _mm512_set1_ps(1.0f / hsum16(sum16));
+  const __m512 vinv = _mm512_set1_ps((float)(1.0 / sum));
   for (int64_t p = 0; p < n; p += 16) {
     const __mmask16 m = mask_at(p);
     __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + p), vinv);
@@ -484,10 +541,10 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
       };
       if (w.kv_head < 0) {
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
-        // buffer in chunks of positions, so the cache is read as a stream instead of one
-        // head's 128-byte slices at a time, and nothing is copied whole to f32 first. Same
-        // arithmetic per element as the chunked path below, so a row's output does not
-        // depend on which path served it.
+        // buffer in chunks of positions for the scores, so the cache is read as a stream
+        // instead of one head's 128-byte slices at a time. The values are gathered whole
+        // (still streaming slots), because llama.cpp's order for a single token's P*V sums
+        // positions 64 apart first (weighted_sum_single_order).
         constexpr int64_t kPosChunk = 16;
         const int64_t width = g.n_kv_heads * hd;
         const int64_t row = batch.q_start[(size_t)w.seq];
@@ -498,41 +555,48 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           round_q(row, kvh);
           std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
         }
-        // Chunk c + 1 (of K, then of V) is prefetched while chunk c is computed, one share
-        // after each query head.
-        auto plan_after = [&](bool in_v, int64_t p0) {
+        // Chunk c + 1 of K (then the first of V) is prefetched while chunk c is computed,
+        // one share after each query head.
+        auto plan_after = [&](int64_t p0) {
           if (p0 + kPosChunk < n_pos)
-            pf.plan(in_v ? kv.v : kv.k, g, table, p0 + kPosChunk,
-                    std::min(kPosChunk, n_pos - p0 - kPosChunk));
-          else if (!in_v)
-            pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
+            pf.plan(kv.k, g, table, p0 + kPosChunk, std::min(kPosChunk, n_pos - p0 - kPosChunk));
           else
-            pf.clear();
+            pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         };
         pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
         pf.issue(0, 1);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
           gather_slots(kv.k, g, table, p0, n, kbuf.data());
-          plan_after(false, p0);
+          plan_after(p0);
           for (int64_t hq = 0; hq < n_heads; ++hq) {
-            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
-                        scores.data() + hq * n_pos + p0);
+            const float* kh = kbuf.data() + (hq / group) * hd;
+            float* sc = scores.data() + hq * n_pos + p0;
+#if INFERCEPT_VEC_AVX512
+            if (hd % 16 == 0)
+              head_scores_single_order(qall.data() + hq * hd, kh, n, hd, width, scale, sc);
+            else
+#endif
+              head_scores(qall.data() + hq * hd, kh, n, hd, width, scale, sc);
             pf.issue(hq, n_heads);
           }
         }
         for (int64_t hq = 0; hq < n_heads; ++hq)
           softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
-        for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
-          const int64_t n = std::min(kPosChunk, n_pos - p0);
-          gather_slots(kv.v, g, table, p0, n, kbuf.data());
-          plan_after(true, p0);
-          for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
-            weighted_rows_group(scores.data() + kvh * group * n_pos + p0, n_pos, group,
-                                kbuf.data() + kvh * hd, n, hd, width,
-                                out.row<float>(row) + kvh * group * hd, p0 > 0);
-            pf.issue(kvh, g.n_kv_heads);
+        vbuf.resize((size_t)(n_pos * width));
+        gather_slots(kv.v, g, table, 0, n_pos, vbuf.data());
+        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+          float* o = out.row<float>(row) + kvh * group * hd;
+          const float* sc = scores.data() + kvh * group * n_pos;
+#if INFERCEPT_VEC_AVX512
+          if (hd % 16 == 0) {
+            for (int64_t j = 0; j < group; ++j)
+              weighted_sum_single_order(sc + j * n_pos, vbuf.data() + kvh * hd, n_pos, hd, width,
+                                        o + j * hd);
+            continue;
           }
+#endif
+          weighted_rows_group(sc, n_pos, group, vbuf.data() + kvh * hd, n_pos, hd, width, o, false);
         }
         continue;
       }
@@ -550,8 +614,16 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj);
           softmax_weights(sj, visible, f16);
         }
-        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
-                            out.row<float>(row) + w.kv_head * group * hd, false);
+        float* o = out.row<float>(row) + w.kv_head * group * hd;
+#if INFERCEPT_VEC_AVX512
+        if (hd % 16 == 0) {
+          for (int64_t j = 0; j < group; ++j)
+            weighted_sum_batched_order(scores.data() + j * n_pos, vbuf.data(), visible, hd, hd,
+                                       o + j * hd);
+          continue;
+        }
+#endif
+        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd, o, false);
       }
     }
   });
