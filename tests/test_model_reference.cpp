@@ -154,17 +154,18 @@ TEST_F(ModelReference, GreedyTokensMatchLlamaCppUntilANearTie) {
               reference().j["cases"].size(), kMinMatchingTokens);
 }
 
-// With q4_1 products summed in llama.cpp's order (INFERCEPT_CPU_Q4_1_ORDER=ggml), every
-// operation of the forward pass rounds as llama.cpp's CPU backend does (docs/PERF.md 2), so
-// greedy decoding follows llama.cpp token for token: the target is 20 of 24 prompts
-// for 32+ tokens (24 measured). Needs the packed AVX512-VNNI kernels.
-TEST_F(ModelReference, GreedyTokensMatchLlamaCppWithItsQ4_1Order) {
+// With INFERCEPT_CPU_NUMERICS=llama.cpp (q4_1 products in llama.cpp's order, prompt rows'
+// attention in its batched order), every operation of the forward pass rounds as llama.cpp's
+// CPU backend does (docs/PERF.md 2), so greedy decoding follows llama.cpp token for token:
+// the target is 20 of 24 prompts for 32+ tokens (24 measured). Needs the packed
+// AVX512-VNNI kernels and AVX-512 attention.
+TEST_F(ModelReference, GreedyTokensMatchLlamaCppInItsNumerics) {
   if (!packed_supported(DType::q4_1)) GTEST_SKIP() << "no AVX512-VNNI in this build";
-  ::setenv("INFERCEPT_CPU_Q4_1_ORDER", "ggml", 1);
+  ::setenv("INFERCEPT_CPU_NUMERICS", "llama.cpp", 1);
   load();
-  ::unsetenv("INFERCEPT_CPU_Q4_1_ORDER");
+  ::unsetenv("INFERCEPT_CPU_NUMERICS");
   const int full_matches = greedy_full_matches();
-  std::printf("greedy, llama.cpp's q4_1 order: %d of %zu prompts match llama.cpp for %d+ tokens\n",
+  std::printf("greedy, llama.cpp numerics: %d of %zu prompts match llama.cpp for %d+ tokens\n",
               full_matches, reference().j["cases"].size(), kMinMatchingTokens);
   EXPECT_GE(full_matches, 20);
 }

@@ -151,18 +151,22 @@ inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group,
 
 #if INFERCEPT_VEC_AVX512
 // llama.cpp (flash attention off) computes attention as two f16 matrix products, and which
-// kernel runs them decides the order of every sum: a batch of two or more tokens goes to
-// llamafile's tinyBLAS, a single token to ggml_vec_dot_f16. The functions below reproduce
-// both orders so that our prompt rows and decode rows get llama.cpp's bits (K, V, Q and the
-// softmax weights are f16 values, so every product is exact and only the order of the
-// additions matters):
-//   tinyBLAS: one 16-lane accumulator, element i in lane i % 16 in order, then the lanes
-//     summed by the tree of _mm512_reduce_add_ps (hsum16);
-//   vec_dot_f16: four 16-lane accumulators, element i in accumulator (i / 16) % 4, lane
-//     i % 16, combined as (acc0 + acc2) + (acc1 + acc3), then the same lane tree; elements
-//     past the last multiple of 64 are added afterwards in double.
-// Here the lanes are vectors over 16 head dimensions, so each "lane" of llama.cpp's
-// accumulator is one vector and its tree is vertical adds.
+// kernel runs them decides the order of every sum: a single token (a decode step) goes to
+// ggml_vec_dot_f16, a batch of two or more tokens to llamafile's tinyBLAS. The functions
+// below reproduce both (K, V, Q and the softmax weights are f16 values, so every product is
+// exact and only the order of the additions matters):
+//   ggml_vec_dot_f16 ("single order"): four 16-lane accumulators, element i in accumulator
+//     (i / 16) % 4, lane i % 16, combined as (acc0 + acc2) + (acc1 + acc3), then the lanes by
+//     the tree of _mm512_reduce_add_ps (hsum16); elements past the last multiple of 64 are
+//     added afterwards in double;
+//   tinyBLAS ("batched order"): one 16-lane accumulator, element i in lane i % 16 in order,
+//     then the same tree.
+// By default every row takes the single order (AttentionOrder::single_token), so decode
+// rows, the rows sampled tokens come from, get llama.cpp's bits, and a row's bits depend on
+// its position only. Prompt rows then differ from llama.cpp's in the last bits
+// (docs/PERF.md 2 measures what that costs); AttentionOrder::llama_cpp gives them the
+// batched order. Here the lanes of llama.cpp's accumulators are vectors over 16 head
+// dimensions, so their tree is vertical adds.
 
 // hsum16's tree applied to 16 vectors lane by lane: lane j of the result is hsum16 of the
 // vector whose lanes are a[0..15][j].
@@ -173,8 +177,8 @@ inline __m512 tree16(const __m512* a) {
   return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
 }
 
-// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in tinyBLAS's order
-// (a prompt row). hd % 16 == 0.
+// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in tinyBLAS's order.
+// hd % 16 == 0.
 inline void weighted_sum_batched_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
                                        int64_t stride, float* out) {
   for (int64_t c = 0; c < hd; c += 16) {
@@ -192,8 +196,9 @@ inline void weighted_sum_batched_order(const float* w, const float* v, int64_t n
   }
 }
 
-// The same sum in ggml_vec_dot_f16's order (a decode row). Positions past n_pos are zeros in
-// llama.cpp's padded row (a multiple of 256 long), so no position is ever "left over".
+// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in ggml_vec_dot_f16's
+// order. Positions past n_pos are zeros in llama.cpp's padded row (a multiple of 256 long),
+// so no position is ever "left over". hd % 16 == 0.
 // For each lane l the four accumulators (positions l + 16j + 64m, j = 0..3) run side by side
 // over 64 dimensions at a time, so the loop over m (n_pos / 64 steps) does 16 FMAs a pass.
 inline void weighted_sum_single_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
@@ -227,8 +232,9 @@ inline void weighted_sum_single_order(const float* w, const float* v, int64_t n_
   }
 }
 
-// Scores of one query head in ggml_vec_dot_f16's order (a decode row): out[p] =
-// dot(q, key p) * scale. hd % 16 == 0.
+// Scores of one query head in ggml_vec_dot_f16's order: out[p] = dot(q, key p) * scale,
+// 16 positions per pass (a pass past n_pos re-reads the last key and drops the extra sums).
+// hd % 16 == 0.
 inline void head_scores_single_order(const float* qh, const float* k, int64_t n_pos, int64_t hd,
                                      int64_t stride, float scale, float* out) {
   const int64_t np = hd / 64 * 64;
@@ -260,7 +266,53 @@ inline void head_scores_single_order(const float* qh, const float* k, int64_t n_
     }
   }
 }
+
+// Scores in tinyBLAS's order: each dot one 16-lane FMA chain over the dimensions, summed by
+// hsum16's tree, 16 positions per pass. hd % 16 == 0.
+inline void head_scores_batched_order(const float* qh, const float* k, int64_t n_pos, int64_t hd,
+                                      int64_t stride, float scale, float* out) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
+  // registers; each position's chain is the same either way.
+  for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+    const int64_t live = std::min<int64_t>(16, n_pos - p0);
+    const float* rows[16];
+    for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
+    __m512 acc[16];
+    __m512 qc = _mm512_loadu_ps(qh);
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+        _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
+    for (int64_t c = 16; c < hd; c += 16) {
+      qc = _mm512_loadu_ps(qh + c);
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+          _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
+    }
+    const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
+    _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
+  }
+}
 #endif
+
+// out_j[0, n) = sum over p < n_pos of w_j[p] * v[p * stride + (0, n)] for the `group` heads
+// sharing v (w_j = w + j * w_stride, out_j = out + j * n); in llama.cpp's single or batched
+// order with AVX-512 and n % 16 == 0.
+inline void weighted_sums(const float* w, int64_t w_stride, int64_t group, const float* v,
+                          int64_t n_pos, int64_t n, int64_t stride, float* out, bool batched) {
+#if INFERCEPT_VEC_AVX512
+  if (n % 16 == 0) {
+    for (int64_t j = 0; j < group; ++j) {
+      if (batched)
+        weighted_sum_batched_order(w + j * w_stride, v, n_pos, n, stride, out + j * n);
+      else
+        weighted_sum_single_order(w + j * w_stride, v, n_pos, n, stride, out + j * n);
+    }
+    return;
+  }
+#else
+  (void)batched;
+#endif
+  weighted_rows_group(w, w_stride, group, v, n_pos, n, stride, out, false);
+}
 
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
 // f32 (exact: f16 -> f32 loses nothing).
@@ -293,35 +345,17 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
 }
 
 // Scores of one query head against positions' keys (position p's at k + p * stride):
-// out[p] = dot(q, key p) * scale. With AVX-512 and head_dim % 16 == 0, each dot is one
-// 16-lane FMA chain over the dimensions summed in hsum16's order (tinyBLAS's order, see
-// above: a prompt row), 16 positions per pass (a pass past n_pos re-reads the last key and
-// drops the extra sums), so every position gets the same arithmetic whatever n_pos or stride.
+// out[p] = dot(q, key p) * scale; in llama.cpp's single or batched order with AVX-512 and
+// head_dim % 16 == 0.
 inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd, int64_t stride,
-                        float scale, float* out) {
+                        float scale, float* out, bool batched) {
 #if INFERCEPT_VEC_AVX512
   if (hd % 16 == 0) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
-    // registers; each position's chain is the same either way.
-    for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
-      const int64_t live = std::min<int64_t>(16, n_pos - p0);
-      const float* rows[16];
-      for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
-      __m512 acc[16];
-      __m512 qc = _mm512_loadu_ps(qh);
-      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
-          _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
-      for (int64_t c = 16; c < hd; c += 16) {
-        qc = _mm512_loadu_ps(qh + c);
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
-            _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
-      }
-      const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
-      _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
-    }
-    return;
+    if (batched) return head_scores_batched_order(qh, k, n_pos, hd, stride, scale, out);
+    return head_scores_single_order(qh, k, n_pos, hd, stride, scale, out);
   }
+#else
+  (void)batched;
 #endif
   int64_t p = 0;
   for (; p + 4 <= n_pos; p += 4) {
@@ -491,7 +525,8 @@ struct WorkItem {
 }  // namespace
 
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
-                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) {
+                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
+                         AttentionOrder order) {
   const KvGeometry& g = kv.g;
   const int64_t hd = g.head_dim;
   CHECK(n_heads % g.n_kv_heads == 0);
@@ -512,6 +547,9 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   }
   std::atomic<size_t> next{0};
   const bool f16 = g.dtype == DType::f16;
+  // Rows of multi-row work items (a sequence computing two or more rows) in llama.cpp's
+  // batched order, when asked; lone rows always take the single-token path.
+  const bool batched = order == AttentionOrder::llama_cpp;
   pool.run([&](int, int) {
     std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
     LinePrefetch pf;
@@ -543,8 +581,10 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
         // buffer in chunks of positions for the scores, so the cache is read as a stream
         // instead of one head's 128-byte slices at a time. The values are gathered whole
-        // (still streaming slots), because llama.cpp's order for a single token's P*V sums
-        // positions 64 apart first (weighted_sum_single_order).
+        // (still streaming slots), because llama.cpp's order for P*V sums positions 64
+        // apart first (weighted_sum_single_order). The same arithmetic per element as the
+        // chunked path below in the default order, so a row's output does not depend on
+        // which path served it.
         constexpr int64_t kPosChunk = 16;
         const int64_t width = g.n_kv_heads * hd;
         const int64_t row = batch.q_start[(size_t)w.seq];
@@ -570,14 +610,8 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           gather_slots(kv.k, g, table, p0, n, kbuf.data());
           plan_after(p0);
           for (int64_t hq = 0; hq < n_heads; ++hq) {
-            const float* kh = kbuf.data() + (hq / group) * hd;
-            float* sc = scores.data() + hq * n_pos + p0;
-#if INFERCEPT_VEC_AVX512
-            if (hd % 16 == 0)
-              head_scores_single_order(qall.data() + hq * hd, kh, n, hd, width, scale, sc);
-            else
-#endif
-              head_scores(qall.data() + hq * hd, kh, n, hd, width, scale, sc);
+            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
+                        scores.data() + hq * n_pos + p0, /*batched=*/false);
             pf.issue(hq, n_heads);
           }
         }
@@ -585,19 +619,10 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
         vbuf.resize((size_t)(n_pos * width));
         gather_slots(kv.v, g, table, 0, n_pos, vbuf.data());
-        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
-          float* o = out.row<float>(row) + kvh * group * hd;
-          const float* sc = scores.data() + kvh * group * n_pos;
-#if INFERCEPT_VEC_AVX512
-          if (hd % 16 == 0) {
-            for (int64_t j = 0; j < group; ++j)
-              weighted_sum_single_order(sc + j * n_pos, vbuf.data() + kvh * hd, n_pos, hd, width,
-                                        o + j * hd);
-            continue;
-          }
-#endif
-          weighted_rows_group(sc, n_pos, group, vbuf.data() + kvh * hd, n_pos, hd, width, o, false);
-        }
+        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh)
+          weighted_sums(scores.data() + kvh * group * n_pos, n_pos, group, vbuf.data() + kvh * hd,
+                        n_pos, hd, width, out.row<float>(row) + kvh * group * hd,
+                        /*batched=*/false);
         continue;
       }
       kbuf.resize((size_t)(n_pos * hd));
@@ -611,19 +636,11 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
           float* sj = scores.data() + j * n_pos;
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj);
+          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj, batched);
           softmax_weights(sj, visible, f16);
         }
-        float* o = out.row<float>(row) + w.kv_head * group * hd;
-#if INFERCEPT_VEC_AVX512
-        if (hd % 16 == 0) {
-          for (int64_t j = 0; j < group; ++j)
-            weighted_sum_batched_order(scores.data() + j * n_pos, vbuf.data(), visible, hd, hd,
-                                       o + j * hd);
-          continue;
-        }
-#endif
-        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd, o, false);
+        weighted_sums(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
+                      out.row<float>(row) + w.kv_head * group * hd, batched);
       }
     }
   });

@@ -58,10 +58,16 @@ class CpuBackend final : public Backend {
     // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
     if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
       pack_weights_ = false;
-    // INFERCEPT_CPU_Q4_1_ORDER=ggml sums q4_1 products in llama.cpp's order (packed_matmul.h):
-    // llama.cpp's exact bits at about 2.4x the cost of those products, so not the default.
-    if (const char* p = std::getenv("INFERCEPT_CPU_Q4_1_ORDER"); p != nullptr && std::string(p) == "ggml")
+    // INFERCEPT_CPU_NUMERICS=llama.cpp: llama.cpp's CPU bits where they cost speed or an
+    // invariant: q4_1 products in its order (packed_matmul.h, ~2.4x those products' cost)
+    // and prompt rows' attention in its batched order (attention.h, which gives up a row's
+    // bits depending on its position only). Greedy decoding then follows llama.cpp token for
+    // token (docs/PERF.md 2); the default keeps the speed and the invariant.
+    if (const char* p = std::getenv("INFERCEPT_CPU_NUMERICS");
+        p != nullptr && std::string(p) == "llama.cpp") {
       q4_1_order_ = Q4_1Order::ggml;
+      attention_order_ = AttentionOrder::llama_cpp;
+    }
   }
 
   std::string name() const override { return "cpu"; }
@@ -314,7 +320,7 @@ class CpuBackend final : public Backend {
                  const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) override {
     const auto& kv = static_cast<const CpuKvStorage&>(kv_base);
     PagedKvView view{kv.k(layer), kv.v(layer), kv.geometry()};
-    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out);
+    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out, attention_order_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -615,6 +621,7 @@ class CpuBackend final : public Backend {
   RopeTable rope_table_;
   bool pack_weights_ = true;
   Q4_1Order q4_1_order_ = Q4_1Order::fast;
+  AttentionOrder attention_order_ = AttentionOrder::single_token;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
