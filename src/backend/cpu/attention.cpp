@@ -141,10 +141,70 @@ inline void weighted_rows(const float* w, const float* v, int64_t n_pos, int64_t
   for (int64_t p = 0; p < n_pos; ++p) axpy(w[p], v + p * stride, out, n);
 }
 
+#if INFERCEPT_VEC_AVX512
+// weighted_rows for G query heads that share one value head: out_j[c] = sum over p of
+// w_j[p] * v[p * stride + c], each element the same FMA chain in position order as
+// weighted_rows, but the G heads' 4G chains run side by side and share each value load
+// (one head alone is bound by the FMA latency, 4 chains deep). n % 64 == 0.
+template <int G>
+inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n_pos, int64_t n,
+                                int64_t stride, float* const* out, bool accumulate) {
+  for (int64_t c = 0; c < n; c += 64) {
+    __m512 acc[G][4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[j][q] =
+            accumulate ? _mm512_loadu_ps(out[j] + c + 16 * q) : _mm512_setzero_ps();
+    for (int64_t p = 0; p < n_pos; ++p) {
+      const float* vp = v + p * stride + c;
+      const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16),
+                   v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
+      _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
+        const __m512 wp = _mm512_set1_ps(w[j][p]);
+        acc[j][0] = _mm512_fmadd_ps(wp, v0, acc[j][0]);
+        acc[j][1] = _mm512_fmadd_ps(wp, v1, acc[j][1]);
+        acc[j][2] = _mm512_fmadd_ps(wp, v2, acc[j][2]);
+        acc[j][3] = _mm512_fmadd_ps(wp, v3, acc[j][3]);
+      }
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j)
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+            _mm512_storeu_ps(out[j] + c + 16 * q, acc[j][q]);
+  }
+}
+#endif
+
 // weighted_rows for `group` heads sharing v: w_j = w + j * w_stride, out_j = out + j * n.
 inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group, const float* v,
                                 int64_t n_pos, int64_t n, int64_t stride, float* out,
                                 bool accumulate) {
+#if INFERCEPT_VEC_AVX512
+  if (n % 64 == 0) {
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+      const int g = (int)std::min<int64_t>(4, group - j0);
+      const float* ws[4];
+      float* os[4];
+      for (int j = 0; j < g; ++j) {
+        ws[j] = w + (j0 + j) * w_stride;
+        os[j] = out + (j0 + j) * n;
+      }
+      switch (g) {
+        case 1:
+          weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        case 2:
+          weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        case 3:
+          weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+        default:
+          weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate);
+          break;
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t j = 0; j < group; ++j)
     weighted_rows(w + j * w_stride, v, n_pos, n, stride, out + j * n, accumulate);
 }
@@ -161,12 +221,14 @@ inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group,
 //     added afterwards in double;
 //   tinyBLAS ("batched order"): one 16-lane accumulator, element i in lane i % 16 in order,
 //     then the same tree.
-// By default every row takes the single order (AttentionOrder::single_token), so decode
-// rows, the rows sampled tokens come from, get llama.cpp's bits, and a row's bits depend on
-// its position only. Prompt rows then differ from llama.cpp's in the last bits
-// (docs/PERF.md 2 measures what that costs); AttentionOrder::llama_cpp gives them the
-// batched order. Here the lanes of llama.cpp's accumulators are vectors over 16 head
-// dimensions, so their tree is vertical adds.
+// AttentionOrder::llama_cpp uses them: decode rows (a sequence computing one row) in the
+// single order, prompt rows in the batched order, as llama.cpp computes a prompt and then its
+// decode steps. The single order costs ~1.5-1.8x the default's P*V (it needs whole
+// values and short chains), and the split makes a row's bits depend on how it was
+// computed, so the default (AttentionOrder::fast) keeps cheaper orders that depend on
+// position only: scores in the batched order, P*V one FMA chain per element in position
+// order. Here the lanes of llama.cpp's accumulators are vectors over 16 head dimensions, so
+// their tree is vertical adds.
 
 // hsum16's tree applied to 16 vectors lane by lane: lane j of the result is hsum16 of the
 // vector whose lanes are a[0..15][j].
@@ -196,39 +258,57 @@ inline void weighted_sum_batched_order(const float* w, const float* v, int64_t n
   }
 }
 
-// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in ggml_vec_dot_f16's
-// order. Positions past n_pos are zeros in llama.cpp's padded row (a multiple of 256 long),
-// so no position is ever "left over". hd % 16 == 0.
-// For each lane l the four accumulators (positions l + 16j + 64m, j = 0..3) run side by side
-// over 64 dimensions at a time, so the loop over m (n_pos / 64 steps) does 16 FMAs a pass.
-inline void weighted_sum_single_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
-                                      int64_t stride, float* out) {
+// out_j[0, hd) = sum over p < n_pos of w_j[p] * v[p * stride + (0, hd)] for G query heads
+// sharing v (w_j = w + j * w_stride, out_j = out + j * hd), in ggml_vec_dot_f16's order.
+// Positions past n_pos are zeros in llama.cpp's padded row (a multiple of 256 long), so no
+// position is ever "left over". hd % 16 == 0.
+// Position p belongs to class p % 64 (accumulator (p / 16) % 4, lane p % 16); for each lane
+// l the classes l, l + 32, l + 16, l + 48 are summed over their positions (64 apart) and
+// combined as (A_l + A_l+32) + (A_l+16 + A_l+48); the 16 lanes then go through hsum16's tree.
+// The G heads share every value load, as in weighted_rows_group.
+template <int G>
+void weighted_sums_single_order(const float* w, int64_t w_stride, const float* v, int64_t n_pos,
+                                int64_t hd, int64_t stride, float* out) {
+  alignas(64) float lanes[16][G][64];  // X_l per head and dimension
+  alignas(64) float first[G][64];      // A_l + A_l+32 while A_l+16 + A_l+48 is summed
   for (int64_t c = 0; c < hd; c += 64) {
     const int nq = (int)std::min<int64_t>(4, (hd - c) / 16);  // 16-dimension vectors here
-    alignas(64) float lanes[16][64];
-    for (int l = 0; l < 16; ++l) {
-      __m512 a[4][4];
-      for (auto& aj : a)
-        for (auto& x : aj) x = _mm512_setzero_ps();
-      for (int64_t p0 = l; p0 < n_pos; p0 += 64) {
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {
-          const int64_t p = p0 + 16 * j;
-          if (p >= n_pos) break;
-          const __m512 wp = _mm512_set1_ps(w[p]);
-          const float* vp = v + p * stride + c;
-          _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) a[j][q] =
-              _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16 * q), a[j][q]);
+    // Sum of class `cls` over its positions into acc[G][4].
+    auto class_sum = [&](int64_t cls, __m512 (&acc)[G][4]) {
+      for (auto& a : acc)
+        for (auto& x : a) x = _mm512_setzero_ps();
+      for (int64_t p = cls; p < n_pos; p += 64) {
+        const float* vp = v + p * stride + c;
+        __m512 vq[4];
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) vq[q] =
+            _mm512_loadu_ps(vp + 16 * q);
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
+          const __m512 wp = _mm512_set1_ps(w[j * w_stride + p]);
+          _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) acc[j][q] =
+              _mm512_fmadd_ps(wp, vq[q], acc[j][q]);
         }
       }
-      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) _mm512_store_ps(
-          &lanes[l][16 * q],
-          _mm512_add_ps(_mm512_add_ps(a[0][q], a[2][q]), _mm512_add_ps(a[1][q], a[3][q])));
+    };
+    for (int l = 0; l < 16; ++l) {
+      __m512 a[G][4], b[G][4];
+      class_sum(l, a);
+      class_sum(l + 32, b);
+      for (int j = 0; j < G; ++j)
+        for (int q = 0; q < nq; ++q) _mm512_store_ps(&first[j][16 * q], _mm512_add_ps(a[j][q], b[j][q]));
+      class_sum(l + 16, a);
+      class_sum(l + 48, b);
+      for (int j = 0; j < G; ++j)
+        for (int q = 0; q < nq; ++q)
+          _mm512_store_ps(&lanes[l][j][16 * q],
+                          _mm512_add_ps(_mm512_load_ps(&first[j][16 * q]),
+                                        _mm512_add_ps(a[j][q], b[j][q])));
     }
-    for (int q = 0; q < nq; ++q) {
-      __m512 x[16];
-      for (int l = 0; l < 16; ++l) x[l] = _mm512_load_ps(&lanes[l][16 * q]);
-      _mm512_storeu_ps(out + c + 16 * q, tree16(x));
-    }
+    for (int j = 0; j < G; ++j)
+      for (int q = 0; q < nq; ++q) {
+        __m512 x[16];
+        for (int l = 0; l < 16; ++l) x[l] = _mm512_load_ps(&lanes[l][j][16 * q]);
+        _mm512_storeu_ps(out + j * hd + c + 16 * q, tree16(x));
+      }
   }
 }
 
@@ -293,23 +373,44 @@ inline void head_scores_batched_order(const float* qh, const float* k, int64_t n
 }
 #endif
 
+// Which order a row's sums take (see above): position chains / scores in the batched order
+// (the default), or llama.cpp's single-token or batched order throughout.
+enum class RowOrder { fast, single, batched };
+
 // out_j[0, n) = sum over p < n_pos of w_j[p] * v[p * stride + (0, n)] for the `group` heads
-// sharing v (w_j = w + j * w_stride, out_j = out + j * n); in llama.cpp's single or batched
-// order with AVX-512 and n % 16 == 0.
+// sharing v (w_j = w + j * w_stride, out_j = out + j * n), in `order` (llama.cpp's orders
+// with AVX-512 and n % 16 == 0; else position chains).
 inline void weighted_sums(const float* w, int64_t w_stride, int64_t group, const float* v,
-                          int64_t n_pos, int64_t n, int64_t stride, float* out, bool batched) {
+                          int64_t n_pos, int64_t n, int64_t stride, float* out, RowOrder order) {
 #if INFERCEPT_VEC_AVX512
-  if (n % 16 == 0) {
-    for (int64_t j = 0; j < group; ++j) {
-      if (batched)
+  if (n % 16 == 0 && order != RowOrder::fast) {
+    if (order == RowOrder::batched) {
+      for (int64_t j = 0; j < group; ++j)
         weighted_sum_batched_order(w + j * w_stride, v, n_pos, n, stride, out + j * n);
-      else
-        weighted_sum_single_order(w + j * w_stride, v, n_pos, n, stride, out + j * n);
+      return;
+    }
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+      const float* wj = w + j0 * w_stride;
+      float* oj = out + j0 * n;
+      switch (std::min<int64_t>(4, group - j0)) {
+        case 1:
+          weighted_sums_single_order<1>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        case 2:
+          weighted_sums_single_order<2>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        case 3:
+          weighted_sums_single_order<3>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        default:
+          weighted_sums_single_order<4>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+      }
     }
     return;
   }
 #else
-  (void)batched;
+  (void)order;
 #endif
   weighted_rows_group(w, w_stride, group, v, n_pos, n, stride, out, false);
 }
@@ -345,17 +446,18 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
 }
 
 // Scores of one query head against positions' keys (position p's at k + p * stride):
-// out[p] = dot(q, key p) * scale; in llama.cpp's single or batched order with AVX-512 and
-// head_dim % 16 == 0.
+// out[p] = dot(q, key p) * scale; with AVX-512 and head_dim % 16 == 0 in llama.cpp's single
+// order for RowOrder::single, else in its batched order (the default's too).
 inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd, int64_t stride,
-                        float scale, float* out, bool batched) {
+                        float scale, float* out, RowOrder order) {
 #if INFERCEPT_VEC_AVX512
   if (hd % 16 == 0) {
-    if (batched) return head_scores_batched_order(qh, k, n_pos, hd, stride, scale, out);
-    return head_scores_single_order(qh, k, n_pos, hd, stride, scale, out);
+    if (order == RowOrder::single)
+      return head_scores_single_order(qh, k, n_pos, hd, stride, scale, out);
+    return head_scores_batched_order(qh, k, n_pos, hd, stride, scale, out);
   }
 #else
-  (void)batched;
+  (void)order;
 #endif
   int64_t p = 0;
   for (; p + 4 <= n_pos; p += 4) {
@@ -547,12 +649,14 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   }
   std::atomic<size_t> next{0};
   const bool f16 = g.dtype == DType::f16;
-  // Rows of multi-row work items (a sequence computing two or more rows) in llama.cpp's
-  // batched order, when asked; lone rows always take the single-token path.
-  const bool batched = order == AttentionOrder::llama_cpp;
+  // llama.cpp's orders when asked: a sequence computing one row in the single order, two or
+  // more in the batched order.
+  const bool llama = order == AttentionOrder::llama_cpp;
+  const RowOrder lone = llama ? RowOrder::single : RowOrder::fast;
+  const RowOrder chunk = llama ? RowOrder::batched : RowOrder::fast;
   pool.run([&](int, int) {
     std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
-    LinePrefetch pf;
+    LinePrefetch pf, pfv;
     for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
       const WorkItem& w = items[it];
       const int64_t ctx = batch.ctx_len[(size_t)w.seq];
@@ -581,8 +685,9 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
         // buffer in chunks of positions for the scores, so the cache is read as a stream
         // instead of one head's 128-byte slices at a time. The values are gathered whole
-        // (still streaming slots), because llama.cpp's order for P*V sums positions 64
-        // apart first (weighted_sum_single_order). The same arithmetic per element as the
+        // in the same pass (llama.cpp's order for P*V sums positions 64 apart first:
+        // weighted_sums_single_order). In the default order the arithmetic per element is
+        // the chunked path's below, so a row's output does not depend on which path served it. The same arithmetic per element as the
         // chunked path below in the default order, so a row's output does not depend on
         // which path served it.
         constexpr int64_t kPosChunk = 16;
@@ -595,34 +700,38 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
           round_q(row, kvh);
           std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
         }
-        // Chunk c + 1 of K (then the first of V) is prefetched while chunk c is computed,
-        // one share after each query head.
-        auto plan_after = [&](int64_t p0) {
-          if (p0 + kPosChunk < n_pos)
-            pf.plan(kv.k, g, table, p0 + kPosChunk, std::min(kPosChunk, n_pos - p0 - kPosChunk));
-          else
-            pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
-        };
+        // Keys and values stream together, chunk by chunk: the keys through the L1 buffer
+        // for the scores, the values into vbuf (read whole after the softmax); chunk c + 1
+        // of both is prefetched while chunk c is computed, a share after each query head.
+        vbuf.resize((size_t)(n_pos * width));
         pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
+        pfv.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         pf.issue(0, 1);
+        pfv.issue(0, 1);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
           gather_slots(kv.k, g, table, p0, n, kbuf.data());
-          plan_after(p0);
+          gather_slots(kv.v, g, table, p0, n, vbuf.data() + p0 * width);
+          const int64_t next = std::min(kPosChunk, n_pos - p0 - kPosChunk);
+          if (next > 0) {
+            pf.plan(kv.k, g, table, p0 + kPosChunk, next);
+            pfv.plan(kv.v, g, table, p0 + kPosChunk, next);
+          } else {
+            pf.clear();
+            pfv.clear();
+          }
           for (int64_t hq = 0; hq < n_heads; ++hq) {
             head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
-                        scores.data() + hq * n_pos + p0, /*batched=*/false);
+                        scores.data() + hq * n_pos + p0, lone);
             pf.issue(hq, n_heads);
+            pfv.issue(hq, n_heads);
           }
         }
         for (int64_t hq = 0; hq < n_heads; ++hq)
           softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
-        vbuf.resize((size_t)(n_pos * width));
-        gather_slots(kv.v, g, table, 0, n_pos, vbuf.data());
         for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh)
           weighted_sums(scores.data() + kvh * group * n_pos, n_pos, group, vbuf.data() + kvh * hd,
-                        n_pos, hd, width, out.row<float>(row) + kvh * group * hd,
-                        /*batched=*/false);
+                        n_pos, hd, width, out.row<float>(row) + kvh * group * hd, lone);
         continue;
       }
       kbuf.resize((size_t)(n_pos * hd));
@@ -636,11 +745,11 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
           float* sj = scores.data() + j * n_pos;
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj, batched);
+          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj, chunk);
           softmax_weights(sj, visible, f16);
         }
         weighted_sums(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
-                      out.row<float>(row) + w.kv_head * group * hd, batched);
+                      out.row<float>(row) + w.kv_head * group * hd, chunk);
       }
     }
   });

@@ -18,18 +18,19 @@ struct PagedKvView {
 };
 
 // The order in which scores and P*V are summed (attention.cpp says why).
-//   single_token: every row as llama.cpp sums a single token's attention (ggml_vec_dot_f16).
-//     A row's bits depend on its position and operands only: a decode row and the same row
-//     inside a prefill chunk, recomputed after preemption, or kept by a resumed request
+//   fast: scores in llamafile tinyBLAS's order, P*V one FMA chain per element in position
+//     order. A row's bits depend on its position and operands only: a decode row and the same
+//     row inside a prefill chunk, recomputed after preemption, or kept by a resumed request
 //     agree exactly.
-//   llama_cpp: rows of a sequence that computes two or more rows in the step as llama.cpp
-//     sums a batch (llamafile's tinyBLAS), a lone row as single_token: llama.cpp's own bits
-//     for a prompt and its decode steps, at the price of that guarantee (a recomputed or
-//     resumed row may differ from the original in the last bits, as in llama.cpp).
-enum class AttentionOrder { single_token, llama_cpp };
+//   llama_cpp: llama.cpp's own orders (flash attention off): rows of a sequence computing
+//     two or more rows in the step as it sums a batch (tinyBLAS), a lone row as it sums a
+//     single token (ggml_vec_dot_f16), so a prompt and its decode steps get llama.cpp's
+//     bits; a recomputed or resumed row may then differ from the original in the last bits
+//     (as in llama.cpp), and P*V costs ~1.5-1.8x.
+enum class AttentionOrder { fast, llama_cpp };
 
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
                          const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
-                         AttentionOrder order = AttentionOrder::single_token);
+                         AttentionOrder order = AttentionOrder::fast);
 
 }  // namespace infercept

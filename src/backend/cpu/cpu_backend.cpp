@@ -621,7 +621,7 @@ class CpuBackend final : public Backend {
   RopeTable rope_table_;
   bool pack_weights_ = true;
   Q4_1Order q4_1_order_ = Q4_1Order::fast;
-  AttentionOrder attention_order_ = AttentionOrder::single_token;
+  AttentionOrder attention_order_ = AttentionOrder::fast;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
