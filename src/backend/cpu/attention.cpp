@@ -617,6 +617,11 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
 #endif
 }
 
+// A worker's scratch for paged_attention_cpu.
+struct Scratch {
+  std::vector<float> k, v, scores, qall, qh;
+};
+
 struct WorkItem {
   int32_t seq;
   int32_t kv_head;
@@ -655,7 +660,11 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   const RowOrder lone = llama ? RowOrder::single : RowOrder::fast;
   const RowOrder chunk = llama ? RowOrder::batched : RowOrder::fast;
   pool.run([&](int, int) {
-    std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
+    // Per-thread scratch kept across calls (each layer's attention is one call): vectors
+    // created per call zero-filled ~n_pos x width floats every layer on growing, 2% of a
+    // batch-1 step.
+    thread_local Scratch buf;
+    buf.qh.resize((size_t)(group * hd));
     LinePrefetch pf, pfv;
     for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
       const WorkItem& w = items[it];
@@ -674,44 +683,81 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
 #if INFERCEPT_VEC_AVX512
           if (f16)
             for (; i + 16 <= hd; i += 16)
-              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)],
+              _mm512_storeu_ps(&buf.qh[(size_t)(j * hd + i)],
                                vm::round_to_f16(_mm512_loadu_ps(qp + i)));
 #endif
           for (; i < hd; ++i)
-            qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
+            buf.qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
         }
       };
       if (w.kv_head < 0) {
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
-        // buffer in chunks of positions for the scores, so the cache is read as a stream
-        // instead of one head's 128-byte slices at a time. The values are gathered whole
-        // in the same pass (llama.cpp's order for P*V sums positions 64 apart first:
+        // buffer in chunks of positions, so the cache is read as a stream instead of one
+        // head's 128-byte slices at a time. In llama.cpp's order the values are gathered
+        // whole, in the same pass as the keys (its P*V sums positions 64 apart first:
         // weighted_sums_single_order). In the default order the arithmetic per element is
-        // the chunked path's below, so a row's output does not depend on which path served it. The same arithmetic per element as the
-        // chunked path below in the default order, so a row's output does not depend on
-        // which path served it.
+        // the chunked path's below, so a row's output does not depend on which path served it.
         constexpr int64_t kPosChunk = 16;
         const int64_t width = g.n_kv_heads * hd;
         const int64_t row = batch.q_start[(size_t)w.seq];
-        kbuf.resize((size_t)(kPosChunk * width));
-        scores.resize((size_t)(n_heads * n_pos));
-        qall.resize((size_t)(n_heads * hd));
+        buf.k.resize((size_t)(kPosChunk * width));
+        buf.scores.resize((size_t)(n_heads * n_pos));
+        buf.qall.resize((size_t)(n_heads * hd));
         for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
           round_q(row, kvh);
-          std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
+          std::copy(buf.qh.begin(), buf.qh.end(), buf.qall.begin() + kvh * group * hd);
+        }
+        if (!llama) {
+          // Keys, then values, stream through the L1 buffer; chunk c + 1 (of K, then of V) is
+          // prefetched while chunk c is computed, one share after each query head.
+          auto plan_after = [&](bool in_v, int64_t p0) {
+            if (p0 + kPosChunk < n_pos)
+              pf.plan(in_v ? kv.v : kv.k, g, table, p0 + kPosChunk,
+                      std::min(kPosChunk, n_pos - p0 - kPosChunk));
+            else if (!in_v)
+              pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
+            else
+              pf.clear();
+          };
+          pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
+          pf.issue(0, 1);
+          for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+            const int64_t n = std::min(kPosChunk, n_pos - p0);
+            gather_slots(kv.k, g, table, p0, n, buf.k.data());
+            plan_after(false, p0);
+            for (int64_t hq = 0; hq < n_heads; ++hq) {
+              head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd,
+                          width, scale, buf.scores.data() + hq * n_pos + p0, lone);
+              pf.issue(hq, n_heads);
+            }
+          }
+          for (int64_t hq = 0; hq < n_heads; ++hq)
+            softmax_weights(buf.scores.data() + hq * n_pos, n_pos, f16);
+          for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+            const int64_t n = std::min(kPosChunk, n_pos - p0);
+            gather_slots(kv.v, g, table, p0, n, buf.k.data());
+            plan_after(true, p0);
+            for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+              weighted_rows_group(buf.scores.data() + kvh * group * n_pos + p0, n_pos, group,
+                                  buf.k.data() + kvh * hd, n, hd, width,
+                                  out.row<float>(row) + kvh * group * hd, p0 > 0);
+              pf.issue(kvh, g.n_kv_heads);
+            }
+          }
+          continue;
         }
         // Keys and values stream together, chunk by chunk: the keys through the L1 buffer
-        // for the scores, the values into vbuf (read whole after the softmax); chunk c + 1
+        // for the scores, the values into buf.v (read whole after the softmax); chunk c + 1
         // of both is prefetched while chunk c is computed, a share after each query head.
-        vbuf.resize((size_t)(n_pos * width));
+        buf.v.resize((size_t)(n_pos * width));
         pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
         pfv.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         pf.issue(0, 1);
         pfv.issue(0, 1);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
-          gather_slots(kv.k, g, table, p0, n, kbuf.data());
-          gather_slots(kv.v, g, table, p0, n, vbuf.data() + p0 * width);
+          gather_slots(kv.k, g, table, p0, n, buf.k.data());
+          gather_slots(kv.v, g, table, p0, n, buf.v.data() + p0 * width);
           const int64_t next = std::min(kPosChunk, n_pos - p0 - kPosChunk);
           if (next > 0) {
             pf.plan(kv.k, g, table, p0 + kPosChunk, next);
@@ -721,34 +767,34 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
             pfv.clear();
           }
           for (int64_t hq = 0; hq < n_heads; ++hq) {
-            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
-                        scores.data() + hq * n_pos + p0, lone);
+            head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width, scale,
+                        buf.scores.data() + hq * n_pos + p0, lone);
             pf.issue(hq, n_heads);
             pfv.issue(hq, n_heads);
           }
         }
         for (int64_t hq = 0; hq < n_heads; ++hq)
-          softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
+          softmax_weights(buf.scores.data() + hq * n_pos, n_pos, f16);
         for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh)
-          weighted_sums(scores.data() + kvh * group * n_pos, n_pos, group, vbuf.data() + kvh * hd,
+          weighted_sums(buf.scores.data() + kvh * group * n_pos, n_pos, group, buf.v.data() + kvh * hd,
                         n_pos, hd, width, out.row<float>(row) + kvh * group * hd, lone);
         continue;
       }
-      kbuf.resize((size_t)(n_pos * hd));
-      vbuf.resize((size_t)(n_pos * hd));
-      scores.resize((size_t)(group * n_pos));
-      gather_head(kv.k, g, table, 0, n_pos, w.kv_head, kbuf.data());
-      gather_head(kv.v, g, table, 0, n_pos, w.kv_head, vbuf.data());
+      buf.k.resize((size_t)(n_pos * hd));
+      buf.v.resize((size_t)(n_pos * hd));
+      buf.scores.resize((size_t)(group * n_pos));
+      gather_head(kv.k, g, table, 0, n_pos, w.kv_head, buf.k.data());
+      gather_head(kv.v, g, table, 0, n_pos, w.kv_head, buf.v.data());
       for (int64_t r = w.q_begin; r < w.q_end; ++r) {
         const int64_t row = batch.q_start[(size_t)w.seq] + r;
         const int64_t visible = first_pos + r + 1;
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
-          float* sj = scores.data() + j * n_pos;
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj, chunk);
+          float* sj = buf.scores.data() + j * n_pos;
+          head_scores(buf.qh.data() + j * hd, buf.k.data(), visible, hd, hd, scale, sj, chunk);
           softmax_weights(sj, visible, f16);
         }
-        weighted_sums(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
+        weighted_sums(buf.scores.data(), n_pos, group, buf.v.data(), visible, hd, hd,
                       out.row<float>(row) + w.kv_head * group * hd, chunk);
       }
     }
