@@ -122,6 +122,16 @@ class ModelReference : public ::testing::Test {
       for (size_t i = 0; i < expected.size(); ++i) {
         auto logits = feed(tokens, fed, (int64_t)tokens.size(), false);
         fed = (int64_t)tokens.size();
+        // The logits of this step against llama.cpp's of the same step (same tokens so far).
+        const auto& pos = c["positions"][tokens.size() - 1];
+        const auto top_ids = pos["top_ids"].get<std::vector<int32_t>>();
+        const auto top_logits = pos["top_logits"].get<std::vector<float>>();
+        for (size_t j = 0; j < top_ids.size(); ++j) {
+          const double d = std::fabs(logits[(size_t)top_ids[j]] - top_logits[j]);
+          step_diff_sum_ += d;
+          step_diff_max_ = std::max(step_diff_max_, d);
+          ++step_diff_n_;
+        }
         const int32_t t =
             (int32_t)(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
         if (t != expected[i]) break;
@@ -139,8 +149,15 @@ class ModelReference : public ::testing::Test {
                   c["prompt"].get<std::string>().substr(0, 40).c_str());
       EXPECT_LT(gap, kTieMargin) << "prompt: " << c["prompt"].get<std::string>();
     }
+    std::printf("greedy steps' logits vs llama.cpp's (top 16 while the tokens agree): mean "
+                "|diff| %.5f, max %.5f over %lld values\n",
+                step_diff_sum_ / (double)std::max<int64_t>(1, step_diff_n_), step_diff_max_,
+                (long long)step_diff_n_);
     return full_matches;
   }
+
+  double step_diff_sum_ = 0, step_diff_max_ = 0;
+  int64_t step_diff_n_ = 0;
 
   std::unique_ptr<ModelSource> src_;
   std::unique_ptr<Backend> backend_;
