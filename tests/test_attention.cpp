@@ -158,8 +158,7 @@ std::vector<float> run_rows(ThreadPool& pool, const Cache& c, const std::vector<
   b.max_blocks = (int32_t)c.table.size();
   PagedKvView view{reinterpret_cast<const uint8_t*>(c.k.data()),
                    reinterpret_cast<const uint8_t*>(c.v.data()), c.g};
-  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot,
-                      order);
+  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot, order);
   return out;
 }
 
@@ -223,8 +222,8 @@ TEST(PagedAttentionCpu, LlamaCppOrderIsLlamaCppsArithmeticBitForBit) {
   struct S {
     int64_t n_pos, block_size, n_kv_heads, group, head_dim;
   };
-  for (const S& s : {S{45, 16, 3, 3, 64}, S{150, 16, 3, 3, 64}, S{70, 8, 2, 4, 128},
-                     S{20, 16, 1, 2, 80}}) {
+  for (const S& s :
+       {S{45, 16, 3, 3, 64}, S{150, 16, 3, 3, 64}, S{70, 8, 2, 4, 128}, S{20, 16, 1, 2, 80}}) {
     const int64_t n_heads = s.n_kv_heads * s.group, hd = s.head_dim;
     Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, hd);
     std::normal_distribution<float> nd(0.f, 1.f);

@@ -1,7 +1,9 @@
 // The forward pass against llama.cpp (tests/fixtures/reference_smollm2.json, made by
 // scripts/make_reference.py with llama-cpp-python on the same GGUF file):
-//   - greedy decoding, one token per step as a server decodes, reproduces llama.cpp's
-//     tokens for at least 32 tokens on every prompt;
+//   - greedy decoding, one token per step as a server decodes, follows llama.cpp's tokens
+//     until a near-tie of llama.cpp's own logits; with INFERCEPT_CPU_NUMERICS=llama.cpp
+//     (every operation rounded as llama.cpp's CPU backend rounds) for 32+ tokens on at
+//     least 20 of the 24 prompts, the target;
 //   - the logits at every position (prompt and generated, teacher-forced in one prefill)
 //     agree with llama.cpp's within kLogitTolerance.
 //
@@ -20,6 +22,7 @@
 // where llama.cpp's own top two logits are closer than kTieMargin, either choice is
 // "correct", and after it the continuations are different texts. The token test checks
 // that every early divergence happens at such a near-tie (docs/PERF.md gives the counts).
+// Only with llama.cpp's own rounding everywhere do near-ties stop mattering (PERF.md 2.1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,14 +148,15 @@ class ModelReference : public ::testing::Test {
       // Diverged early: legitimate only where llama.cpp itself was torn between two tokens,
       // closer than the two engines' rounding can separate.
       const float gap = reference_gap(c["positions"][n_prompt + matching - 1]);
-      std::printf("  diverged after %zu tokens at a llama.cpp top-2 gap of %.3f: %s\n", matching, gap,
-                  c["prompt"].get<std::string>().substr(0, 40).c_str());
+      std::printf("  diverged after %zu tokens at a llama.cpp top-2 gap of %.3f: %s\n", matching,
+                  gap, c["prompt"].get<std::string>().substr(0, 40).c_str());
       EXPECT_LT(gap, kTieMargin) << "prompt: " << c["prompt"].get<std::string>();
     }
-    std::printf("greedy steps' logits vs llama.cpp's (top 16 while the tokens agree): mean "
-                "|diff| %.5f, max %.5f over %lld values\n",
-                step_diff_sum_ / (double)std::max<int64_t>(1, step_diff_n_), step_diff_max_,
-                (long long)step_diff_n_);
+    std::printf(
+        "greedy steps' logits vs llama.cpp's (top 16 while the tokens agree): mean "
+        "|diff| %.5f, max %.5f over %lld values\n",
+        step_diff_sum_ / (double)std::max<int64_t>(1, step_diff_n_), step_diff_max_,
+        (long long)step_diff_n_);
     return full_matches;
   }
 

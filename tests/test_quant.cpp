@@ -769,7 +769,7 @@ TEST(MatmulPacked, Q4_1InGgmlOrderIsBitIdenticalToGgmlsDot) {
   struct S {
     int64_t rows, acts, begin, end;
   };
-  const S shapes[] = {{1, 1, 0, 1},   {37, 1, 0, 37},  {37, 3, 16, 37},  {100, 5, 0, 100},
+  const S shapes[] = {{1, 1, 0, 1},    {37, 1, 0, 37},  {37, 3, 16, 37},    {100, 5, 0, 100},
                       {70, 8, 16, 48}, {70, 13, 0, 70}, {130, 33, 32, 130}, {80, 2, 16, 80}};
   std::mt19937 rng(31);
   for (const S& s : shapes) {
@@ -783,11 +783,11 @@ TEST(MatmulPacked, Q4_1InGgmlOrderIsBitIdenticalToGgmlsDot) {
                       Q4_1Order::ggml);
         for (int64_t a = 0; a < s.acts; ++a)
           for (int64_t r = s.begin; r < s.end; ++r)
-            ASSERT_EQ(out[(size_t)(a * s.rows + r)],
-                      ggml_q4_1_dot(c.w.data() + (size_t)r * c.wrb,
-                                    c.a.data() + (size_t)a * c.arb, k))
-                << "rows " << s.rows << " acts " << s.acts << " k " << k << " act " << a
-                << " row " << r;
+            ASSERT_EQ(
+                out[(size_t)(a * s.rows + r)],
+                ggml_q4_1_dot(c.w.data() + (size_t)r * c.wrb, c.a.data() + (size_t)a * c.arb, k))
+                << "rows " << s.rows << " acts " << s.acts << " k " << k << " act " << a << " row "
+                << r;
       }
     }
   }

@@ -60,9 +60,9 @@ float ggml_expf(float x) {
   const float n = std::fma(x, 0x1.715476p+0f, shift) - shift;
   const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
   const float u = b * b;
-  const float j = std::fma(
-      std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-      u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
   if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
   return std::ldexp(j, (int)n);
 }

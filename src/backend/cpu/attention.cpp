@@ -274,7 +274,7 @@ void weighted_sums_single_order(const float* w, int64_t w_stride, const float* v
   for (int64_t c = 0; c < hd; c += 64) {
     const int nq = (int)std::min<int64_t>(4, (hd - c) / 16);  // 16-dimension vectors here
     // Sum of class `cls` over its positions into acc[G][4].
-    auto class_sum = [&](int64_t cls, __m512 (&acc)[G][4]) {
+    auto class_sum = [&](int64_t cls, __m512(&acc)[G][4]) {
       for (auto& a : acc)
         for (auto& x : a) x = _mm512_setzero_ps();
       for (int64_t p = cls; p < n_pos; p += 64) {
@@ -294,14 +294,14 @@ void weighted_sums_single_order(const float* w, int64_t w_stride, const float* v
       class_sum(l, a);
       class_sum(l + 32, b);
       for (int j = 0; j < G; ++j)
-        for (int q = 0; q < nq; ++q) _mm512_store_ps(&first[j][16 * q], _mm512_add_ps(a[j][q], b[j][q]));
+        for (int q = 0; q < nq; ++q)
+          _mm512_store_ps(&first[j][16 * q], _mm512_add_ps(a[j][q], b[j][q]));
       class_sum(l + 16, a);
       class_sum(l + 48, b);
       for (int j = 0; j < G; ++j)
         for (int q = 0; q < nq; ++q)
-          _mm512_store_ps(&lanes[l][j][16 * q],
-                          _mm512_add_ps(_mm512_load_ps(&first[j][16 * q]),
-                                        _mm512_add_ps(a[j][q], b[j][q])));
+          _mm512_store_ps(&lanes[l][j][16 * q], _mm512_add_ps(_mm512_load_ps(&first[j][16 * q]),
+                                                              _mm512_add_ps(a[j][q], b[j][q])));
     }
     for (int j = 0; j < G; ++j)
       for (int q = 0; q < nq; ++q) {
@@ -726,8 +726,8 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
             gather_slots(kv.k, g, table, p0, n, buf.k.data());
             plan_after(false, p0);
             for (int64_t hq = 0; hq < n_heads; ++hq) {
-              head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd,
-                          width, scale, buf.scores.data() + hq * n_pos + p0, lone);
+              head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width,
+                          scale, buf.scores.data() + hq * n_pos + p0, lone);
               pf.issue(hq, n_heads);
             }
           }
@@ -767,8 +767,8 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
             pfv.clear();
           }
           for (int64_t hq = 0; hq < n_heads; ++hq) {
-            head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width, scale,
-                        buf.scores.data() + hq * n_pos + p0, lone);
+            head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width,
+                        scale, buf.scores.data() + hq * n_pos + p0, lone);
             pf.issue(hq, n_heads);
             pfv.issue(hq, n_heads);
           }
@@ -776,8 +776,9 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         for (int64_t hq = 0; hq < n_heads; ++hq)
           softmax_weights(buf.scores.data() + hq * n_pos, n_pos, f16);
         for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh)
-          weighted_sums(buf.scores.data() + kvh * group * n_pos, n_pos, group, buf.v.data() + kvh * hd,
-                        n_pos, hd, width, out.row<float>(row) + kvh * group * hd, lone);
+          weighted_sums(buf.scores.data() + kvh * group * n_pos, n_pos, group,
+                        buf.v.data() + kvh * hd, n_pos, hd, width,
+                        out.row<float>(row) + kvh * group * hd, lone);
         continue;
       }
       buf.k.resize((size_t)(n_pos * hd));

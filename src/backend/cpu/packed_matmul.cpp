@@ -265,9 +265,9 @@ void tile_q4_1_ggml(const uint8_t* grp, const Geometry& geo, const PackedActs& A
     INFERCEPT_UNROLL
     for (int c = 0; c < C; ++c) {
       const __m512(&a)[8] = acc[g][c];
-      const __m512 r = _mm512_add_ps(
-          _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-          _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+      const __m512 r =
+          _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                        _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
       _mm512_mask_storeu_ps(out + (a0 + c) * out_stride + r0 + kGroup * g, masks[g],
                             _mm512_add_ps(r, macc[g][c]));
     }

@@ -80,12 +80,11 @@ inline __m512 exp16(__m512 x) {
   const __m512 hi = _mm512_fmadd_ps(
       _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
       _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f)));
-  const __m512 j =
-      _mm512_fmadd_ps(hi, u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+  const __m512 j = _mm512_fmadd_ps(
+      hi, u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
   const __m512 res = vm::scalef(j, n);
   const __mmask16 out_of_range = _mm512_cmp_ps_mask(
-      _mm512_castsi512_ps(
-          _mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))),
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))),
       _mm512_set1_ps(192.0f), _CMP_GT_OQ);
   if (out_of_range == 0) return res;
   const __mmask16 non_positive = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
