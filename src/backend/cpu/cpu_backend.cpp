@@ -579,8 +579,10 @@ class CpuBackend final : public Backend {
         const int64_t b = p.neox ? i + half : 2 * i + 1;
         const float x0 = hx[a], x1 = hx[b];
         // The fused multiply-adds GCC makes of ggml's x0*cos - x1*sin and x0*sin + x1*cos
-        // (its rope kernel, vectorized with vfmaddsub): x0's products are fused, x1's
-        // rounded. Written out so that our compiler cannot choose otherwise.
+        // (its rope kernel, vectorized with vfmaddsub; read for the adjacent pairs of llama
+        // GGUFs): x0's products are fused, x1's rounded. Written out so that our compiler
+        // cannot choose otherwise (the other pairing alone costs 16 of 24 greedy matches
+        // against llama.cpp, docs/PERF.md 2.1).
         hx[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
         hx[b] = std::fma(x0, sn[i], x1 * cs[i]);
       }
