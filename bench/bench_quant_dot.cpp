@@ -103,8 +103,8 @@ void BM_Matmul(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64
 // The same two shapes through the packed (interleaved-row VNNI) kernels the CPU backend uses
 // for q4_0/q4_1/q8_0: n_act == 1 is decode's matvec (weight GB/s), more is a batch (GMAC/s).
 // The activation preparation is timed with the matmul, as the backend pays it per call.
-void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64_t n_act,
-               bool cold) {
+void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64_t n_act, bool cold,
+               Q4_1Order order = Q4_1Order::fast) {
   if (!packed_supported(wt)) {
     state.SkipWithError("no AVX512-VNNI in this build");
     return;
@@ -123,7 +123,7 @@ void BM_Packed(benchmark::State& state, DType wt, int64_t rows, int64_t k, int64
   int64_t c = 0;
   for (auto _ : state) {
     prepare_acts(wt, acts.data(), arb, n_act, k, pa);
-    matmul_packed(wt, packed + (size_t)c * one, rows, 0, rows, pa, out.data(), rows);
+    matmul_packed(wt, packed + (size_t)c * one, rows, 0, rows, pa, out.data(), rows, order);
     benchmark::DoNotOptimize(out.data());
     if (++c == copies) c = 0;
   }
@@ -199,6 +199,16 @@ BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_x32, DType::q4_1, 1536, 576, 32, fals
 BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_x64, DType::q4_1, 1536, 576, 64, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Packed, q8_0_1536x576_x64, DType::q8_0, 1536, 576, 64, false)
+    ->Unit(benchmark::kMillisecond);
+// q4_1 summed in llama.cpp's order (INFERCEPT_CPU_NUMERICS=llama.cpp).
+BENCHMARK_CAPTURE(BM_Packed, q4_1_ggml_1536x576_hot, DType::q4_1, 1536, 576, 1, false,
+                  Q4_1Order::ggml)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_ggml_1536x576_cold, DType::q4_1, 1536, 576, 1, true,
+                  Q4_1Order::ggml)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Packed, q4_1_ggml_1536x576_x32, DType::q4_1, 1536, 576, 32, false,
+                  Q4_1Order::ggml)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Matvec, f16_1536x576_hot, DType::f16, 1536, 576, false)
     ->Unit(benchmark::kMicrosecond);

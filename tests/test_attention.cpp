@@ -1,7 +1,10 @@
 // Tests for the CPU paged attention (backend/cpu/attention.*). Why: decode rows (one query
 // row per sequence) take a different path through the cache than prefill chunks; a request's
-// tokens must not depend on which path served a row, so the two are held bit-identical, and
-// both against a double-precision reference over the same f16-rounded operands.
+// tokens must not depend on which path served a row, so in the default order the two are
+// held bit-identical, and both against a double-precision reference over the same
+// f16-rounded operands. AttentionOrder::llama_cpp must instead give llama.cpp's bits (flash
+// attention off): decode rows in ggml_vec_dot_f16's order, prefill rows in tinyBLAS's,
+// checked against scalar models of both written here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/vec_math.h"
 #include "core/half.h"
 
 namespace infercept {
@@ -44,10 +48,101 @@ Cache make_cache(std::mt19937& rng, int64_t n_pos, int64_t block_size, int64_t n
   return c;
 }
 
+// Scalar models of llama.cpp's CPU attention arithmetic (flash attention off, f16 cache).
+
+// The tree of _mm512_reduce_add_ps over 16 lanes.
+float tree16(const float* l) {
+  float b[8], c[4];
+  for (int i = 0; i < 8; ++i) b[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+// tinyBLAS (a batch of two or more tokens): element i into lane i % 16 by FMA, in order.
+float dot_batched_order(const float* a, const float* b, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; ++i) lane[i % 16] = std::fma(a[i], b[i], lane[i % 16]);
+  return tree16(lane);
+}
+
+// ggml_vec_dot_f16 (one token): element i into accumulator (i / 16) % 4, lane i % 16, for
+// i below the last multiple of 64; accumulators combined (0 + 2) + (1 + 3), lanes by the
+// tree; the rest added in double.
+float dot_single_order(const float* a, const float* b, int64_t n) {
+  float acc[4][16] = {};
+  const int64_t np = n / 64 * 64;
+  for (int64_t i = 0; i < np; ++i) {
+    float& x = acc[(i / 16) % 4][i % 16];
+    x = std::fma(a[i], b[i], x);
+  }
+  float lane[16];
+  for (int j = 0; j < 16; ++j) lane[j] = (acc[0][j] + acc[2][j]) + (acc[1][j] + acc[3][j]);
+  double sum = tree16(lane);
+  for (int64_t i = np; i < n; ++i) sum += (double)(a[i] * b[i]);
+  return (float)sum;
+}
+
+float round_f16(float x) {
+  return fp16_to_fp32(fp32_to_fp16(x));
+}
+
+#if INFERCEPT_VEC_AVX512
+float exp1(float x) {
+  alignas(64) float out[16];
+  _mm512_store_ps(out, exp16(_mm512_set1_ps(x)));
+  return out[0];
+}
+
+// One query row of one head as llama.cpp computes it: scores by ggml_vec_dot_f16 (a single
+// token) or tinyBLAS (batched), ggml's softmax (exp per 16 positions, their tree sums added
+// in double, times (float)(1 / sum)), weights rounded to f16, P*V in the same order
+// (positions padded with zeros to a multiple of 64, as llama.cpp's 256-cell view is).
+std::vector<float> llama_cpp_row(const Cache& c, const float* q, int64_t kvh, int64_t n_pos,
+                                 bool batched) {
+  const int64_t hd = c.g.head_dim;
+  auto slot_of = [&](int64_t p) {
+    return (int64_t)c.table[(size_t)(p / c.g.block_size)] * c.g.block_size + p % c.g.block_size;
+  };
+  auto at = [&](const std::vector<uint16_t>& m, int64_t p, int64_t i) {
+    return fp16_to_fp32(m[(size_t)((slot_of(p) * c.g.n_kv_heads + kvh) * hd + i)]);
+  };
+  std::vector<float> qh((size_t)hd), key((size_t)hd);
+  for (int64_t i = 0; i < hd; ++i) qh[(size_t)i] = round_f16(q[i]);
+  const float scale = 1.0f / std::sqrt((float)hd);
+  const int64_t padded = (n_pos + 63) / 64 * 64;
+  std::vector<float> w((size_t)padded, 0.f);
+  float mx = -INFINITY;
+  for (int64_t p = 0; p < n_pos; ++p) {
+    for (int64_t i = 0; i < hd; ++i) key[(size_t)i] = at(c.k, p, i);
+    const float d = batched ? dot_batched_order(key.data(), qh.data(), hd)
+                            : dot_single_order(key.data(), qh.data(), hd);
+    w[(size_t)p] = d * scale;
+    mx = std::max(mx, w[(size_t)p]);
+  }
+  double sum = 0;
+  for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+    float e[16] = {};
+    for (int64_t i = 0; i < 16 && p0 + i < n_pos; ++i) e[i] = exp1(w[(size_t)(p0 + i)] - mx);
+    sum += tree16(e);
+    for (int64_t i = 0; i < 16 && p0 + i < n_pos; ++i) w[(size_t)(p0 + i)] = e[i];
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t p = 0; p < n_pos; ++p) w[(size_t)p] = round_f16(w[(size_t)p] * inv);
+  std::vector<float> out((size_t)hd), col((size_t)padded, 0.f);
+  for (int64_t i = 0; i < hd; ++i) {
+    for (int64_t p = 0; p < n_pos; ++p) col[(size_t)p] = at(c.v, p, i);
+    out[(size_t)i] = batched ? dot_batched_order(col.data(), w.data(), padded)
+                             : dot_single_order(col.data(), w.data(), padded);
+  }
+  return out;
+}
+#endif
+
 // Attention of query rows [first, first + n) of one sequence whose context ends at row
 // first + n - 1 (rows before `first` already in the cache).
 std::vector<float> run_rows(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
-                            int64_t n_heads, int64_t first, int64_t n) {
+                            int64_t n_heads, int64_t first, int64_t n,
+                            AttentionOrder order = AttentionOrder::fast) {
   const int64_t cols = n_heads * c.g.head_dim;
   std::vector<float> qrows(q.begin() + first * cols, q.begin() + (first + n) * cols);
   std::vector<float> out((size_t)(n * cols), -1.f);
@@ -63,7 +158,7 @@ std::vector<float> run_rows(ThreadPool& pool, const Cache& c, const std::vector<
   b.max_blocks = (int32_t)c.table.size();
   PagedKvView view{reinterpret_cast<const uint8_t*>(c.k.data()),
                    reinterpret_cast<const uint8_t*>(c.v.data()), c.g};
-  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot);
+  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot, order);
   return out;
 }
 
@@ -119,6 +214,39 @@ TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
     }
   }
 }
+
+#if INFERCEPT_VEC_AVX512
+TEST(PagedAttentionCpu, LlamaCppOrderIsLlamaCppsArithmeticBitForBit) {
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  struct S {
+    int64_t n_pos, block_size, n_kv_heads, group, head_dim;
+  };
+  for (const S& s :
+       {S{45, 16, 3, 3, 64}, S{150, 16, 3, 3, 64}, S{70, 8, 2, 4, 128}, S{20, 16, 1, 2, 80}}) {
+    const int64_t n_heads = s.n_kv_heads * s.group, hd = s.head_dim;
+    Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, hd);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> q((size_t)(s.n_pos * n_heads * hd));
+    for (auto& e : q) e = nd(rng);
+    const auto prefill = run_rows(pool, c, q, n_heads, 0, s.n_pos, AttentionOrder::llama_cpp);
+    for (int64_t r = 0; r < s.n_pos; ++r) {
+      const auto decode = run_rows(pool, c, q, n_heads, r, 1, AttentionOrder::llama_cpp);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* qr = q.data() + (r * n_heads + h) * hd;
+        const auto batched = llama_cpp_row(c, qr, h / s.group, r + 1, true);
+        const auto single = llama_cpp_row(c, qr, h / s.group, r + 1, false);
+        for (int64_t i = 0; i < hd; ++i) {
+          ASSERT_EQ(prefill[(size_t)((r * n_heads + h) * hd + i)], batched[(size_t)i])
+              << "n_pos " << s.n_pos << " row " << r << " head " << h << " col " << i;
+          ASSERT_EQ(decode[(size_t)(h * hd + i)], single[(size_t)i])
+              << "n_pos " << s.n_pos << " row " << r << " head " << h << " col " << i;
+        }
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace infercept

@@ -162,7 +162,7 @@ TEST(Dequantize, Q6_K) {
 }
 
 TEST(Quantize, HandValues) {
-  // q8_0: amax 127 -> d = 1, values round half away from zero.
+  // q8_0: amax 127 -> d = 1, values round half to even (ggml's x86 activation quantizer).
   float x[32] = {};
   x[0] = 127.f;
   x[1] = -2.5f;
@@ -172,13 +172,13 @@ TEST(Quantize, HandValues) {
   quantize_row(DType::q8_0, x, &b0, 32);
   EXPECT_EQ(b0.d, 0x3c00);
   EXPECT_EQ(b0.qs[0], 127);
-  EXPECT_EQ(b0.qs[1], -3);
+  EXPECT_EQ(b0.qs[1], -2);
   EXPECT_EQ(b0.qs[2], 0);
   EXPECT_EQ(b0.qs[3], -127);
-  // q8_1: s = d * sum(qs) = 127 - 3 - 127 = -3.
+  // q8_1: s = d * sum(qs) = 127 - 2 - 127 = -2.
   BlockQ8_1 b1;
   quantize_row(DType::q8_1, x, &b1, 32);
-  EXPECT_EQ(fp16_to_fp32(b1.s), -3.f);
+  EXPECT_EQ(fp16_to_fp32(b1.s), -2.f);
   // q8_K: the signed value of largest magnitude maps to -127, so d = max / -127 = -1 here;
   // rounding ties go to even (-2.5 -> -2, -3.5 -> -4).
   std::vector<float> xk(256, 0.f);
@@ -725,6 +725,70 @@ TEST(MatmulPacked, QuantizeStraightIntoPanelsEqualsQuantizeThenPrepare) {
           else
             ASSERT_EQ(got.corr[j], want.corr[j]);
         }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace infercept
+
+// ---------------------------------------------------------------------------------------
+// Q4_1Order::ggml: q4_1 products in the order of ggml's x86 ggml_vec_dot_q4_1_q8_1, which
+// llama.cpp's CPU backend runs for every q4_1 product. Checked bit for bit against a scalar
+// model of that function, for every tile shape (one to many activation rows, thread splits),
+// since greedy decoding follows llama.cpp only while every product has its bits.
+namespace infercept {
+namespace {
+
+float ggml_q4_1_dot(const uint8_t* w_row, const uint8_t* a_row, int64_t k) {
+  const auto* x = reinterpret_cast<const BlockQ4_1*>(w_row);
+  const auto* y = reinterpret_cast<const BlockQ8_1*>(a_row);
+  float acc[8] = {};
+  float summs = 0.f;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    summs = std::fma(fp16_to_fp32(x[b].m), fp16_to_fp32(y[b].s), summs);
+    const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+    for (int l = 0; l < 8; ++l) {  // one 32-bit lane of the 256-bit vpdpbusd: elements 4l..4l+3
+      int isum = 0;
+      for (int t = 0; t < 4; ++t) {
+        const int e = 4 * l + t;
+        const int q = e < 16 ? x[b].qs[e] & 15 : x[b].qs[e - 16] >> 4;
+        isum += q * y[b].qs[e];
+      }
+      acc[l] = std::fma(d, (float)isum, acc[l]);
+    }
+  }
+  // hsum_float_8: halves, then pairs two apart, then the last pair; then the min terms.
+  float r4[4];
+  for (int l = 0; l < 4; ++l) r4[l] = acc[l + 4] + acc[l];
+  return ((r4[0] + r4[2]) + (r4[1] + r4[3])) + summs;
+}
+
+TEST(MatmulPacked, Q4_1InGgmlOrderIsBitIdenticalToGgmlsDot) {
+  if (!packed_supported(DType::q4_1)) GTEST_SKIP() << "no AVX512-VNNI in this build";
+  struct S {
+    int64_t rows, acts, begin, end;
+  };
+  const S shapes[] = {{1, 1, 0, 1},    {37, 1, 0, 37},  {37, 3, 16, 37},    {100, 5, 0, 100},
+                      {70, 8, 16, 48}, {70, 13, 0, 70}, {130, 33, 32, 130}, {80, 2, 16, 80}};
+  std::mt19937 rng(31);
+  for (const S& s : shapes) {
+    for (int64_t k : {32, 96, 576}) {
+      for (float act_scale : {1.f, 20.f}) {
+        PackedCase c = make_packed_case(rng, DType::q4_1, s.rows, s.acts, k, act_scale);
+        PackedActs pa;
+        prepare_acts(DType::q4_1, c.a.data(), c.arb, s.acts, k, pa);
+        std::vector<float> out((size_t)(s.rows * s.acts), -1.f);
+        matmul_packed(DType::q4_1, c.packed, s.rows, s.begin, s.end, pa, out.data(), s.rows,
+                      Q4_1Order::ggml);
+        for (int64_t a = 0; a < s.acts; ++a)
+          for (int64_t r = s.begin; r < s.end; ++r)
+            ASSERT_EQ(
+                out[(size_t)(a * s.rows + r)],
+                ggml_q4_1_dot(c.w.data() + (size_t)r * c.wrb, c.a.data() + (size_t)a * c.arb, k))
+                << "rows " << s.rows << " acts " << s.acts << " k " << k << " act " << a << " row "
+                << r;
+      }
     }
   }
 }

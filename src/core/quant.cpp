@@ -128,9 +128,9 @@ void quant_q8_0(const float* x, BlockQ8_0* b, int64_t nb) {
     float amax = 0.f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    const float id = q8_inverse_scale(amax);
     b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) b[i].qs[j] = (int8_t)std::roundf(x[j] * id);
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = (int8_t)nearest_int(x[j] * id);
   }
 }
 
@@ -139,11 +139,11 @@ void quant_q8_1(const float* x, BlockQ8_1* b, int64_t nb) {
     float amax = 0.f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    const float id = q8_inverse_scale(amax);
     b[i].d = fp32_to_fp16(d);
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      b[i].qs[j] = (int8_t)std::roundf(x[j] * id);
+      b[i].qs[j] = (int8_t)nearest_int(x[j] * id);
       sum += b[i].qs[j];
     }
     // As ggml: the float d (not its fp16 rounding) times the integer sum.

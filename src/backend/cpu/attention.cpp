@@ -209,6 +209,212 @@ inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group,
     weighted_rows(w + j * w_stride, v, n_pos, n, stride, out + j * n, accumulate);
 }
 
+#if INFERCEPT_VEC_AVX512
+// llama.cpp (flash attention off) computes attention as two f16 matrix products, and which
+// kernel runs them decides the order of every sum: a single token (a decode step) goes to
+// ggml_vec_dot_f16, a batch of two or more tokens to llamafile's tinyBLAS. The functions
+// below reproduce both (K, V, Q and the softmax weights are f16 values, so every product is
+// exact and only the order of the additions matters):
+//   ggml_vec_dot_f16 ("single order"): four 16-lane accumulators, element i in accumulator
+//     (i / 16) % 4, lane i % 16, combined as (acc0 + acc2) + (acc1 + acc3), then the lanes by
+//     the tree of _mm512_reduce_add_ps (hsum16); elements past the last multiple of 64 are
+//     added afterwards in double;
+//   tinyBLAS ("batched order"): one 16-lane accumulator, element i in lane i % 16 in order,
+//     then the same tree.
+// AttentionOrder::llama_cpp uses them: decode rows (a sequence computing one row) in the
+// single order, prompt rows in the batched order, as llama.cpp computes a prompt and then its
+// decode steps. The single order costs ~1.5-1.8x the default's P*V (it needs whole
+// values and short chains), and the split makes a row's bits depend on how it was
+// computed, so the default (AttentionOrder::fast) keeps cheaper orders that depend on
+// position only: scores in the batched order, P*V one FMA chain per element in position
+// order. Here the lanes of llama.cpp's accumulators are vectors over 16 head dimensions, so
+// their tree is vertical adds.
+
+// hsum16's tree applied to 16 vectors lane by lane: lane j of the result is hsum16 of the
+// vector whose lanes are a[0..15][j].
+inline __m512 tree16(const __m512* a) {
+  __m512 b[8], c[4];
+  for (int l = 0; l < 8; ++l) b[l] = _mm512_add_ps(a[l], a[l + 8]);
+  for (int l = 0; l < 4; ++l) c[l] = _mm512_add_ps(b[l], b[l + 4]);
+  return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+}
+
+// out[0, hd) = sum over p < n_pos of w[p] * v[p * stride + (0, hd)] in tinyBLAS's order.
+// hd % 16 == 0.
+inline void weighted_sum_batched_order(const float* w, const float* v, int64_t n_pos, int64_t hd,
+                                       int64_t stride, float* out) {
+  for (int64_t c = 0; c < hd; c += 16) {
+    __m512 acc[16];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= n_pos; p += 16) {
+      _Pragma("GCC unroll 16") for (int l = 0; l < 16; ++l) acc[l] = _mm512_fmadd_ps(
+          _mm512_set1_ps(w[p + l]), _mm512_loadu_ps(v + (p + l) * stride + c), acc[l]);
+    }
+    for (int l = 0; p + l < n_pos; ++l)
+      acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(w[p + l]), _mm512_loadu_ps(v + (p + l) * stride + c),
+                               acc[l]);
+    _mm512_storeu_ps(out + c, tree16(acc));
+  }
+}
+
+// out_j[0, hd) = sum over p < n_pos of w_j[p] * v[p * stride + (0, hd)] for G query heads
+// sharing v (w_j = w + j * w_stride, out_j = out + j * hd), in ggml_vec_dot_f16's order.
+// Positions past n_pos are zeros in llama.cpp's padded row (a multiple of 256 long), so no
+// position is ever "left over". hd % 16 == 0.
+// Position p belongs to class p % 64 (accumulator (p / 16) % 4, lane p % 16); for each lane
+// l the classes l, l + 32, l + 16, l + 48 are summed over their positions (64 apart) and
+// combined as (A_l + A_l+32) + (A_l+16 + A_l+48); the 16 lanes then go through hsum16's tree.
+// The G heads share every value load, as in weighted_rows_group.
+template <int G>
+void weighted_sums_single_order(const float* w, int64_t w_stride, const float* v, int64_t n_pos,
+                                int64_t hd, int64_t stride, float* out) {
+  alignas(64) float lanes[16][G][64];  // X_l per head and dimension
+  alignas(64) float first[G][64];      // A_l + A_l+32 while A_l+16 + A_l+48 is summed
+  for (int64_t c = 0; c < hd; c += 64) {
+    const int nq = (int)std::min<int64_t>(4, (hd - c) / 16);  // 16-dimension vectors here
+    // Sum of class `cls` over its positions into acc[G][4].
+    auto class_sum = [&](int64_t cls, __m512(&acc)[G][4]) {
+      for (auto& a : acc)
+        for (auto& x : a) x = _mm512_setzero_ps();
+      for (int64_t p = cls; p < n_pos; p += 64) {
+        const float* vp = v + p * stride + c;
+        __m512 vq[4];
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) vq[q] =
+            _mm512_loadu_ps(vp + 16 * q);
+        _Pragma("GCC unroll 4") for (int j = 0; j < G; ++j) {
+          const __m512 wp = _mm512_set1_ps(w[j * w_stride + p]);
+          _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nq) acc[j][q] =
+              _mm512_fmadd_ps(wp, vq[q], acc[j][q]);
+        }
+      }
+    };
+    for (int l = 0; l < 16; ++l) {
+      __m512 a[G][4], b[G][4];
+      class_sum(l, a);
+      class_sum(l + 32, b);
+      for (int j = 0; j < G; ++j)
+        for (int q = 0; q < nq; ++q)
+          _mm512_store_ps(&first[j][16 * q], _mm512_add_ps(a[j][q], b[j][q]));
+      class_sum(l + 16, a);
+      class_sum(l + 48, b);
+      for (int j = 0; j < G; ++j)
+        for (int q = 0; q < nq; ++q)
+          _mm512_store_ps(&lanes[l][j][16 * q], _mm512_add_ps(_mm512_load_ps(&first[j][16 * q]),
+                                                              _mm512_add_ps(a[j][q], b[j][q])));
+    }
+    for (int j = 0; j < G; ++j)
+      for (int q = 0; q < nq; ++q) {
+        __m512 x[16];
+        for (int l = 0; l < 16; ++l) x[l] = _mm512_load_ps(&lanes[l][j][16 * q]);
+        _mm512_storeu_ps(out + j * hd + c + 16 * q, tree16(x));
+      }
+  }
+}
+
+// Scores of one query head in ggml_vec_dot_f16's order: out[p] = dot(q, key p) * scale,
+// 16 positions per pass (a pass past n_pos re-reads the last key and drops the extra sums).
+// hd % 16 == 0.
+inline void head_scores_single_order(const float* qh, const float* k, int64_t n_pos, int64_t hd,
+                                     int64_t stride, float scale, float* out) {
+  const int64_t np = hd / 64 * 64;
+  for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+    const int64_t live = std::min<int64_t>(16, n_pos - p0);
+    __m512 x[16];
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) {
+      const float* kr = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t c = 0; c < np; c += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c), _mm512_loadu_ps(qh + c), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 16), _mm512_loadu_ps(qh + c + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 32), _mm512_loadu_ps(qh + c + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + c + 48), _mm512_loadu_ps(qh + c + 48), a3);
+      }
+      x[i] = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+    }
+    alignas(64) float dots[16];
+    _mm512_store_ps(dots, hsum16x16(x));
+    for (int64_t i = 0; i < live; ++i) {
+      float d = dots[i];
+      if (np < hd) {  // the elements past the last multiple of 64, in double
+        const float* kr = k + (p0 + i) * stride;
+        double sum = d;
+        for (int64_t e = np; e < hd; ++e) sum += (double)(kr[e] * qh[e]);
+        d = (float)sum;
+      }
+      out[p0 + i] = d * scale;
+    }
+  }
+}
+
+// Scores in tinyBLAS's order: each dot one 16-lane FMA chain over the dimensions, summed by
+// hsum16's tree, 16 positions per pass. hd % 16 == 0.
+inline void head_scores_batched_order(const float* qh, const float* k, int64_t n_pos, int64_t hd,
+                                      int64_t stride, float scale, float* out) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
+  // registers; each position's chain is the same either way.
+  for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
+    const int64_t live = std::min<int64_t>(16, n_pos - p0);
+    const float* rows[16];
+    for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
+    __m512 acc[16];
+    __m512 qc = _mm512_loadu_ps(qh);
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+        _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
+    for (int64_t c = 16; c < hd; c += 16) {
+      qc = _mm512_loadu_ps(qh + c);
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
+          _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
+    }
+    const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
+    _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
+  }
+}
+#endif
+
+// Which order a row's sums take (see above): position chains / scores in the batched order
+// (the default), or llama.cpp's single-token or batched order throughout.
+enum class RowOrder { fast, single, batched };
+
+// out_j[0, n) = sum over p < n_pos of w_j[p] * v[p * stride + (0, n)] for the `group` heads
+// sharing v (w_j = w + j * w_stride, out_j = out + j * n), in `order` (llama.cpp's orders
+// with AVX-512 and n % 16 == 0; else position chains).
+inline void weighted_sums(const float* w, int64_t w_stride, int64_t group, const float* v,
+                          int64_t n_pos, int64_t n, int64_t stride, float* out, RowOrder order) {
+#if INFERCEPT_VEC_AVX512
+  if (n % 16 == 0 && order != RowOrder::fast) {
+    if (order == RowOrder::batched) {
+      for (int64_t j = 0; j < group; ++j)
+        weighted_sum_batched_order(w + j * w_stride, v, n_pos, n, stride, out + j * n);
+      return;
+    }
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+      const float* wj = w + j0 * w_stride;
+      float* oj = out + j0 * n;
+      switch (std::min<int64_t>(4, group - j0)) {
+        case 1:
+          weighted_sums_single_order<1>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        case 2:
+          weighted_sums_single_order<2>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        case 3:
+          weighted_sums_single_order<3>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+        default:
+          weighted_sums_single_order<4>(wj, w_stride, v, n_pos, n, stride, oj);
+          break;
+      }
+    }
+    return;
+  }
+#else
+  (void)order;
+#endif
+  weighted_rows_group(w, w_stride, group, v, n_pos, n, stride, out, false);
+}
+
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
 // f32 (exact: f16 -> f32 loses nothing).
 void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
@@ -240,35 +446,18 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
 }
 
 // Scores of one query head against positions' keys (position p's at k + p * stride):
-// out[p] = dot(q, key p) * scale. With AVX-512 and head_dim % 16 == 0, each dot is one
-// 16-lane FMA chain over the dimensions summed in hsum16's order, 16 positions per pass
-// (a pass past n_pos re-reads the last key and drops the extra sums), so every position
-// gets the same arithmetic whatever n_pos, stride or the path that called.
+// out[p] = dot(q, key p) * scale; with AVX-512 and head_dim % 16 == 0 in llama.cpp's single
+// order for RowOrder::single, else in its batched order (the default's too).
 inline void head_scores(const float* qh, const float* k, int64_t n_pos, int64_t hd, int64_t stride,
-                        float scale, float* out) {
+                        float scale, float* out, RowOrder order) {
 #if INFERCEPT_VEC_AVX512
   if (hd % 16 == 0) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    // Dimensions outer and the 16 positions inner (unrolled), so the accumulators stay in
-    // registers; each position's chain is the same either way.
-    for (int64_t p0 = 0; p0 < n_pos; p0 += 16) {
-      const int64_t live = std::min<int64_t>(16, n_pos - p0);
-      const float* rows[16];
-      for (int i = 0; i < 16; ++i) rows[i] = k + (p0 + std::min<int64_t>(i, live - 1)) * stride;
-      __m512 acc[16];
-      __m512 qc = _mm512_loadu_ps(qh);
-      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
-          _mm512_mul_ps(qc, _mm512_loadu_ps(rows[i]));
-      for (int64_t c = 16; c < hd; c += 16) {
-        qc = _mm512_loadu_ps(qh + c);
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) acc[i] =
-            _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[i] + c), acc[i]);
-      }
-      const __m512 s = _mm512_mul_ps(hsum16x16(acc), vscale);
-      _mm512_mask_storeu_ps(out + p0, (__mmask16)((1u << live) - 1u), s);
-    }
-    return;
+    if (order == RowOrder::single)
+      return head_scores_single_order(qh, k, n_pos, hd, stride, scale, out);
+    return head_scores_batched_order(qh, k, n_pos, hd, stride, scale, out);
   }
+#else
+  (void)order;
 #endif
   int64_t p = 0;
   for (; p + 4 <= n_pos; p += 4) {
@@ -358,8 +547,11 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
 // llama.cpp computes it).
 inline void softmax_weights(float* scores, int64_t n, bool f16) {
 #if INFERCEPT_VEC_AVX512
-  // 16 positions per pass, the tail masked: the maximum is exact in any order; the sum runs
-  // in 16 lanes (position p in lane p % 16, in position order) and ends with hsum16.
+  // 16 positions per pass, the tail masked: the maximum is exact in any order; the sum is
+  // ggml's (soft_max_f32): each pass's 16 exponentials summed by hsum16 (the tree of
+  // _mm512_reduce_add_ps), the passes added in double, and the weights multiplied by
+  // (float)(1.0 / sum). Positions past n are exact zeros in ggml's padded row, so a masked
+  // tail sums the same.
   auto mask_at = [&](int64_t p) {
     return (__mmask16)(n - p >= 16 ? 0xffffu : (1u << (n - p)) - 1u);
   };
@@ -371,14 +563,15 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
   float mx = lanes[0];
   for (float l : lanes) mx = std::max(mx, l);
   const __m512 vmx = _mm512_set1_ps(mx);
-  __m512 sum16 = _mm512_setzero_ps();
+  double sum = 0.0;
   for (int64_t p = 0; p < n; p += 16) {
     const __mmask16 m = mask_at(p);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), vmx));
-    sum16 = _mm512_mask_add_ps(sum16, m, sum16, e);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), vmx)));
+    sum += (double)hsum16(e);
     _mm512_mask_storeu_ps(scores + p, m, e);
   }
-  const __m512 vinv = _mm512_set1_ps(1.0f / hsum16(sum16));
+  const __m512 vinv = _mm512_set1_ps((float)(1.0 / sum));
   for (int64_t p = 0; p < n; p += 16) {
     const __mmask16 m = mask_at(p);
     __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + p), vinv);
@@ -424,6 +617,11 @@ inline void softmax_weights(float* scores, int64_t n, bool f16) {
 #endif
 }
 
+// A worker's scratch for paged_attention_cpu.
+struct Scratch {
+  std::vector<float> k, v, scores, qall, qh;
+};
+
 struct WorkItem {
   int32_t seq;
   int32_t kv_head;
@@ -434,7 +632,8 @@ struct WorkItem {
 }  // namespace
 
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
-                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) {
+                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
+                         AttentionOrder order) {
   const KvGeometry& g = kv.g;
   const int64_t hd = g.head_dim;
   CHECK(n_heads % g.n_kv_heads == 0);
@@ -455,9 +654,18 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   }
   std::atomic<size_t> next{0};
   const bool f16 = g.dtype == DType::f16;
+  // llama.cpp's orders when asked: a sequence computing one row in the single order, two or
+  // more in the batched order.
+  const bool llama = order == AttentionOrder::llama_cpp;
+  const RowOrder lone = llama ? RowOrder::single : RowOrder::fast;
+  const RowOrder chunk = llama ? RowOrder::batched : RowOrder::fast;
   pool.run([&](int, int) {
-    std::vector<float> kbuf, vbuf, scores, qall, qh((size_t)(group * hd));
-    LinePrefetch pf;
+    // Per-thread scratch kept across calls (each layer's attention is one call): vectors
+    // created per call zero-filled ~n_pos x width floats every layer on growing, 2% of a
+    // batch-1 step.
+    thread_local Scratch buf;
+    buf.qh.resize((size_t)(group * hd));
+    LinePrefetch pf, pfv;
     for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
       const WorkItem& w = items[it];
       const int64_t ctx = batch.ctx_len[(size_t)w.seq];
@@ -475,83 +683,120 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
 #if INFERCEPT_VEC_AVX512
           if (f16)
             for (; i + 16 <= hd; i += 16)
-              _mm512_storeu_ps(&qh[(size_t)(j * hd + i)],
+              _mm512_storeu_ps(&buf.qh[(size_t)(j * hd + i)],
                                vm::round_to_f16(_mm512_loadu_ps(qp + i)));
 #endif
           for (; i < hd; ++i)
-            qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
+            buf.qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
         }
       };
       if (w.kv_head < 0) {
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
         // buffer in chunks of positions, so the cache is read as a stream instead of one
-        // head's 128-byte slices at a time, and nothing is copied whole to f32 first. Same
-        // arithmetic per element as the chunked path below, so a row's output does not
-        // depend on which path served it.
+        // head's 128-byte slices at a time. In llama.cpp's order the values are gathered
+        // whole, in the same pass as the keys (its P*V sums positions 64 apart first:
+        // weighted_sums_single_order). In the default order the arithmetic per element is
+        // the chunked path's below, so a row's output does not depend on which path served it.
         constexpr int64_t kPosChunk = 16;
         const int64_t width = g.n_kv_heads * hd;
         const int64_t row = batch.q_start[(size_t)w.seq];
-        kbuf.resize((size_t)(kPosChunk * width));
-        scores.resize((size_t)(n_heads * n_pos));
-        qall.resize((size_t)(n_heads * hd));
+        buf.k.resize((size_t)(kPosChunk * width));
+        buf.scores.resize((size_t)(n_heads * n_pos));
+        buf.qall.resize((size_t)(n_heads * hd));
         for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
           round_q(row, kvh);
-          std::copy(qh.begin(), qh.end(), qall.begin() + kvh * group * hd);
+          std::copy(buf.qh.begin(), buf.qh.end(), buf.qall.begin() + kvh * group * hd);
         }
-        // Chunk c + 1 (of K, then of V) is prefetched while chunk c is computed, one share
-        // after each query head.
-        auto plan_after = [&](bool in_v, int64_t p0) {
-          if (p0 + kPosChunk < n_pos)
-            pf.plan(in_v ? kv.v : kv.k, g, table, p0 + kPosChunk,
-                    std::min(kPosChunk, n_pos - p0 - kPosChunk));
-          else if (!in_v)
-            pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
-          else
-            pf.clear();
-        };
+        if (!llama) {
+          // Keys, then values, stream through the L1 buffer; chunk c + 1 (of K, then of V) is
+          // prefetched while chunk c is computed, one share after each query head.
+          auto plan_after = [&](bool in_v, int64_t p0) {
+            if (p0 + kPosChunk < n_pos)
+              pf.plan(in_v ? kv.v : kv.k, g, table, p0 + kPosChunk,
+                      std::min(kPosChunk, n_pos - p0 - kPosChunk));
+            else if (!in_v)
+              pf.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
+            else
+              pf.clear();
+          };
+          pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
+          pf.issue(0, 1);
+          for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+            const int64_t n = std::min(kPosChunk, n_pos - p0);
+            gather_slots(kv.k, g, table, p0, n, buf.k.data());
+            plan_after(false, p0);
+            for (int64_t hq = 0; hq < n_heads; ++hq) {
+              head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width,
+                          scale, buf.scores.data() + hq * n_pos + p0, lone);
+              pf.issue(hq, n_heads);
+            }
+          }
+          for (int64_t hq = 0; hq < n_heads; ++hq)
+            softmax_weights(buf.scores.data() + hq * n_pos, n_pos, f16);
+          for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+            const int64_t n = std::min(kPosChunk, n_pos - p0);
+            gather_slots(kv.v, g, table, p0, n, buf.k.data());
+            plan_after(true, p0);
+            for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+              weighted_rows_group(buf.scores.data() + kvh * group * n_pos + p0, n_pos, group,
+                                  buf.k.data() + kvh * hd, n, hd, width,
+                                  out.row<float>(row) + kvh * group * hd, p0 > 0);
+              pf.issue(kvh, g.n_kv_heads);
+            }
+          }
+          continue;
+        }
+        // Keys and values stream together, chunk by chunk: the keys through the L1 buffer
+        // for the scores, the values into buf.v (read whole after the softmax); chunk c + 1
+        // of both is prefetched while chunk c is computed, a share after each query head.
+        buf.v.resize((size_t)(n_pos * width));
         pf.plan(kv.k, g, table, 0, std::min(kPosChunk, n_pos));
+        pfv.plan(kv.v, g, table, 0, std::min(kPosChunk, n_pos));
         pf.issue(0, 1);
+        pfv.issue(0, 1);
         for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
           const int64_t n = std::min(kPosChunk, n_pos - p0);
-          gather_slots(kv.k, g, table, p0, n, kbuf.data());
-          plan_after(false, p0);
+          gather_slots(kv.k, g, table, p0, n, buf.k.data());
+          gather_slots(kv.v, g, table, p0, n, buf.v.data() + p0 * width);
+          const int64_t next = std::min(kPosChunk, n_pos - p0 - kPosChunk);
+          if (next > 0) {
+            pf.plan(kv.k, g, table, p0 + kPosChunk, next);
+            pfv.plan(kv.v, g, table, p0 + kPosChunk, next);
+          } else {
+            pf.clear();
+            pfv.clear();
+          }
           for (int64_t hq = 0; hq < n_heads; ++hq) {
-            head_scores(qall.data() + hq * hd, kbuf.data() + (hq / group) * hd, n, hd, width, scale,
-                        scores.data() + hq * n_pos + p0);
+            head_scores(buf.qall.data() + hq * hd, buf.k.data() + (hq / group) * hd, n, hd, width,
+                        scale, buf.scores.data() + hq * n_pos + p0, lone);
             pf.issue(hq, n_heads);
+            pfv.issue(hq, n_heads);
           }
         }
         for (int64_t hq = 0; hq < n_heads; ++hq)
-          softmax_weights(scores.data() + hq * n_pos, n_pos, f16);
-        for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
-          const int64_t n = std::min(kPosChunk, n_pos - p0);
-          gather_slots(kv.v, g, table, p0, n, kbuf.data());
-          plan_after(true, p0);
-          for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
-            weighted_rows_group(scores.data() + kvh * group * n_pos + p0, n_pos, group,
-                                kbuf.data() + kvh * hd, n, hd, width,
-                                out.row<float>(row) + kvh * group * hd, p0 > 0);
-            pf.issue(kvh, g.n_kv_heads);
-          }
-        }
+          softmax_weights(buf.scores.data() + hq * n_pos, n_pos, f16);
+        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh)
+          weighted_sums(buf.scores.data() + kvh * group * n_pos, n_pos, group,
+                        buf.v.data() + kvh * hd, n_pos, hd, width,
+                        out.row<float>(row) + kvh * group * hd, lone);
         continue;
       }
-      kbuf.resize((size_t)(n_pos * hd));
-      vbuf.resize((size_t)(n_pos * hd));
-      scores.resize((size_t)(group * n_pos));
-      gather_head(kv.k, g, table, 0, n_pos, w.kv_head, kbuf.data());
-      gather_head(kv.v, g, table, 0, n_pos, w.kv_head, vbuf.data());
+      buf.k.resize((size_t)(n_pos * hd));
+      buf.v.resize((size_t)(n_pos * hd));
+      buf.scores.resize((size_t)(group * n_pos));
+      gather_head(kv.k, g, table, 0, n_pos, w.kv_head, buf.k.data());
+      gather_head(kv.v, g, table, 0, n_pos, w.kv_head, buf.v.data());
       for (int64_t r = w.q_begin; r < w.q_end; ++r) {
         const int64_t row = batch.q_start[(size_t)w.seq] + r;
         const int64_t visible = first_pos + r + 1;
         round_q(row, w.kv_head);
         for (int64_t j = 0; j < group; ++j) {
-          float* sj = scores.data() + j * n_pos;
-          head_scores(qh.data() + j * hd, kbuf.data(), visible, hd, hd, scale, sj);
+          float* sj = buf.scores.data() + j * n_pos;
+          head_scores(buf.qh.data() + j * hd, buf.k.data(), visible, hd, hd, scale, sj, chunk);
           softmax_weights(sj, visible, f16);
         }
-        weighted_rows_group(scores.data(), n_pos, group, vbuf.data(), visible, hd, hd,
-                            out.row<float>(row) + w.kv_head * group * hd, false);
+        weighted_sums(buf.scores.data(), n_pos, group, buf.v.data(), visible, hd, hd,
+                      out.row<float>(row) + w.kv_head * group * hd, chunk);
       }
     }
   });

@@ -17,7 +17,20 @@ struct PagedKvView {
   KvGeometry g;
 };
 
+// The order in which scores and P*V are summed (attention.cpp says why).
+//   fast: scores in llamafile tinyBLAS's order, P*V one FMA chain per element in position
+//     order. A row's bits depend on its position and operands only: a decode row and the same
+//     row inside a prefill chunk, recomputed after preemption, or kept by a resumed request
+//     agree exactly.
+//   llama_cpp: llama.cpp's own orders (flash attention off): rows of a sequence computing
+//     two or more rows in the step as it sums a batch (tinyBLAS), a lone row as it sums a
+//     single token (ggml_vec_dot_f16), so a prompt and its decode steps get llama.cpp's
+//     bits; a recomputed or resumed row may then differ from the original in the last bits
+//     (as in llama.cpp), and P*V costs ~1.5-1.8x.
+enum class AttentionOrder { fast, llama_cpp };
+
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
-                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out);
+                         const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
+                         AttentionOrder order = AttentionOrder::fast);
 
 }  // namespace infercept

@@ -58,6 +58,16 @@ class CpuBackend final : public Backend {
     // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
     if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
       pack_weights_ = false;
+    // INFERCEPT_CPU_NUMERICS=llama.cpp: llama.cpp's CPU bits where they cost speed or an
+    // invariant: q4_1 products in its order (packed_matmul.h, ~2.4x those products' cost)
+    // and prompt rows' attention in its batched order (attention.h, which gives up a row's
+    // bits depending on its position only). Greedy decoding then follows llama.cpp token for
+    // token (docs/PERF.md 2); the default keeps the speed and the invariant.
+    if (const char* p = std::getenv("INFERCEPT_CPU_NUMERICS");
+        p != nullptr && std::string(p) == "llama.cpp") {
+      q4_1_order_ = Q4_1Order::ggml;
+      attention_order_ = AttentionOrder::llama_cpp;
+    }
   }
 
   std::string name() const override { return "cpu"; }
@@ -310,7 +320,7 @@ class CpuBackend final : public Backend {
                  const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) override {
     const auto& kv = static_cast<const CpuKvStorage&>(kv_base);
     PagedKvView view{kv.k(layer), kv.v(layer), kv.geometry()};
-    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out);
+    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out, attention_order_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -476,7 +486,7 @@ class CpuBackend final : public Backend {
         if (b >= e) continue;
         if (w.packed != nullptr)
           matmul_packed(w.dtype, w.packed, m, b, e, packed_acts_, static_cast<float*>(out.data),
-                        out.stride);
+                        out.stride, q4_1_order_);
         else
           matmul_rows(w.dtype, w.data, w.row_bytes, b, e, in.data, in.row_bytes, n, w.cols,
                       static_cast<float*>(out.data), out.stride);
@@ -540,20 +550,21 @@ class CpuBackend final : public Backend {
     int64_t i0 = 0;
 #if INFERCEPT_VEC_AVX512
     // The sum of squares in 8 double lanes (element i in lane i % 8), then the lanes in
-    // order: one chain of 576 dependent double adds was ~2% of a batch-32 step. In double
-    // the order moves the f32 scale below only in a last-bit tie.
+    // order: one chain of 576 dependent double adds was ~2% of a batch-32 step. Each square
+    // is rounded to float first, as ggml's rms_norm does ((double)(x * x)); in double the
+    // order of the sum moves the f32 scale below only in a last-bit tie.
     if (n >= 8) {
       __m512d acc = _mm512_setzero_pd();
       for (; i0 + 8 <= n; i0 += 8) {
-        const __m512d v = _mm512_maskz_cvtps_pd((__mmask8)0xff, _mm256_loadu_ps(x + i0));
-        acc = _mm512_fmadd_pd(v, v, acc);
+        const __m256 v = _mm256_loadu_ps(x + i0);
+        acc = _mm512_add_pd(acc, _mm512_maskz_cvtps_pd((__mmask8)0xff, _mm256_mul_ps(v, v)));
       }
       alignas(64) double lanes[8];
       _mm512_store_pd(lanes, acc);
       for (double l : lanes) ss += l;
     }
 #endif
-    for (int64_t i = i0; i < n; ++i) ss += (double)x[i] * (double)x[i];
+    for (int64_t i = i0; i < n; ++i) ss += (double)(x[i] * x[i]);
     const float s = 1.0f / std::sqrt((float)(ss / (double)n) + eps);
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s * w[i];
   }
@@ -567,8 +578,13 @@ class CpuBackend final : public Backend {
         const int64_t a = p.neox ? i : 2 * i;
         const int64_t b = p.neox ? i + half : 2 * i + 1;
         const float x0 = hx[a], x1 = hx[b];
-        hx[a] = x0 * cs[i] - x1 * sn[i];
-        hx[b] = x0 * sn[i] + x1 * cs[i];
+        // The fused multiply-adds GCC makes of ggml's x0*cos - x1*sin and x0*sin + x1*cos
+        // (its rope kernel, vectorized with vfmaddsub; read for the adjacent pairs of llama
+        // GGUFs): x0's products are fused, x1's rounded. Written out so that our compiler
+        // cannot choose otherwise (the other pairing alone costs 16 of 24 greedy matches
+        // against llama.cpp, docs/PERF.md 2.1).
+        hx[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
+        hx[b] = std::fma(x0, sn[i], x1 * cs[i]);
       }
     }
   }
@@ -606,6 +622,8 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   RopeTable rope_table_;
   bool pack_weights_ = true;
+  Q4_1Order q4_1_order_ = Q4_1Order::fast;
+  AttentionOrder attention_order_ = AttentionOrder::fast;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;

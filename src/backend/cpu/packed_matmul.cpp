@@ -182,6 +182,129 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
   }
 }
 
+// q4_1 in the order of ggml's x86 ggml_vec_dot_q4_1_q8_1, which llama.cpp's CPU backend uses
+// for every q4_1 product (prompt and decode alike): per (weight row, activation row) eight
+// float accumulators, accumulator L taking dx*dy times the integer dot of elements
+// 4L..4L+3 of each block (one 32-bit lane of its 256-bit vpdpbusd) by an FMA, the min term
+// dm * s in a ninth (a scalar FMA there), and at the end
+//   ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + min term
+// (its hsum_float_8, then the min). Here a vector holds one accumulator of 16 weight rows, so
+// a group needs eight vectors per activation row where `tile` needs one: about twice the
+// instructions per MAC, the price of llama.cpp's exact bits (a block's low-nibble vector v
+// is accumulator v, its high-nibble vector accumulator 4 + v). Same instructions for every
+// lane whatever G, C or c0, so results stay independent of the batch.
+template <int G, int C>
+void tile_q4_1_ggml(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t a0,
+                    const __mmask16* masks, float* out, int64_t out_stride, int64_t r0) {
+  const int64_t nb = geo.nb;
+  const int c0 = (int)(a0 % kPanel);
+  const size_t panel = (size_t)(a0 / kPanel) * (size_t)nb * kPanel;
+  const int8_t* const aq = A.qs.data() + panel * kQK;
+  const float* const ad = A.d.data() + panel;
+  const float* const as = A.s.data() + panel;
+  const uint8_t* qs[G];
+  const uint16_t* dd[G];
+  const uint16_t* mm[G];
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    qs[g] = grp + (size_t)g * geo.group_bytes;
+    dd[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.d_offset);
+    mm[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.m_offset);
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[G][C][8], macc[G][C];
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    INFERCEPT_UNROLL
+    for (int c = 0; c < C; ++c) {
+      macc[g][c] = _mm512_setzero_ps();
+      INFERCEPT_UNROLL
+      for (int l = 0; l < 8; ++l) acc[g][c][l] = _mm512_setzero_ps();
+    }
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    __m512 scale[G][C];
+    INFERCEPT_UNROLL
+    for (int g = 0; g < G; ++g) {
+      const __m512 dx = f16x16_to_f32(dd[g] + i * kGroup);
+      const __m512 mx = f16x16_to_f32(mm[g] + i * kGroup);
+      INFERCEPT_UNROLL
+      for (int c = 0; c < C; ++c) {
+        const int64_t slot = i * kPanel + c0 + c;
+        scale[g][c] = _mm512_mul_ps(dx, _mm512_set1_ps(ad[slot]));
+        macc[g][c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(as[slot]), macc[g][c]);
+      }
+    }
+    INFERCEPT_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      __m512i wl[G], wh[G];
+      INFERCEPT_UNROLL
+      for (int g = 0; g < G; ++g) {
+        const __m512i w = _mm512_load_si512(qs[g] + (size_t)i * 256 + 64 * v);
+        wl[g] = _mm512_and_si512(w, m4);
+        wh[g] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+      }
+      INFERCEPT_UNROLL
+      for (int c = 0; c < C; ++c) {
+        const int8_t* a = aq + (i * kPanel + c0 + c) * kQK;
+        const __m512i al = _mm512_set1_epi32(load_i32(a + 4 * v));
+        const __m512i ah = _mm512_set1_epi32(load_i32(a + 16 + 4 * v));
+        INFERCEPT_UNROLL
+        for (int g = 0; g < G; ++g) {
+          acc[g][c][v] = _mm512_fmadd_ps(
+              scale[g][c], i32_to_f32(_mm512_dpbusd_epi32(zero, wl[g], al)), acc[g][c][v]);
+          acc[g][c][4 + v] = _mm512_fmadd_ps(
+              scale[g][c], i32_to_f32(_mm512_dpbusd_epi32(zero, wh[g], ah)), acc[g][c][4 + v]);
+        }
+      }
+    }
+  }
+  INFERCEPT_UNROLL
+  for (int g = 0; g < G; ++g) {
+    INFERCEPT_UNROLL
+    for (int c = 0; c < C; ++c) {
+      const __m512(&a)[8] = acc[g][c];
+      const __m512 r =
+          _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                        _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+      _mm512_mask_storeu_ps(out + (a0 + c) * out_stride + r0 + kGroup * g, masks[g],
+                            _mm512_add_ps(r, macc[g][c]));
+    }
+  }
+}
+
+// q4_1 products: groups of two (decode) or one group against two activation rows at a time.
+void run_q4_1_ggml(const uint8_t* packed, int64_t row_begin, int64_t row_end, const PackedActs& A,
+                   float* out, int64_t out_stride) {
+  const Geometry geo = geometry(DType::q4_1, A.k);
+  const int64_t g0 = row_begin / kGroup, g1 = n_groups(row_end);
+  auto mask_of = [&](int64_t g) -> __mmask16 {
+    const int64_t live = std::min<int64_t>(kGroup, row_end - g * kGroup);
+    return (__mmask16)((1u << live) - 1u);
+  };
+  auto group_ptr = [&](int64_t g) { return packed + (size_t)g * geo.group_bytes; };
+  if (A.n == 1) {
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) {
+      const __mmask16 masks[2] = {mask_of(g), mask_of(g + 1)};
+      tile_q4_1_ggml<2, 1>(group_ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
+    }
+    for (; g < g1; ++g) {
+      const __mmask16 m = mask_of(g);
+      tile_q4_1_ggml<1, 1>(group_ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
+    }
+    return;
+  }
+  for (int64_t g = g0; g < g1; ++g) {
+    const __mmask16 m = mask_of(g);
+    int64_t a = 0;
+    for (; a + 2 <= A.n; a += 2)
+      tile_q4_1_ggml<1, 2>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+    if (a < A.n) tile_q4_1_ggml<1, 1>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+  }
+}
+
 template <Kind K, int C>
 void tile_rest(int c, const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t a0,
                const __mmask16* masks, float* out, int64_t out_stride, int64_t r0) {
@@ -365,7 +488,7 @@ void prepare_acts(DType t, const void* acts, size_t act_row_bytes, int64_t n, in
 }
 
 void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,
-                   const PackedActs& acts, float* out, int64_t out_stride) {
+                   const PackedActs& acts, float* out, int64_t out_stride, Q4_1Order order) {
   CHECK(packed_supported(t));
   CHECK(row_begin % kGroup == 0 && (row_end % kGroup == 0 || row_end == rows));
   CHECK(row_begin >= 0 && row_end <= rows);
@@ -376,6 +499,8 @@ void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin,
     case DType::q4_0:
       return run<Kind::q4_0>(p, rows, row_begin, row_end, acts, out, out_stride);
     case DType::q4_1:
+      if (order == Q4_1Order::ggml)
+        return run_q4_1_ggml(p, row_begin, row_end, acts, out, out_stride);
       return run<Kind::q4_1>(p, rows, row_begin, row_end, acts, out, out_stride);
     default:
       return run<Kind::q8_0>(p, rows, row_begin, row_end, acts, out, out_stride);

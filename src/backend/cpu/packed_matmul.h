@@ -11,6 +11,8 @@
 // with isum_i the block's exact integer sum, in one SIMD lane, whatever the tile shape or the
 // number of activation rows. So a row's result is bit-identical alone (decode) and inside a
 // batch, and differs from the scalar oracle (vec_dot_scalar) only by float rounding order.
+// q4_1 can instead be summed in llama.cpp's order (Q4_1Order::ggml, below), also the same
+// whatever the batch.
 #pragma once
 
 #include <cstddef>
@@ -59,10 +61,20 @@ void quantize_acts_rows(DType t, const float* x, int64_t x_stride, int64_t a_beg
 void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t a_begin,
                        int64_t a_end, PackedActs& out);
 
+// How q4_1 dot products are summed. fast: as above. ggml: the order of ggml's x86
+// ggml_vec_dot_q4_1_q8_1, which llama.cpp's CPU backend runs for every q4_1 product: eight
+// accumulators per dot (one per group of four elements of a block), the blocks' min terms
+// in a ninth, then a fixed tree. Bit-identical to llama.cpp's q4_1 products, which is what
+// lets greedy decoding follow llama.cpp token for token (docs/PERF.md 2), but about 2.4x the
+// instructions of `fast` where the products are compute-bound (prefill, batched decode).
+// The CPU backend takes it under INFERCEPT_CPU_NUMERICS=llama.cpp.
+enum class Q4_1Order { fast, ggml };
+
 // out[a * out_stride + r] = dot(weight row r, activation row a) for r in [row_begin, row_end)
 // and every activation row. row_begin must be a multiple of 16 and row_end a multiple of 16
 // or `rows`, so callers split work between threads on group boundaries.
 void matmul_packed(DType t, const void* packed, int64_t rows, int64_t row_begin, int64_t row_end,
-                   const PackedActs& acts, float* out, int64_t out_stride);
+                   const PackedActs& acts, float* out, int64_t out_stride,
+                   Q4_1Order order = Q4_1Order::fast);
 
 }  // namespace infercept

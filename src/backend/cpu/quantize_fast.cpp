@@ -29,19 +29,11 @@ constexpr __mmask16 kAll16 = 0xffff;
 
 inline int quantize32_512(const float* x, float id, int8_t* q) {
   const __m512 vid = _mm512_set1_ps(id);
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-  const __m512i sign_mask = _mm512_set1_epi32((int)0x80000000u);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   __m512i sum = _mm512_setzero_si512();
   for (int k = 0; k < 2; ++k) {
     const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), vid);
-    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(p), abs_mask));
-    __m512 t = _mm512_maskz_roundscale_ps(kAll16, a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(a, t), half, _CMP_GE_OQ);
-    t = _mm512_mask_add_ps(t, up, t, one);
-    t = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t),
-                                            _mm512_and_si512(_mm512_castps_si512(p), sign_mask)));
-    const __m512i r = _mm512_maskz_cvttps_epi32(kAll16, t);
+    const __m512i r = _mm512_maskz_cvt_roundps_epi32(
+        kAll16, p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // ties to even
     _mm512_mask_cvtsepi32_storeu_epi8(q + 16 * k, kAll16, r);
     sum = _mm512_add_epi32(sum, r);
   }
@@ -72,22 +64,14 @@ inline float amax32_512(const float* x) {
 }
 #endif
 
-// Quantizes 32 floats with inverse scale id to int8, rounding half away from zero exactly as
-// std::roundf does (truncate, then add one where the dropped fraction is >= 0.5). Returns
-// the sum of the quants.
+// Quantizes 32 floats with inverse scale id to int8, rounding to nearest with ties to even
+// (the rounding mode of ggml's x86 activation quantizer). Returns the sum of the quants.
 inline int quantize32_256(const float* x, float id, int8_t* q) {
   const __m256 vid = _mm256_set1_ps(id);
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   __m256i r[4];
-  for (int k = 0; k < 4; ++k) {
-    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid);
-    const __m256 a = _mm256_andnot_ps(sign_mask, p);
-    __m256 t = _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, t), half, _CMP_GE_OQ), one);
-    t = _mm256_or_ps(_mm256_add_ps(t, up), _mm256_and_ps(p, sign_mask));
-    r[k] = _mm256_cvttps_epi32(t);
-  }
+  for (int k = 0; k < 4; ++k)
+    r[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   // int32 x 32 -> int8 x 32 in order: packs interleave 128-bit lanes, a permute restores it.
   const __m256i s01 = _mm256_packs_epi32(r[0], r[1]);
   const __m256i s23 = _mm256_packs_epi32(r[2], r[3]);
@@ -134,18 +118,18 @@ inline float amax32(const float* x) {
 
 float quantize_block32_fast(const float* x, int8_t* q, int* sum) {
 #if INFERCEPT_QFAST_AVX2
-  const float d = amax32(x) / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
-  *sum = quantize32(x, id, q);
+  const float amax = amax32(x);
+  const float d = amax / 127.f;
+  *sum = quantize32(x, q8_inverse_scale(amax), q);
   return d;
 #else
   // core/quant.cpp's quant_q8_1, one block.
   float amax = 0.f;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
+  const float id = q8_inverse_scale(amax);
   int s = 0;
-  for (int j = 0; j < kQK; ++j) s += (q[j] = (int8_t)std::roundf(x[j] * id));
+  for (int j = 0; j < kQK; ++j) s += (q[j] = (int8_t)nearest_int(x[j] * id));
   *sum = s;
   return d;
 #endif
@@ -156,8 +140,9 @@ void quantize_row_fast(DType t, const float* src, void* dst, int64_t n) {
   if (t == DType::q8_0 || t == DType::q8_1) {
     const int64_t nb = n / kQK;
     for (int64_t i = 0; i < nb; ++i, src += kQK) {
-      const float d = amax32(src) / 127.f;
-      const float id = d != 0.f ? 1.f / d : 0.f;
+      const float amax = amax32(src);
+      const float d = amax / 127.f;
+      const float id = q8_inverse_scale(amax);
       if (t == DType::q8_0) {
         auto& b = static_cast<BlockQ8_0*>(dst)[i];
         b.d = fp32_to_fp16(d);

@@ -1,5 +1,5 @@
 // SIMD quantization of activation rows to q8_0 / q8_1, bit for bit equal to the scalar
-// oracle in core/quant.cpp (same scale, same round-half-away-from-zero), so using it changes
+// oracle in core/quant.cpp (same multiplier, same rounding: ties to even), so using it changes
 // speed only. Other formats fall back to core's quantize_row.
 #pragma once
 

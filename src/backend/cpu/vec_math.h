@@ -1,6 +1,7 @@
 // 16-lane exp and horizontal sums for the CPU backend's AVX-512 paths (attention's softmax,
 // SiLU). Why: a batch-32 decode step evaluates ~50k exponentials per layer, and the scalar
-// libm call was ~6% of the step. These are not libm's bits (within 2 ulp of exp), so every
+// libm call was ~6% of the step. These are not libm's bits (within 2.2 ulp of exp) but
+// ggml's (llama.cpp's CPU backend computes its softmax and SiLU with the same exp), so every
 // caller uses them on all of its paths: a row's result must not depend on which path or
 // batch served it.
 #pragma once
@@ -8,6 +9,7 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #define INFERCEPT_VEC_AVX512 1
 #endif
@@ -62,21 +64,33 @@ inline __m512 f16_to_f32(const uint16_t* p) {
 }
 }  // namespace vm
 
-// exp(x) per lane: x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for exp(r)
-// (Cephes' expf coefficients), and 2^n applied by scalef, which underflows to 0 gracefully.
+// exp(x) per lane, with the argument reduction and polynomial of ggml's 16-lane expf (after
+// Arm's optimized-routines expf), operation for operation, so softmax weights and SiLU get
+// llama.cpp's bits: x = n ln2 + b with n = round(x log2 e) found by adding 1.5 * 2^23,
+// ln2 split in two for the reduction, exp(b) ~ 1 + c1 b + b^2 (c2 + c3 b) + b^4 (c4 + c5 b),
+// 2^n applied by scalef. |n| > 192 (x beyond about +-133) gives +inf or 0 instead. Within
+// 2.2 ulp of libm where it does not overflow or underflow (ggml states 1.45 ulp + 0.5).
 inline __m512 exp16(__m512 x) {
-  x = vm::min(vm::max(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
-  const __m512 n = vm::round_nearest(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return vm::scalef(y, n);
+  const __m512 shift = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shift);
+  const __m512 n = _mm512_sub_ps(z, shift);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 hi = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f)));
+  const __m512 j = _mm512_fmadd_ps(
+      hi, u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+  const __m512 res = vm::scalef(j, n);
+  const __mmask16 out_of_range = _mm512_cmp_ps_mask(
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))),
+      _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+  if (out_of_range == 0) return res;
+  const __mmask16 non_positive = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512 limit =
+      _mm512_mask_blend_ps(non_positive, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(out_of_range, res, limit);
 }
 
 // Sum of the 16 lanes in one fixed order: lanes j and j + 8, then j and j + 4, j and j + 2,
