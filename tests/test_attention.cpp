@@ -48,7 +48,9 @@ Cache make_cache(std::mt19937& rng, int64_t n_pos, int64_t block_size, int64_t n
   return c;
 }
 
-// Scalar models of llama.cpp's CPU attention arithmetic (flash attention off, f16 cache).
+// Scalar models of llama.cpp's CPU attention arithmetic (flash attention off, f16 cache),
+// for the AVX-512 orders the backend reproduces (a build without AVX-512 has none to test).
+#if INFERCEPT_VEC_AVX512
 
 // The tree of _mm512_reduce_add_ps over 16 lanes.
 float tree16(const float* l) {
@@ -86,7 +88,6 @@ float round_f16(float x) {
   return fp16_to_fp32(fp32_to_fp16(x));
 }
 
-#if INFERCEPT_VEC_AVX512
 float exp1(float x) {
   alignas(64) float out[16];
   _mm512_store_ps(out, exp16(_mm512_set1_ps(x)));

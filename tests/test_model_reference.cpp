@@ -1,7 +1,7 @@
 // The forward pass against llama.cpp (tests/fixtures/reference_smollm2.json, made by
 // scripts/make_reference.py with llama-cpp-python on the same GGUF file):
 //   - greedy decoding, one token per step as a server decodes, follows llama.cpp's tokens
-//     until a near-tie of llama.cpp's own logits; with INFERCEPT_CPU_NUMERICS=llama.cpp
+//     until a near-tie of llama.cpp's own logits; with CpuNumerics::llama_cpp
 //     (every operation rounded as llama.cpp's CPU backend rounds) for 32+ tokens on at
 //     least 20 of the 24 prompts, the target;
 //   - the logits at every position (prompt and generated, teacher-forced in one prefill)
@@ -68,13 +68,13 @@ class ModelReference : public ::testing::Test {
  protected:
   void SetUp() override { load(); }
 
-  void load() {
+  void load(CpuNumerics numerics = CpuNumerics::fast) {
     auto src = open_model_source(testing::default_model_path());
     ASSERT_TRUE(src.ok()) << src.error().message;
     src_ = std::move(*src);
     model_.reset();
     kv_.reset();
-    backend_ = make_cpu_backend(0);
+    backend_ = make_cpu_backend(0, numerics);
     auto m = LlamaModel::create(*src_, *backend_, 512, 512);
     ASSERT_TRUE(m.ok()) << m.error().message;
     model_ = std::move(*m);
@@ -175,16 +175,14 @@ TEST_F(ModelReference, GreedyTokensMatchLlamaCppUntilANearTie) {
               reference().j["cases"].size(), kMinMatchingTokens);
 }
 
-// With INFERCEPT_CPU_NUMERICS=llama.cpp (q4_1 products in llama.cpp's order, prompt rows'
-// attention in its batched order), every operation of the forward pass rounds as llama.cpp's
-// CPU backend does (docs/PERF.md 2), so greedy decoding follows llama.cpp token for token:
-// the target is 20 of 24 prompts for 32+ tokens (24 measured). Needs the packed
+// With CpuNumerics::llama_cpp (`--cpu-numerics llama.cpp`; q4_1 products in llama.cpp's order,
+// prompt rows' attention in its batched order), every operation of the forward pass rounds as
+// llama.cpp's CPU backend does (docs/PERF.md 2), so greedy decoding follows llama.cpp token for
+// token: the target is 20 of 24 prompts for 32+ tokens (24 measured). Needs the packed
 // AVX512-VNNI kernels and AVX-512 attention.
 TEST_F(ModelReference, GreedyTokensMatchLlamaCppInItsNumerics) {
   if (!packed_supported(DType::q4_1)) GTEST_SKIP() << "no AVX512-VNNI in this build";
-  ::setenv("INFERCEPT_CPU_NUMERICS", "llama.cpp", 1);
-  load();
-  ::unsetenv("INFERCEPT_CPU_NUMERICS");
+  load(CpuNumerics::llama_cpp);
   const int full_matches = greedy_full_matches();
   std::printf("greedy, llama.cpp numerics: %d of %zu prompts match llama.cpp for %d+ tokens\n",
               full_matches, reference().j["cases"].size(), kMinMatchingTokens);
@@ -248,6 +246,17 @@ TEST_F(ModelReference, LogitsAtEveryPositionMatchLlamaCpp) {
   EXPECT_LE(mean, kMeanLogitTolerance);
   EXPECT_LE(p99, kP99LogitTolerance);
   EXPECT_LE(worst, kMaxLogitTolerance);
+}
+
+// --cpu-numerics takes the two names and nothing else (the message names the bad value).
+TEST(CpuNumerics, ParsesTheTwoNamesAndRejectsOthers) {
+  ASSERT_TRUE(parse_cpu_numerics("fast").ok());
+  EXPECT_EQ(*parse_cpu_numerics("fast"), CpuNumerics::fast);
+  ASSERT_TRUE(parse_cpu_numerics("llama.cpp").ok());
+  EXPECT_EQ(*parse_cpu_numerics("llama.cpp"), CpuNumerics::llama_cpp);
+  auto bad = parse_cpu_numerics("llamacpp");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'llamacpp'"), std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -212,8 +213,20 @@ class Backend {
   virtual Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) = 0;
 };
 
-// The CPU backend with n_threads threads (0 = all cores).
-std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// How the CPU backend rounds (docs/PERF.md 2):
+//   fast: its own orders, chosen for speed and for a row's bits depending on its position
+//     and operands only (recomputed and resumed rows are bit-exact);
+//   llama_cpp: llama.cpp's CPU bits throughout (q4_1 products in ggml's order, attention in
+//     the order llama.cpp picks by batch size): greedy decoding follows llama.cpp token for
+//     token, at ~40% of batch-32 throughput and without that bit-exactness.
+enum class CpuNumerics { fast, llama_cpp };
+// "fast" | "llama.cpp", else an error naming the value.
+Result<CpuNumerics> parse_cpu_numerics(const std::string& name);
+
+// The CPU backend with n_threads threads (0 = all cores). Without `numerics`,
+// INFERCEPT_CPU_NUMERICS (fast | llama.cpp) decides, fast if unset.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads,
+                                          std::optional<CpuNumerics> numerics = std::nullopt);
 
 struct CudaBackendOptions {
   int device = 0;

@@ -26,6 +26,7 @@ const std::set<std::string> kEngineFlags = {"model",
                                             "device",
                                             "gpu-memory-utilization",
                                             "cuda-graphs",
+                                            "cpu-numerics",
                                             "dtype"};
 const std::set<std::string> kSamplingFlags = {"max-tokens",
                                               "temperature",
@@ -87,6 +88,10 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   if (graphs != "on" && graphs != "off")
     return make_error("--cuda-graphs must be on or off, got '", graphs, "'");
   c.cuda_graphs = graphs == "on";
+  if (a.has("cpu-numerics")) {
+    TRY_ASSIGN(CpuNumerics numerics, parse_cpu_numerics(a.get("cpu-numerics")));
+    c.cpu_numerics = numerics;
+  }
   const std::string dt = a.get("dtype", "bf16");
   if (dt == "bf16")
     c.compute_dtype = DType::bf16;

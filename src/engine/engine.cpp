@@ -78,7 +78,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelSource& src) {
 
 // `--device`: cpu, cuda or cuda:N.
 Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
-  if (config.device == "cpu") return make_cpu_backend(config.n_threads);
+  if (config.device == "cpu") return make_cpu_backend(config.n_threads, config.cpu_numerics);
   if (config.device.rfind("cuda", 0) == 0) {
     CudaBackendOptions o;
     if (config.device.size() > 4) {

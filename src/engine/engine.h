@@ -34,7 +34,9 @@ namespace infercept {
 
 struct EngineConfig {
   std::string model_path;
-  int n_threads = 0;           // 0 = all cores
+  int n_threads = 0;  // 0 = all cores
+  // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: INFERCEPT_CPU_NUMERICS, else fast.
+  std::optional<CpuNumerics> cpu_numerics;
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int64_t block_size = 16;
   int64_t kv_cache_tokens = 0;  // 0 = derived from kv_cache_mb

@@ -21,6 +21,7 @@
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "core/log.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 
@@ -53,18 +54,18 @@ class CpuKvStorage final : public KvStorage {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
+  CpuBackend(int n_threads, CpuNumerics numerics)
+      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
     // INFERCEPT_CPU_PACKED=0 keeps every weight in the file layout only (matmul_rows): the
     // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
     if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
       pack_weights_ = false;
-    // INFERCEPT_CPU_NUMERICS=llama.cpp: llama.cpp's CPU bits where they cost speed or an
-    // invariant: q4_1 products in its order (packed_matmul.h, ~2.4x those products' cost)
-    // and prompt rows' attention in its batched order (attention.h, which gives up a row's
-    // bits depending on its position only). Greedy decoding then follows llama.cpp token for
+    // CpuNumerics::llama_cpp: llama.cpp's CPU bits where they cost speed or an invariant:
+    // q4_1 products in its order (packed_matmul.h, ~2.4x those products' cost) and prompt
+    // rows' attention in its batched order (attention.h, which gives up a row's bits
+    // depending on its position only). Greedy decoding then follows llama.cpp token for
     // token (docs/PERF.md 2); the default keeps the speed and the invariant.
-    if (const char* p = std::getenv("INFERCEPT_CPU_NUMERICS");
-        p != nullptr && std::string(p) == "llama.cpp") {
+    if (numerics == CpuNumerics::llama_cpp) {
       q4_1_order_ = Q4_1Order::ggml;
       attention_order_ = AttentionOrder::llama_cpp;
     }
@@ -633,8 +634,24 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<CpuBackend>(n_threads);
+Result<CpuNumerics> parse_cpu_numerics(const std::string& name) {
+  if (name == "fast") return CpuNumerics::fast;
+  if (name == "llama.cpp") return CpuNumerics::llama_cpp;
+  return make_error("CPU numerics must be 'fast' or 'llama.cpp', got '", name, "'");
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, std::optional<CpuNumerics> numerics) {
+  if (!numerics) {
+    numerics = CpuNumerics::fast;
+    if (const char* e = std::getenv("INFERCEPT_CPU_NUMERICS"); e != nullptr) {
+      auto parsed = parse_cpu_numerics(e);
+      if (parsed.ok())
+        numerics = *parsed;
+      else
+        LOG_WARN("INFERCEPT_CPU_NUMERICS: %s; using fast", parsed.error().message.c_str());
+    }
+  }
+  return std::make_unique<CpuBackend>(n_threads, *numerics);
 }
 
 }  // namespace infercept
