@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/attention_orders.h"
@@ -176,6 +177,22 @@ inline void weighted_rows_heads(const float* const* w, const float* v, int64_t n
 }
 #endif
 
+// Calls f(std::integral_constant<int, G>{}) with G = min(4, n): the query heads of a GQA
+// group go through kernels templated on their count, at most 4 at a time.
+template <typename F>
+inline void for_head_count(int64_t n, F&& f) {
+  switch (std::min<int64_t>(4, n)) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+
 // weighted_rows for `group` heads sharing v: w_j = w + j * w_stride, out_j = out + j * n.
 inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group, const float* v,
                                 int64_t n_pos, int64_t n, int64_t stride, float* out,
@@ -190,20 +207,9 @@ inline void weighted_rows_group(const float* w, int64_t w_stride, int64_t group,
         ws[j] = w + (j0 + j) * w_stride;
         os[j] = out + (j0 + j) * n;
       }
-      switch (g) {
-        case 1:
-          weighted_rows_heads<1>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        case 2:
-          weighted_rows_heads<2>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        case 3:
-          weighted_rows_heads<3>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-        default:
-          weighted_rows_heads<4>(ws, v, n_pos, n, stride, os, accumulate);
-          break;
-      }
+      for_head_count(g, [&](auto heads) {
+        weighted_rows_heads<decltype(heads)::value>(ws, v, n_pos, n, stride, os, accumulate);
+      });
     }
     return;
   }
@@ -231,20 +237,9 @@ inline void weighted_sums(const float* w, int64_t w_stride, int64_t group, const
     for (int64_t j0 = 0; j0 < group; j0 += 4) {
       const float* wj = w + j0 * w_stride;
       float* oj = out + j0 * n;
-      switch (std::min<int64_t>(4, group - j0)) {
-        case 1:
-          weighted_sums_single_order<1>(wj, w_stride, v, n_pos, n, stride, oj);
-          break;
-        case 2:
-          weighted_sums_single_order<2>(wj, w_stride, v, n_pos, n, stride, oj);
-          break;
-        case 3:
-          weighted_sums_single_order<3>(wj, w_stride, v, n_pos, n, stride, oj);
-          break;
-        default:
-          weighted_sums_single_order<4>(wj, w_stride, v, n_pos, n, stride, oj);
-          break;
-      }
+      for_head_count(group - j0, [&](auto heads) {
+        weighted_sums_single_order<decltype(heads)::value>(wj, w_stride, v, n_pos, n, stride, oj);
+      });
     }
     return;
   }
