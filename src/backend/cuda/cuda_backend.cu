@@ -34,6 +34,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_storage.h"
+#include "backend/cuda/sample_io.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/swap_engine.h"
@@ -68,21 +69,7 @@ class CudaBackend final : public Backend {
     TRY(cuda::make_staging(block_copy_idx_, 4u << 20, compute_));
     TRY(swap_.init(device_, props_.multiProcessorCount));
     target_ctas_ = 2 * props_.multiProcessorCount;
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), argmax_capacity_ * 4));
-    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&argmax_host_), argmax_capacity_ * 4,
-                             cudaHostAllocMapped));
-    CUDA_CHECK(
-        cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_host_dev_), argmax_host_, 0));
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sample_params_dev_),
-                          argmax_capacity_ * sizeof(DeviceSampleRow)));
-    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&sample_params_host_),
-                             argmax_capacity_ * sizeof(DeviceSampleRow), cudaHostAllocMapped));
-    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sample_params_host_dev_),
-                                        sample_params_host_, 0));
-    // A step's small transfers (inputs, sampled ids) go through the SMs by default: on a
-    // copy engine they can queue behind the swap engine's bulk copies (docs/PERF.md 4.5e).
-    if (const char* c = std::getenv("INFERCEPT_STEP_COPIES"); c != nullptr)
-      small_copies_by_kernel_ = std::string(c) != "engine";
+    TRY(sample_io_.init());
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
@@ -103,10 +90,6 @@ class CudaBackend final : public Backend {
     cuda::free_staging(step_);
     cuda::free_staging(block_copy_idx_);
     cudaFreeHost(logits_host_);
-    cudaFree(argmax_dev_);
-    cudaFreeHost(argmax_host_);
-    cudaFree(sample_params_dev_);
-    cudaFreeHost(sample_params_host_);
     gemm_.reset();
     cudaStreamDestroy(compute_);
   }
@@ -204,26 +187,22 @@ class CudaBackend final : public Backend {
 
   bool greedy_on_device() const override { return true; }
   bool argmax_rows(const Tensor& t, int32_t* out) override {
-    CHECK(t.dtype == DType::f32 && t.rows <= argmax_capacity_);
+    CHECK(t.dtype == DType::f32 && t.rows <= cuda::SampleIo::kCapacity);
     if (t.rows == 0) return true;
-    cuda::argmax_rows(view(t), argmax_dev_, compute_);
-    ids_to_host(t.rows);
-    std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
+    cuda::argmax_rows(view(t), sample_io_.ids_dev(), compute_);
+    sample_io_.ids_to_host(t.rows, out, compute_);
     return true;
   }
 
   bool samples_on_device() const override { return true; }
   bool sample_rows(Tensor t, std::span<const DeviceSampleRow> rows, int32_t* out) override {
-    CHECK(t.dtype == DType::f32 && t.rows == (int64_t)rows.size() && t.rows <= argmax_capacity_);
+    CHECK(t.dtype == DType::f32 && t.rows == (int64_t)rows.size());
     if (t.rows == 0) return true;
     // The previous call synchronized the stream, so the pinned parameters are free again.
-    std::memcpy(sample_params_host_, rows.data(), rows.size_bytes());
-    small_copy(sample_params_dev_, sample_params_host_dev_, sample_params_host_, rows.size_bytes(),
-               cudaMemcpyHostToDevice, compute_);
-    cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, sample_params_dev_,
-                      argmax_dev_, compute_);
-    ids_to_host(t.rows);
-    std::memcpy(out, argmax_host_, (size_t)t.rows * 4);
+    const DeviceSampleRow* params = sample_io_.upload_params(rows, compute_);
+    cuda::sample_rows(static_cast<float*>(t.data), t.rows, t.cols, t.stride, params,
+                      sample_io_.ids_dev(), compute_);
+    sample_io_.ids_to_host(t.rows, out, compute_);
     return true;
   }
 
@@ -572,31 +551,12 @@ class CudaBackend final : public Backend {
     std::memcpy(step_.host + off, src, bytes);
     step_.used = off + bytes;
     if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
-    small_copy(step_.dev + off, step_.host_dev + off, step_.host + off, bytes,
-               cudaMemcpyHostToDevice, st);
+    // Through the SMs by default: never behind a swap copy on a copy engine (sample_io.h).
+    sample_io_.small_copy()(step_.dev + off, step_.host_dev + off, step_.host + off, bytes,
+                            cudaMemcpyHostToDevice, st);
     // In a capture the copy is a graph node; end_step records `done` after the launch.
     if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
     return step_.dev + off;
-  }
-
-  // A few KB between pinned host memory and the device, by a kernel (the SMs read or write
-  // the mapped pages) or by a copy engine. `dst`/`src` are device addresses; `host` is the
-  // host side's own address, for the copy engine.
-  void small_copy(void* dst, const void* src, const void* host, size_t bytes, cudaMemcpyKind kind,
-                  cudaStream_t st) {
-    if (small_copies_by_kernel_) {
-      cuda::copy_bytes(dst, src, bytes, st);
-    } else if (kind == cudaMemcpyHostToDevice) {
-      CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, kind, st));
-    } else {
-      CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(host), src, bytes, kind, st));
-    }
-  }
-  // The sampled ids of `rows` rows into argmax_host_, then waits for them.
-  void ids_to_host(int64_t rows) {
-    small_copy(argmax_host_dev_, argmax_dev_, argmax_host_, (size_t)rows * 4,
-               cudaMemcpyDeviceToHost, compute_);
-    CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
 
   // The compute stream waits for a layer's swap copies only where this step touches blocks
@@ -771,14 +731,7 @@ class CudaBackend final : public Backend {
   int64_t scratch_pairs_ = 0;
   int64_t step_no_ = 0;
   float* logits_host_ = nullptr;
-  static constexpr int64_t argmax_capacity_ = 1 << 16;  // rows sampled per step, at most
-  int32_t* argmax_dev_ = nullptr;
-  int32_t* argmax_host_ = nullptr;
-  int32_t* argmax_host_dev_ = nullptr;  // the device's address of argmax_host_ (mapped)
-  DeviceSampleRow* sample_params_dev_ = nullptr;
-  DeviceSampleRow* sample_params_host_ = nullptr;
-  DeviceSampleRow* sample_params_host_dev_ = nullptr;
-  bool small_copies_by_kernel_ = true;  // INFERCEPT_STEP_COPIES=engine for copy engines
+  cuda::SampleIo sample_io_;  // sampling parameters in, sampled ids out
   size_t logits_host_elems_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_elems_ = 0;

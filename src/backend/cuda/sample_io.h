@@ -1,0 +1,59 @@
+// A step's small host <-> device transfers: the per-row sampling parameters in, the sampled
+// token ids out, and the path every such transfer takes (the step's input uploads too).
+//
+// By default they go through the SMs (cuda::copy_bytes over mapped pinned memory), not a copy
+// engine: on a copy engine they queued behind the swap engine's bulk copies of the same
+// direction, and a step waited for a whole swap-in (docs/PERF.md 4.5e).
+// INFERCEPT_STEP_COPIES=engine takes the copy engines again (the A/B switch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+#include "core/result.h"
+
+namespace infercept::cuda {
+
+// Copies `bytes` (a few KB) between pinned, mapped host memory and the device on `st`.
+// `dst`/`src` are device addresses (of the mapped pages on the host side); `host` is the
+// host side's own address, which the copy-engine path needs.
+struct SmallCopy {
+  bool by_kernel = true;  // INFERCEPT_STEP_COPIES, read by SampleIo::init
+  void operator()(void* dst, const void* src, const void* host, size_t bytes, cudaMemcpyKind kind,
+                  cudaStream_t st) const;
+};
+
+class SampleIo {
+ public:
+  static constexpr int64_t kCapacity = 1 << 16;  // rows sampled per step, at most
+
+  SampleIo() = default;
+  SampleIo(const SampleIo&) = delete;
+  SampleIo& operator=(const SampleIo&) = delete;
+  ~SampleIo();
+
+  Status init();
+  const SmallCopy& small_copy() const { return copy_; }
+
+  // Where the sampling kernels write their ids.
+  int32_t* ids_dev() const { return ids_dev_; }
+  // The rows' parameters on the device, copied in on `st` (the previous step's sync freed the
+  // pinned side).
+  const DeviceSampleRow* upload_params(std::span<const DeviceSampleRow> rows, cudaStream_t st);
+  // The ids of the first `rows` rows into out, after everything queued on `st`.
+  void ids_to_host(int64_t rows, int32_t* out, cudaStream_t st);
+
+ private:
+  SmallCopy copy_;
+  int32_t* ids_dev_ = nullptr;
+  int32_t* ids_host_ = nullptr;
+  int32_t* ids_host_dev_ = nullptr;  // the device's address of ids_host_ (mapped)
+  DeviceSampleRow* params_dev_ = nullptr;
+  DeviceSampleRow* params_host_ = nullptr;
+  DeviceSampleRow* params_host_dev_ = nullptr;
+};
+
+}  // namespace infercept::cuda
