@@ -35,6 +35,8 @@
 #   BUDGET_S=505 (whole call, make-model included)  BIN=.carry/bin/infercept  DEVICE=cuda
 #   MODEL=models/$SHAPE (made if missing)  KV_DTYPE=bf16
 #   DRY_RUN=1: print the commands only.
+#   RUN_NAME=points: the NAME of a list of points, so one call can run the script several times
+#     (e.g. once per SEED) without one archive overwriting the other.
 # Local check of the script itself (CPU, default model, seconds):
 #   BIN=build/infercept DEVICE=cpu MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf KV_DTYPE=f16 \
 #     DURATION=4 DRAIN=4 CONTEXT_SCALE=0.1 KV_TOKENS=2048 SWAP_GB=0.25 OUT=/tmp/p \
@@ -73,10 +75,10 @@ case $1 in
        mixed:improved-discard:6 mixed:improved-discard:2" ;;
   c) NAME=c; POINTS="qa:discard:6 qa:minwaste:6 qa:preserve:6 chat:discard:6 chat:minwaste:6
        chat:preserve:6" ;;
-  *:*) NAME=points; POINTS="$*" ;;
+  *:*) NAME=${RUN_NAME:-points}; POINTS="$*"; POINT_LIST=1 ;;
   *) echo "unknown chunk '$1' (a, b, c or WORKLOAD:POLICY:RATE[:ESTIMATOR]...)"; exit 2 ;;
 esac
-[ "$NAME" = points ] || [ $# -eq 1 ] || { echo "one chunk per call"; exit 2; }
+[ -n "${POINT_LIST:-}" ] || [ $# -eq 1 ] || { echo "one chunk per call"; exit 2; }
 
 FINAL_OUT=${OUT:-/tmp/out}
 TOP=/tmp/infercept-paper
