@@ -35,6 +35,8 @@
 #   BUDGET_S=505 (whole call, make-model included)  BIN=.carry/bin/infercept  DEVICE=cuda
 #   MODEL=models/$SHAPE (made if missing)  KV_DTYPE=bf16
 #   DRY_RUN=1: print the commands only.
+#   STEP_TRACE=1: each point also writes NAME.trace.csv (bench --step-trace: one row per step),
+#     which bench/paper_report.py lays beside the simulation's (bench/trace_diff.py).
 #   RUN_NAME=points: the NAME of a list of points, so one call can run the script several times
 #     (e.g. once per SEED) without one archive overwriting the other.
 # Local check of the script itself (CPU, default model, seconds):
@@ -59,6 +61,7 @@ DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-models/$SHAPE}
 KV_DTYPE=${KV_DTYPE:-bf16}
 DRY_RUN=${DRY_RUN:-0}
+STEP_TRACE=${STEP_TRACE:-0}
 # Time a point may take on top of DURATION + DRAIN: process start, model load (~3 s for the
 # 7B from the page cache), pinned host pool, the cost-model profile on the first point.
 START_S=${START_S:-13}    # expected (10-15 s measured on the H200, 2026-12-01)
@@ -134,6 +137,7 @@ for p in $POINTS; do
   cmd=(env "${envs[@]}" "$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
        --workload "$wl" --policy "$pol" --estimator "$est" --rate "$rate" "${SHARED[@]}"
        --json "$RES/$name.json")
+  [ "$STEP_TRACE" = 1 ] && cmd+=(--step-trace "$RES/$name.trace.csv")
   if [ "$DRY_RUN" = 1 ]; then echo "${cmd[*]}"; continue; fi
   used=$((SECONDS - T0))
   left=$((BUDGET_S - used))

@@ -156,6 +156,12 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
         shape = SHAPES.get(e.get("shape", ""))
         if os.path.exists(prof) and shape and "--model-context" not in more:
             more += ["--model-context", str(shape[0])]
+        # A point measured with a step trace (STEP_TRACE=1 bash bench/h200_paper.sh) gets one
+        # from its simulation too, for bench/trace_diff.py.
+        measured_trace = os.path.join(e.get("_folder", ""), e["name"] + ".trace.csv")
+        if os.path.exists(measured_trace):
+            e["_trace"] = (measured_trace, os.path.join(tmp, "sim-" + e["name"] + ".trace.csv"))
+            more += ["--step-trace", e["_trace"][1]]
         cmd = [binary, "simulate", "--profile", prof,
                "--workload", e["workload"], "--policy", e["base_policy"], "--estimator", e["estimator"],
                "--rate", str(e["rate"])] + list(e["shared_args"]) + more + ["--json", out, "--quiet"]
@@ -757,6 +763,13 @@ def main():
         if st:
             text.append("\n### Steps, measured (bench's engine statistics) against SIMULATED\n")
             text.append(st)
+        for e in points:
+            if "_trace" in e and e.get("sim") is not None:
+                p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_diff.py"), *e["_trace"]],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                text.append(f"\n### Step traces of {e['name']}: measured against SIMULATED "
+                            "(bench/trace_diff.py)\n")
+                text.append(p.stdout)
     tg = targets(points, args.slo, args.min_done, args.max_ttft_ms)
     if tg:
         text.append("\n## The issue's targets, as far as these points go\n")

@@ -94,6 +94,7 @@ TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically
   c.kv_cache_tokens = 192;  // 12 blocks: far less than 8 requests need at once
   c.max_tokens_per_step = 64;
   c.policy = GetParam();
+  c.step_trace_path = ::testing::TempDir() + "engine_step_trace_" + GetParam() + ".csv";
   auto e = make_engine(c);
   ASSERT_TRUE(e);
   const auto prompts = varied_prompts();
@@ -126,6 +127,21 @@ TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(together[ids[i]], alone[i]) << prompts[i];
   EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
   EXPECT_EQ(e->host_allocator().n_free(), e->host_allocator().n_blocks());
+
+  // The step trace (what bench/trace_diff.py lays beside a simulation) adds up to the stats.
+  const EngineStats st = e->stats();  // a copy: the engine goes next
+  e.reset();                          // closes the trace
+  const testing::StepTraceTotals t = testing::read_step_trace(c.step_trace_path);
+  ASSERT_TRUE(t.ok) << t.error;
+  EXPECT_TRUE(t.time_ordered);
+  EXPECT_EQ(t.forward_rows, st.steps);
+  EXPECT_NEAR(t.seconds, st.forward_seconds, 1e-3);
+  EXPECT_EQ(t.prompt_rows, st.prompt_tokens_computed);
+  EXPECT_EQ(t.preempted, st.preemptions);
+  EXPECT_EQ(t.dropped_tokens, st.recomputed_tokens);
+  EXPECT_EQ(t.swap_in_blocks * c.block_size, st.swapped_in_tokens);
+  EXPECT_EQ(t.swap_out_blocks * c.block_size, st.swapped_out_tokens);
+  EXPECT_LE(t.max_free_blocks, c.kv_cache_tokens / c.block_size);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EnginePreemption, ::testing::Values("preserve", "minwaste"));

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "engine/simulator.h"
+#include "test_util.h"
 #include "workload/metrics.h"
 #include "workload/workload.h"
 
@@ -282,6 +283,48 @@ TEST(Simulator, ConservationUnderEveryPolicy) {
         policy, (long long)res->stats.steps, (long long)res->stats.preemptions,
         (long long)res->stats.recomputed_tokens, (long long)res->stats.swapped_out_tokens);
   }
+}
+
+// The step trace (--step-trace) holds one row per step that ran or moved copies, and its
+// columns add up to the run's counters: what bench/trace_diff.py compares with the engine's.
+TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
+  WorkloadSpec spec;
+  spec.rate = 2.0;
+  spec.duration_s = 20.0;
+  spec.seed = 5;
+  spec.time_scale = 0.05;
+  spec.context_scale = 0.25;
+  const auto trace = generate_workload(spec);
+  SimConfig c = small_config("minwaste");
+  c.kv_cache_tokens = 1024;  // tight: preemptions and swaps happen
+  c.swap_space_tokens = 1024;
+  c.duration_s = spec.duration_s;
+  c.step_trace_path = ::testing::TempDir() + "sim_step_trace.csv";
+  auto res = simulate(c, trace);
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  const SimStats& st = res->stats;
+  ASSERT_GT(st.preemptions + st.swapped_out_tokens, 0) << "the pool was not tight enough";
+
+  const testing::StepTraceTotals t = testing::read_step_trace(c.step_trace_path);
+  ASSERT_TRUE(t.ok) << t.error;
+  EXPECT_TRUE(t.time_ordered);
+  EXPECT_EQ(t.forward_rows, st.steps);
+  EXPECT_GE(t.rows, st.steps + st.copy_only_steps);  // plus steps that only dropped KV
+  EXPECT_NEAR(t.seconds, st.forward_seconds, 1e-3);
+  EXPECT_EQ(t.preempted, st.preemptions);
+  EXPECT_EQ(t.dropped_tokens, st.recomputed_tokens);
+  EXPECT_EQ(t.swap_in_blocks * c.block_size, st.swapped_in_tokens);
+  EXPECT_EQ(t.swap_out_blocks * c.block_size, st.swapped_out_tokens);
+  EXPECT_LE(t.max_free_blocks, c.kv_cache_tokens / c.block_size);
+  EXPECT_GT(t.decode_rows, 0);
+}
+
+TEST(Simulator, StepTraceToAnUnwritablePathIsAnError) {
+  SimConfig c = small_config("minwaste");
+  c.step_trace_path = "/nonexistent-dir/trace.csv";
+  auto res = simulate(c, {one_request(100, {Segment{10, "", 0.0, 0}})});
+  ASSERT_FALSE(res.ok());
+  EXPECT_NE(res.error().message.find("/nonexistent-dir/trace.csv"), std::string::npos);
 }
 
 // The paper's claim in miniature: on a saturated mixed workload (7B on one H200, KV cut to

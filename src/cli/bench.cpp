@@ -50,11 +50,13 @@ struct Resume {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, kWorkloadFlags, {"json"}}), {"quiet"});
+  auto args = Args::parse(argc, argv, merge({kEngineFlags, kWorkloadFlags, {"json", "step-trace"}}),
+                          {"quiet"});
   if (!args.ok()) return fail(args.error());
   const Args& a = *args;
   auto cfg = engine_config_from(a);
   if (!cfg.ok()) return fail(cfg.error());
+  if (a.has("step-trace")) cfg->step_trace_path = a.get("step-trace");
 
   // The workload: a built-in generator or a trace file.
   auto run = workload_from(a);

@@ -24,6 +24,7 @@ int run_simulate(int argc, char** argv) {
                                   "policy",
                                   "estimator",
                                   "json",
+                                  "step-trace",
                                   "kv-cache-tokens",
                                   "kv-cache-gb",
                                   "kv-cache-mb",
@@ -83,6 +84,7 @@ int run_simulate(int argc, char** argv) {
   cfg.estimator = a.get("estimator", cfg.estimator);
   cfg.hints = !a.flag("no-hints");
   cfg.check_invariants = a.flag("check-invariants");
+  if (a.has("step-trace")) cfg.step_trace_path = a.get("step-trace");
   auto bs = a.get_int("block-size", cfg.block_size);
   auto mbt = a.get_int("max-batch-tokens", cfg.max_tokens_per_step);
   auto ms = a.get_int("max-seqs", cfg.max_seqs);

@@ -209,6 +209,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   sc.max_seqs_per_step = config.max_seqs;
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_, e->host_allocator_.get(),
                                               e->policy_.get(), &e->cost_);
+  if (!config.step_trace_path.empty()) {
+    TRY_ASSIGN(e->step_trace_, StepTraceWriter::open(config.step_trace_path));
+  }
   e->t0_ = now_seconds();
   e->max_context_ =
       config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
@@ -512,8 +515,11 @@ std::vector<RequestOutput> EngineCore::step() {
   int64_t batch_tokens = 0;
   for (const ScheduledSeq& ss : plan.scheduled) batch_tokens += ss.seq->n_computed + ss.n_tokens;
   execute_swaps(plan, batch_tokens);
+  StepTraceRow trace_row;
+  if (step_trace_) trace_row = step_trace_row(plan, *scheduler_, *allocator_, t_now);
   if (plan.scheduled.empty()) {
     backend_->flush_copies();  // no step follows to start them
+    if (step_trace_ && plan_did_something(plan)) step_trace_->write(trace_row);
     if (config_.check_invariants) scheduler_->check_invariants();
     return outputs;
   }
@@ -564,6 +570,10 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
+  if (step_trace_) {
+    trace_row.seconds = step_s;
+    step_trace_->write(trace_row);
+  }
   stats_.steps++;
   stats_.replayed_steps = backend_->replayed_steps();
   // Recompute waste: the share of this step spent on tokens whose KV had existed before,

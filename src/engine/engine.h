@@ -27,6 +27,7 @@
 #include "sched/duration_estimator.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
+#include "sched/step_trace.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,6 +55,7 @@ struct EngineConfig {
   std::string chat_template;          // empty = detect from the model
   uint64_t seed = 0x5eed;             // base for requests without their own seed
   bool check_invariants = false;      // run the KV invariants after every step (tests)
+  std::string step_trace_path;        // --step-trace: one CSV row per step (sched/step_trace.h)
 
   // Interception (docs/DESIGN.md).
   std::string policy = "minwaste";        // discard|improved-discard|preserve|swap|ttl|minwaste
@@ -215,6 +217,7 @@ class EngineCore {
   std::unique_ptr<DurationEstimator> estimator_;
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<StepTraceWriter> step_trace_;  // null unless config_.step_trace_path is set
   double t0_ = 0.0;
   void execute_swaps(const StepPlan& plan, int64_t batch_tokens);
   bool check_interception(Active& a, RequestOutput& out);

@@ -16,6 +16,7 @@
 #include "sched/policy.h"
 #include "sched/scheduler.h"
 #include "sched/sequence.h"
+#include "sched/step_trace.h"
 
 namespace infercept {
 
@@ -244,6 +245,10 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   sc.max_tokens_per_step = config.max_tokens_per_step;
   sc.max_seqs_per_step = config.max_seqs;
   Scheduler sched(sc, device, &host, policy.get(), &cost);
+  std::unique_ptr<StepTraceWriter> step_trace;
+  if (!config.step_trace_path.empty()) {
+    TRY_ASSIGN(step_trace, StepTraceWriter::open(config.step_trace_path));
+  }
 
   SimResult res;
   res.kv_cache_tokens = (int64_t)device.n_blocks() * bs;
@@ -292,6 +297,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     }
 
     StepPlan plan = sched.schedule(now);
+    StepTraceRow trace_row;
+    if (step_trace) trace_row = step_trace_row(plan, sched, device, now);
     st.preemptions += (int64_t)plan.preempted.size();
     st.swap_preemptions += plan.n_swap_preemptions;
     st.recomputed_tokens += plan.dropped_tokens;
@@ -328,6 +335,10 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
     st.swap_seconds += copy;
     const double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
+    if (step_trace && plan_did_something(plan)) {
+      trace_row.seconds = fwd;
+      step_trace->write(trace_row);
+    }
     // The `swap` policy's whole-context copy is synchronous by definition (the paper's naive
     // swap): the step waits for all of it.
     const bool hidden = config.copies_overlap && !plan.sync_swap;

@@ -102,6 +102,8 @@ struct SimConfig {
   double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
   double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
   bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
+  std::string
+      step_trace_path;  // one CSV row per step, as `bench --step-trace` (sched/step_trace.h)
 };
 
 // EngineStats' counters and waste by cause, plus what only a simulation knows.

@@ -1,0 +1,64 @@
+#include "sched/step_trace.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace infercept {
+
+StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
+                            const BlockAllocator& device, double t) {
+  StepTraceRow r;
+  r.t = t;
+  r.sequences = (int64_t)plan.scheduled.size();
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    r.context_tokens += ss.seq->n_computed;
+    // A decode row: one query token after the prompt (the engine's and simulator's rule).
+    if (ss.n_tokens == 1 && ss.seq->n_generated() > 0) {
+      r.decode_rows++;
+    } else {
+      r.prompt_rows += ss.n_tokens;
+      r.chunks++;
+    }
+  }
+  r.free_blocks = device.n_free();
+  r.running = (int64_t)sched.n_running();
+  r.paused = (int64_t)sched.n_paused();
+  r.waiting = (int64_t)sched.n_waiting();
+  r.preempted = (int64_t)plan.preempted.size();
+  r.dropped_tokens = plan.dropped_tokens;
+  r.discards = plan.n_discards;
+  r.swap_in_blocks = (int64_t)plan.swap_in.size();
+  r.swap_out_blocks = (int64_t)plan.swap_out.size();
+  return r;
+}
+
+bool plan_did_something(const StepPlan& plan) {
+  return !plan.empty() || !plan.preempted.empty() || plan.dropped_tokens > 0 || plan.n_discards > 0;
+}
+
+Result<std::unique_ptr<StepTraceWriter>> StepTraceWriter::open(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr)
+    return make_error("cannot write the step trace '", path, "': ", std::strerror(errno));
+  std::fputs(
+      "t,seconds,sequences,decode_rows,prompt_rows,chunks,context_tokens,free_blocks,running,"
+      "paused,waiting,preempted,dropped_tokens,discards,swap_in_blocks,swap_out_blocks\n",
+      f);
+  return std::unique_ptr<StepTraceWriter>(new StepTraceWriter(f));
+}
+
+StepTraceWriter::~StepTraceWriter() {
+  std::fclose(f_);
+}
+
+void StepTraceWriter::write(const StepTraceRow& r) {
+  std::fprintf(f_,
+               "%.6f,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n",
+               r.t, r.seconds, (long long)r.sequences, (long long)r.decode_rows,
+               (long long)r.prompt_rows, (long long)r.chunks, (long long)r.context_tokens,
+               (long long)r.free_blocks, (long long)r.running, (long long)r.paused,
+               (long long)r.waiting, (long long)r.preempted, (long long)r.dropped_tokens,
+               (long long)r.discards, (long long)r.swap_in_blocks, (long long)r.swap_out_blocks);
+}
+
+}  // namespace infercept

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""bench/trace_diff.py on step traces written by `infercept simulate --step-trace`.
+
+- Two simulations of the same workload with the same cost model: totals equal, no parting.
+- The same workload (preserve) with the KV pool cut to a quarter: preemptions and dropped
+  tokens where the roomy run has none, and the report marks the window where the two part,
+  the one with the tight run's first preemption (or the next).
+- A file that is not a step trace: a clear error, non-zero exit.
+Prints 'N passed, N failed'; exits non-zero on a failure.
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIFF = os.path.join(ROOT, "bench", "trace_diff.py")
+results = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    results["passed" if cond else "failed"] += 1
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+
+
+def simulate(binary, kv_tokens, out):
+    cmd = [binary, "simulate", "--profile", "h200-llama2-7b", "--workload", "mixed", "--policy",
+           "preserve", "--rate", "3", "--duration", "20", "--drain", "10", "--seed", "3",
+           "--kv-cache-tokens", str(kv_tokens), "--swap-space-gb", "1", "--quiet",
+           "--step-trace", out]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def diff(a, b):
+    return subprocess.run([sys.executable, DIFF, a, b], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="trace-diff-test-")
+    a, b, tight = (os.path.join(tmp, n) for n in ("a.csv", "b.csv", "tight.csv"))
+    simulate(args.binary, 200000, a)  # room for every context: nothing preempted
+    simulate(args.binary, 200000, b)
+    simulate(args.binary, 4096, tight)
+
+    same = diff(a, b)
+    check(same.returncode == 0, "two identical simulations: exit 0")
+    check("do not part" in same.stdout, "two identical simulations: no parting marked")
+    check("| steps | " in same.stdout and "Mean step ms by shape" in same.stdout,
+          "totals and the by-shape table are printed")
+
+    with open(tight, newline="") as f:
+        rows = list(csv.DictReader(f))
+    first_pre = next((float(r["t"]) for r in rows
+                      if int(r["preempted"]) > 0 or int(r["dropped_tokens"]) > 0), None)
+    check(first_pre is not None, "the tight pool preempts or drops KV")
+    parted = diff(a, tight)
+    check(parted.returncode == 0, "against the tight run: exit 0")
+    line = next((ln for ln in parted.stdout.splitlines() if "part here" in ln), None)
+    check(line is not None, "against the tight run: the parting window is marked")
+    if line is not None and first_pre is not None:
+        start = float(line.split("|")[1])
+        # Preserve drops nothing while the pool has room: the runs cannot part before the
+        # tight one's first preemption, and the rule must see it within a window or two.
+        check(first_pre - 2.0 < start <= first_pre + 2.0,
+              f"the parting window ({start:.0f} s) holds the first drop ({first_pre:.1f} s)")
+
+    bad = diff(os.path.join(ROOT, "README.md"), a)
+    check(bad.returncode != 0 and "not a step trace" in bad.stdout, "a non-trace file: clear error")
+
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
