@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE probe-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -74,6 +74,19 @@ for stage in "$@"; do
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
         --prefill 1024 --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    nsys-*)  # nsys-SHAPE: a GPU timeline of decode at batch 1 (graphs traced per node): the gaps between kernels
+      shape=${stage#nsys-}; dir=models/$shape
+      NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+      if [ -z "$NSYS" ]; then log "nsys: not on this machine"; continue; fi
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      log "nsys timeline: $shape decode batch 1 ($NSYS)"
+      timeout 300 "$NSYS" profile -t cuda --cuda-graph-trace=node -f true -o "$OUT/nsys-$shape-$(tag)" \
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
+        --prefill 1024 --repeats 20 --swap-blocks 1 --swap-batch 1 >"$OUT/nsys-$shape-$(tag).log" 2>&1
+      timeout 200 "$NSYS" stats -r cuda_gpu_trace -f csv -o "$OUT/nsys-$shape-$(tag)" "$OUT/nsys-$shape-$(tag).nsys-rep" >/dev/null 2>&1
+      python3 bench/nsys_gaps.py "$OUT"/nsys-$shape-$(tag)*cuda_gpu_trace*.csv --kernels ${NSYS_KERNELS:-2000} 2>&1 | tee -a "$OUT/summary.txt" | head -30
+      rm -f "$OUT"/nsys-$shape-$(tag).sqlite
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     probe-*)  # probe-SHAPE: bench/step_probe.py's three traces through `infercept bench` (docs/BENCHMARKS.md)
       shape=${stage#probe-}; dir=models/$shape

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/gemv.h"
 #include "core/half.h"
 
@@ -347,6 +348,31 @@ TEST(CudaOps, AttentionHeadDim32) {  // the tiny make-model shape
 }
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by the last one
   attention_case(32, 32, 128, true, {1}, {5000});
+}
+
+// The split of a lone decode row across its context (host-side plan): partitions of at least
+// the minimum (a multiple of the 32-key tile), at most as many as fill the chip, covering
+// every key once, merged by one combine.
+TEST(CudaOps, PlanAttentionSplitsAtTheMinimumPartition) {
+  const std::vector<int32_t> q_start{0}, q_len{1}, ctx{1024};
+  // {min partition, target blocks, partitions}: 32 heads of one row are 32 blocks, so the
+  // target caps the split at ceil(target / 32) parts, rounded to whole 32-key tiles.
+  const int cases[][3] = {{128, 264, 8}, {256, 264, 4}, {64, 264, 8},
+                          {64, 528, 16}, {32, 528, 16}, {32, 1056, 32}};
+  for (const auto& c : cases) {
+    const cuda::AttnPlan plan = cuda::plan_attention(q_start, q_len, ctx, 32, 32, c[1], c[0]);
+    ASSERT_EQ((int)plan.decode_items.size(), c[2]) << c[0] << " keys, " << c[1] << " blocks";
+    ASSERT_EQ(plan.decode_combines.size(), 1u);
+    EXPECT_EQ(plan.decode_combines[0].n_parts, c[2]);
+    int covered = 0;
+    for (const cuda::AttnItem& it : plan.decode_items) {
+      EXPECT_EQ(it.kbeg, covered);
+      EXPECT_EQ(it.kbeg % 32, 0);
+      EXPECT_GE(it.kend - it.kbeg, std::min(c[0], 1024 - it.kbeg));
+      covered = it.kend;
+    }
+    EXPECT_EQ(covered, 1024);
+  }
 }
 
 // Greedy sampling on the device picks what the host would: the largest logit, and among

@@ -9,11 +9,10 @@
 namespace infercept::cuda {
 
 namespace {
-constexpr int kMaxPairs = 32;       // (row, head) pairs of one item
-constexpr int kPairsPerWarp = 4;    // so at most 8 warps
-constexpr int kTile = 32;           // keys per shared-memory tile (one per lane)
-constexpr int kSplitMaxPairs = 8;   // items with at most this many pairs may be split
-constexpr int kMinPartition = 128;  // keys
+constexpr int kMaxPairs = 32;      // (row, head) pairs of one item
+constexpr int kPairsPerWarp = 4;   // so at most 8 warps
+constexpr int kTile = 32;          // keys per shared-memory tile (one per lane)
+constexpr int kSplitMaxPairs = 8;  // items with at most this many pairs may be split
 }  // namespace
 
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas) {
@@ -25,7 +24,8 @@ int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas) {
 
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas) {
+                        int target_ctas, int min_partition) {
+  CHECK(min_partition >= kTile && min_partition % kTile == 0);
   const int group = n_heads / n_kv_heads;
   CHECK(group >= 1 && group <= kMaxPairs && n_heads % n_kv_heads == 0);
   const int rows_per_item = std::max(1, kMaxPairs / group);
@@ -48,7 +48,7 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
     int parts = 1;
     if (pairs <= kSplitMaxPairs && base_ctas < target_ctas) {
       const int want = (int)((target_ctas + base_ctas - 1) / base_ctas);
-      parts = std::clamp((t.kend + kMinPartition - 1) / kMinPartition, 1, want);
+      parts = std::clamp((t.kend + min_partition - 1) / min_partition, 1, want);
       const int64_t need = (int64_t)parts * t.nrows * n_heads;
       if (plan.partial_pairs + need > scratch) parts = 1;
     }

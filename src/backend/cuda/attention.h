@@ -37,10 +37,12 @@ struct AttnPlan {
   int32_t max_pairs = 0;  // largest rows x group of an item (sets the block size)
 };
 
-// Splits a step; `target_ctas` is about how many blocks fill the chip.
+// Splits a step; `target_ctas` is about how many blocks fill the chip. A row split across
+// its context gets partitions of at least `min_partition` keys (a multiple of 32).
+constexpr int kAttnMinPartition = 128;
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas);
+                        int target_ctas, int min_partition = kAttnMinPartition);
 // Scratch floats the partials of any plan need, for these head counts. A plan's decode
 // combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);

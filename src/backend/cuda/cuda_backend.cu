@@ -69,6 +69,12 @@ class CudaBackend final : public Backend {
     TRY(cuda::make_staging(block_copy_idx_, 4u << 20, compute_));
     TRY(swap_.init(device_, props_.multiProcessorCount));
     target_ctas_ = 2 * props_.multiProcessorCount;
+    // Ablation switches for the attention split (docs/PERF.md 4.5f): blocks that fill the
+    // chip, per multiprocessor (2), and the fewest keys of a partition (128, a multiple of 32).
+    if (const char* c = std::getenv("INFERCEPT_ATTN_CTAS_PER_SM"); c != nullptr)
+      target_ctas_ = std::clamp(std::atoi(c), 1, 16) * props_.multiProcessorCount;
+    if (const char* m = std::getenv("INFERCEPT_ATTN_MIN_PARTITION"); m != nullptr)
+      attn_min_partition_ = std::clamp(std::atoi(m) / 32 * 32, 32, 4096);
     TRY(sample_io_.init());
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
@@ -414,7 +420,7 @@ class CudaBackend final : public Backend {
       d_prefill_tiles_ = static_cast<const cuda::PrefillTile*>(upload(
           prefill_tiles_.data(), prefill_tiles_.size() * sizeof(cuda::PrefillTile), nullptr));
       plan_ = cuda::plan_attention(b.q_start, rest_q_len, b.ctx_len, (int)n_heads,
-                                   (int)g.n_kv_heads, target_ctas_);
+                                   (int)g.n_kv_heads, target_ctas_, attn_min_partition_);
       CHECK(plan_.partial_pairs <= scratch_pairs_);
       d_items_ = static_cast<const cuda::AttnItem*>(
           upload(plan_.items.data(), plan_.items.size() * sizeof(cuda::AttnItem), nullptr));
@@ -717,6 +723,7 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<const float*, float*>> freq_uploads_;
   std::vector<int32_t> zeros_;
   int target_ctas_ = 264;
+  int attn_min_partition_ = cuda::kAttnMinPartition;
   cuda::AttnPlan plan_;
   bool plan_ready_ = false;
   const cuda::AttnItem* d_items_ = nullptr;
