@@ -17,8 +17,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Converts n floats to a row of type t. Supports f32, f16, bf16 (round to nearest even),
 // q8_0, q8_1 (activation formats, as ggml's x86 CPU quantizers: q8_inverse_scale and ties
 // to even, so activations get the codes llama.cpp gives them), q8_k (ggml's reference) and
-// q4_0, q4_1
-// (ggml's reference quantizers, for tests and make-model). k-quant weights are not produced.
+// q4_0, q4_1 (ggml's reference quantizers, for tests and make-model). k-quant weights are
+// not produced.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // The format activations are quantized to before an integer dot product with weights of
