@@ -71,6 +71,39 @@ inline __m512 i32_to_f32(__m512i v) {
   return _mm512_maskz_cvt_roundepi32_ps((__mmask16)0xffff, v, _MM_FROUND_CUR_DIRECTION);
 }
 
+// The parts of G consecutive weight groups: quants, block scales and (q4_1) block mins.
+template <int G>
+struct GroupParts {
+  const uint8_t* qs[G];
+  const uint16_t* dd[G];
+  const uint16_t* mm[G];
+  GroupParts(const uint8_t* grp, const Geometry& geo) {
+    INFERCEPT_UNROLL
+    for (int g = 0; g < G; ++g) {
+      qs[g] = grp + (size_t)g * geo.group_bytes;
+      dd[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.d_offset);
+      mm[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.m_offset);
+    }
+  }
+};
+
+// The groups of one product: where group g starts, and which of its 16 rows exist.
+struct GroupWalk {
+  const uint8_t* packed;
+  Geometry geo;
+  int64_t row_end;
+  const uint8_t* ptr(int64_t g) const { return packed + (size_t)g * geo.group_bytes; }
+  __mmask16 mask(int64_t g) const {
+    const int64_t live = std::min<int64_t>(kGroup, row_end - g * kGroup);
+    return (__mmask16)((1u << live) - 1u);
+  }
+};
+
+// First element of activation row a0's panel (kPanel rows, block-major) in PackedActs' arrays.
+inline size_t panel_start(int64_t a0, int64_t nb) {
+  return (size_t)(a0 / kPanel) * (size_t)nb * kPanel;
+}
+
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -93,20 +126,15 @@ void tile(const uint8_t* grp, const Geometry& geo, const PackedActs& A, int64_t 
   // The tile's rows are one panel: every activation operand is one base pointer plus a
   // constant offset (row c's block i at (i * kPanel + c) * kQK quants, i * kPanel + c
   // scales), so the 8 rows do not take 32 general registers.
-  const size_t panel = (size_t)(a0 / kPanel) * (size_t)nb * kPanel;
+  const size_t panel = panel_start(a0, nb);
   const int8_t* const aq = A.qs.data() + panel * kQK;
   const float* const ad = A.d.data() + panel;
   const float* const as = K == Kind::q4_1 ? A.s.data() + panel : nullptr;
   const int32_t* const ac = K == Kind::q4_1 ? nullptr : A.corr.data() + panel;
-  const uint8_t* qs[G];
-  const uint16_t* dd[G];
-  const uint16_t* mm[G];
-  INFERCEPT_UNROLL
-  for (int g = 0; g < G; ++g) {
-    qs[g] = grp + (size_t)g * geo.group_bytes;
-    dd[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.d_offset);
-    mm[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.m_offset);
-  }
+  const GroupParts<G> parts(grp, geo);
+  const auto& qs = parts.qs;
+  const auto& dd = parts.dd;
+  const auto& mm = parts.mm;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[G][C];
   INFERCEPT_UNROLL
@@ -198,19 +226,14 @@ void tile_q4_1_ggml(const uint8_t* grp, const Geometry& geo, const PackedActs& A
                     const __mmask16* masks, float* out, int64_t out_stride, int64_t r0) {
   const int64_t nb = geo.nb;
   const int c0 = (int)(a0 % kPanel);
-  const size_t panel = (size_t)(a0 / kPanel) * (size_t)nb * kPanel;
+  const size_t panel = panel_start(a0, nb);
   const int8_t* const aq = A.qs.data() + panel * kQK;
   const float* const ad = A.d.data() + panel;
   const float* const as = A.s.data() + panel;
-  const uint8_t* qs[G];
-  const uint16_t* dd[G];
-  const uint16_t* mm[G];
-  INFERCEPT_UNROLL
-  for (int g = 0; g < G; ++g) {
-    qs[g] = grp + (size_t)g * geo.group_bytes;
-    dd[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.d_offset);
-    mm[g] = reinterpret_cast<const uint16_t*>(qs[g] + geo.m_offset);
-  }
+  const GroupParts<G> parts(grp, geo);
+  const auto& qs = parts.qs;
+  const auto& dd = parts.dd;
+  const auto& mm = parts.mm;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i zero = _mm512_setzero_si512();
   __m512 acc[G][C][8], macc[G][C];
@@ -277,31 +300,27 @@ void tile_q4_1_ggml(const uint8_t* grp, const Geometry& geo, const PackedActs& A
 // q4_1 products: groups of two (decode) or one group against two activation rows at a time.
 void run_q4_1_ggml(const uint8_t* packed, int64_t row_begin, int64_t row_end, const PackedActs& A,
                    float* out, int64_t out_stride) {
-  const Geometry geo = geometry(DType::q4_1, A.k);
+  const GroupWalk w{packed, geometry(DType::q4_1, A.k), row_end};
+  const Geometry& geo = w.geo;
   const int64_t g0 = row_begin / kGroup, g1 = n_groups(row_end);
-  auto mask_of = [&](int64_t g) -> __mmask16 {
-    const int64_t live = std::min<int64_t>(kGroup, row_end - g * kGroup);
-    return (__mmask16)((1u << live) - 1u);
-  };
-  auto group_ptr = [&](int64_t g) { return packed + (size_t)g * geo.group_bytes; };
   if (A.n == 1) {
     int64_t g = g0;
     for (; g + 2 <= g1; g += 2) {
-      const __mmask16 masks[2] = {mask_of(g), mask_of(g + 1)};
-      tile_q4_1_ggml<2, 1>(group_ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
+      const __mmask16 masks[2] = {w.mask(g), w.mask(g + 1)};
+      tile_q4_1_ggml<2, 1>(w.ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
     }
     for (; g < g1; ++g) {
-      const __mmask16 m = mask_of(g);
-      tile_q4_1_ggml<1, 1>(group_ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
+      const __mmask16 m = w.mask(g);
+      tile_q4_1_ggml<1, 1>(w.ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
     }
     return;
   }
   for (int64_t g = g0; g < g1; ++g) {
-    const __mmask16 m = mask_of(g);
+    const __mmask16 m = w.mask(g);
     int64_t a = 0;
     for (; a + 2 <= A.n; a += 2)
-      tile_q4_1_ggml<1, 2>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
-    if (a < A.n) tile_q4_1_ggml<1, 1>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+      tile_q4_1_ggml<1, 2>(w.ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+    if (a < A.n) tile_q4_1_ggml<1, 1>(w.ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
   }
 }
 
@@ -317,16 +336,14 @@ void tile_rest(int c, const uint8_t* grp, const Geometry& geo, const PackedActs&
 template <Kind K>
 void run(const uint8_t* packed, int64_t rows, int64_t row_begin, int64_t row_end,
          const PackedActs& A, float* out, int64_t out_stride) {
-  const Geometry geo = geometry(K == Kind::q8_0   ? DType::q8_0
-                                : K == Kind::q4_0 ? DType::q4_0
-                                                  : DType::q4_1,
-                                A.k);
+  const GroupWalk w{packed,
+                    geometry(K == Kind::q8_0   ? DType::q8_0
+                             : K == Kind::q4_0 ? DType::q4_0
+                                               : DType::q4_1,
+                             A.k),
+                    row_end};
+  const Geometry& geo = w.geo;
   const int64_t g0 = row_begin / kGroup, g1 = n_groups(row_end);
-  auto mask_of = [&](int64_t g) -> __mmask16 {
-    const int64_t live = std::min<int64_t>(kGroup, row_end - g * kGroup);
-    return (__mmask16)((1u << live) - 1u);
-  };
-  auto group_ptr = [&](int64_t g) { return packed + (size_t)g * geo.group_bytes; };
   // Decode (one activation row) streams the weights: four groups per pass give the core
   // independent dependency chains to overlap with the loads.
   constexpr int kDecodeGroups = 4;
@@ -335,24 +352,24 @@ void run(const uint8_t* packed, int64_t rows, int64_t row_begin, int64_t row_end
     int64_t g = g0;
     for (; g + kDecodeGroups <= g1; g += kDecodeGroups) {
       __mmask16 masks[kDecodeGroups];
-      for (int j = 0; j < kDecodeGroups; ++j) masks[j] = mask_of(g + j);
-      tile<K, kDecodeGroups, 1>(group_ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
+      for (int j = 0; j < kDecodeGroups; ++j) masks[j] = w.mask(g + j);
+      tile<K, kDecodeGroups, 1>(w.ptr(g), geo, A, 0, masks, out, out_stride, g * kGroup);
     }
     for (; g < g1; ++g) {
-      const __mmask16 m = mask_of(g);
-      tile<K, 1, 1>(group_ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
+      const __mmask16 m = w.mask(g);
+      tile<K, 1, 1>(w.ptr(g), geo, A, 0, &m, out, out_stride, g * kGroup);
     }
     return;
   }
   // Several activation rows: one group (L1-resident while re-read) meets every activation
   // row, kActTile at a time, each unpacked weight vector serving kActTile rows.
   for (int64_t g = g0; g < g1; ++g) {
-    const __mmask16 m = mask_of(g);
+    const __mmask16 m = w.mask(g);
     int64_t a = 0;
     for (; a + kActTile <= A.n; a += kActTile)
-      tile<K, 1, kActTile>(group_ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
+      tile<K, 1, kActTile>(w.ptr(g), geo, A, a, &m, out, out_stride, g * kGroup);
     if (a < A.n)
-      tile_rest<K, kActTile - 1>((int)(A.n - a), group_ptr(g), geo, A, a, &m, out, out_stride,
+      tile_rest<K, kActTile - 1>((int)(A.n - a), w.ptr(g), geo, A, a, &m, out, out_stride,
                                  g * kGroup);
   }
 }
