@@ -75,7 +75,7 @@ class CudaBackend final : public Backend {
       target_ctas_ = std::clamp(std::atoi(c), 1, 16) * props_.multiProcessorCount;
     if (const char* m = std::getenv("INFERCEPT_ATTN_MIN_PARTITION"); m != nullptr)
       attn_min_partition_ = std::clamp(std::atoi(m) / 32 * 32, 32, 4096);
-    TRY(sample_io_.init());
+    TRY(sample_io_.init(compute_));
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
     if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")

@@ -21,49 +21,33 @@ void SmallCopy::operator()(void* dst, const void* src, const void* host, size_t 
   }
 }
 
-namespace {
-// A pinned host buffer of `bytes` mapped into the device's address space.
-template <typename T>
-Status alloc_mapped(size_t bytes, T*& host, T*& host_dev) {
-  if (cudaHostAlloc(reinterpret_cast<void**>(&host), bytes, cudaHostAllocMapped) != cudaSuccess)
-    return make_error("cannot allocate ", std::to_string(bytes), " bytes of pinned host memory");
-  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev), host, 0));
-  return ok_status();
-}
-}  // namespace
-
-Status SampleIo::init() {
+Status SampleIo::init(cudaStream_t st) {
   if (const char* c = std::getenv("INFERCEPT_STEP_COPIES"); c != nullptr)
     copy_.by_kernel = std::string(c) != "engine";
-  if (cudaMalloc(reinterpret_cast<void**>(&ids_dev_), kCapacity * 4) != cudaSuccess ||
-      cudaMalloc(reinterpret_cast<void**>(&params_dev_), kCapacity * sizeof(DeviceSampleRow)) !=
-          cudaSuccess)
-    return make_error("cannot allocate the device's sampling buffers");
-  TRY(alloc_mapped(kCapacity * 4, ids_host_, ids_host_dev_));
-  TRY(alloc_mapped(kCapacity * sizeof(DeviceSampleRow), params_host_, params_host_dev_));
+  TRY(make_staging(ids_, kCapacity * sizeof(int32_t), st));
+  TRY(make_staging(params_, kCapacity * sizeof(DeviceSampleRow), st));
   return ok_status();
 }
 
 SampleIo::~SampleIo() {
-  cudaFree(ids_dev_);
-  cudaFreeHost(ids_host_);
-  cudaFree(params_dev_);
-  cudaFreeHost(params_host_);
+  free_staging(ids_);
+  free_staging(params_);
 }
 
 const DeviceSampleRow* SampleIo::upload_params(std::span<const DeviceSampleRow> rows,
                                                cudaStream_t st) {
   CHECK((int64_t)rows.size() <= kCapacity);
-  std::memcpy(params_host_, rows.data(), rows.size_bytes());
-  copy_(params_dev_, params_host_dev_, params_host_, rows.size_bytes(), cudaMemcpyHostToDevice, st);
-  return params_dev_;
+  std::memcpy(params_.host, rows.data(), rows.size_bytes());
+  copy_(params_.dev, params_.host_dev, params_.host, rows.size_bytes(), cudaMemcpyHostToDevice, st);
+  return reinterpret_cast<const DeviceSampleRow*>(params_.dev);
 }
 
 void SampleIo::ids_to_host(int64_t rows, int32_t* out, cudaStream_t st) {
   CHECK(rows <= kCapacity);
-  copy_(ids_host_dev_, ids_dev_, ids_host_, (size_t)rows * 4, cudaMemcpyDeviceToHost, st);
+  const size_t bytes = (size_t)rows * sizeof(int32_t);
+  copy_(ids_.host_dev, ids_.dev, ids_.host, bytes, cudaMemcpyDeviceToHost, st);
   CUDA_CHECK(cudaStreamSynchronize(st));
-  std::memcpy(out, ids_host_, (size_t)rows * 4);
+  std::memcpy(out, ids_.host, bytes);
 }
 
 }  // namespace infercept::cuda

@@ -13,6 +13,7 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "backend/cuda/kv_storage.h"
 #include "core/result.h"
 
 namespace infercept::cuda {
@@ -35,11 +36,13 @@ class SampleIo {
   SampleIo& operator=(const SampleIo&) = delete;
   ~SampleIo();
 
-  Status init();
+  // The two mirrored buffers (Staging: pinned, mapped host side and device side); `st` is
+  // the stream their first `done` is recorded on.
+  Status init(cudaStream_t st);
   const SmallCopy& small_copy() const { return copy_; }
 
   // Where the sampling kernels write their ids.
-  int32_t* ids_dev() const { return ids_dev_; }
+  int32_t* ids_dev() const { return reinterpret_cast<int32_t*>(ids_.dev); }
   // The rows' parameters on the device, copied in on `st` (the previous step's sync freed the
   // pinned side).
   const DeviceSampleRow* upload_params(std::span<const DeviceSampleRow> rows, cudaStream_t st);
@@ -48,12 +51,8 @@ class SampleIo {
 
  private:
   SmallCopy copy_;
-  int32_t* ids_dev_ = nullptr;
-  int32_t* ids_host_ = nullptr;
-  int32_t* ids_host_dev_ = nullptr;  // the device's address of ids_host_ (mapped)
-  DeviceSampleRow* params_dev_ = nullptr;
-  DeviceSampleRow* params_host_ = nullptr;
-  DeviceSampleRow* params_host_dev_ = nullptr;
+  Staging ids_;     // int32 token ids, device -> host
+  Staging params_;  // DeviceSampleRow, host -> device
 };
 
 }  // namespace infercept::cuda
