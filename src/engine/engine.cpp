@@ -596,8 +596,7 @@ std::vector<RequestOutput> EngineCore::step() {
     Sequence& s = *ss.seq;
     Active& a = *active_.at(s.id);
     a.max_computed = std::max(a.max_computed, s.n_computed);
-    const bool is_prefill_row = ss.n_tokens > 1 || s.n_generated() == 0;
-    if (is_prefill_row) stats_.prompt_tokens_computed += ss.n_tokens;
+    if (ss.is_prompt()) stats_.prompt_tokens_computed += ss.n_tokens;
     if (!ss.sample) continue;
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);

@@ -375,7 +375,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     for (const ScheduledSeq& ss : plan.scheduled) {
       Sequence& s = *ss.seq;
       SimRequest& r = *reqs[(size_t)s.id];
-      if (ss.n_tokens > 1 || s.n_generated() == 0) st.prompt_tokens_computed += ss.n_tokens;
+      if (ss.is_prompt()) st.prompt_tokens_computed += ss.n_tokens;
       if (!ss.sample) continue;
       s.tokens.push_back(0);  // a placeholder: nothing is sampled
       r.sampled_since_resume++;

@@ -36,6 +36,10 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int64_t n_tokens = 0;  // query tokens this step: tokens[n_computed, n_computed + n_tokens)
   bool sample = false;   // this step reaches the end of the known tokens: sample the next one
+  // Prompt rows (a prefill or recompute chunk, or a prompt's only row) rather than one decode
+  // row: what EngineStats::prompt_tokens_computed counts. Read it before the step's sampled
+  // token is appended.
+  bool is_prompt() const { return n_tokens > 1 || seq->n_generated() == 0; }
 };
 
 // One block copy between the tiers: swap_out moves device -> host, swap_in host -> device.

@@ -12,12 +12,11 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
   r.sequences = (int64_t)plan.scheduled.size();
   for (const ScheduledSeq& ss : plan.scheduled) {
     r.context_tokens += ss.seq->n_computed;
-    // A decode row: one query token after the prompt (the engine's and simulator's rule).
-    if (ss.n_tokens == 1 && ss.seq->n_generated() > 0) {
-      r.decode_rows++;
-    } else {
+    if (ss.is_prompt()) {
       r.prompt_rows += ss.n_tokens;
       r.chunks++;
+    } else {
+      r.decode_rows++;
     }
   }
   r.free_blocks = device.n_free();
