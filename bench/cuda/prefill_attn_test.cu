@@ -251,7 +251,7 @@ Result run_case(const Case& c, uint64_t seed, int warmup, int reps) {
   CK(cudaGetLastError());
 
   // Plan and run the kernel.
-  const std::vector<PrefillTile> tiles = plan_prefill(q_start, q_len, ctx, kPrefillMinQLen);
+  const std::vector<PrefillTile> tiles = plan_prefill(q_start, q_len, ctx, c.n_heads, 64).tiles;
   res.tiles = (int)tiles.size();
   PrefillTile* d_tiles = dalloc<PrefillTile>(tiles.size());
   CK(cudaMemcpy(d_tiles, tiles.data(), tiles.size() * sizeof(PrefillTile), cudaMemcpyHostToDevice));

@@ -96,19 +96,20 @@ int run_bench_forward(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           merge({kEngineFlags,
                                  {"batches", "context", "prefill", "tfwd", "repeats", "swap-blocks",
-                                  "floors", "json-out", "swap-batch"}}),
+                                  "floors", "json-out", "swap-batch", "chunks"}}),
                           {});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());
   auto batches = int_list(*args, "batches", "1,32,128");
   auto tfwd = int_list(*args, "tfwd", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096");
+  auto chunks = int_list(*args, "chunks", "2,8,32,128,512");
   auto context = args->get_int("context", 1024);
   auto prefill = args->get_int("prefill", 4096);
   auto repeats = args->get_int("repeats", 10);
   auto swap_blocks = args->get_int("swap-blocks", 256);
   auto swap_batch = args->get_int("swap-batch", 64);
-  for (auto* r : {&batches, &tfwd})
+  for (auto* r : {&batches, &tfwd, &chunks})
     if (!r->ok()) return fail(r->error());
   for (auto* r : {&context, &prefill, &repeats, &swap_blocks, &swap_batch})
     if (!r->ok()) return fail(r->error());
@@ -343,6 +344,39 @@ int run_bench_forward(int argc, char** argv) {
       "all)\n",
       (long long)S);
   out["saturation_tokens"] = S;
+
+  // ---- chunks over cached context ----
+  // x query rows at the end of a sequence holding `context` tokens (sequence 0's filled
+  // context, recomputed in place): what a resumed request's tool output or the last piece of
+  // a recomputation costs (the decode table's batch-1 row is one row over the same context).
+  {
+    std::printf(
+        "\n### A chunk of x rows over a context of %lld tokens (one sequence)\n\n| x | ms | bytes "
+        "floor ms | x floor |\n|---:|---:|---:|---:|\n",
+        (long long)*context);
+    for (int64_t x : *chunks) {
+      if (x > *context || x > max_rows) continue;
+      StepInput in;
+      in.q_start = {0};
+      in.q_len = {(int32_t)x};
+      in.ctx_len = {(int32_t)*context};
+      in.max_blocks = (int32_t)ctx_blocks;
+      for (int64_t p = *context - x; p < *context; ++p) {
+        in.tokens.push_back(tok(rng));
+        in.positions.push_back((int32_t)p);
+        in.slots.push_back((int32_t)((p / bs) * bs + p % bs));
+      }
+      for (int64_t b = 0; b < ctx_blocks; ++b) in.block_tables.push_back((int32_t)b);
+      in.logit_rows = {(int32_t)x - 1};
+      const double t = time_forward(in, true);
+      const double bytes = weight_elems(mc) * 2.0 + (double)*context * kv_per_token;
+      const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+      std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)x, t * 1e3, floor_ms,
+                  floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
+      out["chunks"].push_back(
+          {{"x", x}, {"context", *context}, {"ms", t * 1e3}, {"floor_ms", floor_ms}});
+    }
+  }
 
   // ---- swap ----
   const int64_t nb = *swap_blocks;

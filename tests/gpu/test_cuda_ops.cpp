@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/gemv.h"
 #include "core/half.h"
 
@@ -346,6 +348,13 @@ TEST(CudaOps, AttentionPrefillTilesBesideDecodes) {
 TEST(CudaOps, AttentionHeadDim32) {  // the tiny make-model shape
   attention_case(8, 4, 32, true, {1, 3, 1}, {50, 3, 700});
 }
+// Short chunks over long contexts (a resumed request's tool output): two rows and up take the
+// tensor-core kernel, its tiles split across the keys and merged by attention_combine().
+TEST(CudaOps, AttentionShortChunksOverLongContexts) {
+  attention_case(32, 32, 128, true, {2, 1, 8, 33}, {3000, 2000, 4100, 1500});
+  attention_case(32, 8, 128, true, {5, 1, 130}, {2600, 900, 3000});  // a 2-part 130-row chunk
+  attention_case(8, 4, 32, true, {3, 2}, {700, 64});
+}
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by the last one
   attention_case(32, 32, 128, true, {1}, {5000});
 }
@@ -373,6 +382,38 @@ TEST(CudaOps, PlanAttentionSplitsAtTheMinimumPartition) {
     }
     EXPECT_EQ(covered, 1024);
   }
+}
+
+// The split of prefill tiles across their keys (host-side plan): only while the tiles leave
+// the chip idle, whole 64-key partitions covering each tile's keys once, partials laid out
+// after `partial_base` without overlap, and none beyond the scratch limit.
+TEST(CudaOps, PlanPrefillSplitsFewTilesAcrossTheirKeys) {
+  const std::vector<int32_t> q_start{0, 8, 9}, q_len{8, 1, 130}, ctx{4000, 900, 3000};
+  // Two sequences of 2+ rows: tiles of 8, 128 and 2 rows, 32 heads each = 96 blocks < 264.
+  const cuda::PrefillPlan plan = cuda::plan_prefill(q_start, q_len, ctx, 32, 2, 264, 100, 1 << 20);
+  ASSERT_EQ(plan.combines.size(), 3u);
+  std::map<int, int> covered;  // row0 -> keys covered so far
+  int64_t pairs = 0;
+  for (const cuda::PrefillTile& t : plan.tiles) {
+    EXPECT_NE(t.seq, 1) << "a lone row stays with the decode kernel";
+    EXPECT_EQ(t.kbeg % 64, 0);
+    EXPECT_GE(t.partial, 100);
+    EXPECT_EQ(t.kbeg, covered[t.row0]) << "partitions in order within the plan's tile list";
+    covered[t.row0] = t.kend;
+    pairs += (int64_t)t.nrows * 32;
+  }
+  EXPECT_EQ(pairs, plan.partial_pairs);
+  for (const cuda::AttnCombine& c : plan.combines) {
+    const int seq = c.row0 < 9 ? 0 : 2;
+    EXPECT_EQ(covered[c.row0], ctx[seq] - q_len[seq] + (c.row0 - q_start[seq]) + c.nrows);
+    EXPECT_GE(c.n_parts, 2);
+  }
+  // Enough tiles to fill the chip: no split. No room for partials: no split either.
+  EXPECT_TRUE(cuda::plan_prefill(q_start, q_len, ctx, 32, 2, 64).combines.empty());
+  const cuda::PrefillPlan tight = cuda::plan_prefill(q_start, q_len, ctx, 32, 2, 264, 0, 100);
+  EXPECT_TRUE(tight.combines.empty());
+  EXPECT_EQ(tight.tiles.size(), 3u);
+  EXPECT_LE(plan.partial_pairs, cuda::prefill_scratch_pairs(264));
 }
 
 // Greedy sampling on the device picks what the host would: the largest logit, and among

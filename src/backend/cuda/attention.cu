@@ -423,32 +423,35 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   if (threadIdx.x == 0) *counter = 0;
 }
 
-// One block per (combine, head); thread d owns one output dimension of every row.
+// One block per (combine, head, row of the combine); thread d owns one output dimension.
+// Rows past a combine's own count exit at once (grid.z is the largest row count).
 template <typename T>
 __global__ void combine_kernel(AttnArgs a) {
   pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
   const AttnCombine c = a.combines[blockIdx.x];
-  const int head = blockIdx.y, hd = a.head_dim;
+  const int head = blockIdx.y, hd = a.head_dim, rl = blockIdx.z;
+  if (rl >= c.nrows) return;
   T* out = static_cast<T*>(a.out);
-  for (int rl = 0; rl < c.nrows; ++rl) {
-    float mx = -FLT_MAX;
+  auto pair_of = [&](int p) {
+    return c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
+  };
+  float mx = -FLT_MAX;
+  for (int p = 0; p < c.n_parts; ++p) {
+    const int64_t pair = pair_of(p);
+    if (a.partial_ml[pair * 2 + 1] > 0.0f) mx = fmaxf(mx, a.partial_ml[pair * 2]);
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float num = 0.0f, den = 0.0f;
     for (int p = 0; p < c.n_parts; ++p) {
-      const int64_t pair = c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
-      mx = fmaxf(mx, a.partial_ml[pair * 2]);
+      const int64_t pair = pair_of(p);
+      const float l = a.partial_ml[pair * 2 + 1];
+      if (l == 0.0f) continue;
+      const float w = __expf(a.partial_ml[pair * 2] - mx);
+      num += w * a.partial_acc[pair * hd + d];
+      den += w * l;
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-      float num = 0.0f, den = 0.0f;
-      for (int p = 0; p < c.n_parts; ++p) {
-        const int64_t pair = c.partial + (int64_t)p * c.nrows * a.n_heads + rl * a.n_heads + head;
-        const float l = a.partial_ml[pair * 2 + 1];
-        if (l == 0.0f) continue;
-        const float w = __expf(a.partial_ml[pair * 2] - mx);
-        num += w * a.partial_acc[pair * hd + d];
-        den += w * l;
-      }
-      out[(int64_t)(c.row0 + rl) * a.out_stride + head * hd + d] =
-          from_f32<T>(den > 0.0f ? num / den : 0.0f);
-    }
+    out[(int64_t)(c.row0 + rl) * a.out_stride + head * hd + d] =
+        from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
 }
 
@@ -501,7 +504,7 @@ void launch(const AttnArgs& a, cudaStream_t s) {
       launch_decode<T, KV, HD, 8>(d, grid, s);
   }
   if (a.n_combines > 0) {
-    dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads);
+    dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads, (unsigned)kMaxPairs);
     combine_kernel<T><<<cg, std::min(HD, 128), 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
   }
@@ -522,6 +525,21 @@ void launch_hd(const AttnArgs& a, cudaStream_t s) {
 }
 
 }  // namespace
+
+void attention_combine(const AttnArgs& a, const AttnCombine* d_combines, int n_combines,
+                       int max_rows, cudaStream_t s) {
+  if (n_combines == 0) return;
+  CHECK(a.head_dim <= 128 && n_combines <= 65535 && max_rows >= 1 && max_rows <= 65535);
+  AttnArgs c = a;
+  c.combines = d_combines;
+  c.n_combines = n_combines;
+  const dim3 grid((unsigned)n_combines, (unsigned)a.n_heads, (unsigned)max_rows);
+  if (a.act_dtype == DType::bf16)
+    combine_kernel<__nv_bfloat16><<<grid, a.head_dim, 0, s>>>(c);
+  else
+    combine_kernel<__half><<<grid, a.head_dim, 0, s>>>(c);
+  CUDA_CHECK_LAUNCH();
+}
 
 void attention(const AttnArgs& a, cudaStream_t s) {
   if (a.n_items == 0 && a.n_decode_items == 0) return;

@@ -70,5 +70,10 @@ struct AttnArgs {
   float* partial_ml;   // [pairs, 2]
 };
 void attention(const AttnArgs& a, cudaStream_t s);
+// Merges the partials of `n_combines` combines (device array, none of more than `max_rows`
+// rows) into `out`, as attention() does for its general items: for the split tiles of
+// attention_prefill().
+void attention_combine(const AttnArgs& a, const AttnCombine* d_combines, int n_combines,
+                       int max_rows, cudaStream_t s);
 
 }  // namespace infercept::cuda

@@ -15,6 +15,7 @@
 #include "backend/cuda/attention_prefill.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -24,30 +25,65 @@
 
 namespace infercept::cuda {
 
-std::vector<PrefillTile> plan_prefill(std::span<const int32_t> q_start,
-                                      std::span<const int32_t> q_len,
-                                      std::span<const int32_t> ctx_len, int min_q_len) {
+PrefillPlan plan_prefill(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
+                         std::span<const int32_t> ctx_len, int n_heads, int min_q_len,
+                         int target_ctas, int64_t partial_base, int64_t partial_limit,
+                         int min_partition) {
   CHECK(q_start.size() == q_len.size() && q_len.size() == ctx_len.size());
-  struct Keyed {
-    PrefillTile t;
-    int32_t kend;  // keys the tile's last row sees: the tile's cost
-  };
-  std::vector<Keyed> tiles;
+  CHECK(n_heads >= 1 && min_partition >= 64 && min_partition % 64 == 0);
+  std::vector<PrefillTile> tiles;
   const int min_len = std::max(1, min_q_len);
   for (size_t s = 0; s < q_len.size(); ++s) {
     if (q_len[s] < min_len) continue;
     CHECK(ctx_len[s] >= q_len[s]);
     for (int r = 0; r < q_len[s]; r += kPrefillTileM) {
       const int nrows = std::min(kPrefillTileM, q_len[s] - r);
-      tiles.push_back({{(int32_t)s, q_start[s] + r, nrows}, ctx_len[s] - q_len[s] + r + nrows});
+      const int kend = ctx_len[s] - q_len[s] + r + nrows;  // keys the tile's last row sees
+      tiles.push_back({(int32_t)s, q_start[s] + r, nrows, 0, kend, -1});
     }
   }
   std::stable_sort(tiles.begin(), tiles.end(),
-                   [](const Keyed& x, const Keyed& y) { return x.kend > y.kend; });
-  std::vector<PrefillTile> out;
-  out.reserve(tiles.size());
-  for (const Keyed& k : tiles) out.push_back(k.t);
-  return out;
+                   [](const PrefillTile& x, const PrefillTile& y) { return x.kend > y.kend; });
+  PrefillPlan plan;
+  // Parts per tile: as many as keep every tile's parts within one wave of the chip.
+  const int64_t base_ctas = (int64_t)tiles.size() * n_heads;
+  const int want = base_ctas > 0 ? (int)std::min<int64_t>(target_ctas / base_ctas, 1 << 16) : 1;
+  if (want < 2) {
+    plan.tiles = std::move(tiles);
+    return plan;
+  }
+  int64_t next = partial_base;
+  for (const PrefillTile& t : tiles) {
+    int parts = std::clamp((t.kend + min_partition - 1) / min_partition, 1, want);
+    if (parts > 1 && next + (int64_t)parts * t.nrows * n_heads > partial_limit) parts = 1;
+    if (parts == 1) {
+      plan.tiles.push_back(t);
+      continue;
+    }
+    // Whole 64-key tiles per partition, so only the last one meets the diagonal.
+    const int span = ((t.kend + parts - 1) / parts + 63) / 64 * 64;
+    AttnCombine c{t.row0, t.nrows, (int32_t)next, 0};
+    for (int k0 = 0; k0 < t.kend; k0 += span) {
+      PrefillTile p = t;
+      p.kbeg = k0;
+      p.kend = std::min(t.kend, k0 + span);
+      p.partial = (int32_t)next;
+      plan.tiles.push_back(p);
+      next += (int64_t)t.nrows * n_heads;
+      ++c.n_parts;
+    }
+    plan.combines.push_back(c);
+  }
+  // Longest partitions first again (a split tile's parts are shorter than a whole one).
+  std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [](const PrefillTile& x, const PrefillTile& y) {
+    return x.kend - x.kbeg > y.kend - y.kbeg;
+  });
+  plan.partial_pairs = (int32_t)(next - partial_base);
+  return plan;
+}
+
+int64_t prefill_scratch_pairs(int target_ctas) {
+  return (int64_t)std::max(1, target_ctas) * kPrefillTileM;
 }
 
 bool prefill_supports_head_dim(int head_dim) {
@@ -151,9 +187,12 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
   const int qs0 = a.q_start[tile.seq];
   // Position of the tile's first row; row r of the tile sees keys [0, pos0 + r].
   const int pos0 = a.ctx_len[tile.seq] - a.q_len[tile.seq] + (tile.row0 - qs0);
-  const int kend = pos0 + tile.nrows;     // keys any row of the tile sees
+  const int kend = tile.kend;             // this partition's end (the tile's: pos0 + nrows)
+  const int j0 = tile.kbeg / kN;          // its first key tile
   const int n_kt = (kend + kN - 1) / kN;  // key tiles (those above the diagonal skipped)
   const int n_full = (pos0 + 1) / kN;     // key tiles no row masks
+  // Warps whose 16 rows are all past the tile's rows (short chunks) only help load.
+  const bool has_rows = warp * 16 < tile.nrows;
   const int64_t kv_width = (int64_t)a.n_kv_heads * HD;
   const int bs = a.block_size;
   const int32_t* __restrict__ bt = a.block_tables + (int64_t)tile.seq * a.max_blocks;
@@ -207,10 +246,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
     }
   };
 
-  fetch(0);
-  issue(0);
-  cp_async_commit();  // group: Q + tile 0
-  if (n_kt > 1) fetch(1);
+  fetch(j0);
+  issue(j0);
+  cp_async_commit();  // group: Q + the first key tile
+  if (j0 + 1 < n_kt) fetch(j0 + 1);
 
   const float sl2 = a.scale * 1.4426950408889634f;  // softmax in base 2
   const int g = lane >> 2, tq = lane & 3;
@@ -225,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
   for (int i = 0; i < ON; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   float m0 = kNegInf, m1 = kNegInf, l0 = 0.0f, l1 = 0.0f;  // raw-score max, partial sums
 
-  for (int j = 0; j < n_kt; ++j) {
+  for (int j = j0; j < n_kt; ++j) {
     if (j + 1 < n_kt) {
       issue(j + 1);
       cp_async_commit();
@@ -235,7 +274,11 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (j == 0) {
+    if (!has_rows) {
+      __syncthreads();  // the loads above are the CTA's; the barrier below is too
+      continue;
+    }
+    if (j == j0) {
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; ++kk)
         ldsm_x4(qf[kk], sQ + swz<HD>(warp * 16 + a_row, 2 * kk + a_chunk));
@@ -326,13 +369,35 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
     __syncthreads();  // this stage is refilled by the next iteration's issue()
   }
 
-  // ---- epilogue: normalize, stage through this warp's own Q rows, 16-byte stores ----
+  // ---- epilogue ----
+  if (!has_rows) return;
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (tile.partial >= 0) {
+    // A partition of a split tile: the unnormalized state, in the decode kernels' units
+    // (scores scaled by `scale`, natural exponent: exp2((s - m) * sl2) = exp((s - m) * scale)).
+    const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};
+    const float ms[2] = {m0, m1}, ls[2] = {l0, l1};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows[h] >= tile.nrows) continue;
+      const int64_t pair = tile.partial + (int64_t)rows[h] * a.n_heads + head;
+      float* dst = a.partial_acc + pair * HD;
+#pragma unroll
+      for (int i = 0; i < ON; ++i)
+        *reinterpret_cast<float2*>(dst + i * 8 + 2 * tq) = make_float2(acc[i][2 * h], acc[i][2 * h + 1]);
+      if (tq == 0) {
+        a.partial_ml[pair * 2] = ls[h] > 0.0f ? ms[h] * a.scale : -FLT_MAX;
+        a.partial_ml[pair * 2 + 1] = ls[h];
+      }
+    }
+    return;
+  }
+  // Normalize, stage through this warp's own Q rows, 16-byte stores.
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-  // Only this warp ever read its 16 rows of sQ (into qf, at j == 0), so it may overwrite them.
+  // Only this warp ever read its 16 rows of sQ (into qf, at j == j0), so it may overwrite them.
   unsigned char* sO = reinterpret_cast<unsigned char*>(sQ);
 #pragma unroll
   for (int i = 0; i < ON; ++i) {
@@ -381,6 +446,30 @@ void launch_hd(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaS
 }
 
 }  // namespace
+
+int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
+  CHECK(prefill_supports_head_dim(head_dim));
+  const bool bf = act == DType::bf16, kv_bf = kv == DType::bf16;
+  auto per_sm = [&](auto kernel, int hd) {
+    int n = 0;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (kM + 4 * kN) * hd * 2));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
+                                                             (size_t)(kM + 4 * kN) * hd * 2));
+    return std::max(1, n);
+  };
+  auto by_hd = [&](auto t, auto k) {
+    using T = decltype(t);
+    using KV = decltype(k);
+    if (head_dim == 32) return per_sm(prefill_attention_kernel<T, KV, 32>, 32);
+    if (head_dim == 64) return per_sm(prefill_attention_kernel<T, KV, 64>, 64);
+    return per_sm(prefill_attention_kernel<T, KV, 128>, 128);
+  };
+  if (bf && kv_bf) return by_hd(__nv_bfloat16{}, __nv_bfloat16{});
+  if (bf) return by_hd(__nv_bfloat16{}, __half{});
+  if (kv_bf) return by_hd(__half{}, __nv_bfloat16{});
+  return by_hd(__half{}, __half{});
+}
 
 void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
   if (n_tiles == 0) return;

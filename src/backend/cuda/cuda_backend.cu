@@ -75,6 +75,13 @@ class CudaBackend final : public Backend {
       target_ctas_ = std::clamp(std::atoi(c), 1, 16) * props_.multiProcessorCount;
     if (const char* m = std::getenv("INFERCEPT_ATTN_MIN_PARTITION"); m != nullptr)
       attn_min_partition_ = std::clamp(std::atoi(m) / 32 * 32, 32, 4096);
+    // And for the routing of short chunks (docs/PERF.md 4.5g): the fewest rows of a
+    // sequence that take the tensor-core kernel (2; 64 before), and whether its tiles are
+    // split across their keys when they leave the chip idle (on; 0 turns it off).
+    if (const char* q = std::getenv("INFERCEPT_PREFILL_MIN_Q"); q != nullptr)
+      prefill_min_q_ = std::clamp(std::atoi(q), 2, 1 << 20);
+    if (const char* p = std::getenv("INFERCEPT_PREFILL_SPLIT"); p != nullptr && std::string(p) == "0")
+      prefill_split_ = false;
     TRY(sample_io_.init(compute_));
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
@@ -407,21 +414,31 @@ class CudaBackend final : public Backend {
     const KvGeometry& g = s.geometry();
     wait_before_attention(layer, b, g.block_size);
     if (!plan_ready_) {  // the same for every layer of a step
-      // Long query runs (prefill chunks) go to the tensor-core kernel; the other rows (decode,
-      // short chunks) to the paged CUDA-core kernels.
-      prefill_tiles_.clear();
+      // Query runs of two rows and more (prefill chunks) go to the tensor-core kernel, the
+      // lone rows (decode) to the paged CUDA-core kernels.
+      const bool tensor_cores = cuda::prefill_supports_head_dim((int)g.head_dim) &&
+                                q.stride % 8 == 0 && out.stride % 8 == 0;
       std::vector<int32_t> rest_q_len(b.q_len.begin(), b.q_len.end());
-      if (cuda::prefill_supports_head_dim((int)g.head_dim) && q.stride % 8 == 0 &&
-          out.stride % 8 == 0) {
-        prefill_tiles_ = cuda::plan_prefill(b.q_start, b.q_len, b.ctx_len);
-        for (size_t i = 0; i < rest_q_len.size(); ++i)
-          if (rest_q_len[i] >= cuda::kPrefillMinQLen) rest_q_len[i] = 0;
-      }
-      d_prefill_tiles_ = static_cast<const cuda::PrefillTile*>(upload(
-          prefill_tiles_.data(), prefill_tiles_.size() * sizeof(cuda::PrefillTile), nullptr));
+      if (tensor_cores)
+        for (int32_t& n : rest_q_len)
+          if (n >= prefill_min_q_) n = 0;
       plan_ = cuda::plan_attention(b.q_start, rest_q_len, b.ctx_len, (int)n_heads,
                                    (int)g.n_kv_heads, target_ctas_, attn_min_partition_);
       CHECK(plan_.partial_pairs <= scratch_pairs_);
+      // Split tiles' partials go after the paged kernels' in the same scratch.
+      prefill_ = tensor_cores ? cuda::plan_prefill(b.q_start, b.q_len, b.ctx_len, (int)n_heads,
+                                                   prefill_min_q_,
+                                                   prefill_split_ ? prefill_target(q.dtype, g) : 0,
+                                                   plan_.partial_pairs, scratch_pairs_)
+                              : cuda::PrefillPlan{};
+      prefill_combine_rows_ = 1;
+      for (const cuda::AttnCombine& c : prefill_.combines)
+        prefill_combine_rows_ = std::max(prefill_combine_rows_, (int)c.nrows);
+      d_prefill_tiles_ = static_cast<const cuda::PrefillTile*>(upload(
+          prefill_.tiles.data(), prefill_.tiles.size() * sizeof(cuda::PrefillTile), nullptr));
+      d_prefill_combines_ = static_cast<const cuda::AttnCombine*>(
+          upload(prefill_.combines.data(), prefill_.combines.size() * sizeof(cuda::AttnCombine),
+                 nullptr));
       d_items_ = static_cast<const cuda::AttnItem*>(
           upload(plan_.items.data(), plan_.items.size() * sizeof(cuda::AttnItem), nullptr));
       d_decode_items_ = static_cast<const cuda::AttnItem*>(upload(
@@ -465,10 +482,14 @@ class CudaBackend final : public Backend {
     a.scale = scale;
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
-    if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill_tiles_.size())) return;
+    if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill_.tiles.size(), d_prefill_combines_,
+                    prefill_.combines.size()))
+      return;
     cuda::attention(a, compute_);
-    if (!prefill_tiles_.empty())
-      cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill_tiles_.size(), compute_);
+    if (!prefill_.tiles.empty())
+      cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill_.tiles.size(), compute_);
+    cuda::attention_combine(a, d_prefill_combines_, (int)prefill_.combines.size(),
+                            prefill_combine_rows_, compute_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -527,7 +548,8 @@ class CudaBackend final : public Backend {
     TRY_ASSIGN(std::unique_ptr<CudaKvStorage> s, cuda::allocate_kv_storage(g, host));
     if (!host) {
       swap_.attach_device_pool(g.n_layers, g.n_blocks);
-      const int64_t pairs = cuda::attention_scratch_pairs((int)g.n_kv_heads, target_ctas_);
+      const int64_t pairs = cuda::attention_scratch_pairs((int)g.n_kv_heads, target_ctas_) +
+                            cuda::prefill_scratch_pairs(target_ctas_);
       if (pairs > scratch_pairs_) {
         partial_acc_ = static_cast<float*>(device_alloc((size_t)(pairs * g.head_dim) * 4));
         partial_ml_ = static_cast<float*>(device_alloc((size_t)pairs * 2 * 4));
@@ -540,6 +562,18 @@ class CudaBackend final : public Backend {
   }
 
   // Device copy of a host array for this step (uploaded once, found again by address).
+  // Blocks of the tensor-core prefill kernel that fill the chip (its occupancy, asked once
+  // per head size and types): what a split prefill tile's parts aim for.
+  int prefill_target(DType act, const KvGeometry& g) {
+    const int key = (int)g.head_dim * 256 + (int)act * 16 + (int)g.dtype;
+    for (const auto& [k, v] : prefill_targets_)
+      if (k == key) return v;
+    const int v = cuda::prefill_blocks_per_sm(act, g.dtype, (int)g.head_dim) *
+                  props_.multiProcessorCount;
+    prefill_targets_.push_back({key, std::min(v, target_ctas_)});
+    return prefill_targets_.back().second;
+  }
+
   const int32_t* dev(std::span<const int32_t> a) {
     if (a.empty()) return nullptr;
     for (const auto& u : uploads_)
@@ -728,8 +762,13 @@ class CudaBackend final : public Backend {
   bool plan_ready_ = false;
   const cuda::AttnItem* d_items_ = nullptr;
   const cuda::AttnItem* d_decode_items_ = nullptr;
-  std::vector<cuda::PrefillTile> prefill_tiles_;
+  int prefill_min_q_ = cuda::kPrefillMinQLen;
+  bool prefill_split_ = true;
+  cuda::PrefillPlan prefill_;
+  int prefill_combine_rows_ = 1;  // rows of its largest combine
+  std::vector<std::pair<int, int>> prefill_targets_;  // (head size and types, blocks)
   const cuda::PrefillTile* d_prefill_tiles_ = nullptr;
+  const cuda::AttnCombine* d_prefill_combines_ = nullptr;
   const cuda::AttnCombine* d_combines_ = nullptr;
   const cuda::AttnCombine* d_decode_combines_ = nullptr;
   int* combine_counters_ = nullptr;  // zero between attention launches (the kernel resets them)
