@@ -158,7 +158,10 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
             more += ["--model-context", str(shape[0])]
         # A point measured with a step trace (STEP_TRACE=1 bash bench/h200_paper.sh) gets one
         # from its simulation too, for bench/trace_diff.py.
+        # (Kept gzipped in docs/bench: NAME.trace.csv.gz is read the same way.)
         measured_trace = os.path.join(e.get("_folder", ""), e["name"] + ".trace.csv")
+        if not os.path.exists(measured_trace) and os.path.exists(measured_trace + ".gz"):
+            measured_trace += ".gz"
         if os.path.exists(measured_trace):
             e["_trace"] = (measured_trace, os.path.join(tmp, "sim-" + e["name"] + ".trace.csv"))
             more += ["--step-trace", e["_trace"][1]]

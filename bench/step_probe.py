@@ -85,7 +85,8 @@ def main():
             with open(path, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in reqs)
             print(f"BIN bench --device cuda --model MODEL --kv-dtype bf16 --workload {path} {' '.join(FLAGS)} "
-                  f"--json {os.path.join(args.dir, name + '-bench.json')}")
+                  f"--json {os.path.join(args.dir, name + '-bench.json')} "
+                  f"--step-trace {os.path.join(args.dir, name + '.trace.csv')}")
         return
     print("| trace | steps meas / SIM | forward s meas / SIM | mean step ms meas / SIM |")
     print("|---|---|---|---|")

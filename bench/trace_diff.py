@@ -12,16 +12,21 @@ cost model prices wrong:
      so far; the first window where the dropped tokens (or preemptions) part is marked;
   3. the mean step time by step shape (decode rows x prompt rows, and the context held), so
      a shape that costs more in the engine than in the model stands out whatever the two
-     runs' schedules did.
+     runs' schedules did. Caveat: the engine times a step on the host, and a step that samples
+     nothing (a prefill chunk alone) returns before the GPU has run it, so its time lands on
+     the next step that samples. Totals and windows are exact; a shape made only of such
+     steps reads cheap and the step after it dear (the prefill probe: 3 ms and 41-82 ms).
 
   python3 bench/trace_diff.py MEASURED.csv SIMULATED.csv [--window 2] [--part-tokens 2000]
 
 On the H200: `STEP_TRACE=1 bash bench/h200_paper.sh POINT...` writes NAME.trace.csv beside
-each point's JSON; `bench/paper_report.py` then simulates such a point with a trace too and
+each point's JSON (docs/bench keeps them as NAME.trace.csv.gz, read the same way);
+`bench/paper_report.py` then simulates such a point with a trace too and
 prints this comparison under the point's name.
 """
 import argparse
 import csv
+import gzip
 import sys
 
 FIELDS = ["t", "seconds", "sequences", "decode_rows", "prompt_rows", "chunks", "context_tokens",
@@ -30,7 +35,8 @@ FIELDS = ["t", "seconds", "sequences", "decode_rows", "prompt_rows", "chunks", "
 
 
 def load(path):
-    with open(path, newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         r = csv.DictReader(f)
         if r.fieldnames is None or r.fieldnames[:len(FIELDS)] != FIELDS:
             sys.exit(f"{path}: not a step trace (header {r.fieldnames})")

@@ -5,11 +5,13 @@
 - The same workload (preserve) with the KV pool cut to a quarter: preemptions and dropped
   tokens where the roomy run has none, and the report marks the window where the two part,
   the one with the tight run's first preemption (or the next).
+- The same trace gzipped (as docs/bench keeps them): the same report.
 - A file that is not a step trace: a clear error, non-zero exit.
 Prints 'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
 import csv
+import gzip
 import os
 import subprocess
 import sys
@@ -69,6 +71,13 @@ def main():
         # tight one's first preemption, and the rule must see it within a window or two.
         check(first_pre - 2.0 < start <= first_pre + 2.0,
               f"the parting window ({start:.0f} s) holds the first drop ({first_pre:.1f} s)")
+
+    # Traces kept gzipped (docs/bench) read the same as plain ones.
+    with open(tight, "rb") as f, gzip.open(tight + ".gz", "wb") as g:
+        g.write(f.read())
+    zipped = diff(a, tight + ".gz")
+    check(zipped.returncode == 0 and zipped.stdout == parted.stdout,
+          "a gzipped trace gives the same report as the plain file")
 
     bad = diff(os.path.join(ROOT, "README.md"), a)
     check(bad.returncode != 0 and "not a step trace" in bad.stdout, "a non-trace file: clear error")
