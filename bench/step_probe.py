@@ -15,8 +15,11 @@ Each trace exercises one step type the cost model prices differently:
   admit    4 agents decoding 400 tokens at ~1,000 context while 300-token prompts arrive every
            100 ms: a new prompt's first chunk (nothing cached) beside decode rows
   tiny     4 agents, 2,000-token prompts, 25 pauses of 20 ms each returning 2 tokens (the mixed
-           workload's VE/ALFWorld calls): 3-row chunks, which the CUDA backend splits across
-           the context like decode rows but runs in its general attention kernel
+           workload's VE/ALFWorld calls): 3-row chunks (since session 8 the tensor-core
+           kernel's, split across the context)
+  beside   4 agents decoding 500 tokens at ~1,000 context while 3,000-token prompts arrive
+           every 350 ms: 512-row chunks over 0-2,560 cached tokens beside decode rows, so every
+           step samples and is timed on its own (for bench/step_fit.py)
 
   python3 bench/step_probe.py write DIR
       writes DIR/NAME.jsonl for every trace and prints the bench command for each
@@ -33,6 +36,11 @@ Each trace exercises one step type the cost model prices differently:
       the traces no price came from (lone, admit, decode) measured against simulated.
 
 Where the forward seconds part, the step type whose trace parts is the one the model misses.
+
+Since session 8 every probe also writes its step trace (NAME.trace.csv), and
+`python3 bench/step_fit.py DIR/*.trace.csv* --profile BASE.json --out FIT.json` fits T_fwd's
+and a(n)'s scale and the chunk prices by least squares over the traces' sync groups (the
+whole-request fit above cannot tell a long chunk's price from an error in T_fwd(512)).
 """
 import argparse
 import json
@@ -65,6 +73,11 @@ def traces():
                  [req(4 + i, 0.5 + 0.1 * i, "admit", 300, [seg(1)]) for i in range(20)],
         "tiny": [req(i, 0.0, "tiny", 2000, [seg(4, "tool", 0.02, 2) for _ in range(25)] + [seg(4)])
                  for i in range(4)],
+        # 3,000-token prompts beside 4 decoding agents: every 512-row chunk over 0-2,560
+        # cached tokens rides with decode rows, so every step samples and its time is its own
+        # (bench/step_fit.py: the price of a long chunk apart from T_fwd(512)).
+        "beside": [req(i, 0.0, "decode", 1000, [seg(500)]) for i in range(4)] +
+                  [req(4 + i, 0.3 + 0.35 * i, "beside", 3000, [seg(1)]) for i in range(8)],
     }
 
 

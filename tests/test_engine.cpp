@@ -142,6 +142,9 @@ TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically
   EXPECT_EQ(t.swap_in_blocks * c.block_size, st.swapped_in_tokens);
   EXPECT_EQ(t.swap_out_blocks * c.block_size, st.swapped_out_tokens);
   EXPECT_LE(t.max_free_blocks, c.kv_cache_tokens / c.block_size);
+  EXPECT_EQ(t.sampled_rows, st.decode_tokens);
+  EXPECT_TRUE(t.chunk_context_consistent);
+  EXPECT_GT(t.chunk_context_tokens, 0) << "recomputed and resumed chunks hold context";
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EnginePreemption, ::testing::Values("preserve", "minwaste"));

@@ -317,6 +317,9 @@ TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
   EXPECT_EQ(t.swap_out_blocks * c.block_size, st.swapped_out_tokens);
   EXPECT_LE(t.max_free_blocks, c.kv_cache_tokens / c.block_size);
   EXPECT_GT(t.decode_rows, 0);
+  EXPECT_EQ(t.sampled_rows, st.decode_tokens);
+  EXPECT_TRUE(t.chunk_context_consistent);
+  EXPECT_GT(t.chunk_context_tokens, 0) << "resumed and recomputed chunks hold context";
 }
 
 TEST(Simulator, StepTraceToAnUnwritablePathIsAnError) {

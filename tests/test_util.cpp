@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -30,9 +31,10 @@ StepTraceTotals read_step_trace(const std::string& path) {
     t.error = "cannot open " + path;
     return t;
   }
-  char line[512];
+  char line[8192];  // a row lists every chunk of its step
   if (std::fgets(line, sizeof line, f) == nullptr ||
-      std::string(line).rfind("t,seconds,sequences,decode_rows,prompt_rows,chunks,", 0) != 0) {
+      std::string(line).rfind("t,seconds,sequences,decode_rows,prompt_rows,chunks,", 0) != 0 ||
+      std::string(line).find(",sampled_rows,chunk_context_tokens,chunk_list") == std::string::npos) {
     t.error = "no step-trace header in " + path;
     std::fclose(f);
     return t;
@@ -40,11 +42,12 @@ StepTraceTotals read_step_trace(const std::string& path) {
   double last_t = -1e300;
   while (std::fgets(line, sizeof line, f) != nullptr) {
     double at = 0, sec = 0;
-    long long v[14] = {};
+    long long v[16] = {};
     if (std::sscanf(line,
-                    "%lf,%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld",
+                    "%lf,%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,"
+                    "%lld,%lld",
                     &at, &sec, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
-                    &v[10], &v[11], &v[12], &v[13]) != 16) {
+                    &v[10], &v[11], &v[12], &v[13], &v[14], &v[15]) != 18) {
       t.error = "malformed row in " + path + ": " + line;
       std::fclose(f);
       return t;
@@ -61,6 +64,23 @@ StepTraceTotals read_step_trace(const std::string& path) {
     t.dropped_tokens += v[10];
     t.swap_in_blocks += v[12];
     t.swap_out_blocks += v[13];
+    t.sampled_rows += v[14];
+    t.chunk_context_tokens += v[15];
+    // A chunk's context is part of the step's, and only chunks have it.
+    t.chunk_context_consistent = t.chunk_context_consistent && v[15] <= v[4] && (v[2] > 0 || v[15] == 0);
+    // The chunk list adds up to the chunks' context, and its rows to at most the prompt rows
+    // (a chunk, more than one row, is always a prompt row's sequence).
+    const char* list = std::strrchr(line, ',') + 1;
+    long long list_ctx = 0, list_rows = 0, rows_i = 0, ctx_i = 0;
+    for (const char* q = list; *q != '\0' && *q != '\n';) {
+      if (std::sscanf(q, "%lld:%lld", &rows_i, &ctx_i) != 2) break;
+      list_rows += rows_i;
+      list_ctx += ctx_i;
+      const char* semi = std::strchr(q, ';');
+      if (semi == nullptr) break;
+      q = semi + 1;
+    }
+    t.chunk_context_consistent = t.chunk_context_consistent && list_ctx == v[15] && list_rows <= v[2];
   }
   std::fclose(f);
   t.ok = true;

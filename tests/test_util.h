@@ -22,7 +22,9 @@ struct StepTraceTotals {
   int64_t decode_rows = 0, prompt_rows = 0, preempted = 0, dropped_tokens = 0;
   int64_t swap_in_blocks = 0, swap_out_blocks = 0;
   int64_t max_free_blocks = 0;
+  int64_t sampled_rows = 0, chunk_context_tokens = 0;
   bool time_ordered = true;
+  bool chunk_context_consistent = true;  // every row: chunks' context within the step's
 };
 StepTraceTotals read_step_trace(const std::string& path);
 

@@ -12,6 +12,12 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
   r.sequences = (int64_t)plan.scheduled.size();
   for (const ScheduledSeq& ss : plan.scheduled) {
     r.context_tokens += ss.seq->n_computed;
+    if (ss.sample) r.sampled_rows++;
+    if (ss.n_tokens > 1) {
+      r.chunk_context_tokens += ss.seq->n_computed;
+      if (!r.chunk_list.empty()) r.chunk_list += ';';
+      r.chunk_list += std::to_string(ss.n_tokens) + ':' + std::to_string(ss.seq->n_computed);
+    }
     if (ss.is_prompt()) {
       r.prompt_rows += ss.n_tokens;
       r.chunks++;
@@ -41,7 +47,8 @@ Result<std::unique_ptr<StepTraceWriter>> StepTraceWriter::open(const std::string
     return make_error("cannot write the step trace '", path, "': ", std::strerror(errno));
   std::fputs(
       "t,seconds,sequences,decode_rows,prompt_rows,chunks,context_tokens,free_blocks,running,"
-      "paused,waiting,preempted,dropped_tokens,discards,swap_in_blocks,swap_out_blocks\n",
+      "paused,waiting,preempted,dropped_tokens,discards,swap_in_blocks,swap_out_blocks,"
+      "sampled_rows,chunk_context_tokens,chunk_list\n",
       f);
   return std::unique_ptr<StepTraceWriter>(new StepTraceWriter(f));
 }
@@ -52,12 +59,14 @@ StepTraceWriter::~StepTraceWriter() {
 
 void StepTraceWriter::write(const StepTraceRow& r) {
   std::fprintf(f_,
-               "%.6f,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n",
+               "%.6f,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,"
+               "%lld,%s\n",
                r.t, r.seconds, (long long)r.sequences, (long long)r.decode_rows,
                (long long)r.prompt_rows, (long long)r.chunks, (long long)r.context_tokens,
                (long long)r.free_blocks, (long long)r.running, (long long)r.paused,
                (long long)r.waiting, (long long)r.preempted, (long long)r.dropped_tokens,
-               (long long)r.discards, (long long)r.swap_in_blocks, (long long)r.swap_out_blocks);
+               (long long)r.discards, (long long)r.swap_in_blocks, (long long)r.swap_out_blocks,
+               (long long)r.sampled_rows, (long long)r.chunk_context_tokens, r.chunk_list.c_str());
 }
 
 }  // namespace infercept

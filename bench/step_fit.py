@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Fit the step-cost terms of a cost model to step traces (issue 6, item 5).
+
+`infercept bench --step-trace F` writes one row per step with what it carried and how long it
+took (src/sched/step_trace.h). The engine times a step on the host, and a step that samples
+nothing (a prefill chunk alone) returns before the GPU has run it: its time lands on the next
+step that samples. So the fit is over *sync groups*, the steps from one sampling step to the
+next, whose summed time is exact, never over single steps.
+
+The model is CostModel::step_seconds with the shape of a base profile kept and its scale
+fitted:
+
+    step = kT * T_fwd(x)  [D(n) for a decode-only step when the base has decode samples]
+         + ka * a(n) * (context the step's decode rows held)
+         + p(rows) * (context its prompt chunks held)
+
+kT and ka scale the base's T_fwd (and D) samples and its a(n) samples; p has one value per
+row bucket (least rows 2, 9, 64 by default, as CostModel::chunk_seconds_per_token reads
+them); each chunk of a step (the trace's chunk_list) goes to its own bucket. Least squares over the groups,
+parameters kept non-negative; a bucket with too little context in the traces keeps the
+base's price and says so.
+
+    python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --out FIT.json [--rows 2,9,64]
+
+Prints the fitted terms, how much each had to go on, and the fit's error per group and in
+total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
+check with bench/paper_report.py --sim-profile FIT.json.
+"""
+import argparse
+import csv
+import gzip
+import json
+import sys
+
+NEED = ["seconds", "sequences", "decode_rows", "prompt_rows", "chunks", "context_tokens",
+        "sampled_rows", "chunk_context_tokens", "chunk_list"]
+
+
+def load_trace(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        r = csv.DictReader(f)
+        missing = [k for k in NEED if k not in (r.fieldnames or [])]
+        if missing:
+            sys.exit(f"{path}: no {', '.join(missing)} column (a step trace of an older binary?)")
+        out = []
+        for row in r:
+            d = {k: float(row[k]) for k in NEED if k != "chunk_list"}
+            d["chunk_list"] = [tuple(int(v) for v in c.split(":")) for c in row["chunk_list"].split(";") if c]
+            out.append(d)
+        return out
+
+
+def interp(samples, x, flat_outside):
+    """Linear between samples; outside: flat (a(n), D(n)) or extrapolated from the last two
+    (T_fwd), as src/sched/cost_model.cpp does."""
+    if len(samples) == 1:
+        return samples[0][1]
+    if x <= samples[0][0]:
+        if flat_outside:
+            return samples[0][1]
+        (x0, y0), (x1, y1) = samples[0], samples[1]
+        return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    for (x0, y0), (x1, y1) in zip(samples, samples[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    if flat_outside:
+        return samples[-1][1]
+    (x0, y0), (x1, y1) = samples[-2], samples[-1]
+    return y1 + (y1 - y0) * (x - x1) / (x1 - x0)
+
+
+class Base:
+    def __init__(self, profile):
+        self.p = profile
+        self.tfwd = sorted((int(x), float(t)) for x, t in profile["t_fwd_samples"])
+        c = profile.get("context_seconds_per_token", 0.0)
+        self.ctx = sorted((int(n), float(s)) for n, s in c) if isinstance(c, list) else [(1, float(c))]
+        self.dec = sorted((int(n), float(s)) for n, s in profile.get("decode_seconds", []))
+
+    def t_base(self, row):
+        q = row["decode_rows"] + row["prompt_rows"]
+        if not row["chunk_list"] and self.dec:
+            return interp(self.dec, row["sequences"], True)
+        return interp(self.tfwd, q, False)
+
+    def a(self, n):
+        return interp(self.ctx, n, True)
+
+
+def features(row, base, rows):
+    """The step's terms: [T, a(n) x decode context, chunk context per bucket...]; a chunk
+    (more than one row) goes to the last bucket whose least rows it reaches, below the first
+    it is priced at a(n), as CostModel::chunk_seconds_per_token does."""
+    n = row["sequences"]
+    f = [base.t_base(row), base.a(n) * (row["context_tokens"] - row["chunk_context_tokens"])]
+    buckets = [0.0] * len(rows)
+    for chunk_rows, context in row["chunk_list"]:
+        b = max((i for i, r in enumerate(rows) if chunk_rows >= r), default=None)
+        if b is None:
+            f[1] += base.a(n) * context
+        else:
+            buckets[b] += context
+    return f + buckets
+
+
+def sync_groups(trace, base, rows):
+    """(summed features, summed seconds) per group of steps closed by a sampling step; the
+    base's per-sequence and per-sampled-row terms, which are not fitted, are taken off the
+    seconds."""
+    groups, acc, secs = [], None, 0.0
+    b = float(base.p.get("sequence_seconds", 0.0))
+    r = float(base.p.get("sample_seconds_per_row", 0.0))
+    for row in trace:
+        if row["decode_rows"] + row["prompt_rows"] == 0:
+            continue  # copies only, or KV dropped: no forward pass
+        f = features(row, base, rows)
+        acc = f if acc is None else [x + y for x, y in zip(acc, f)]
+        secs += row["seconds"] - b * max(0.0, row["sequences"] - 1) - r * max(0.0, row["sampled_rows"] - 1)
+        if row["sampled_rows"] > 0:
+            groups.append((acc, secs))
+            acc, secs = None, 0.0
+    return groups  # a trailing group that never synchronized is left out
+
+
+def solve(A, y):
+    """Least squares by the normal equations (a handful of parameters), Gaussian elimination
+    with partial pivoting. Returns None when singular."""
+    n = len(A[0])
+    M = [[sum(r[i] * r[j] for r in A) for j in range(n)] + [sum(r[i] * t for r, t in zip(A, y))]
+         for i in range(n)]
+    for c in range(n):
+        piv = max(range(c, n), key=lambda r: abs(M[r][c]))
+        if abs(M[piv][c]) < 1e-300:
+            return None
+        M[c], M[piv] = M[piv], M[c]
+        for r in range(n):
+            if r != c:
+                k = M[r][c] / M[c][c]
+                M[r] = [a - k * b for a, b in zip(M[r], M[c])]
+    return [M[i][n] / M[i][i] for i in range(n)]
+
+
+def fit(groups, n_params, fixed):
+    """Non-negative least squares by elimination: parameters in `fixed` (index -> value) are
+    held; a free one that comes out negative is held at 0 and the rest refitted."""
+    fixed = dict(fixed)
+    while True:
+        free = [i for i in range(n_params) if i not in fixed]
+        A = [[f[i] for i in free] for f, _ in groups]
+        y = [s - sum(f[i] * v for i, v in fixed.items()) for f, s in groups]
+        sol = solve(A, y) if free else []
+        if sol is None:
+            sys.exit("the traces do not determine the terms (singular system): more, varied steps needed")
+        neg = [free[i] for i, v in enumerate(sol) if v < 0]
+        if not neg:
+            theta = [0.0] * n_params
+            for i, v in fixed.items():
+                theta[i] = v
+            for i, v in zip(free, sol):
+                theta[i] = v
+            return theta
+        for i in neg:
+            fixed[i] = 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--profile", required=True, help="base cost-model JSON (T_fwd, a(n), D(n) shapes)")
+    ap.add_argument("--out", help="write the fitted profile here")
+    ap.add_argument("--rows", default="2,9,64", help="least rows of each chunk-price bucket")
+    ap.add_argument("--min-context", type=float, default=3e4,
+                    help="chunk context tokens a bucket needs in the traces to be fitted (else the base's)")
+    args = ap.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    with open(args.profile) as f:
+        profile = json.load(f)
+    base = Base(profile)
+    groups = []
+    for t in args.traces:
+        groups += sync_groups(load_trace(t), base, rows)
+    if len(groups) < 2 + len(rows):
+        sys.exit(f"only {len(groups)} sync groups in the traces: too few to fit")
+    n = 2 + len(rows)
+    totals = [sum(f[i] for f, _ in groups) for i in range(n)]
+    base_chunk = {int(r): float(s) for r, s in profile.get("chunk_context_seconds_per_token", [])}
+    fixed = {}
+    for b, r in enumerate(rows):
+        if totals[2 + b] < args.min_context:
+            fixed[2 + b] = base_chunk.get(r, base.a(1))
+    theta = fit(groups, n, fixed)
+    pred = [sum(a * b for a, b in zip(f, theta)) for f, _ in groups]
+    meas = [s for _, s in groups]
+    err = [(p - m) / m for p, m in zip(pred, meas) if m > 0]
+    err.sort()
+    print(f"{len(groups)} sync groups from {len(args.traces)} trace(s), {sum(meas):.2f} s measured, "
+          f"{sum(pred):.2f} s fitted ({(sum(pred) / sum(meas) - 1) * 100:+.1f}%)")
+    print(f"per group: median error {err[len(err) // 2] * 100:+.1f}%, 10-90% "
+          f"{err[len(err) // 10] * 100:+.1f}% .. {err[len(err) * 9 // 10] * 100:+.1f}%")
+    print(f"kT = {theta[0]:.4f} (T_fwd and D samples x kT)")
+    print(f"ka = {theta[1]:.4f} (a(n) samples x ka; the base's a(n) over the decode context: {totals[1]:.2f} s)")
+    for b, r in enumerate(rows):
+        how = "held at the base's" if 2 + b in fixed else "fitted"
+        print(f"p({r}+ rows) = {theta[2 + b] * 1e6:.3f} us per cached token ({how}; "
+              f"{totals[2 + b]:.3g} chunk-context tokens)")
+    if args.out:
+        out = dict(profile)
+        out["t_fwd_samples"] = [[x, t * theta[0]] for x, t in base.tfwd]
+        if base.dec:
+            out["decode_seconds"] = [[n_, t * theta[0]] for n_, t in base.dec]
+        out["context_seconds_per_token"] = [[n_, s * theta[1]] for n_, s in base.ctx]
+        out["chunk_context_seconds_per_token"] = [[r, theta[2 + b]] for b, r in enumerate(rows)]
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""bench/step_fit.py recovers the step-cost terms a simulation was run with.
+
+`infercept simulate --step-trace` with a known profile (T_fwd, a(n), chunk prices per row
+bucket) writes the steps; step_fit.py, given a base whose T_fwd is 0.8x the truth, whose a(n)
+is 1.5x and which has no chunk prices, must find kT = 1.25, ka = 2/3 and the three prices.
+- The engine's timing, emulated: every step that samples nothing hands its seconds to the
+  next one that samples (what a host clock sees of an unsynchronized step). The fit is over
+  sync groups, so it must not move.
+- A trace without the sampled_rows / chunk_context_tokens columns: a clear error.
+Prints 'N passed, N failed'; exits non-zero on a failure.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIT = os.path.join(ROOT, "bench", "step_fit.py")
+results = {"passed": 0, "failed": 0}
+
+TRUE = {
+    "version": 1, "kv_bytes_per_token": 524288.0, "saturation_tokens": 128,
+    "swap_bytes_per_second": 55e9,
+    "t_fwd_samples": [[1, 0.0047], [16, 0.0058], [64, 0.0060], [128, 0.0065], [256, 0.0084],
+                      [512, 0.0124]],
+    "context_seconds_per_token": [[1, 4.0e-7], [32, 1.5e-7], [128, 1.7e-7]],
+    "chunk_context_seconds_per_token": [[2, 0.4e-6], [9, 0.8e-6], [64, 1.3e-6]],
+}
+
+
+def check(cond, what):
+    results["passed" if cond else "failed"] += 1
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+
+
+def simulate(binary, profile, policy, out):
+    cmd = [binary, "simulate", "--profile", profile, "--workload", "mixed", "--policy", policy,
+           "--rate", "3", "--duration", "20", "--drain", "10", "--seed", "5", "--time-scale", "0.1",
+           "--kv-cache-tokens", "12288", "--swap-space-gb", "4", "--max-batch-tokens", "512",
+           "--quiet", "--step-trace", out]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_fit(traces, base, out):
+    p = subprocess.run([sys.executable, FIT] + traces + ["--profile", base, "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fitted = None
+    if p.returncode == 0:
+        with open(out) as f:
+            fitted = json.load(f)
+    return p, fitted
+
+
+def as_engine_clock(src, dst):
+    """Each step that samples nothing passes its seconds on to the next step that samples."""
+    with open(src, newline="") as f:
+        r = csv.DictReader(f)
+        fields, rows = r.fieldnames, list(r)
+    carry = 0.0
+    for row in rows:
+        busy = int(row["decode_rows"]) + int(row["prompt_rows"]) > 0
+        if not busy:
+            continue
+        if int(row["sampled_rows"]) == 0:
+            carry += float(row["seconds"]) * 0.97
+            row["seconds"] = "%.9f" % (float(row["seconds"]) * 0.03)  # the launch
+        else:
+            row["seconds"] = "%.9f" % (float(row["seconds"]) + carry)
+            carry = 0.0
+    with open(dst, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="step-fit-test-")
+    true_path, base_path = os.path.join(tmp, "true.json"), os.path.join(tmp, "base.json")
+    with open(true_path, "w") as f:
+        json.dump(TRUE, f)
+    base = dict(TRUE)
+    base["t_fwd_samples"] = [[x, t * 0.8] for x, t in TRUE["t_fwd_samples"]]
+    base["context_seconds_per_token"] = [[n, s * 1.5] for n, s in TRUE["context_seconds_per_token"]]
+    del base["chunk_context_seconds_per_token"]
+    with open(base_path, "w") as f:
+        json.dump(base, f)
+    # discard recomputes whole contexts (64+-row chunks), minwaste resumes short ones.
+    traces = [os.path.join(tmp, p + ".csv") for p in ("discard", "minwaste")]
+    for pol, t in zip(("discard", "minwaste"), traces):
+        simulate(args.binary, true_path, pol, t)
+
+    p, fitted = run_fit(traces, base_path, os.path.join(tmp, "fit.json"))
+    check(p.returncode == 0 and fitted is not None, "the fit runs and writes a profile")
+    if fitted is None:
+        print(p.stdout)
+    else:
+        kt = fitted["t_fwd_samples"][0][1] / base["t_fwd_samples"][0][1]
+        ka = fitted["context_seconds_per_token"][0][1] / base["context_seconds_per_token"][0][1]
+        check(abs(kt - 1.25) < 0.0125, f"kT {kt:.4f} within 1% of 1.25")
+        check(abs(ka - 2 / 3) < 0.0067, f"ka {ka:.4f} within 1% of 0.667")
+        for (r, want), (r2, got) in zip(TRUE["chunk_context_seconds_per_token"],
+                                        fitted["chunk_context_seconds_per_token"]):
+            check(r == r2 and abs(got / want - 1) < 0.02,
+                  f"p({r}+ rows) {got * 1e6:.3f} within 2% of {want * 1e6:.3f} us")
+        with open(true_path) as f:
+            check(json.load(f)["kv_bytes_per_token"] == fitted["kv_bytes_per_token"],
+                  "the rest of the profile is kept")
+
+        engine = [t + ".engine" for t in traces]
+        for t, e in zip(traces, engine):
+            as_engine_clock(t, e)
+        _, refit = run_fit(engine, base_path, os.path.join(tmp, "fit-engine.json"))
+        same = refit is not None and all(
+            abs(a[1] - b[1]) <= 1e-9 + 1e-6 * abs(a[1])
+            for key in ("t_fwd_samples", "context_seconds_per_token", "chunk_context_seconds_per_token")
+            for a, b in zip(fitted[key], refit[key]))
+        check(same, "the engine's clock (unsynchronized steps' time on the next sampling step): same fit")
+
+    old = os.path.join(tmp, "old.csv")
+    with open(traces[0], newline="") as f, open(old, "w", newline="") as g:
+        for line in f:
+            g.write(",".join(line.rstrip("\n").split(",")[:16]) + "\n")
+    bad, _ = run_fit([old], base_path, os.path.join(tmp, "never.json"))
+    check(bad.returncode != 0 and "sampled_rows" in bad.stdout, "a trace without the new columns: clear error")
+
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
