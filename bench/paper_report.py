@@ -25,7 +25,9 @@ the device works too), then
   python3 bench/paper_report.py RESULTS... [--out-dir DIR] [--bin build/infercept]
       [--sim-profile PROFILE] [--sim-args FLAGS] [--no-sim] [--markdown FILE]
 RESULTS: folders (searched for manifest.jsonl) or .tgz archives. A point that appears in
-several folders is taken from the last one given that has its result.
+several folders with the same flags (a re-run) is taken from the last one given that has its
+result; the same point with other flags (another SEED) is a point of its own, labelled with
+its seed, and the targets compare points of one flag set only.
 --sim-profile FILE (a profile cache, e.g. the one packed with the results) gets the shape's
 --model-context added unless --sim-args has one: a cache does not hold it, and without it
 the simulation would keep the requests that bench skipped as too long.
@@ -104,7 +106,9 @@ def find_manifests(path, tmp):
 
 
 def load_points(paths, tmp):
-    """Points by name, in order of first appearance; a later result replaces an earlier one."""
+    """Points by name and flags, in order of first appearance; a later result with the same
+    flags replaces an earlier one (a re-run), while the same point at another seed (or any
+    other shared flag) is a point of its own, labelled with its seed where names repeat."""
     points, order = {}, []
     for p in paths:
         manifests = find_manifests(p, tmp)
@@ -130,12 +134,22 @@ def load_points(paths, tmp):
                         if os.path.exists(jp):
                             with open(jp) as jf:
                                 e["result"] = json.load(jf)
-                    old = points.get(e["name"])
+                    key = (e["name"], tuple(e.get("shared_args", [])))
+                    old = points.get(key)
                     if old is None:
-                        order.append(e["name"])
+                        order.append(key)
                     if old is None or e["result"] is not None or old["result"] is None:
-                        points[e["name"]] = e
-    return [points[n] for n in order]
+                        points[key] = e
+    out = [points[k] for k in order]
+    names = [e["name"] for e in out]
+    for i, e in enumerate(out):
+        e["id"] = f"{i:03d}-{e['name']}"  # unique: the simulation's files
+        e["label"] = e["name"]
+        if names.count(e["name"]) > 1:
+            args = list(e.get("shared_args", []))
+            seed = args[args.index("--seed") + 1] if "--seed" in args[:-1] else "?"
+            e["label"] = f"{e['name']} (seed {seed})"
+    return out
 
 
 # ------------------------------------------------------------------------------- simulation
@@ -148,7 +162,7 @@ def sim_profile_for(point, override):
 
 def simulate(points, binary, profile_override, extra, jobs, tmp):
     def one(e):
-        out = os.path.join(tmp, "sim-" + e["name"] + ".json")
+        out = os.path.join(tmp, "sim-" + e["id"] + ".json")
         prof = sim_profile_for(e, profile_override)
         more = list(extra)
         # A profile cache (a file, not a built-in h200-* name) has no model context: give the
@@ -163,7 +177,7 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
         if not os.path.exists(measured_trace) and os.path.exists(measured_trace + ".gz"):
             measured_trace += ".gz"
         if os.path.exists(measured_trace):
-            e["_trace"] = (measured_trace, os.path.join(tmp, "sim-" + e["name"] + ".trace.csv"))
+            e["_trace"] = (measured_trace, os.path.join(tmp, "sim-" + e["id"] + ".trace.csv"))
             more += ["--step-trace", e["_trace"][1]]
         cmd = [binary, "simulate", "--profile", prof,
                "--workload", e["workload"], "--policy", e["base_policy"], "--estimator", e["estimator"],
@@ -173,7 +187,7 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
             env["INFERCEPT_MINWASTE_DISCARD"] = e["variant"]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         if p.returncode != 0:
-            sys.stderr.write(f"simulate failed for {e['name']}: {p.stderr.strip()}\n  {' '.join(cmd)}\n")
+            sys.stderr.write(f"simulate failed for {e['label']}: {p.stderr.strip()}\n  {' '.join(cmd)}\n")
             return None
         with open(out) as f:
             r = json.load(f)
@@ -331,7 +345,7 @@ def step_table(points):
         extra = f"{wall:.1f} / {idle:.1f}" if wall is not None and idle is not None else "-"
         replay = f"{me.get('replayed_steps', '-')} / {se.get('decode_only_steps', '-')}"
         lines.append(
-            f"| {e['name']} | {me['steps']} / {se['steps']} | {replay} | "
+            f"| {e['label']} | {me['steps']} / {se['steps']} | {replay} | "
             f"{me['forward_seconds'] / me['steps'] * 1e3:.2f} / "
             f"{se['forward_s'] / se['steps'] * 1e3:.2f} | {me['forward_seconds']:.1f} / {se['forward_s']:.1f} | "
             f"{me['decode_tokens'] / me['steps']:.2f} / {se['decode_tokens'] / se['steps']:.2f} | "
@@ -353,7 +367,7 @@ def sim_table(points, min_done, max_ttft_ms, tol):
         if s is None:
             continue
         if r is not None and r["summary"]["submitted"] != s["summary"]["submitted"]:
-            differ.append(e["name"])
+            differ.append(e["label"])
         sim_part = (f"{nl(s):.1f} / {nl(s, 'p50'):.1f} / {nl(s, 'p90'):.1f} / {nl(s, 'p99'):.1f}"
                     if has_lat(s) else "-")
         if r is None:
@@ -374,7 +388,7 @@ def sim_table(points, min_done, max_ttft_ms, tol):
             else:
                 ok = " MISS"
             if worst is None or abs(em) > abs(worst[0]):
-                worst = (em, e["name"])
+                worst = (em, e["label"])
         meas_part = (f"{nl(r):.1f} / {nl(r, 'p50'):.1f} / {nl(r, 'p90'):.1f} / {nl(r, 'p99'):.1f}"
                      if has_lat(r) else "-")
         lines.append(
@@ -419,16 +433,29 @@ def targets(points, slo, min_done, max_ttft_ms):
     def regime(e):
         return "below" if below_saturation(e, min_done, max_ttft_ms) else "saturated"
 
+    # Points are compared only with points of the same flags (seed, pool, ...): one block per
+    # workload and flag set, the flag set named by its seed where a workload has several.
+    blocks = []
     for wl in sorted({e["workload"] for e in points}, key=lambda w: WORKLOAD_ORDER.index(w)
                      if w in WORKLOAD_ORDER else 99):
+        flag_sets = []
+        for e in points:
+            fs = tuple(e.get("shared_args", []))
+            if e["workload"] == wl and fs not in flag_sets:
+                flag_sets.append(fs)
+        for fs in flag_sets:
+            args = list(fs)
+            seed = args[args.index("--seed") + 1] if "--seed" in args[:-1] else "?"
+            blocks.append((wl, fs, f"{wl} (seed {seed})" if len(flag_sets) > 1 else wl))
+    for wl, fs, title in blocks:
         by = {}
         for e in points:
-            if e["workload"] == wl and has_lat(e["result"]):
+            if e["workload"] == wl and tuple(e.get("shared_args", [])) == fs and has_lat(e["result"]):
                 by.setdefault((e["policy"], e["estimator"]), {})[float(e["rate"])] = e
         mw, dc = by.get(("minwaste", "learned"), {}), by.get(("discard", "learned"), {})
         if not mw and not dc:
             continue
-        out.append(f"{wl}:")
+        out.append(f"{title}:")
 
         def sustained(curve):
             ok = [rate for rate, e in sorted(curve.items())
@@ -770,7 +797,7 @@ def main():
             if "_trace" in e and e.get("sim") is not None:
                 p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_diff.py"), *e["_trace"]],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                text.append(f"\n### Step traces of {e['name']}: measured against SIMULATED "
+                text.append(f"\n### Step traces of {e['label']}: measured against SIMULATED "
                             "(bench/trace_diff.py)\n")
                 text.append(p.stdout)
     tg = targets(points, args.slo, args.min_done, args.max_ttft_ms)

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""bench/paper_report.py's loading of result folders: a re-run of a point (same name, same
+flags) replaces the earlier result, while the same point at another seed is a point of its
+own, labelled with its seed and simulated under its own file name; the targets compare only
+points of one flag set.
+Prints 'N passed, N failed'; exits non-zero on a failure.
+"""
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import paper_report  # noqa: E402
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    results["passed" if cond else "failed"] += 1
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+
+
+def folder(root, name, points):
+    """A result folder as bench/h200_paper.sh writes it: manifest.jsonl and one JSON a point."""
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "manifest.jsonl"), "w") as m:
+        for point, seed, mean in points:
+            policy = point.split("-")[1]
+            m.write(json.dumps({
+                "name": point, "workload": "mixed", "policy": policy, "estimator": "learned",
+                "variant": "", "rate": 2, "shape": "llama2-7b",
+                "shared_args": ["--duration", "25", "--seed", str(seed)], "rc": 0,
+                "json": point + ".json"}) + "\n")
+            with open(os.path.join(d, point + ".json"), "w") as f:
+                json.dump({"summary": {
+                    "completed": 47, "submitted": 50, "throughput_rps": 1.88, "duration_s": 25.0,
+                    "normalized_latency_s_per_token": {"mean": mean, "p50": mean, "p90": mean, "p99": mean},
+                    "ttft_s": {"mean": 0.05, "p50": 0.05, "p90": 0.05, "p99": 0.05}}}, f)
+    return d
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="paper-report-test-")
+    a = folder(tmp, "a", [("mixed-ttl-learned-r2", 8, 0.0060), ("mixed-minwaste-learned-r2", 8, 0.0050)])
+    b = folder(tmp, "b", [("mixed-ttl-learned-r2", 9, 0.0047), ("mixed-minwaste-learned-r2", 9, 0.0046)])
+    c = folder(tmp, "c", [("mixed-ttl-learned-r2", 8, 0.0052)])  # a re-run of a's ttl point
+    points = paper_report.load_points([a, b, c], tmp)
+    check(len(points) == 4, f"two seeds x two policies: 4 points ({len(points)})")
+    labels = sorted(e["label"] for e in points)
+    check(labels == ["mixed-minwaste-learned-r2 (seed 8)", "mixed-minwaste-learned-r2 (seed 9)",
+                     "mixed-ttl-learned-r2 (seed 8)", "mixed-ttl-learned-r2 (seed 9)"],
+          f"labels name the seed where names repeat: {labels}")
+    check(len({e["id"] for e in points}) == 4, "every point has its own simulation file name")
+    ttl8 = next(e for e in points if e["label"] == "mixed-ttl-learned-r2 (seed 8)")
+    check(ttl8["_folder"] == c and abs(ttl8["result"]["summary"]["normalized_latency_s_per_token"]["mean"] - 0.0052) < 1e-12,
+          "the re-run with the same flags replaced the earlier result")
+
+    text = paper_report.targets(points, 20.0, 0.8, 250.0)
+    check("mixed (seed 8):" in text and "mixed (seed 9):" in text, "the targets: one block per seed")
+    # seed 8: minwaste 5.0 against the re-run ttl 5.2 (-3.8%); never against seed 9's ttl 4.7.
+    block8 = text.split("mixed (seed 8):")[1].split("mixed (seed 9):")[0]
+    check("against ttl 5.2" in block8 and "-3.8%" in block8, "seed 8's comparison uses seed 8's points only")
+
+    single = paper_report.load_points([a], tmp)
+    check(all(e["label"] == e["name"] for e in single), "without repeats a label is the name")
+
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
