@@ -22,11 +22,17 @@ namespace infercept {
 
 namespace {
 
-// bench-forward on the lent H200 (2026-12-01, bf16 weights and KV, 16-token blocks; the run
-// behind docs/PERF.md section 4.4): T_fwd(x) of one sequence of x query tokens, in ms.
+// T_fwd(x) of one sequence of x query tokens, in ms, on the lent H200 (2026-12-01, bf16
+// weights and KV, 16-token blocks). llama2-7b: the engine of session 8 (short chunks on the
+// tensor-core kernel, docs/PERF.md 4.5g): x = 1, 16 and 64-512 its start-up profile in the
+// step-probe run (docs/bench/step-probe4/llama2-7b.profile-cuda-16t.json), x = 2-8 and 32 the
+// linear interpolation the cost model makes between those (what was validated against the
+// H200 runs "k": docs/BENCHMARKS.md), 1,024-4,096 bench-forward of PERF.md 4.4 (prefill-bound,
+// unchanged since: 4,096 tokens 112-114 ms). The 8B and 13B: bench-forward of PERF.md 4.4,
+// engines of that time.
 constexpr int64_t kH200Tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-constexpr double kH200Llama2_7b[] = {6.756708,  6.740003,  6.784756,  6.822501, 6.980591,
-                                     7.247880,  6.952526,  7.446826,  9.212726, 14.142579,
+constexpr double kH200Llama2_7b[] = {4.711076,  4.784751,  4.932100,  5.226798, 5.816195,
+                                     5.874300,  5.990509,  6.502329,  8.421376, 12.400557,
                                      25.566471, 54.587632, 114.082703};
 constexpr double kH200Llama3_8b[] = {6.778494,  6.640310,  6.771061,  7.020817, 7.110659,
                                      7.295225,  7.126920,  7.596248,  9.456842, 15.378560,
@@ -46,16 +52,16 @@ constexpr int64_t kContextSequences[] = {1, 2, 4, 8, 16, 32, 64};
 constexpr double kContextUsLlama2_7b[] = {0.587, 0.501, 0.407, 0.332, 0.301, 0.192, 0.197};
 
 // The prefill-chunk term p(rows) of CostModel::step_seconds, llama2-7b (MHA, head dim 128):
-// bench/step_probe.py's six traces through `infercept bench` on the lent H200, fitted by
-// `step_probe.py fit` (2026-12-01, docs/bench/step-probe/, second probe): 0.98 us per cached
-// token for a chunk of 2-8 rows and 5.65 for 9-63 (both the CUDA-core attention kernel: one
-// item per KV head streaming the whole context, 8 and 32 query rows an item), 1.33 from 64
-// rows (the tensor-core prefill kernel). The first probe (three traces) gave 5.96 and 1.40.
-// Both kernels are the same code in every CUDA build since ddea6f6 (PDL aside), so the
-// figures stand for the binaries of all the H200 runs; the 8B (GQA: other item sizes) and
-// 13B were not probed.
+// bench/step_probe.py's six traces through `infercept bench` on the lent H200 with the engine
+// of session 8, fitted by `step_probe.py fit` on the T_fwd above and the a(n) here
+// (2026-12-01, docs/bench/step-probe4/): 0.171 us per cached token for a chunk of 2-8 rows,
+// 0 for 9-63 (the probe's resumes are served faster than T_fwd and a(n) alone predict), 1.185
+// from 64 rows. Validated on runs "k" (docs/BENCHMARKS.md): 17 of 18 points below saturation
+// within 15%. The engines before it ran 2-63-row chunks in CUDA-core kernels that streamed the
+// whole context per 8 or 32 rows: 0.98 / 5.65 / 1.33 (docs/bench/step-probe/). The 8B (GQA)
+// and 13B were not probed for the built-ins.
 constexpr int64_t kChunkRows[] = {2, 9, 64};
-constexpr double kChunkUsLlama2_7b[] = {0.981, 5.654, 1.333};
+constexpr double kChunkUsLlama2_7b[] = {0.171, 0.0, 1.185};
 
 struct Shape {
   const char* name;
@@ -111,8 +117,9 @@ SimProfile builtin(const Shape& s) {
   }
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
   p.source = s.context_us != nullptr
-                 ? "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term per "
-                   "batch size 4.8; prefill chunks from the step probe), copies 55 GB/s each way"
+                 ? "built-in: H200 2026-12-01, the engine of docs/PERF.md 4.5g (T_fwd from its "
+                   "start-up profile, docs/bench/step-probe4; context term per batch size 4.8; "
+                   "prefill chunks from its step probe), copies 55 GB/s each way"
                  : "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), "
                    "copies 55 GB/s each way";
   return p;
