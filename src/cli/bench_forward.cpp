@@ -4,6 +4,8 @@
 //     (weights + the batch's KV read once at the measured read bandwidth);
 //   - a long prefill against the FLOP floor (at the measured GEMM rate);
 //   - T_fwd(x) for one sequence of x query tokens, and the saturation point S;
+//   - a chunk of x rows (--chunks) at the end of a sequence holding --context tokens: what a
+//     resumed request's tool output or a recomputation's last piece costs;
 //   - swap throughput (device <-> host pool) each way and both at once, and decode step time
 //     while swapping at the engine's per-step budget and at both directions' full rate.
 // Floors come from bench/cuda/floors (--floors FILE, JSON) measured in the same device call.
