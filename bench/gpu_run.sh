@@ -68,7 +68,10 @@ for stage in "$@"; do
       shape=${stage#ncu-}; dir=models/$shape
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
       log "ncu kernel times: $shape decode batch 1"
-      timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      # NCU_CACHE=none keeps the caches warm between kernels (as a replayed step has them), so
+      # the per-step sum against bench-forward's step is the share of gaps between kernels
+      # (the device has no Nsight Systems); the default flushes them (each kernel's cold cost).
+      timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} --metrics gpu__time_duration.sum --csv \
         --kernel-name regex:"${NCU_KERNELS:-gemv|decode_kernel|combine_kernel|rope_store|attention_kernel|rmsnorm|silu|add}" \
         --launch-skip ${NCU_SKIP:-32} --launch-count ${NCU_COUNT:-300} \
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
