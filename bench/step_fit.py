@@ -10,11 +10,14 @@ next, whose summed time is exact, never over single steps.
 The model is CostModel::step_seconds with the shape of a base profile kept and its scale
 fitted:
 
-    step = kT * T_fwd(x)  [D(n) for a decode-only step when the base has decode samples]
+    step = kT * T_fwd(x)                  a step with a chunk (runs eagerly)
+         | kD * D(n)                      a decode-only step (the engine replays those from
+                                          CUDA graphs); D(n) = T_fwd(n) when the base has none
          + ka * a(n) * (context the step's decode rows held)
          + p(rows) * (context its prompt chunks held)
 
-kT and ka scale the base's T_fwd (and D) samples and its a(n) samples; p has one value per
+kT, kD and ka scale the base's T_fwd, D (written as decode_seconds at n = 1, 2, 4, ..., 64
+when the base had none) and a(n) samples; p has one value per
 row bucket (least rows 2, 9, 64 by default, as CostModel::chunk_seconds_per_token reads
 them); each chunk of a step (the trace's chunk_list) goes to its own bucket. Least squares over the groups,
 parameters kept non-negative; a bucket with too little context in the traces keeps the
@@ -89,16 +92,20 @@ class Base:
 
 
 def features(row, base, rows):
-    """The step's terms: [T, a(n) x decode context, chunk context per bucket...]; a chunk
+    """The step's terms: [T_fwd of a step with a chunk, D (or T_fwd) of a decode-only step,
+    a(n) x decode context, chunk context per bucket...]; a chunk
     (more than one row) goes to the last bucket whose least rows it reaches, below the first
     it is priced at a(n), as CostModel::chunk_seconds_per_token does."""
     n = row["sequences"]
-    f = [base.t_base(row), base.a(n) * (row["context_tokens"] - row["chunk_context_tokens"])]
+    t = base.t_base(row)
+    decode_only = not row["chunk_list"]
+    f = [0.0 if decode_only else t, t if decode_only else 0.0,
+         base.a(n) * (row["context_tokens"] - row["chunk_context_tokens"])]
     buckets = [0.0] * len(rows)
     for chunk_rows, context in row["chunk_list"]:
         b = max((i for i, r in enumerate(rows) if chunk_rows >= r), default=None)
         if b is None:
-            f[1] += base.a(n) * context
+            f[2] += base.a(n) * context
         else:
             buckets[b] += context
     return f + buckets
@@ -180,15 +187,20 @@ def main():
     groups = []
     for t in args.traces:
         groups += sync_groups(load_trace(t), base, rows)
-    if len(groups) < 2 + len(rows):
+    if len(groups) < 3 + len(rows):
         sys.exit(f"only {len(groups)} sync groups in the traces: too few to fit")
-    n = 2 + len(rows)
+    n = 3 + len(rows)
     totals = [sum(f[i] for f, _ in groups) for i in range(n)]
     base_chunk = {int(r): float(s) for r, s in profile.get("chunk_context_seconds_per_token", [])}
     fixed = {}
     for b, r in enumerate(rows):
-        if totals[2 + b] < args.min_context:
-            fixed[2 + b] = base_chunk.get(r, base.a(1))
+        if totals[3 + b] < args.min_context:
+            fixed[3 + b] = base_chunk.get(r, base.a(1))
+    # A kind of step the traces lack keeps the base's scale.
+    if totals[0] <= 0:
+        fixed[0] = 1.0
+    if totals[1] <= 0:
+        fixed[1] = 1.0
     theta = fit(groups, n, fixed)
     pred = [sum(a * b for a, b in zip(f, theta)) for f, _ in groups]
     meas = [s for _, s in groups]
@@ -198,19 +210,20 @@ def main():
           f"{sum(pred):.2f} s fitted ({(sum(pred) / sum(meas) - 1) * 100:+.1f}%)")
     print(f"per group: median error {err[len(err) // 2] * 100:+.1f}%, 10-90% "
           f"{err[len(err) // 10] * 100:+.1f}% .. {err[len(err) * 9 // 10] * 100:+.1f}%")
-    print(f"kT = {theta[0]:.4f} (T_fwd and D samples x kT)")
-    print(f"ka = {theta[1]:.4f} (a(n) samples x ka; the base's a(n) over the decode context: {totals[1]:.2f} s)")
+    print(f"kT = {theta[0]:.4f} (T_fwd samples x kT; steps with a chunk: {totals[0]:.2f} s at the base's)")
+    print(f"kD = {theta[1]:.4f} (decode-only steps' D x kD; {totals[1]:.2f} s at the base's)")
+    print(f"ka = {theta[2]:.4f} (a(n) samples x ka; the base's a(n) over the decode context: {totals[2]:.2f} s)")
     for b, r in enumerate(rows):
-        how = "held at the base's" if 2 + b in fixed else "fitted"
-        print(f"p({r}+ rows) = {theta[2 + b] * 1e6:.3f} us per cached token ({how}; "
-              f"{totals[2 + b]:.3g} chunk-context tokens)")
+        how = "held at the base's" if 3 + b in fixed else "fitted"
+        print(f"p({r}+ rows) = {theta[3 + b] * 1e6:.3f} us per cached token ({how}; "
+              f"{totals[3 + b]:.3g} chunk-context tokens)")
     if args.out:
         out = dict(profile)
         out["t_fwd_samples"] = [[x, t * theta[0]] for x, t in base.tfwd]
-        if base.dec:
-            out["decode_seconds"] = [[n_, t * theta[0]] for n_, t in base.dec]
-        out["context_seconds_per_token"] = [[n_, s * theta[1]] for n_, s in base.ctx]
-        out["chunk_context_seconds_per_token"] = [[r, theta[2 + b]] for b, r in enumerate(rows)]
+        dec = base.dec or [(n_, interp(base.tfwd, n_, False)) for n_ in (1, 2, 4, 8, 16, 32, 64)]
+        out["decode_seconds"] = [[n_, t * theta[1]] for n_, t in dec]
+        out["context_seconds_per_token"] = [[n_, s * theta[2]] for n_, s in base.ctx]
+        out["chunk_context_seconds_per_token"] = [[r, theta[3 + b]] for b, r in enumerate(rows)]
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.out}")

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """bench/step_fit.py recovers the step-cost terms a simulation was run with.
 
-`infercept simulate --step-trace` with a known profile (T_fwd, a(n), chunk prices per row
-bucket) writes the steps; step_fit.py, given a base whose T_fwd is 0.8x the truth, whose a(n)
-is 1.5x and which has no chunk prices, must find kT = 1.25, ka = 2/3 and the three prices.
+`infercept simulate --step-trace` with a known profile (T_fwd, D(n), a(n), chunk prices per
+row bucket) writes the steps; step_fit.py, given a base whose T_fwd is 0.8x the truth, whose
+D(n) is 0.9x, whose a(n) is 1.5x and which has no chunk prices, must find kT = 1.25,
+kD = 1.11, ka = 2/3 and the three prices.
 - The engine's timing, emulated: every step that samples nothing hands its seconds to the
   next one that samples (what a host clock sees of an unsynchronized step). The fit is over
   sync groups, so it must not move.
@@ -29,6 +30,8 @@ TRUE = {
                       [512, 0.0124]],
     "context_seconds_per_token": [[1, 4.0e-7], [32, 1.5e-7], [128, 1.7e-7]],
     "chunk_context_seconds_per_token": [[2, 0.4e-6], [9, 0.8e-6], [64, 1.3e-6]],
+    # Decode-only steps (replayed from CUDA graphs on the H200) cheaper than T_fwd(n).
+    "decode_seconds": [[1, 0.0041], [4, 0.0046], [16, 0.0050], [64, 0.0056]],
 }
 
 
@@ -88,6 +91,7 @@ def main():
     base = dict(TRUE)
     base["t_fwd_samples"] = [[x, t * 0.8] for x, t in TRUE["t_fwd_samples"]]
     base["context_seconds_per_token"] = [[n, s * 1.5] for n, s in TRUE["context_seconds_per_token"]]
+    base["decode_seconds"] = [[n, s * 0.9] for n, s in TRUE["decode_seconds"]]
     del base["chunk_context_seconds_per_token"]
     with open(base_path, "w") as f:
         json.dump(base, f)
@@ -105,6 +109,8 @@ def main():
         ka = fitted["context_seconds_per_token"][0][1] / base["context_seconds_per_token"][0][1]
         check(abs(kt - 1.25) < 0.0125, f"kT {kt:.4f} within 1% of 1.25")
         check(abs(ka - 2 / 3) < 0.0067, f"ka {ka:.4f} within 1% of 0.667")
+        kd = fitted["decode_seconds"][0][1] / base["decode_seconds"][0][1]
+        check(abs(kd - 1 / 0.9) < 0.011, f"kD {kd:.4f} within 1% of 1.111 (decode-only steps apart)")
         for (r, want), (r2, got) in zip(TRUE["chunk_context_seconds_per_token"],
                                         fitted["chunk_context_seconds_per_token"]):
             check(r == r2 and abs(got / want - 1) < 0.02,
@@ -119,7 +125,8 @@ def main():
         _, refit = run_fit(engine, base_path, os.path.join(tmp, "fit-engine.json"))
         same = refit is not None and all(
             abs(a[1] - b[1]) <= 1e-9 + 1e-6 * abs(a[1])
-            for key in ("t_fwd_samples", "context_seconds_per_token", "chunk_context_seconds_per_token")
+            for key in ("t_fwd_samples", "decode_seconds", "context_seconds_per_token",
+                        "chunk_context_seconds_per_token")
             for a, b in zip(fitted[key], refit[key]))
         check(same, "the engine's clock (unsynchronized steps' time on the next sampling step): same fit")
 
