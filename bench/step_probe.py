@@ -20,6 +20,8 @@ Each trace exercises one step type the cost model prices differently:
   beside   4 agents decoding 500 tokens at ~1,000 context while 3,000-token prompts arrive
            every 350 ms: 512-row chunks over 0-2,560 cached tokens beside decode rows, so every
            step samples and is timed on its own (for bench/step_fit.py)
+  contexts one agent at a time (prompts of 500, 1,200, 2,400, 3,800 tokens, 1.5 s apart)
+           decoding 150 tokens: one-row decode steps over contexts from 500 to 3,950
 
   python3 bench/step_probe.py write DIR
       writes DIR/NAME.jsonl for every trace and prints the bench command for each
@@ -78,6 +80,10 @@ def traces():
         # (bench/step_fit.py: the price of a long chunk apart from T_fwd(512)).
         "beside": [req(i, 0.0, "decode", 1000, [seg(500)]) for i in range(4)] +
                   [req(4 + i, 0.3 + 0.35 * i, "beside", 3000, [seg(1)]) for i in range(8)],
+        # One agent at a time decoding over 500-3,950 cached tokens: a decode row's context
+        # price a(1) apart from the step's own D(1) (bench/step_fit.py).
+        "contexts": [req(i, 1.5 * i, "contexts", p, [seg(150)])
+                     for i, p in enumerate((500, 1200, 2400, 3800))],
     }
 
 
