@@ -12,10 +12,11 @@ cost model prices wrong:
      so far; the first window where the dropped tokens (or preemptions) part is marked;
   3. the mean step time by step shape (decode rows x prompt rows, and the context held), so
      a shape that costs more in the engine than in the model stands out whatever the two
-     runs' schedules did. Caveat: the engine times a step on the host, and a step that samples
+     runs' schedules did. The engine times a step on the host, and a step that samples
      nothing (a prefill chunk alone) returns before the GPU has run it, so its time lands on
-     the next step that samples. Totals and windows are exact; a shape made only of such
-     steps reads cheap and the step after it dear (the prefill probe: 3 ms and 41-82 ms).
+     the next step that samples (the prefill probe: 3 ms and 41-82 ms). The simulated steps
+     are put on the same clock (when the trace has sampled_rows), so the two read alike;
+     totals and windows are exact either way.
 
   python3 bench/trace_diff.py MEASURED.csv SIMULATED.csv [--window 2] [--part-tokens 2000]
 
@@ -40,13 +41,38 @@ def load(path):
         r = csv.DictReader(f)
         if r.fieldnames is None or r.fieldnames[:len(FIELDS)] != FIELDS:
             sys.exit(f"{path}: not a step trace (header {r.fieldnames})")
+        has_sampled = "sampled_rows" in r.fieldnames
         rows = []
         for i, row in enumerate(r, start=2):
             try:
-                rows.append({k: float(row[k]) for k in FIELDS})
+                d = {k: float(row[k]) for k in FIELDS}
+                if has_sampled:
+                    d["sampled_rows"] = float(row["sampled_rows"])
+                rows.append(d)
             except (TypeError, ValueError):
                 sys.exit(f"{path}:{i}: malformed row {row}")
     return rows
+
+
+def on_engine_clock(rows):
+    """The simulation's step times as the engine's host clock reads them: a step that samples
+    nothing returns before the GPU has run it, so its time lands on the next step that
+    samples. Totals are unchanged; the by-shape table then compares like with like. Rows
+    without a sampled_rows column (traces of older binaries) are returned as they are."""
+    if not rows or "sampled_rows" not in rows[0]:
+        return rows, False
+    carry, out = 0.0, []
+    for r in rows:
+        r = dict(r)
+        if r["sequences"] > 0:
+            if r["sampled_rows"] == 0:
+                carry += r["seconds"]
+                r["seconds"] = 0.0
+            else:
+                r["seconds"] += carry
+                carry = 0.0
+        out.append(r)
+    return out, True
 
 
 def totals(rows):
@@ -136,9 +162,18 @@ def main():
                     help="dropped tokens so far that differ by this much mark the parting (2000)")
     ap.add_argument("--min-steps", type=int, default=20,
                     help="shape classes with fewer steps in either run are left out (20)")
+    ap.add_argument("--sim-clock", choices=["engine", "exact"], default="engine",
+                    help="the simulated steps' times as the engine's host clock would read them "
+                         "(default), or each step's own")
     args = ap.parse_args()
     m, s = load(args.measured), load(args.simulated)
+    converted = False
+    if args.sim_clock == "engine":
+        s, converted = on_engine_clock(s)
     tm, ts = totals(m), totals(s)
+    if converted:
+        print("(simulated step times on the engine's clock: a step that samples nothing shows 0, "
+              "the next one that samples its time too; --sim-clock exact for each step's own)\n")
     print("| total | measured | simulated |\n|---|---:|---:|")
     for k in tm:
         prec = 2 if k in ("forward s", "mean step ms") else 0

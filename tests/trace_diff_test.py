@@ -55,6 +55,13 @@ def main():
     check("do not part" in same.stdout, "two identical simulations: no parting marked")
     check("| steps | " in same.stdout and "Mean step ms by shape" in same.stdout,
           "totals and the by-shape table are printed")
+    # The simulated side on the engine's clock: same totals, the conversion said.
+    exact = subprocess.run([sys.executable, DIFF, a, b, "--sim-clock", "exact"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    fwd = lambda out: next(ln for ln in out.splitlines() if ln.startswith("| forward s |"))  # noqa: E731
+    check("engine's clock" in same.stdout and "engine's clock" not in exact.stdout,
+          "the simulated times are put on the engine's clock unless --sim-clock exact")
+    check(fwd(same.stdout) == fwd(exact.stdout), "the engine's clock keeps the forward seconds")
 
     with open(tight, newline="") as f:
         rows = list(csv.DictReader(f))
