@@ -3,9 +3,10 @@
 
 `infercept bench --step-trace F` writes one row per step with what it carried and how long it
 took (src/sched/step_trace.h). The engine times a step on the host, and a step that samples
-nothing (a prefill chunk alone) returns before the GPU has run it: its time lands on the next
-step that samples. So the fit is over *sync groups*, the steps from one sampling step to the
-next, whose summed time is exact, never over single steps.
+nothing (a prefill chunk alone) returns before the GPU has run it: its time lands on the steps
+after it, at the latest on the next one that samples, which waits for the GPU. So the fit is
+over *sync groups*, the steps from one sampling step to the next, whose summed time is exact,
+never over single steps.
 
 The model is CostModel::step_seconds with the shape of a base profile kept and its scale
 fitted:

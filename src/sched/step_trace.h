@@ -27,8 +27,9 @@ struct StepTraceRow {
   int64_t preempted = 0, dropped_tokens = 0, discards = 0;
   int64_t swap_in_blocks = 0, swap_out_blocks = 0;
   // Rows whose token is sampled: a step with none (a prefill chunk alone) returns before the
-  // GPU has run it, so the engine's `seconds` for it is its launch and the next sampling
-  // step's holds the rest (bench/step_fit.py fits over such groups).
+  // GPU has run it, so the engine's `seconds` for it is its launch (and a wait for the step
+  // before it); the steps after it hold the rest, at the latest the next one that samples
+  // (bench/step_fit.py fits over such groups; bench/trace_diff.py replays the pipeline).
   int64_t sampled_rows = 0;
   // The sequences computing more than one row, as CostModel::step_seconds prices them
   // (StepChunk): the context they held (part of context_tokens), and each one's rows and
