@@ -455,6 +455,19 @@ __global__ void combine_kernel(AttnArgs a) {
   }
 }
 
+// Combines `n` of `a`'s partial states into `out`, none of more than `max_rows` rows.
+template <typename T>
+void launch_combine(const AttnArgs& a, const AttnCombine* combines, int n, int max_rows,
+                    cudaStream_t s) {
+  CHECK(a.head_dim <= 128 && n <= 65535 && max_rows >= 1 && max_rows <= 65535);
+  AttnArgs c = a;
+  c.combines = combines;
+  c.n_combines = n;
+  const dim3 grid((unsigned)n, (unsigned)a.n_heads, (unsigned)max_rows);
+  combine_kernel<T><<<grid, a.head_dim, 0, s>>>(c);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, typename KV, int HD, int GMAX>
 void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = DecodeStage<KV, HD>::kBytes;
@@ -503,11 +516,7 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     else
       launch_decode<T, KV, HD, 8>(d, grid, s);
   }
-  if (a.n_combines > 0) {
-    dim3 cg((unsigned)a.n_combines, (unsigned)a.n_heads, (unsigned)kMaxPairs);
-    combine_kernel<T><<<cg, std::min(HD, 128), 0, s>>>(a);
-    CUDA_CHECK_LAUNCH();
-  }
+  if (a.n_combines > 0) launch_combine<T>(a, a.combines, a.n_combines, kMaxPairs, s);
 }
 
 template <typename T, typename KV>
@@ -529,16 +538,10 @@ void launch_hd(const AttnArgs& a, cudaStream_t s) {
 void attention_combine(const AttnArgs& a, const AttnCombine* d_combines, int n_combines,
                        int max_rows, cudaStream_t s) {
   if (n_combines == 0) return;
-  CHECK(a.head_dim <= 128 && n_combines <= 65535 && max_rows >= 1 && max_rows <= 65535);
-  AttnArgs c = a;
-  c.combines = d_combines;
-  c.n_combines = n_combines;
-  const dim3 grid((unsigned)n_combines, (unsigned)a.n_heads, (unsigned)max_rows);
   if (a.act_dtype == DType::bf16)
-    combine_kernel<__nv_bfloat16><<<grid, a.head_dim, 0, s>>>(c);
+    launch_combine<__nv_bfloat16>(a, d_combines, n_combines, max_rows, s);
   else
-    combine_kernel<__half><<<grid, a.head_dim, 0, s>>>(c);
-  CUDA_CHECK_LAUNCH();
+    launch_combine<__half>(a, d_combines, n_combines, max_rows, s);
 }
 
 void attention(const AttnArgs& a, cudaStream_t s) {

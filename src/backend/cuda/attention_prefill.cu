@@ -73,6 +73,7 @@ PrefillPlan plan_prefill(std::span<const int32_t> q_start, std::span<const int32
       ++c.n_parts;
     }
     plan.combines.push_back(c);
+    plan.max_combine_rows = std::max(plan.max_combine_rows, t.nrows);
   }
   // Longest partitions first again (a split tile's parts are shorter than a whole one).
   std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [](const PrefillTile& x, const PrefillTile& y) {
@@ -96,6 +97,8 @@ constexpr int kM = kPrefillTileM;  // query rows per CTA
 constexpr int kN = 64;             // keys per tile
 constexpr int kWarps = kM / 16;
 constexpr int kThreads = kWarps * 32;
+// Dynamic shared memory of a block: Q [kM][hd] and two stages of K and V [kN][hd], 16-bit.
+constexpr int smem_bytes(int hd) { return (kM + 4 * kN) * hd * 2; }
 static_assert(kM % 16 == 0 && kN % 16 == 0);
 
 // Shared-memory tiles are rows of HD/8 16-byte chunks; chunk c of row r is stored at
@@ -275,7 +278,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
     }
     __syncthreads();
     if (!has_rows) {
-      __syncthreads();  // the loads above are the CTA's; the barrier below is too
+      // No rows of its own: this warp only shares the loads, and meets the barrier that
+      // ends the iteration (before the next issue() refills this stage).
+      __syncthreads();
       continue;
     }
     if (j == j0) {
@@ -419,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
 
 template <typename T, typename KV, int HD>
 void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
-  constexpr int smem = (kM + 4 * kN) * HD * 2;
+  constexpr int smem = smem_bytes(HD);
   static bool configured = false;  // per instantiation
   if (!configured) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<T, KV, HD>,
@@ -453,9 +458,9 @@ int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
   auto per_sm = [&](auto kernel, int hd) {
     int n = 0;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (kM + 4 * kN) * hd * 2));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
-                                                             (size_t)(kM + 4 * kN) * hd * 2));
+                                    smem_bytes(hd)));
+    CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, (size_t)smem_bytes(hd)));
     return std::max(1, n);
   };
   auto by_hd = [&](auto t, auto k) {

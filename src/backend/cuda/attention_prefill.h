@@ -52,6 +52,7 @@ struct PrefillPlan {
   std::vector<PrefillTile> tiles;     // the tiles with the most keys first
   std::vector<AttnCombine> combines;  // one per split tile, for attention_combine()
   int32_t partial_pairs = 0;          // scratch used from partial_base on, in (row, head) pairs
+  int max_combine_rows = 1;           // rows of its largest combine (attention_combine's grid)
 };
 
 // Tiles every sequence with q_len >= max(1, min_q_len) into kPrefillTileM-row tiles, the

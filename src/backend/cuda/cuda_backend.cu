@@ -28,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemm.h"
@@ -68,20 +69,7 @@ class CudaBackend final : public Backend {
     TRY(cuda::make_staging(step_, 16u << 20, compute_));
     TRY(cuda::make_staging(block_copy_idx_, 4u << 20, compute_));
     TRY(swap_.init(device_, props_.multiProcessorCount));
-    target_ctas_ = 2 * props_.multiProcessorCount;
-    // Ablation switches for the attention split (docs/PERF.md 4.5f): blocks that fill the
-    // chip, per multiprocessor (2), and the fewest keys of a partition (128, a multiple of 32).
-    if (const char* c = std::getenv("INFERCEPT_ATTN_CTAS_PER_SM"); c != nullptr)
-      target_ctas_ = std::clamp(std::atoi(c), 1, 16) * props_.multiProcessorCount;
-    if (const char* m = std::getenv("INFERCEPT_ATTN_MIN_PARTITION"); m != nullptr)
-      attn_min_partition_ = std::clamp(std::atoi(m) / 32 * 32, 32, 4096);
-    // And for the routing of short chunks (docs/PERF.md 4.5g): the fewest rows of a
-    // sequence that take the tensor-core kernel (2; 64 before), and whether its tiles are
-    // split across their keys when they leave the chip idle (on; 0 turns it off).
-    if (const char* q = std::getenv("INFERCEPT_PREFILL_MIN_Q"); q != nullptr)
-      prefill_min_q_ = std::clamp(std::atoi(q), 2, 1 << 20);
-    if (const char* p = std::getenv("INFERCEPT_PREFILL_SPLIT"); p != nullptr && std::string(p) == "0")
-      prefill_split_ = false;
+    attn_planner_ = cuda::AttentionPlanner(props_.multiProcessorCount);
     TRY(sample_io_.init(compute_));
     if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
       gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
@@ -413,44 +401,20 @@ class CudaBackend final : public Backend {
     const auto& s = static_cast<const CudaKvStorage&>(kv);
     const KvGeometry& g = s.geometry();
     wait_before_attention(layer, b, g.block_size);
-    if (!plan_ready_) {  // the same for every layer of a step
-      // Query runs of two rows and more (prefill chunks) go to the tensor-core kernel, the
-      // lone rows (decode) to the paged CUDA-core kernels.
+    if (!plan_ready_) {  // the same for every layer of a step (attention_plan.h)
       const bool tensor_cores = cuda::prefill_supports_head_dim((int)g.head_dim) &&
                                 q.stride % 8 == 0 && out.stride % 8 == 0;
-      std::vector<int32_t> rest_q_len(b.q_len.begin(), b.q_len.end());
-      if (tensor_cores)
-        for (int32_t& n : rest_q_len)
-          if (n >= prefill_min_q_) n = 0;
-      plan_ = cuda::plan_attention(b.q_start, rest_q_len, b.ctx_len, (int)n_heads,
-                                   (int)g.n_kv_heads, target_ctas_, attn_min_partition_);
-      CHECK(plan_.partial_pairs <= scratch_pairs_);
-      // Split tiles' partials go after the paged kernels' in the same scratch.
-      prefill_ = tensor_cores ? cuda::plan_prefill(b.q_start, b.q_len, b.ctx_len, (int)n_heads,
-                                                   prefill_min_q_,
-                                                   prefill_split_ ? prefill_target(q.dtype, g) : 0,
-                                                   plan_.partial_pairs, scratch_pairs_)
-                              : cuda::PrefillPlan{};
-      prefill_combine_rows_ = 1;
-      for (const cuda::AttnCombine& c : prefill_.combines)
-        prefill_combine_rows_ = std::max(prefill_combine_rows_, (int)c.nrows);
-      d_prefill_tiles_ = static_cast<const cuda::PrefillTile*>(upload(
-          prefill_.tiles.data(), prefill_.tiles.size() * sizeof(cuda::PrefillTile), nullptr));
-      d_prefill_combines_ = static_cast<const cuda::AttnCombine*>(
-          upload(prefill_.combines.data(), prefill_.combines.size() * sizeof(cuda::AttnCombine),
-                 nullptr));
-      d_items_ = static_cast<const cuda::AttnItem*>(
-          upload(plan_.items.data(), plan_.items.size() * sizeof(cuda::AttnItem), nullptr));
-      d_decode_items_ = static_cast<const cuda::AttnItem*>(upload(
-          plan_.decode_items.data(), plan_.decode_items.size() * sizeof(cuda::AttnItem), nullptr));
-      d_combines_ = static_cast<const cuda::AttnCombine*>(upload(
-          plan_.combines.data(), plan_.combines.size() * sizeof(cuda::AttnCombine), nullptr));
-      d_decode_combines_ = static_cast<const cuda::AttnCombine*>(
-          upload(plan_.decode_combines.data(),
-                 plan_.decode_combines.size() * sizeof(cuda::AttnCombine), nullptr));
-      CHECK((int64_t)plan_.decode_combines.size() * g.n_kv_heads <= scratch_pairs_);
+      attn_ = attn_planner_.plan(b, (int)n_heads, g, q.dtype, tensor_cores, scratch_pairs_);
+      d_prefill_tiles_ = upload_vec(attn_.prefill.tiles);
+      d_prefill_combines_ = upload_vec(attn_.prefill.combines);
+      d_items_ = upload_vec(attn_.paged.items);
+      d_decode_items_ = upload_vec(attn_.paged.decode_items);
+      d_combines_ = upload_vec(attn_.paged.combines);
+      d_decode_combines_ = upload_vec(attn_.paged.decode_combines);
       plan_ready_ = true;
     }
+    const cuda::AttnPlan& plan = attn_.paged;
+    const cuda::PrefillPlan& prefill = attn_.prefill;
     cuda::AttnArgs a;
     std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
     a.q = q.data;
@@ -462,11 +426,11 @@ class CudaBackend final : public Backend {
     a.act_dtype = q.dtype;
     a.kv_dtype = g.dtype;
     a.items = d_items_;
-    a.n_items = (int)plan_.items.size();
+    a.n_items = (int)plan.items.size();
     a.decode_items = d_decode_items_;
-    a.n_decode_items = (int)plan_.decode_items.size();
+    a.n_decode_items = (int)plan.decode_items.size();
     a.combines = d_combines_;
-    a.n_combines = (int)plan_.combines.size();
+    a.n_combines = (int)plan.combines.size();
     a.decode_combines = d_decode_combines_;
     a.combine_counters = combine_counters_;
     a.q_start = dev(b.q_start);
@@ -478,18 +442,18 @@ class CudaBackend final : public Backend {
     a.n_heads = (int)n_heads;
     a.n_kv_heads = (int)g.n_kv_heads;
     a.head_dim = (int)g.head_dim;
-    a.max_pairs = plan_.max_pairs;
+    a.max_pairs = plan.max_pairs;
     a.scale = scale;
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
-    if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill_.tiles.size(), d_prefill_combines_,
-                    prefill_.combines.size()))
+    if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
+                    prefill.combines.size()))
       return;
     cuda::attention(a, compute_);
-    if (!prefill_.tiles.empty())
-      cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill_.tiles.size(), compute_);
-    cuda::attention_combine(a, d_prefill_combines_, (int)prefill_.combines.size(),
-                            prefill_combine_rows_, compute_);
+    if (!prefill.tiles.empty())
+      cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_);
+    cuda::attention_combine(a, d_prefill_combines_, (int)prefill.combines.size(),
+                            prefill.max_combine_rows, compute_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -548,8 +512,7 @@ class CudaBackend final : public Backend {
     TRY_ASSIGN(std::unique_ptr<CudaKvStorage> s, cuda::allocate_kv_storage(g, host));
     if (!host) {
       swap_.attach_device_pool(g.n_layers, g.n_blocks);
-      const int64_t pairs = cuda::attention_scratch_pairs((int)g.n_kv_heads, target_ctas_) +
-                            cuda::prefill_scratch_pairs(target_ctas_);
+      const int64_t pairs = attn_planner_.scratch_pairs((int)g.n_kv_heads);
       if (pairs > scratch_pairs_) {
         partial_acc_ = static_cast<float*>(device_alloc((size_t)(pairs * g.head_dim) * 4));
         partial_ml_ = static_cast<float*>(device_alloc((size_t)pairs * 2 * 4));
@@ -562,18 +525,6 @@ class CudaBackend final : public Backend {
   }
 
   // Device copy of a host array for this step (uploaded once, found again by address).
-  // Blocks of the tensor-core prefill kernel that fill the chip (its occupancy, asked once
-  // per head size and types): what a split prefill tile's parts aim for.
-  int prefill_target(DType act, const KvGeometry& g) {
-    const int key = (int)g.head_dim * 256 + (int)act * 16 + (int)g.dtype;
-    for (const auto& [k, v] : prefill_targets_)
-      if (k == key) return v;
-    const int v = cuda::prefill_blocks_per_sm(act, g.dtype, (int)g.head_dim) *
-                  props_.multiProcessorCount;
-    prefill_targets_.push_back({key, std::min(v, target_ctas_)});
-    return prefill_targets_.back().second;
-  }
-
   const int32_t* dev(std::span<const int32_t> a) {
     if (a.empty()) return nullptr;
     for (const auto& u : uploads_)
@@ -597,6 +548,10 @@ class CudaBackend final : public Backend {
     // In a capture the copy is a graph node; end_step records `done` after the launch.
     if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
     return step_.dev + off;
+  }
+  template <typename T>
+  const T* upload_vec(const std::vector<T>& v) {
+    return static_cast<const T*>(upload(v.data(), v.size() * sizeof(T), nullptr));
   }
 
   // The compute stream waits for a layer's swap copies only where this step touches blocks
@@ -756,17 +711,11 @@ class CudaBackend final : public Backend {
   std::vector<Upload> uploads_;
   std::vector<std::pair<const float*, float*>> freq_uploads_;
   std::vector<int32_t> zeros_;
-  int target_ctas_ = 264;
-  int attn_min_partition_ = cuda::kAttnMinPartition;
-  cuda::AttnPlan plan_;
+  cuda::AttentionPlanner attn_planner_;
+  cuda::StepAttentionPlan attn_;  // this step's (plan_ready_)
   bool plan_ready_ = false;
   const cuda::AttnItem* d_items_ = nullptr;
   const cuda::AttnItem* d_decode_items_ = nullptr;
-  int prefill_min_q_ = cuda::kPrefillMinQLen;
-  bool prefill_split_ = true;
-  cuda::PrefillPlan prefill_;
-  int prefill_combine_rows_ = 1;  // rows of its largest combine
-  std::vector<std::pair<int, int>> prefill_targets_;  // (head size and types, blocks)
   const cuda::PrefillTile* d_prefill_tiles_ = nullptr;
   const cuda::AttnCombine* d_prefill_combines_ = nullptr;
   const cuda::AttnCombine* d_combines_ = nullptr;
