@@ -320,18 +320,9 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
 
     // batch_tokens: the KV the batch holds during the step (waste accounting); the step
     // reads what existed before it (shape.context_tokens); T_fwd(x) covers the rest.
-    int64_t batch_tokens = 0;
-    shape.query_tokens = plan.n_tokens;
-    shape.sequences = (int64_t)plan.scheduled.size();
-    shape.context_tokens = 0;
-    shape.sampled_rows = 0;
-    shape.chunks.clear();
-    for (const ScheduledSeq& ss : plan.scheduled) {
-      batch_tokens += ss.seq->n_computed + ss.n_tokens;
-      shape.context_tokens += ss.seq->n_computed;
-      shape.sampled_rows += ss.sample ? 1 : 0;
-      if (ss.n_tokens > 1) shape.chunks.push_back({ss.n_tokens, ss.seq->n_computed});
-    }
+    describe_step(plan, shape);
+    CHECK(shape.query_tokens == plan.n_tokens);
+    const int64_t batch_tokens = shape.context_tokens + shape.query_tokens;
     // Copies: bytes / bandwidth per direction. On copy streams the two directions run at
     // once (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward
     // pass; on the CPU they run one after the other on the engine thread.

@@ -492,4 +492,18 @@ void Scheduler::check_invariants() const {
     CHECK_LE(running_[i - 1]->arrival_time, running_[i]->arrival_time);
 }
 
+void describe_step(const StepPlan& plan, StepShape& shape) {
+  shape.query_tokens = 0;
+  shape.sequences = (int64_t)plan.scheduled.size();
+  shape.context_tokens = 0;
+  shape.sampled_rows = 0;
+  shape.chunks.clear();
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    shape.query_tokens += ss.n_tokens;
+    shape.context_tokens += ss.seq->n_computed;
+    shape.sampled_rows += ss.sample ? 1 : 0;
+    if (ss.n_tokens > 1) shape.chunks.push_back({ss.n_tokens, ss.seq->n_computed});
+  }
+}
+
 }  // namespace infercept

@@ -64,6 +64,11 @@ struct StepPlan {
   bool empty() const { return scheduled.empty() && swap_out.empty() && swap_in.empty(); }
 };
 
+// What a plan's forward pass carries, as CostModel::step_seconds prices it: its rows, the
+// context its sequences held before it, its sampled rows and its chunks (the sequences
+// computing more than one row). `shape` is overwritten; its chunk list keeps its capacity.
+void describe_step(const StepPlan& plan, StepShape& shape);
+
 class Scheduler {
  public:
   // `host` may be null (no swap space); `policy` may be null (paused requests are preserved).

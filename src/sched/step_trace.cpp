@@ -9,15 +9,17 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
                             const BlockAllocator& device, double t) {
   StepTraceRow r;
   r.t = t;
-  r.sequences = (int64_t)plan.scheduled.size();
+  StepShape shape;
+  describe_step(plan, shape);
+  r.sequences = shape.sequences;
+  r.context_tokens = shape.context_tokens;
+  r.sampled_rows = shape.sampled_rows;
+  for (const StepChunk& c : shape.chunks) {
+    r.chunk_context_tokens += c.context;
+    if (!r.chunk_list.empty()) r.chunk_list += ';';
+    r.chunk_list += std::to_string(c.rows) + ':' + std::to_string(c.context);
+  }
   for (const ScheduledSeq& ss : plan.scheduled) {
-    r.context_tokens += ss.seq->n_computed;
-    if (ss.sample) r.sampled_rows++;
-    if (ss.n_tokens > 1) {
-      r.chunk_context_tokens += ss.seq->n_computed;
-      if (!r.chunk_list.empty()) r.chunk_list += ';';
-      r.chunk_list += std::to_string(ss.n_tokens) + ':' + std::to_string(ss.seq->n_computed);
-    }
     if (ss.is_prompt()) {
       r.prompt_rows += ss.n_tokens;
       r.chunks++;
