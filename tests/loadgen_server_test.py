@@ -23,13 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from sweep_server import Server  # noqa: E402
-
-results = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    results["passed" if cond else "failed"] += 1
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+from checks import check, finish  # noqa: E402
 
 
 def python_with(module, extra=()):
@@ -147,8 +141,7 @@ def main():
     finally:
         rc = server.stop()
         check(rc == 0, f"server stopped cleanly (exit {rc})")
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    sys.exit(1 if results["failed"] else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -13,13 +13,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import paper_report  # noqa: E402
-
-results = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    results["passed" if cond else "failed"] += 1
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+from checks import check, finish  # noqa: E402
 
 
 def folder(root, name, points):
@@ -67,8 +61,7 @@ def main():
     single = paper_report.load_points([a], tmp)
     check(all(e["label"] == e["name"] for e in single), "without repeats a label is the name")
 
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    sys.exit(1 if results["failed"] else 0)
+    finish()
 
 
 if __name__ == "__main__":

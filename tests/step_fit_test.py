@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIT = os.path.join(ROOT, "bench", "step_fit.py")
-results = {"passed": 0, "failed": 0}
-
 TRUE = {
     "version": 1, "kv_bytes_per_token": 524288.0, "saturation_tokens": 128,
     "swap_bytes_per_second": 55e9,
@@ -33,11 +33,6 @@ TRUE = {
     # Decode-only steps (replayed from CUDA graphs on the H200) cheaper than T_fwd(n).
     "decode_seconds": [[1, 0.0041], [4, 0.0046], [16, 0.0050], [64, 0.0056]],
 }
-
-
-def check(cond, what):
-    results["passed" if cond else "failed"] += 1
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
 
 
 def simulate(binary, profile, policy, out):
@@ -137,8 +132,7 @@ def main():
     bad, _ = run_fit([old], base_path, os.path.join(tmp, "never.json"))
     check(bad.returncode != 0 and "sampled_rows" in bad.stdout, "a trace without the new columns: clear error")
 
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    sys.exit(1 if results["failed"] else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -17,14 +17,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIFF = os.path.join(ROOT, "bench", "trace_diff.py")
-results = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    results["passed" if cond else "failed"] += 1
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
 
 
 def simulate(binary, kv_tokens, out):
@@ -93,8 +89,7 @@ def main():
     bad = diff(os.path.join(ROOT, "README.md"), a)
     check(bad.returncode != 0 and "not a step trace" in bad.stdout, "a non-trace file: clear error")
 
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    sys.exit(1 if results["failed"] else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -21,13 +21,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import agent_workload as wl  # noqa: E402
-
-results = {"passed": 0, "failed": 0}
-
-
-def check(cond, what):
-    results["passed" if cond else "failed"] += 1
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+from checks import check, finish  # noqa: E402
 
 
 def close(x, want, tol):
@@ -147,8 +141,7 @@ def main():
     test_trace_roundtrip()
     if a.binary:
         test_against_binary(a.binary)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    sys.exit(1 if results["failed"] else 0)
+    finish()
 
 
 if __name__ == "__main__":
