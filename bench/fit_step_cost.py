@@ -11,6 +11,11 @@ per-context-token cost each batch size implies on its own (to see where the line
 fails: attention at small batch cannot fill the device).
 
   python3 bench/fit_step_cost.py fwd-llama2-7b-ctx*.json [--column ms_greedy_on_device]
+
+--per-batch BASE.json --out PROFILE.json: instead, one straight line in the context per batch
+size B, step(B, c) = D(B) + a(B) * B * c (the decode-only step the engine replays from a CUDA
+graph, and its price per context token), written into a copy of BASE as decode_seconds and
+context_seconds_per_token: the decode terms that bench/step_fit.py --hold-decode keeps.
 """
 import argparse
 import json
@@ -52,6 +57,42 @@ def fit(rows, use_seq=True):
     return a, b
 
 
+def per_batch(args):
+    by = {}
+    for p in args.files:
+        with open(p) as f:
+            for d in json.load(f).get("decode", []):
+                by.setdefault(d["batch"], []).append((d["context"], d[args.column] * 1e-3))
+    dec, ctx = [], []
+    print("| batch | contexts | D(B) ms | a(B) us per token | worst error |")
+    print("|---:|---|---:|---:|---:|")
+    for b in sorted(by):
+        pts = by[b]
+        if len(pts) < 2:
+            print(f"batch {b}: one context only, left out", file=sys.stderr)
+            continue
+        # Least squares of seconds = D + a * (B c).
+        xs = [b * c for c, _ in pts]
+        ys = [t for _, t in pts]
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        a = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        d = my - a * mx
+        worst = max(abs((d + a * x) / y - 1) for x, y in zip(xs, ys)) * 100
+        print(f"| {b} | {','.join(str(c) for c, _ in sorted(pts))} | {d * 1e3:.3f} | {a * 1e6:.3f} | {worst:.1f}% |")
+        dec.append([b, d])
+        ctx.append([b, max(a, 0.0)])
+    with open(args.per_batch) as f:
+        prof = json.load(f)
+    prof["decode_seconds"] = dec
+    prof["context_seconds_per_token"] = ctx
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(prof, f, indent=1)
+        print(f"wrote {args.out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+")
@@ -59,7 +100,11 @@ def main():
                     help="decode column: ms (no logits), ms_greedy_on_device (the engine's path for greedy "
                          "batches), ms_with_logits")
     ap.add_argument("--min-batch", type=int, default=1, help="fit only batches at least this large")
+    ap.add_argument("--per-batch", metavar="BASE", help="fit D(B) and a(B) per batch size into a copy of BASE")
+    ap.add_argument("--out", help="with --per-batch: the profile to write")
     args = ap.parse_args()
+    if args.per_batch:
+        return per_batch(args)
     rows = load(args.files, args.column)
     if not rows:
         sys.exit("no decode rows")

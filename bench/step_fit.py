@@ -16,11 +16,15 @@ fitted:
                                           CUDA graphs); D(n) = T_fwd(n) when the base has none
          + ka * a(n) * (context the step's decode rows held)
          + p(rows) * (context its prompt chunks held)
+         + q * (rows x context of each prompt chunk)
 
 kT, kD and ka scale the base's T_fwd, D (written as decode_seconds at n = 1, 2, 4, ..., 64
 when the base had none) and a(n) samples; p has one value per
 row bucket (least rows 2, 9, 64 by default, as CostModel::chunk_seconds_per_token reads
-them); each chunk of a step (the trace's chunk_list) goes to its own bucket. Least squares over the groups,
+them); each chunk of a step (the trace's chunk_list) goes to its own bucket. q is the part of a
+chunk's attention that grows with its rows too (its FLOPs: a 508-row chunk over 2,000 cached
+tokens of the 13B took 7.4 ms more than over none, where a 300-row one takes ~60% of that),
+so one p per bucket does not overprice the bucket's shorter chunks. Least squares over the groups,
 parameters kept non-negative; a bucket with too little context in the traces keeps the
 base's price and says so.
 
@@ -101,7 +105,8 @@ def features(row, base, rows):
     t = base.t_base(row)
     decode_only = not row["chunk_list"]
     f = [0.0 if decode_only else t, t if decode_only else 0.0,
-         base.a(n) * (row["context_tokens"] - row["chunk_context_tokens"])]
+         base.a(n) * (row["context_tokens"] - row["chunk_context_tokens"]),
+         float(sum(r * c for r, c in row["chunk_list"] if r > 1))]
     buckets = [0.0] * len(rows)
     for chunk_rows, context in row["chunk_list"]:
         b = max((i for i, r in enumerate(rows) if chunk_rows >= r), default=None)
@@ -112,10 +117,13 @@ def features(row, base, rows):
     return f + buckets
 
 
-def sync_groups(trace, base, rows):
+def sync_groups(trace, base, rows, warmup_groups=0):
     """(summed features, summed seconds) per group of steps closed by a sampling step; the
     base's per-sequence and per-sampled-row terms, which are not fitted, are taken off the
-    seconds."""
+    seconds. The first `warmup_groups` groups are left out: a probe is a process of its own,
+    and its first steps pay one-time costs (cuBLASLt's first call per shape, graph capture:
+    a 512-row first chunk took 77-109 ms against 12-14 for the next ones), which a paper run's
+    thousands of steps dilute but a probe's few dozen chunk steps do not."""
     groups, acc, secs = [], None, 0.0
     b = float(base.p.get("sequence_seconds", 0.0))
     r = float(base.p.get("sample_seconds_per_row", 0.0))
@@ -128,7 +136,7 @@ def sync_groups(trace, base, rows):
         if row["sampled_rows"] > 0:
             groups.append((acc, secs))
             acc, secs = None, 0.0
-    return groups  # a trailing group that never synchronized is left out
+    return groups[warmup_groups:]  # a trailing group that never synchronized is left out
 
 
 def solve(A, y):
@@ -178,6 +186,13 @@ def main():
     ap.add_argument("--profile", required=True, help="base cost-model JSON (T_fwd, a(n), D(n) shapes)")
     ap.add_argument("--out", help="write the fitted profile here")
     ap.add_argument("--rows", default="2,9,64", help="least rows of each chunk-price bucket")
+    ap.add_argument("--hold-decode", action="store_true",
+                    help="keep the base's decode_seconds and a(n) as they are (measured on their own, "
+                         "e.g. by bench/step_context_cost.sh) and fit only the chunk steps' terms")
+    ap.add_argument("--no-row-term", action="store_true",
+                    help="fit no q (rows x context) term, as before it existed")
+    ap.add_argument("--warmup-groups", type=int, default=2,
+                    help="sync groups at the start of each trace left out (the process's one-time costs)")
     ap.add_argument("--min-context", type=float, default=3e4,
                     help="chunk context tokens a bucket needs in the traces to be fitted (else the base's)")
     args = ap.parse_args()
@@ -187,16 +202,23 @@ def main():
     base = Base(profile)
     groups = []
     for t in args.traces:
-        groups += sync_groups(load_trace(t), base, rows)
-    if len(groups) < 3 + len(rows):
+        groups += sync_groups(load_trace(t), base, rows, args.warmup_groups)
+    if len(groups) < 4 + len(rows):
         sys.exit(f"only {len(groups)} sync groups in the traces: too few to fit")
-    n = 3 + len(rows)
+    n = 4 + len(rows)
     totals = [sum(f[i] for f, _ in groups) for i in range(n)]
     base_chunk = {int(r): float(s) for r, s in profile.get("chunk_context_seconds_per_token", [])}
     fixed = {}
     for b, r in enumerate(rows):
-        if totals[3 + b] < args.min_context:
-            fixed[3 + b] = base_chunk.get(r, base.a(1))
+        if totals[4 + b] < args.min_context:
+            fixed[4 + b] = base_chunk.get(r, base.a(1))
+    if args.no_row_term:
+        fixed[3] = 0.0
+    if args.hold_decode:
+        if not base.dec:
+            sys.exit("--hold-decode needs decode_seconds in the base profile")
+        fixed[1] = 1.0
+        fixed[2] = 1.0
     # A kind of step the traces lack keeps the base's scale.
     if totals[0] <= 0:
         fixed[0] = 1.0
@@ -215,16 +237,19 @@ def main():
     print(f"kD = {theta[1]:.4f} (decode-only steps' D x kD; {totals[1]:.2f} s at the base's)")
     print(f"ka = {theta[2]:.4f} (a(n) samples x ka; the base's a(n) over the decode context: {totals[2]:.2f} s)")
     for b, r in enumerate(rows):
-        how = "held at the base's" if 3 + b in fixed else "fitted"
-        print(f"p({r}+ rows) = {theta[3 + b] * 1e6:.3f} us per cached token ({how}; "
-              f"{totals[3 + b]:.3g} chunk-context tokens)")
+        how = "held at the base's" if 4 + b in fixed else "fitted"
+        print(f"p({r}+ rows) = {theta[4 + b] * 1e6:.3f} us per cached token ({how}; "
+              f"{totals[4 + b]:.3g} chunk-context tokens)")
+    print(f"q = {theta[3] * 1e9:.3f} ns per chunk row and cached token "
+          f"({'held at 0' if 3 in fixed else 'fitted'}; {totals[3]:.3g} row-tokens)")
     if args.out:
         out = dict(profile)
         out["t_fwd_samples"] = [[x, t * theta[0]] for x, t in base.tfwd]
         dec = base.dec or [(n_, interp(base.tfwd, n_, False)) for n_ in (1, 2, 4, 8, 16, 32, 64)]
         out["decode_seconds"] = [[n_, t * theta[1]] for n_, t in dec]
         out["context_seconds_per_token"] = [[n_, s * theta[2]] for n_, s in base.ctx]
-        out["chunk_context_seconds_per_token"] = [[r, theta[3 + b]] for b, r in enumerate(rows)]
+        out["chunk_context_seconds_per_token"] = [[r, theta[4 + b]] for b, r in enumerate(rows)]
+        out["chunk_row_context_seconds"] = theta[3]
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.out}")

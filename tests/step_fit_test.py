@@ -4,7 +4,8 @@
 `infercept simulate --step-trace` with a known profile (T_fwd, D(n), a(n), chunk prices per
 row bucket) writes the steps; step_fit.py, given a base whose T_fwd is 0.8x the truth, whose
 D(n) is 0.9x, whose a(n) is 1.5x and which has no chunk prices, must find kT = 1.25,
-kD = 1.11, ka = 2/3 and the three prices.
+kD = 1.11, ka = 2/3, the three prices and q (rows x context).
+- --hold-decode with the true D(n) and a(n): those kept as given, the rest found the same.
 - The engine's timing, emulated: every step that samples nothing hands its seconds to the
   next one that samples (what a host clock sees of an unsynchronized step). The fit is over
   sync groups, so it must not move.
@@ -30,6 +31,8 @@ TRUE = {
                       [512, 0.0124]],
     "context_seconds_per_token": [[1, 4.0e-7], [32, 1.5e-7], [128, 1.7e-7]],
     "chunk_context_seconds_per_token": [[2, 0.4e-6], [9, 0.8e-6], [64, 1.3e-6]],
+    # A chunk's rows x context (its attention FLOPs), on top of p(rows).
+    "chunk_row_context_seconds": 1.5e-9,
     # Decode-only steps (replayed from CUDA graphs on the H200) cheaper than T_fwd(n).
     "decode_seconds": [[1, 0.0041], [4, 0.0046], [16, 0.0050], [64, 0.0056]],
 }
@@ -88,6 +91,7 @@ def main():
     base["context_seconds_per_token"] = [[n, s * 1.5] for n, s in TRUE["context_seconds_per_token"]]
     base["decode_seconds"] = [[n, s * 0.9] for n, s in TRUE["decode_seconds"]]
     del base["chunk_context_seconds_per_token"]
+    del base["chunk_row_context_seconds"]
     with open(base_path, "w") as f:
         json.dump(base, f)
     # discard recomputes whole contexts (64+-row chunks), minwaste resumes short ones.
@@ -110,9 +114,28 @@ def main():
                                         fitted["chunk_context_seconds_per_token"]):
             check(r == r2 and abs(got / want - 1) < 0.02,
                   f"p({r}+ rows) {got * 1e6:.3f} within 2% of {want * 1e6:.3f} us")
+        q = fitted.get("chunk_row_context_seconds", 0.0)
+        check(abs(q / TRUE["chunk_row_context_seconds"] - 1) < 0.02,
+              f"q {q * 1e9:.3f} within 2% of {TRUE['chunk_row_context_seconds'] * 1e9:.3f} ns")
         with open(true_path) as f:
             check(json.load(f)["kv_bytes_per_token"] == fitted["kv_bytes_per_token"],
                   "the rest of the profile is kept")
+
+        held_base = dict(base)
+        held_base["decode_seconds"] = TRUE["decode_seconds"]
+        held_base["context_seconds_per_token"] = TRUE["context_seconds_per_token"]
+        held_path = os.path.join(tmp, "held-base.json")
+        with open(held_path, "w") as f:
+            json.dump(held_base, f)
+        hp = subprocess.run([sys.executable, FIT] + traces + ["--profile", held_path, "--hold-decode",
+                                                              "--out", os.path.join(tmp, "held.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        held = json.load(open(os.path.join(tmp, "held.json"))) if hp.returncode == 0 else None
+        check(held is not None and held["decode_seconds"] == TRUE["decode_seconds"]
+              and held["context_seconds_per_token"] == TRUE["context_seconds_per_token"]
+              and abs(held["t_fwd_samples"][0][1] / base["t_fwd_samples"][0][1] - 1.25) < 0.0125
+              and abs(held["chunk_row_context_seconds"] / TRUE["chunk_row_context_seconds"] - 1) < 0.02,
+              "--hold-decode keeps D(n) and a(n) as given and finds kT and q the same")
 
         engine = [t + ".engine" for t in traces]
         for t, e in zip(traces, engine):
@@ -122,7 +145,8 @@ def main():
             abs(a[1] - b[1]) <= 1e-9 + 1e-6 * abs(a[1])
             for key in ("t_fwd_samples", "decode_seconds", "context_seconds_per_token",
                         "chunk_context_seconds_per_token")
-            for a, b in zip(fitted[key], refit[key]))
+            for a, b in zip(fitted[key], refit[key])) and abs(
+            fitted["chunk_row_context_seconds"] - refit["chunk_row_context_seconds"]) <= 1e-15 + 1e-6 * q
         check(same, "the engine's clock (unsynchronized steps' time on the next sampling step): same fit")
 
     old = os.path.join(tmp, "old.csv")

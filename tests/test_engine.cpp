@@ -12,6 +12,27 @@
 namespace infercept {
 namespace {
 
+// The block tables' width moves in powers of two (16 blocks up), never past what a sequence
+// can hold (rounded to 16), and always holds the longest sequence.
+TEST(Engine, BlockTableWidthMovesInPowersOfTwo) {
+  EXPECT_EQ(block_table_width(0, 256), 16);
+  EXPECT_EQ(block_table_width(1, 256), 16);
+  EXPECT_EQ(block_table_width(16, 256), 16);
+  EXPECT_EQ(block_table_width(17, 256), 32);
+  EXPECT_EQ(block_table_width(100, 256), 128);
+  EXPECT_EQ(block_table_width(129, 256), 256);
+  EXPECT_EQ(block_table_width(256, 256), 256);
+  EXPECT_EQ(block_table_width(150, 200), 208);  // the cap, 200 rounded up to 16
+  EXPECT_EQ(block_table_width(300, 200), 304);  // never narrower than the longest
+  int distinct = 0, last = -1;
+  for (int32_t b = 1; b <= 256; ++b) {
+    const int32_t w = block_table_width(b, 256);
+    EXPECT_GE(w, b);
+    if (w != last) ++distinct, last = w;
+  }
+  EXPECT_EQ(distinct, 5);  // 16, 32, 64, 128, 256 (16 widths before, one per 16 blocks)
+}
+
 EngineConfig base_config() {
   EngineConfig c;
   c.model_path = testing::default_model_path();

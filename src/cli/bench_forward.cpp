@@ -98,7 +98,7 @@ int run_bench_forward(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           merge({kEngineFlags,
                                  {"batches", "context", "prefill", "tfwd", "repeats", "swap-blocks",
-                                  "floors", "json-out", "swap-batch", "chunks"}}),
+                                  "floors", "json-out", "swap-batch", "chunks", "mixed"}}),
                           {});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
@@ -106,12 +106,13 @@ int run_bench_forward(int argc, char** argv) {
   auto batches = int_list(*args, "batches", "1,32,128");
   auto tfwd = int_list(*args, "tfwd", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096");
   auto chunks = int_list(*args, "chunks", "2,8,32,128,512");
+  auto mixed = int_list(*args, "mixed", "");
   auto context = args->get_int("context", 1024);
   auto prefill = args->get_int("prefill", 4096);
   auto repeats = args->get_int("repeats", 10);
   auto swap_blocks = args->get_int("swap-blocks", 256);
   auto swap_batch = args->get_int("swap-batch", 64);
-  for (auto* r : {&batches, &tfwd, &chunks})
+  for (auto* r : {&batches, &tfwd, &chunks, &mixed})
     if (!r->ok()) return fail(r->error());
   for (auto* r : {&context, &prefill, &repeats, &swap_blocks, &swap_batch})
     if (!r->ok()) return fail(r->error());
@@ -126,8 +127,8 @@ int run_bench_forward(int argc, char** argv) {
   auto backend = make_backend(*cfg);
   if (!backend.ok()) return fail(backend.error());
   Backend& be = **backend;
-  const int64_t max_batch =
-      std::max(*std::max_element(batches->begin(), batches->end()), *swap_batch);
+  int64_t max_batch = std::max(*std::max_element(batches->begin(), batches->end()), *swap_batch);
+  for (int64_t b : *mixed) max_batch = std::max(max_batch, b);
   const int64_t max_rows =
       std::max({*prefill, *std::max_element(tfwd->begin(), tfwd->end()), max_batch});
   std::fprintf(stderr, "loading %s on %s ...\n", cfg->model_path.c_str(), be.name().c_str());
@@ -203,16 +204,18 @@ int run_bench_forward(int argc, char** argv) {
     be.sync();
   }
 
-  auto decode_input = [&](int64_t batch) {
+  // `short_context` > 0: every sequence but the first reads only that many cached tokens
+  // (the first reads them all), as decode batches of agents at different depths do.
+  auto decode_input = [&](int64_t batch, int64_t short_context = 0) {
     StepInput in;
     in.max_blocks = (int32_t)ctx_blocks;
     for (int64_t s = 0; s < batch; ++s) {
+      const int64_t p = s > 0 && short_context > 0 ? short_context : *context;
       in.q_start.push_back((int32_t)s);
       in.q_len.push_back(1);
-      in.ctx_len.push_back((int32_t)(*context + 1));
+      in.ctx_len.push_back((int32_t)(p + 1));
       in.tokens.push_back(tok(rng));
-      in.positions.push_back((int32_t)*context);
-      const int64_t p = *context;
+      in.positions.push_back((int32_t)p);
       in.slots.push_back((int32_t)((s * ctx_blocks + p / bs) * bs + p % bs));
       for (int64_t b = 0; b < ctx_blocks; ++b)
         in.block_tables.push_back((int32_t)(s * ctx_blocks + b));
@@ -280,6 +283,31 @@ int run_bench_forward(int argc, char** argv) {
                              {"ms_top_p_on_device", t_topp * 1e3},
                              {"floor_ms", floor_ms},
                              {"bytes", bytes}});
+  }
+
+  // ---- decode of mixed lengths ----
+  // One sequence over --context tokens beside batch - 1 over an eighth of it: the attention
+  // planner's balance (PERF 4.5h; INFERCEPT_ATTN_BALANCE=0 for the old split).
+  if (!mixed->empty()) {
+    const int64_t short_context = std::max<int64_t>(1, *context / 8);
+    std::printf(
+        "\n### Decode step, one sequence over %lld tokens and the rest over %lld\n\n| batch | "
+        "step ms (greedy on device) | bytes floor ms | x floor |\n|---:|---:|---:|---:|\n",
+        (long long)*context, (long long)short_context);
+    for (int64_t b : *mixed) {
+      StepInput in = decode_input(b, short_context);
+      const double t = time_forward(in, !can_argmax, can_argmax);
+      const double tokens = (double)(*context + 1) + (double)(b - 1) * (double)(short_context + 1);
+      const double bytes = weight_elems(mc) * 2.0 + tokens * kv_per_token;
+      const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+      std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)b, t * 1e3, floor_ms,
+                  floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
+      out["decode_mixed"].push_back({{"batch", b},
+                                     {"context", *context},
+                                     {"short_context", short_context},
+                                     {"ms", t * 1e3},
+                                     {"floor_ms", floor_ms}});
+    }
   }
 
   // ---- prefill ----

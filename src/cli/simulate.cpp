@@ -170,7 +170,8 @@ int run_simulate(int argc, char** argv) {
         cfg.cost.context_seconds_per_token(cfg.max_seqs) * 1e6, (long long)cfg.max_seqs,
         cfg.cost.sequence_seconds * 1e6, cfg.cost.sample_seconds_per_row * 1e6, m,
         cfg.cost.swap_bytes_per_second / gb);
-    if (!cfg.cost.decode_samples.empty() || !cfg.cost.chunk_context_samples.empty()) {
+    if (!cfg.cost.decode_samples.empty() || !cfg.cost.chunk_context_samples.empty() ||
+        cfg.cost.chunk_row_context_seconds > 0.0) {
       if (cfg.cost.decode_samples.empty())
         std::printf("decode-only steps at T_fwd(n);");
       else
@@ -180,6 +181,8 @@ int run_simulate(int argc, char** argv) {
       if (cfg.cost.chunk_context_samples.empty()) std::printf(" as decode rows");
       for (const auto& [rows, sec] : cfg.cost.chunk_context_samples)
         std::printf(" %.3f us from %lld rows", sec * 1e6, (long long)rows);
+      if (cfg.cost.chunk_row_context_seconds > 0.0)
+        std::printf(", plus %.3f ns per chunk row", cfg.cost.chunk_row_context_seconds * 1e9);
       std::printf("\n");
     }
     std::printf(
@@ -231,6 +234,7 @@ int run_simulate(int argc, char** argv) {
     j["sample_seconds_per_row"] = cfg.cost.sample_seconds_per_row;
     j["decode_seconds"] = cfg.cost.decode_samples;
     j["chunk_context_seconds_per_token"] = cfg.cost.chunk_context_samples;
+    j["chunk_row_context_seconds"] = cfg.cost.chunk_row_context_seconds;
     j["kv_cache_tokens"] = r.kv_cache_tokens;
     j["swap_space_tokens"] = r.swap_space_tokens;
     j["max_batch_tokens"] = cfg.max_tokens_per_step;

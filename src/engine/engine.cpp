@@ -283,6 +283,13 @@ Result<std::vector<int32_t>> EngineCore::encode_chat(
   return tokenizer_->encode(text, /*add_bos=*/true, /*parse_special=*/true);
 }
 
+int32_t block_table_width(int32_t blocks, int64_t most) {
+  const int64_t cap = std::max<int64_t>(16, (most + 15) / 16 * 16);
+  int64_t w = 16;
+  while (w < blocks && w < cap) w *= 2;
+  return (int32_t)std::max<int64_t>(std::min(w, cap), (blocks + 15) / 16 * 16);
+}
+
 void EngineCore::build_step_input(const StepPlan& plan) {
   StepInput& in = step_input_;
   in.clear();
@@ -290,9 +297,10 @@ void EngineCore::build_step_input(const StepPlan& plan) {
   int32_t max_blocks = 0;
   for (const ScheduledSeq& ss : plan.scheduled)
     max_blocks = std::max(max_blocks, (int32_t)ss.seq->blocks.blocks.size());
-  // The table's width rounded up to 16 blocks: a decode step then keeps the same shape for
-  // hundreds of tokens, so a device backend can replay it from a recorded graph.
-  max_blocks = (max_blocks + 15) / 16 * 16;
+  // A width that moves rarely, so that a device backend can replay a decode step from a
+  // recorded graph (block_table_width).
+  max_blocks = block_table_width(
+      max_blocks, BlockTable::blocks_for(std::min(max_context_, kv_capacity_tokens()), bs));
   in.max_blocks = max_blocks;
   in.block_tables.assign((size_t)max_blocks * plan.scheduled.size(), 0);
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {

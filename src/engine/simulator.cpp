@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "kv/block_allocator.h"
@@ -22,72 +24,75 @@ namespace infercept {
 
 namespace {
 
-// T_fwd(x) of one sequence of x query tokens, in ms, on the lent H200 (2026-12-01, bf16
-// weights and KV, 16-token blocks). llama2-7b: the engine of session 8 (short chunks on the
-// tensor-core kernel, docs/PERF.md 4.5g): x = 1, 16 and 64-512 its start-up profile in the
-// step-probe run (docs/bench/step-probe4/llama2-7b.profile-cuda-16t.json), x = 2-8 and 32 the
-// linear interpolation the cost model makes between those (what was validated against the
-// H200 runs "k": docs/BENCHMARKS.md), 1,024-4,096 bench-forward of PERF.md 4.4 (prefill-bound,
-// unchanged since: 4,096 tokens 112-114 ms). The 8B and 13B: bench-forward of PERF.md 4.4,
-// engines of that time.
-constexpr int64_t kH200Tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-constexpr double kH200Llama2_7b[] = {4.711076,  4.784751,  4.932100,  5.226798, 5.816195,
-                                     5.874300,  5.990509,  6.502329,  8.421376, 12.400557,
-                                     25.566471, 54.587632, 114.082703};
-constexpr double kH200Llama3_8b[] = {6.778494,  6.640310,  6.771061,  7.020817, 7.110659,
-                                     7.295225,  7.126920,  7.596248,  9.456842, 15.378560,
-                                     27.706171, 56.430700, 118.693318};
-constexpr double kH200Llama2_13b[] = {10.943960, 10.913028, 10.948423, 11.031703, 11.272653,
-                                      11.749324, 11.646078, 12.347489, 15.974719, 26.260336,
-                                      50.279934, 97.890871, 209.164817};
-
-// The context term a(n) of CostModel::step_seconds, per sequences n in the step.
-// llama2-7b: bench-forward decode steps of n = 1..64 sequences at contexts 256, 1,024, 2,048
-// and 3,072 on the lent H200 (2026-12-01, docs/PERF.md 4.8, bench/step_context_cost.sh),
-// engine path (greedy sampling on the device): for each n the least-squares slope through 0
-// of step - T_fwd(n) (same process) against n x context. These reproduce all 28 steps within
-// 7% (most within 3%). A per-sequence term fitted beside it came out at 0 within noise, so
-// there is none; the sampling cost is inside the fitted steps.
-constexpr int64_t kContextSequences[] = {1, 2, 4, 8, 16, 32, 64};
-constexpr double kContextUsLlama2_7b[] = {0.587, 0.501, 0.407, 0.332, 0.301, 0.192, 0.197};
-
-// The prefill-chunk term p(rows) of CostModel::step_seconds, llama2-7b (MHA, head dim 128):
-// bench/step_probe.py's six traces through `infercept bench` on the lent H200 with the engine
-// of session 8, fitted by `step_probe.py fit` on the T_fwd above and the a(n) here
-// (2026-12-01, docs/bench/step-probe4/): 0.171 us per cached token for a chunk of 2-8 rows,
-// 0 for 9-63 (the probe's resumes are served faster than T_fwd and a(n) alone predict), 1.185
-// from 64 rows. Validated on runs "k" (docs/BENCHMARKS.md): 17 of 18 points below saturation
-// within 15%. The engines before it ran 2-63-row chunks in CUDA-core kernels that streamed the
-// whole context per 8 or 32 rows: 0.98 / 5.65 / 1.33 (docs/bench/step-probe/). The 8B (GQA)
-// and 13B were not probed for the built-ins.
-constexpr int64_t kChunkRows[] = {2, 9, 64};
-constexpr double kChunkUsLlama2_7b[] = {0.171, 0.0, 1.185};
-
+// Built-in H200 profiles (2026-12-01, the lent H200, bf16 weights and KV, 16-token blocks).
+//
+// llama2-7b and llama2-13b: the engine of session 9 (docs/PERF.md 4.5g/4.5h, default attention
+// plan), every term measured apart from the runs the simulator is validated on
+// (docs/BENCHMARKS.md, "The simulator's cost terms, session 9"):
+//   - D(n), a(n): bench-forward decode steps of n = 1..64 sequences at contexts 256-3,072
+//     (bench/step_context_cost.sh, docs/bench/step-context2/), one straight line in n x context
+//     per n (`bench/fit_step_cost.py --per-batch`; every step within 0.8%): the decode-only
+//     step the engine replays from a CUDA graph, and its price per context token;
+//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run, scaled by the kT
+//     that `bench/step_fit.py --hold-decode` fits to the probes' chunk steps (1.182 for the
+//     7B, 1.066 for the 13B); x >= 1,024: bench-forward of PERF.md 4.4 (prefill-bound);
+//   - p(rows), q: the same fit (docs/bench/step-probe5, docs/bench/step-probe-13b-3).
+// llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
+// time (not re-measured since).
 struct Shape {
   const char* name;
-  const double* ms;
+  std::vector<std::pair<int64_t, double>> t_fwd_ms;  // (tokens, ms)
   int layers, kv_heads, head_dim;
   double weights_gb;  // bf16, 1e9 bytes (bench-forward's figure)
   int64_t max_context;
-  // a(n) per kContextSequences (us per context token), or nullptr: one constant for any n,
-  // context_us_flat, from the decode steps at context 1,024 (PERF.md 4.2): (step(batch B) -
-  // T_fwd(B)) / (B * 1024), averaged over B = 32 and 128 (the two agree within 5%); not
-  // re-measured at small batches, where the 7B shows 2-3x more per token.
-  const double* context_us;
-  double context_us_flat;
-  // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2.
+  std::vector<std::pair<int64_t, double>> decode_ms;   // D(n), or empty: T_fwd(n)
+  std::vector<std::pair<int64_t, double>> context_us;  // a(n), us per context token
+  std::vector<std::pair<int64_t, double>> chunk_us;    // p(rows), us per context token
+  double chunk_row_ns;                                 // q, ns per chunk row x context token
+  // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2 (the
+  // engine's greedy and top-p rows sample on the device since: 0 where measured so).
   double sample_us_per_row;
+  const char* source;
 };
 
-constexpr Shape kShapes[] = {
-    {"h200-llama2-7b", kH200Llama2_7b, 32, 32, 128, 13.476, 4096, kContextUsLlama2_7b, 0.0, 0.0},
-    // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
-    // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
-    {"h200-llama3-8b", kH200Llama3_8b, 32, 8, 128, 16.060, 8192, nullptr, 0.097, 71.0},
-    // 13b: (21.28 - 11.75) / 32768 = 0.291, (48.62 - 12.35) / 131072 = 0.277
-    // rows: (21.85 - 21.28) / 32 = 18 us, (51.71 - 48.62) / 128 = 24 us
-    {"h200-llama2-13b", kH200Llama2_13b, 40, 40, 128, 26.031, 4096, nullptr, 0.284, 21.0},
-};
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> v = {
+      {"h200-llama2-7b",
+       {{1, 5.547185}, {16, 6.892876}, {64, 7.041966}, {128, 7.632168}, {256, 9.600632},
+        {512, 14.613877}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}},
+       32, 32, 128, 13.476, 4096,
+       {{1, 4.419239}, {2, 4.646034}, {3, 5.386643}, {4, 5.438996}, {6, 5.494909}, {8, 5.559904},
+        {12, 5.427543}, {16, 5.460661}, {24, 5.568775}, {32, 5.640888}, {64, 5.819299}},
+       {{1, 0.1795}, {2, 0.1725}, {3, 0.1778}, {4, 0.1519}, {6, 0.1509}, {8, 0.1793},
+        {12, 0.1514}, {16, 0.1747}, {24, 0.1486}, {32, 0.1542}, {64, 0.1499}},
+       {{2, 0.4113}, {9, 0.2067}}, 0.0, 0.0,
+       "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
+       "bench-forward at four contexts, docs/bench/step-context2; T_fwd and prefill chunks fitted "
+       "to its step probes, docs/bench/step-probe5), copies 55 GB/s each way"},
+      // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
+      // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
+      {"h200-llama3-8b",
+       {{1, 6.778494}, {2, 6.640310}, {4, 6.771061}, {8, 7.020817}, {16, 7.110659},
+        {32, 7.295225}, {64, 7.126920}, {128, 7.596248}, {256, 9.456842}, {512, 15.378560},
+        {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}},
+       32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 71.0,
+       "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), copies "
+       "55 GB/s each way"},
+      {"h200-llama2-13b",
+       {{1, 9.017819}, {16, 9.757946}, {64, 10.465136}, {128, 11.338063}, {256, 14.698261},
+        {512, 24.872439}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}},
+       40, 40, 128, 26.031, 4096,
+       {{1, 8.494187}, {2, 9.162340}, {3, 8.798803}, {4, 8.862432}, {6, 9.042783}, {8, 8.731306},
+        {12, 8.817307}, {16, 8.942797}, {24, 9.091473}, {32, 9.144026}, {64, 9.936902}},
+       {{1, 0.3527}, {2, 0.2547}, {3, 0.2283}, {4, 0.2426}, {6, 0.2812}, {8, 0.2496},
+        {12, 0.2808}, {16, 0.2446}, {24, 0.2487}, {32, 0.2530}, {64, 0.2413}},
+       {{2, 0.7156}, {9, 0.4475}}, 3.947, 0.0,
+       "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
+       "bench-forward at three contexts, docs/bench/step-context2; T_fwd and prefill chunks "
+       "fitted to its step probes, docs/bench/step-probe-13b-3), copies 55 GB/s each way"},
+  };
+  return v;
+}
 
 // Memory the device reports (cudaMemGetInfo total, ~140 GiB on an H200) and what each device
 // keeps for activations, workspaces and the CUDA context.
@@ -98,8 +103,7 @@ constexpr double kH200CopyBytesPerSecond = 55e9;  // pinned, each way (PERF.md 4
 SimProfile builtin(const Shape& s) {
   SimProfile p;
   p.name = s.name;
-  for (size_t i = 0; i < std::size(kH200Tokens); ++i)
-    p.cost.t_fwd_samples.emplace_back(kH200Tokens[i], s.ms[i] * 1e-3);
+  for (const auto& [x, ms] : s.t_fwd_ms) p.cost.t_fwd_samples.emplace_back(x, ms * 1e-3);
   p.cost.kv_bytes_per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * 2.0;  // K+V, bf16
   p.cost.swap_bytes_per_second = kH200CopyBytesPerSecond;
   p.cost.saturation_tokens = 128;  // measured S for all three shapes (PERF.md 4.4)
@@ -107,21 +111,12 @@ SimProfile builtin(const Shape& s) {
   p.device_memory_gib = kH200MemoryGiB;
   p.weights_gib = s.weights_gb * 1e9 / (1024.0 * 1024.0 * 1024.0);
   p.max_context = s.max_context;
-  if (s.context_us != nullptr) {
-    for (size_t i = 0; i < std::size(kContextSequences); ++i)
-      p.cost.context_samples.emplace_back(kContextSequences[i], s.context_us[i] * 1e-6);
-    for (size_t i = 0; i < std::size(kChunkRows); ++i)
-      p.cost.chunk_context_samples.emplace_back(kChunkRows[i], kChunkUsLlama2_7b[i] * 1e-6);
-  } else {
-    p.cost.context_samples = {{1, s.context_us_flat * 1e-6}};
-  }
+  for (const auto& [n, ms] : s.decode_ms) p.cost.decode_samples.emplace_back(n, ms * 1e-3);
+  for (const auto& [n, us] : s.context_us) p.cost.context_samples.emplace_back(n, us * 1e-6);
+  for (const auto& [r, us] : s.chunk_us) p.cost.chunk_context_samples.emplace_back(r, us * 1e-6);
+  p.cost.chunk_row_context_seconds = s.chunk_row_ns * 1e-9;
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
-  p.source = s.context_us != nullptr
-                 ? "built-in: H200 2026-12-01, the engine of docs/PERF.md 4.5g (T_fwd from its "
-                   "start-up profile, docs/bench/step-probe4; context term per batch size 4.8; "
-                   "prefill chunks from its step probe), copies 55 GB/s each way"
-                 : "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), "
-                   "copies 55 GB/s each way";
+  p.source = s.source;
   return p;
 }
 
@@ -170,14 +165,14 @@ int64_t SimProfile::default_kv_cache_tokens(int gpus, double util) const {
 const std::vector<std::string>& builtin_sim_profile_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const Shape& s : kShapes) v.push_back(s.name);
+    for (const Shape& s : shapes()) v.push_back(s.name);
     return v;
   }();
   return names;
 }
 
 Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
-  for (const Shape& s : kShapes)
+  for (const Shape& s : shapes())
     if (name_or_path == s.name) return builtin(s);
   std::ifstream in(name_or_path);
   if (!in) {
@@ -219,6 +214,7 @@ CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency) {
   for (auto& [sequences, seconds] : c.decode_samples) seconds /= speedup;
   for (auto& [rows, seconds] : c.chunk_context_samples) seconds /= speedup;
   c.sequence_seconds /= speedup;
+  c.chunk_row_context_seconds /= speedup;
   c.swap_bytes_per_second *= (double)gpus;  // one host link per device
   return c;
 }

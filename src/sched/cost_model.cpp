@@ -103,6 +103,10 @@ double CostModel::step_seconds(const StepShape& step) const {
     for (const StepChunk& c : step.chunks)
       context += (chunk_seconds_per_token(c.rows, step.sequences) - a) *
                  (double)std::max<int64_t>(0, c.context);
+  if (chunk_row_context_seconds > 0.0)
+    for (const StepChunk& c : step.chunks)
+      if (c.rows > 1)
+        context += chunk_row_context_seconds * (double)c.rows * (double)std::max<int64_t>(0, c.context);
   const double base = step.decode_only() && !decode_samples.empty() ? t_decode(step.sequences)
                                                                     : t_fwd(step.query_tokens);
   return base + context + sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
@@ -209,7 +213,8 @@ Status CostModel::validate() const {
     }
   }
   for (const auto& [name, v] : {std::pair{"sequence_seconds", sequence_seconds},
-                                std::pair{"sample_seconds_per_row", sample_seconds_per_row}})
+                                std::pair{"sample_seconds_per_row", sample_seconds_per_row},
+                                std::pair{"chunk_row_context_seconds", chunk_row_context_seconds}})
     if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
       return make_error("invalid cost model: ", name, " = ", std::to_string(v), " (must be in [0, ",
                         std::to_string(kMaxStepSeconds), "])");
@@ -237,6 +242,7 @@ std::string CostModel::to_json() const {
   }
   if (sequence_seconds > 0.0) j["sequence_seconds"] = sequence_seconds;
   if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
+  if (chunk_row_context_seconds > 0.0) j["chunk_row_context_seconds"] = chunk_row_context_seconds;
   for (const auto& [key, samples] :
        {std::pair{"decode_seconds", &decode_samples},
         std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
@@ -315,6 +321,7 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
   }
   TRY(number("sequence_seconds", false, m.sequence_seconds));
   TRY(number("sample_seconds_per_row", false, m.sample_seconds_per_row));
+  TRY(number("chunk_row_context_seconds", false, m.chunk_row_context_seconds));
   if (auto it = j.find("saturation_tokens"); it != j.end()) {
     if (!it->is_number_integer())
       return make_error(where, ": \"saturation_tokens\" must be an integer");

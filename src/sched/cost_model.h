@@ -77,6 +77,10 @@ struct CostModel {
   // p(rows): (least rows, seconds per context token) for prefill chunks, ascending in rows; a
   // chunk takes the last sample whose rows it reaches. Empty, or below the first: a(n).
   std::vector<std::pair<int64_t, double>> chunk_context_samples;
+  // q: seconds per (chunk row x context token) of a chunk of 2+ rows: the part of its
+  // attention that grows with its rows (FLOPs), beside p's part that does not (the KV read).
+  // One p per row bucket alone prices a bucket's short chunks like its longest.
+  double chunk_row_context_seconds = 0.0;
 
   double t_fwd(int64_t tokens) const;
   // a(n): seconds per context token read by a step of n sequences.
@@ -89,7 +93,8 @@ struct CostModel {
   double step_seconds(const StepShape& step) const;
   bool has_step_terms() const {
     return !context_samples.empty() || sequence_seconds > 0.0 || sample_seconds_per_row > 0.0 ||
-           !decode_samples.empty() || !chunk_context_samples.empty();
+           !decode_samples.empty() || !chunk_context_samples.empty() ||
+           chunk_row_context_seconds > 0.0;
   }
   // Seconds to copy `tokens` tokens of KV one way.
   double t_swap(int64_t tokens) const;

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
@@ -357,6 +359,67 @@ TEST(CudaOps, AttentionShortChunksOverLongContexts) {
 }
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by the last one
   attention_case(32, 32, 128, true, {1}, {5000});
+}
+
+// Decode rows of mixed lengths past the point where the rows alone fill the chip (12 x 32
+// heads), with and without the balanced split (INFERCEPT_ATTN_BALANCE, read when the backend
+// is made): with it the long ones are still cut to about the mean length, their parts merged
+// in-kernel.
+TEST(CudaOps, AttentionMixedLengthDecodesWithAndWithoutTheBalancedSplit) {
+  for (const char* balance : {"1", "0"}) {
+    SCOPED_TRACE(std::string("INFERCEPT_ATTN_BALANCE=") + balance);
+    ASSERT_EQ(setenv("INFERCEPT_ATTN_BALANCE", balance, 1), 0);
+    attention_case(32, 32, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+                   {4000, 120, 300, 33, 250, 2100, 90, 170, 310, 64, 1, 700});
+    attention_case(32, 8, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {3000, 100, 200, 150, 90, 60, 30, 260, 17});
+  }
+  unsetenv("INFERCEPT_ATTN_BALANCE");
+}
+
+// One partition length a step: a long decode row beside short ones is cut into pieces of
+// about the mean length (rounded to 32-key tiles), the short ones are left whole, every key
+// is covered once, and rows of equal length split as ceil(target / blocks) parts each.
+TEST(CudaOps, PlanAttentionBalancesMixedLengths) {
+  std::vector<int32_t> q_start(8), q_len(8, 1), ctx(8, 300);
+  for (int i = 0; i < 8; ++i) q_start[i] = i;
+  ctx[3] = 3000;  // mean 638 keys; 8 rows x 32 heads = 256 blocks < 264: two parts of the mean
+  const cuda::AttnPlan plan = cuda::plan_attention(q_start, q_len, ctx, 32, 32, 264, 128, true);
+  std::map<int, std::vector<std::pair<int, int>>> by_row;
+  for (const cuda::AttnItem& it : plan.decode_items) by_row[it.row0].push_back({it.kbeg, it.kend});
+  ASSERT_EQ(by_row.size(), 8u);
+  for (auto& [row, spans] : by_row) {
+    std::sort(spans.begin(), spans.end());
+    int covered = 0;
+    for (const auto& [b, e] : spans) {
+      EXPECT_EQ(b, covered);
+      EXPECT_LE(e - b, 320) << "row " << row;  // ceil(638 / 2) rounded up to 32 keys
+      covered = e;
+    }
+    EXPECT_EQ(covered, ctx[row]);
+    EXPECT_EQ(spans.size(), row == 3 ? 10u : 1u) << "row " << row;
+  }
+  ASSERT_EQ(plan.decode_combines.size(), 1u);
+  EXPECT_EQ(plan.decode_combines[0].n_parts, 10);
+  // Without the balance (the default): every row split into ceil(264 / 256) = 2 parts, the
+  // long one's 1,500 keys long.
+  const cuda::AttnPlan plain = cuda::plan_attention(q_start, q_len, ctx, 32, 32, 264, 128, false);
+  EXPECT_EQ(plain.decode_items.size(), 16u);
+  for (const cuda::AttnItem& it : plain.decode_items)
+    if (it.row0 == 3) {
+      EXPECT_GE(it.kend - it.kbeg, 1496);  // 3,000 keys in parts of 1,504 and 1,496
+    }
+  // Equal lengths: the same plan either way, 2 parts each at 8 rows, none at 9.
+  for (bool balance : {true, false}) {
+    const cuda::AttnPlan even8 =
+        cuda::plan_attention(q_start, q_len, std::vector<int32_t>(8, 1024), 32, 32, 264, 128, balance);
+    EXPECT_EQ(even8.decode_items.size(), 16u);
+    std::vector<int32_t> s9(9), l9(9, 1);
+    for (int i = 0; i < 9; ++i) s9[i] = i;
+    const cuda::AttnPlan even9 =
+        cuda::plan_attention(s9, l9, std::vector<int32_t>(9, 1024), 32, 32, 264, 128, balance);
+    EXPECT_EQ(even9.decode_items.size(), 9u);
+    EXPECT_TRUE(even9.decode_combines.empty());
+  }
 }
 
 // The split of a lone decode row across its context (host-side plan): partitions of at least

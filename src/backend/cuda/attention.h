@@ -38,11 +38,14 @@ struct AttnPlan {
 };
 
 // Splits a step; `target_ctas` is about how many blocks fill the chip. A row split across
-// its context gets partitions of at least `min_partition` keys (a multiple of 32).
+// its context gets partitions of at least `min_partition` keys (a multiple of 32). With
+// `balance`, one partition length for the step (about the mean keys over the share of the
+// chip each row gets), so a long row beside short ones is cut to their length; without, the
+// rows are split only while they leave the chip idle, each into the same number of parts.
 constexpr int kAttnMinPartition = 128;
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas, int min_partition = kAttnMinPartition);
+                        int target_ctas, int min_partition = kAttnMinPartition, bool balance = false);
 // Scratch floats the partials of any plan need, for these head counts. A plan's decode
 // combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);

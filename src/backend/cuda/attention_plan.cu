@@ -18,6 +18,8 @@ AttentionPlanner::AttentionPlanner(int multiprocessors)
     prefill_min_q_ = std::clamp(std::atoi(q), 2, 1 << 20);
   if (const char* p = std::getenv("INFERCEPT_PREFILL_SPLIT"); p != nullptr && std::string(p) == "0")
     prefill_split_ = false;
+  if (const char* b = std::getenv("INFERCEPT_ATTN_BALANCE"); b != nullptr)
+    balance_ = std::string(b) == "1";
 }
 
 int64_t AttentionPlanner::scratch_pairs(int n_kv_heads) const {
@@ -42,7 +44,7 @@ StepAttentionPlan AttentionPlanner::plan(const AttentionBatch& b, int n_heads, c
     for (int32_t& n : rest_q_len)
       if (n >= prefill_min_q_) n = 0;
   p.paged = plan_attention(b.q_start, rest_q_len, b.ctx_len, n_heads, (int)g.n_kv_heads,
-                           target_ctas_, min_partition_);
+                           target_ctas_, min_partition_, balance_);
   CHECK(p.paged.partial_pairs <= scratch_pairs);
   CHECK((int64_t)p.paged.decode_combines.size() * g.n_kv_heads <= scratch_pairs);
   if (tensor_cores)

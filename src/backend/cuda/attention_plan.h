@@ -9,7 +9,10 @@
 // that count as filling the chip for the paged kernels, 2), INFERCEPT_ATTN_MIN_PARTITION (the
 // fewest keys of a split decode row's partition, 128, a multiple of 32),
 // INFERCEPT_PREFILL_MIN_Q (the fewest rows of a sequence that take the tensor-core kernel, 2;
-// 64 before session 8) and INFERCEPT_PREFILL_SPLIT=0 (never split its tiles).
+// 64 before session 8), INFERCEPT_PREFILL_SPLIT=0 (never split its tiles) and
+// INFERCEPT_ATTN_BALANCE=1 (decode rows split to one partition length for the step instead
+// of equal part counts: faster on a long row beside many short ones, slower on the paper
+// workload's steps of 4-7 rows, so off by default: PERF 4.5h).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +57,7 @@ class AttentionPlanner {
   int min_partition_ = kAttnMinPartition;
   int prefill_min_q_ = kPrefillMinQLen;
   bool prefill_split_ = true;
+  bool balance_ = false;
   std::vector<std::pair<int, int>> prefill_targets_;  // (head size and types, blocks)
 };
 
