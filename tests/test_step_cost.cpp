@@ -168,8 +168,9 @@ TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
     double step_ms;
   };
   const Measured measured[] = {
-      {1, 3072, 4.967}, {2, 2048, 5.396},  {3, 256, 5.515},    {4, 2048, 6.675},  {8, 1024, 7.013},
-      {12, 3072, 10.977}, {16, 3072, 14.084}, {32, 1024, 10.719}, {64, 2048, 25.460},
+      {1, 3072, 4.967},   {2, 2048, 5.396},   {3, 256, 5.515},
+      {4, 2048, 6.675},   {8, 1024, 7.013},   {12, 3072, 10.977},
+      {16, 3072, 14.084}, {32, 1024, 10.719}, {64, 2048, 25.460},
   };
   for (const Measured& m : measured) {
     const StepShape s = shape(m.n, m.n * m.context, m.n, m.n);
@@ -282,10 +283,11 @@ TEST(StepCost, ChunkRowsTimesContextTerm) {
   const double a = c.context_seconds_per_token(3);
   const StepShape big = with_chunks(shape(501, 1000 + 2000, 2, 2), {{500, 2000}});
   const StepShape small = with_chunks(shape(101, 1000 + 2000, 2, 2), {{100, 2000}});
-  EXPECT_NEAR(c.step_seconds(big), tf(501) + c.context_seconds_per_token(2) * 1000 + 2e-7 * 2000 +
-                                       4e-9 * 500 * 2000, 1e-12);
-  EXPECT_NEAR(c.step_seconds(big) - c.step_seconds(small) - (tf(501) - tf(101)),
-              4e-9 * 400 * 2000, 1e-12);
+  EXPECT_NEAR(c.step_seconds(big),
+              tf(501) + c.context_seconds_per_token(2) * 1000 + 2e-7 * 2000 + 4e-9 * 500 * 2000,
+              1e-12);
+  EXPECT_NEAR(c.step_seconds(big) - c.step_seconds(small) - (tf(501) - tf(101)), 4e-9 * 400 * 2000,
+              1e-12);
   // A decode row (one row) over the same context: a(n) only.
   EXPECT_NEAR(c.step_seconds(shape(3, 3000, 3, 3)), tf(3) + a * 3000, 1e-12);
   EXPECT_TRUE(c.has_step_terms());

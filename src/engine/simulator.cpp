@@ -56,6 +56,8 @@ struct Shape {
 };
 
 const std::vector<Shape>& shapes() {
+  // One measured series a line:
+  // clang-format off
   static const std::vector<Shape> v = {
       {"h200-llama2-7b",
        {{1, 5.547185}, {16, 6.892876}, {64, 7.041966}, {128, 7.632168}, {256, 9.600632},
@@ -91,6 +93,7 @@ const std::vector<Shape>& shapes() {
        "bench-forward at three contexts, docs/bench/step-context2; T_fwd and prefill chunks "
        "fitted to its step probes, docs/bench/step-probe-13b-3), copies 55 GB/s each way"},
   };
+  // clang-format on
   return v;
 }
 

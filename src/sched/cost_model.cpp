@@ -106,7 +106,8 @@ double CostModel::step_seconds(const StepShape& step) const {
   if (chunk_row_context_seconds > 0.0)
     for (const StepChunk& c : step.chunks)
       if (c.rows > 1)
-        context += chunk_row_context_seconds * (double)c.rows * (double)std::max<int64_t>(0, c.context);
+        context +=
+            chunk_row_context_seconds * (double)c.rows * (double)std::max<int64_t>(0, c.context);
   const double base = step.decode_only() && !decode_samples.empty() ? t_decode(step.sequences)
                                                                     : t_fwd(step.query_tokens);
   return base + context + sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +

@@ -371,7 +371,8 @@ TEST(CudaOps, AttentionMixedLengthDecodesWithAndWithoutTheBalancedSplit) {
     ASSERT_EQ(setenv("INFERCEPT_ATTN_BALANCE", balance, 1), 0);
     attention_case(32, 32, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
                    {4000, 120, 300, 33, 250, 2100, 90, 170, 310, 64, 1, 700});
-    attention_case(32, 8, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {3000, 100, 200, 150, 90, 60, 30, 260, 17});
+    attention_case(32, 8, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1},
+                   {3000, 100, 200, 150, 90, 60, 30, 260, 17});
   }
   unsetenv("INFERCEPT_ATTN_BALANCE");
 }
@@ -410,8 +411,8 @@ TEST(CudaOps, PlanAttentionBalancesMixedLengths) {
     }
   // Equal lengths: the same plan either way, 2 parts each at 8 rows, none at 9.
   for (bool balance : {true, false}) {
-    const cuda::AttnPlan even8 =
-        cuda::plan_attention(q_start, q_len, std::vector<int32_t>(8, 1024), 32, 32, 264, 128, balance);
+    const cuda::AttnPlan even8 = cuda::plan_attention(q_start, q_len, std::vector<int32_t>(8, 1024),
+                                                      32, 32, 264, 128, balance);
     EXPECT_EQ(even8.decode_items.size(), 16u);
     std::vector<int32_t> s9(9), l9(9, 1);
     for (int i = 0; i < 9; ++i) s9[i] = i;

@@ -55,16 +55,20 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
   // hence off by default.
   int64_t key_sum = 0;
   for (const Tile& t : tiles) key_sum += t.kend;
-  const int want = base_ctas > 0 ? (int)std::max<int64_t>(1, (target_ctas + base_ctas - 1) / base_ctas) : 1;
-  const int64_t mean_keys = tiles.empty() ? 0 : (key_sum + (int64_t)tiles.size() - 1) / (int64_t)tiles.size();
-  const int partition = (int)std::max<int64_t>(min_partition, (mean_keys + want - 1) / want + kTile - 1) / kTile * kTile;
+  const int want =
+      base_ctas > 0 ? (int)std::max<int64_t>(1, (target_ctas + base_ctas - 1) / base_ctas) : 1;
+  const int64_t mean_keys =
+      tiles.empty() ? 0 : (key_sum + (int64_t)tiles.size() - 1) / (int64_t)tiles.size();
+  const int partition =
+      (int)std::max<int64_t>(min_partition, (mean_keys + want - 1) / want + kTile - 1) / kTile *
+      kTile;
   for (const Tile& t : tiles) {
     const int pairs = t.nrows * group;
     int parts = 1;
     if (pairs <= kSplitMaxPairs) {
       if (balance)
         parts = std::max(1, (t.kend + partition - 1) / partition);
-      else if (base_ctas < target_ctas)  // before PERF 4.5h: ceil(target / blocks) parts a row
+      else if (base_ctas < target_ctas)  // the default: ceil(target / blocks) parts a row
         parts = std::clamp((t.kend + min_partition - 1) / min_partition, 1, want);
       const int64_t need = (int64_t)parts * t.nrows * n_heads;
       if (parts > 1 && plan.partial_pairs + need > scratch) parts = 1;

@@ -45,7 +45,8 @@ struct AttnPlan {
 constexpr int kAttnMinPartition = 128;
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas, int min_partition = kAttnMinPartition, bool balance = false);
+                        int target_ctas, int min_partition = kAttnMinPartition,
+                        bool balance = false);
 // Scratch floats the partials of any plan need, for these head counts. A plan's decode
 // combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
