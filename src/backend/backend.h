@@ -159,6 +159,10 @@ class Backend {
     rope(q, k, positions, p);
     store_kv(kv, layer, k, v, slots);
   }
+  // A hint: `w` is the weight the model multiplies by after the next op. A backend whose next
+  // op leaves memory bandwidth idle (decode attention at a small batch is latency-bound) may
+  // start fetching `w` into a cache meanwhile. Never changes a result; the default ignores it.
+  virtual void prefetch_hint(const Weight& w) { (void)w; }
   // Causal attention of q over the paged cache of `layer` (which already holds this step's
   // k and v).  q, out: [n, n_heads*head_dim].
   virtual void attention(const Tensor& q, const KvStorage& kv, int64_t layer,

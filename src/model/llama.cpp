@@ -105,6 +105,7 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
       const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
       b.norm_project(x, w.attn_norm, c.rms_eps, h, qkv);
       b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
+      b.prefetch_hint(w.wo);
       b.attention(q, kv, l, batch, c.n_heads, scale, attn);
       b.project_add(attn, w.wo, x, o);
       b.norm_gated_ffn(x, w.ffn_norm, c.rms_eps, h, w.w_gate, w.w_up, gate, up);

@@ -258,7 +258,7 @@ TEST(CudaOps, NormsElementwiseEmbedGather) {
 // RoPE + KV store + paged attention over a batch mixing a prefill chunk, a fresh prompt and
 // decodes with long contexts (the split-context path), with scattered block tables.
 void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q_lens,
-                    std::vector<int> ctx_lens) {
+                    std::vector<int> ctx_lens, bool hinted = false) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
   const int bs = 16, n_seqs = (int)q_lens.size();
@@ -334,6 +334,14 @@ void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q
   // last, counted on device counters that must be back at zero, so the result repeats.
   p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
   EXPECT_EQ(get(*p.gpu, og), first) << "second launch";
+  if (hinted) {  // a prefetch hint (a 1024 x 1024 weight) changes nothing
+    const std::vector<float> w = randn(1024 * 1024);
+    auto wg = p.gpu->upload_weight(w.data(), DType::f32, 1024, 1024);
+    ASSERT_TRUE(wg.ok());
+    p.gpu->prefetch_hint(*wg);
+    p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
+    EXPECT_EQ(get(*p.gpu, og), first) << "with a prefetch hint";
+  }
 }
 
 TEST(CudaOps, AttentionMixedBatchGqa) {
@@ -375,6 +383,15 @@ TEST(CudaOps, AttentionMixedLengthDecodesWithAndWithoutTheBalancedSplit) {
                    {3000, 100, 200, 150, 90, 60, 30, 260, 17});
   }
   unsetenv("INFERCEPT_ATTN_BALANCE");
+}
+
+// INFERCEPT_L2_PREFETCH=1: a decode attention at a small batch asks L2 for the next
+// product's weight while it runs (Backend::prefetch_hint); its output stays bit-identical.
+TEST(CudaOps, AttentionWithAPrefetchHintIsUnchanged) {
+  ASSERT_EQ(setenv("INFERCEPT_L2_PREFETCH", "1", 1), 0);
+  attention_case(32, 32, 128, true, {1}, {1500}, /*hinted=*/true);
+  attention_case(32, 8, 128, true, {1, 1, 1}, {700, 64, 2100}, /*hinted=*/true);
+  unsetenv("INFERCEPT_L2_PREFETCH");
 }
 
 // One partition length a step: a long decode row beside short ones is cut into pieces of

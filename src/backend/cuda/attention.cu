@@ -279,6 +279,18 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
 template <typename T, typename KV, int HD, int GMAX>
 __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
+  if (a.prefetch != nullptr) {
+    // This block's share of the next product's weight, into L2 (kept over streaming lines):
+    // the kernel is latency-bound at a small batch and leaves most of the bandwidth idle.
+    const int64_t lines = (a.prefetch_bytes + 127) / 128;
+    const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
+    const int64_t per = (lines + blocks - 1) / blocks;
+    const int64_t first = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * per;
+    const int64_t end = min(lines, first + per);
+    const char* base = static_cast<const char*>(a.prefetch);
+    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x)
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + i * 128));
+  }
   using Stage = DecodeStage<KV, HD>;
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kVecElems = Stage::kVecElems;
   constexpr int kPieces = Stage::kPieces;

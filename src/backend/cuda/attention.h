@@ -72,6 +72,10 @@ struct AttnArgs {
   float scale;
   float* partial_acc;  // [pairs, head_dim]
   float* partial_ml;   // [pairs, 2]
+  // Bytes the decode kernel's blocks ask L2 to fetch while they run (the next product's
+  // weight, Backend::prefetch_hint), or null.
+  const void* prefetch;
+  int64_t prefetch_bytes;
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 // Merges the partials of `n_combines` combines (device array, none of more than `max_rows`

@@ -82,6 +82,11 @@ class CudaBackend final : public Backend {
     if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0")
       pdl = false;
     cuda::set_gemv_programmatic_launch(pdl);
+    // INFERCEPT_L2_PREFETCH=1: decode attention at a small batch fetches the output
+    // projection's weight into L2 while it runs (prefetch_hint). Off until measured (PERF.md
+    // 4.5h); at most 60% of L2 (props_.l2CacheSize), the rest stays for the KV it streams.
+    if (const char* e = std::getenv("INFERCEPT_L2_PREFETCH"); e != nullptr && std::string(e) == "1")
+      l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
     return ok_status();
   }
 
@@ -396,6 +401,10 @@ class CudaBackend final : public Backend {
     run_rope(q, k, v, positions, p, &static_cast<CudaKvStorage&>(kv), layer, slots);
   }
 
+  void prefetch_hint(const Weight& w) override {
+    if (l2_prefetch_bytes_ > 0) hint_ = w;
+  }
+
   void attention(const Tensor& q, const KvStorage& kv, int64_t layer, const AttentionBatch& b,
                  int64_t n_heads, float scale, Tensor out) override {
     const auto& s = static_cast<const CudaKvStorage&>(kv);
@@ -446,6 +455,14 @@ class CudaBackend final : public Backend {
     a.scale = scale;
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
+    // Only a step of a few decode rows alone leaves the bandwidth idle; the hint is this
+    // attention's either way.
+    if (hint_.present() && prefill.tiles.empty() && plan.items.empty() && q.rows <= 8) {
+      a.prefetch = hint_.data;
+      a.prefetch_bytes =
+          std::min<int64_t>(l2_prefetch_bytes_, hint_.rows * (int64_t)hint_.row_bytes);
+    }
+    hint_ = Weight{};
     if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
                     prefill.combines.size()))
       return;
@@ -702,6 +719,10 @@ class CudaBackend final : public Backend {
   // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
   int gemv_max_rows_ = 2;
   bool fused_on_ = true;  // the fused GEMV forms of norm_project / norm_gated_ffn / project_add
+  // prefetch_hint: the most bytes a decode attention asks L2 to fetch (0: off), and the hint
+  // the next attention() takes (cleared by it).
+  int64_t l2_prefetch_bytes_ = 0;
+  Weight hint_{};
   cudaDeviceProp props_{};
   cudaStream_t compute_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
