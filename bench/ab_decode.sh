@@ -25,5 +25,13 @@ for line in open(sys.argv[1]):
     runs[(f[5], int(f[3]))].append(float(f[-1]))
 for (bin_, batch), v in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     print(f"batch {batch:2d} {bin_}: median {statistics.median(v):.1f} best {max(v):.1f} tok/s over {len(v)} runs")
+# Batch 32 over batch 1 per round and binary (the two runs of a round are seconds apart, so a
+# slow stretch of the shared machine hits both): the ratio, paired.
+for bin_ in dict.fromkeys(b for b, _ in runs):
+    r = [a / b for a, b in zip(runs[(bin_, 32)], runs[(bin_, 1)])]
+    if r:
+        print(f"batch 32 / batch 1 {bin_}: per round median {statistics.median(r):.2f}x "
+              f"(min {min(r):.2f}x, max {max(r):.2f}x); medians {statistics.median(runs[(bin_, 32)]) / statistics.median(runs[(bin_, 1)]):.2f}x, "
+              f"best {max(runs[(bin_, 32)]) / max(runs[(bin_, 1)]):.2f}x")
 PY
 rm -f "$out"
