@@ -326,6 +326,28 @@ TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
   EXPECT_GT(t.chunk_context_tokens, 0) << "resumed and recomputed chunks hold context";
 }
 
+// The graph-miss diagnostic (SimConfig::new_batch_seconds): three requests decoding 6, 12
+// and 24 tokens from t = 0 make decode batches of 3, 2 and 1 sequences, each a new batch
+// whose next step is its second: exactly 3 x (new + second) more forward time, the schedule
+// unchanged (nothing depends on the clock without tools or later arrivals).
+TEST(Simulator, GraphMissDiagnosticChargesNewBatchesAndTheirSecondSteps) {
+  std::vector<TraceRequest> trace;
+  for (int32_t i = 0; i < 3; ++i) {
+    trace.push_back(one_request(40, {Segment{6 << i, "", 0.0, 0}}));
+    trace.back().id = (uint64_t)i;
+  }
+  SimConfig c = small_config("minwaste");
+  auto plain = simulate(c, trace);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  c.new_batch_seconds = 0.001;
+  c.second_batch_seconds = 0.003;
+  auto charged = simulate(c, trace);
+  ASSERT_TRUE(charged.ok()) << charged.error().message;
+  EXPECT_EQ(charged->stats.steps, plain->stats.steps);
+  EXPECT_NEAR(charged->stats.forward_seconds - plain->stats.forward_seconds, 3 * (0.001 + 0.003),
+              1e-9);
+}
+
 TEST(Simulator, StepTraceToAnUnwritablePathIsAnError) {
   SimConfig c = small_config("minwaste");
   c.step_trace_path = "/nonexistent-dir/trace.csv";

@@ -5,6 +5,7 @@
 // same metrics table and JSON as bench, plus waste by cause and what the run cost to simulate.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,7 @@ int run_simulate(int argc, char** argv) {
                                   "context-cost-us",
                                   "sequence-cost-us",
                                   "sample-cost-us",
+                                  "graph-miss-ms",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
   if (!args.ok()) return fail(args.error());
@@ -78,6 +80,22 @@ int run_simulate(int argc, char** argv) {
   if (copy_mode != "overlap" && copy_mode != "stall")
     return fail(Error{"--copy-mode must be overlap or stall, got '" + copy_mode + "'"});
   cfg.copies_overlap = copy_mode == "overlap";
+  // --graph-miss-ms NEW,SECOND: a diagnostic (SimConfig::new_batch_seconds), off by default.
+  if (a.has("graph-miss-ms")) {
+    const std::string v = a.get("graph-miss-ms", "");
+    const size_t comma = v.find(',');
+    char* end1 = nullptr;
+    char* end2 = nullptr;
+    const double first = comma == std::string::npos ? -1.0 : std::strtod(v.c_str(), &end1);
+    const double second =
+        comma == std::string::npos ? -1.0 : std::strtod(v.c_str() + comma + 1, &end2);
+    if (comma == std::string::npos || end1 != v.c_str() + comma || end2 == nullptr || *end2 != 0 ||
+        !(first >= 0.0) || !(second >= 0.0) || first > 1000.0 || second > 1000.0)
+      return fail(Error{"--graph-miss-ms wants two milliseconds NEW,SECOND (each 0-1000), got '" +
+                        v + "'"});
+    cfg.new_batch_seconds = first * 1e-3;
+    cfg.second_batch_seconds = second * 1e-3;
+  }
 
   // The engine's sizes, as bench's flags.
   cfg.policy = a.get("policy", cfg.policy);

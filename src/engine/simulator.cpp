@@ -287,6 +287,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   // EngineCore::step with the cost model as the forward pass. Returns the step's duration.
   std::vector<size_t> done;
   StepShape shape;  // reused: its chunk list keeps its capacity across steps
+  int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // new_batch_seconds
   auto step = [&](double now) -> double {
     // Expiry, as EngineCore::step: paused longer than the timeout gives the KV back. A heap
     // of pause times instead of a scan of every paused request every step (thousands).
@@ -331,7 +332,16 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.swapped_out_tokens += (int64_t)plan.swap_out.size() * bs;
     st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
     st.swap_seconds += copy;
-    const double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
+    double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
+    if (!plan.scheduled.empty() && shape.decode_only()) {
+      if (shape.sequences != last_decode_sequences) {
+        fwd += config.new_batch_seconds;
+        steps_since_new_batch = 0;
+      } else if (++steps_since_new_batch == 1) {
+        fwd += config.second_batch_seconds;
+      }
+      last_decode_sequences = shape.sequences;
+    }
     if (step_trace && plan_did_something(plan)) {
       trace_row.seconds = fwd;
       step_trace->write(trace_row);

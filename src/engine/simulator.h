@@ -102,6 +102,13 @@ struct SimConfig {
   double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
   double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
   bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
+  // Diagnostic, 0 by default: what the CUDA engine's graph cache costs a decode-only step whose
+  // sequence count differs from the last decode-only step's (a new launch signature: probed,
+  // then run eagerly) and the one after it (captured and instantiated), as measured in the
+  // H200 runs' step traces (docs/BENCHMARKS.md, session 9). Not a term of the cost model: it
+  // models a defect of the engine, to test whether it explains what the simulation lacks.
+  double new_batch_seconds = 0.0;
+  double second_batch_seconds = 0.0;
   std::string
       step_trace_path;  // one CSV row per step, as `bench --step-trace` (sched/step_trace.h)
 };
