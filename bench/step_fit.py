@@ -11,7 +11,8 @@ never over single steps.
 The model is CostModel::step_seconds with the shape of a base profile kept and its scale
 fitted:
 
-    step = kT * T_fwd(x)                  a step with a chunk (runs eagerly)
+    step = kT * T_fwd(x)                  a step with a chunk (runs eagerly); kT is written
+                                          as the profile's chunk_step_scale
          | kD * D(n)                      a decode-only step (the engine replays those from
                                           CUDA graphs); D(n) = T_fwd(n) when the base has none
          + ka * a(n) * (context the step's decode rows held)
@@ -82,6 +83,7 @@ class Base:
     def __init__(self, profile):
         self.p = profile
         self.tfwd = sorted((int(x), float(t)) for x, t in profile["t_fwd_samples"])
+        self.chunk_scale = float(profile.get("chunk_step_scale", 1.0))
         c = profile.get("context_seconds_per_token", 0.0)
         self.ctx = sorted((int(n), float(s)) for n, s in c) if isinstance(c, list) else [(1, float(c))]
         self.dec = sorted((int(n), float(s)) for n, s in profile.get("decode_seconds", []))
@@ -90,7 +92,9 @@ class Base:
         q = row["decode_rows"] + row["prompt_rows"]
         if not row["chunk_list"] and self.dec:
             return interp(self.dec, row["sequences"], True)
-        return interp(self.tfwd, q, False)
+        if not row["chunk_list"]:
+            return interp(self.tfwd, q, False)
+        return self.chunk_scale * interp(self.tfwd, q, False)
 
     def a(self, n):
         return interp(self.ctx, n, True)
@@ -233,7 +237,7 @@ def main():
           f"{sum(pred):.2f} s fitted ({(sum(pred) / sum(meas) - 1) * 100:+.1f}%)")
     print(f"per group: median error {err[len(err) // 2] * 100:+.1f}%, 10-90% "
           f"{err[len(err) // 10] * 100:+.1f}% .. {err[len(err) * 9 // 10] * 100:+.1f}%")
-    print(f"kT = {theta[0]:.4f} (T_fwd samples x kT; steps with a chunk: {totals[0]:.2f} s at the base's)")
+    print(f"kT = {theta[0] * base.chunk_scale:.4f} (chunk_step_scale: a step with a chunk lasts kT x T_fwd; steps with a chunk: {totals[0]:.2f} s at the base's)")
     print(f"kD = {theta[1]:.4f} (decode-only steps' D x kD; {totals[1]:.2f} s at the base's)")
     print(f"ka = {theta[2]:.4f} (a(n) samples x ka; the base's a(n) over the decode context: {totals[2]:.2f} s)")
     for b, r in enumerate(rows):
@@ -244,7 +248,9 @@ def main():
           f"({'held at 0' if 3 in fixed else 'fitted'}; {totals[3]:.3g} row-tokens)")
     if args.out:
         out = dict(profile)
-        out["t_fwd_samples"] = [[x, t * theta[0]] for x, t in base.tfwd]
+        # kT goes into chunk_step_scale, not into T_fwd: the scheduler's decisions read T_fwd,
+        # and the engine's read its own profiled curve.
+        out["chunk_step_scale"] = base.chunk_scale * theta[0]
         dec = base.dec or [(n_, interp(base.tfwd, n_, False)) for n_ in (1, 2, 4, 8, 16, 32, 64)]
         out["decode_seconds"] = [[n_, t * theta[1]] for n_, t in dec]
         out["context_seconds_per_token"] = [[n_, s * theta[2]] for n_, s in base.ctx]

@@ -104,9 +104,11 @@ def main():
     if fitted is None:
         print(p.stdout)
     else:
-        kt = fitted["t_fwd_samples"][0][1] / base["t_fwd_samples"][0][1]
+        kt = fitted.get("chunk_step_scale", 1.0)
         ka = fitted["context_seconds_per_token"][0][1] / base["context_seconds_per_token"][0][1]
-        check(abs(kt - 1.25) < 0.0125, f"kT {kt:.4f} within 1% of 1.25")
+        check(abs(kt - 1.25) < 0.0125, f"kT {kt:.4f} within 1% of 1.25 (as chunk_step_scale)")
+        check(fitted["t_fwd_samples"] == base["t_fwd_samples"],
+              "T_fwd kept as the base's (the scheduler's decisions read it)")
         check(abs(ka - 2 / 3) < 0.0067, f"ka {ka:.4f} within 1% of 0.667")
         kd = fitted["decode_seconds"][0][1] / base["decode_seconds"][0][1]
         check(abs(kd - 1 / 0.9) < 0.011, f"kD {kd:.4f} within 1% of 1.111 (decode-only steps apart)")
@@ -133,7 +135,8 @@ def main():
         held = json.load(open(os.path.join(tmp, "held.json"))) if hp.returncode == 0 else None
         check(held is not None and held["decode_seconds"] == TRUE["decode_seconds"]
               and held["context_seconds_per_token"] == TRUE["context_seconds_per_token"]
-              and abs(held["t_fwd_samples"][0][1] / base["t_fwd_samples"][0][1] - 1.25) < 0.0125
+              and abs(held.get("chunk_step_scale", 1.0) - 1.25) < 0.0125
+              and held["t_fwd_samples"] == base["t_fwd_samples"]
               and abs(held["chunk_row_context_seconds"] / TRUE["chunk_row_context_seconds"] - 1) < 0.02,
               "--hold-decode keeps D(n) and a(n) as given and finds kT and q the same")
 
@@ -143,10 +146,11 @@ def main():
         _, refit = run_fit(engine, base_path, os.path.join(tmp, "fit-engine.json"))
         same = refit is not None and all(
             abs(a[1] - b[1]) <= 1e-9 + 1e-6 * abs(a[1])
-            for key in ("t_fwd_samples", "decode_seconds", "context_seconds_per_token",
+            for key in ("decode_seconds", "context_seconds_per_token",
                         "chunk_context_seconds_per_token")
             for a, b in zip(fitted[key], refit[key])) and abs(
-            fitted["chunk_row_context_seconds"] - refit["chunk_row_context_seconds"]) <= 1e-15 + 1e-6 * q
+            fitted["chunk_row_context_seconds"] - refit["chunk_row_context_seconds"]) <= 1e-15 + 1e-6 * q and abs(
+            fitted["chunk_step_scale"] - refit["chunk_step_scale"]) <= 1e-6
         check(same, "the engine's clock (unsynchronized steps' time on the next sampling step): same fit")
 
     old = os.path.join(tmp, "old.csv")

@@ -83,10 +83,12 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.kv_bytes_per_token, 524288.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama3-8b")->cost.kv_bytes_per_token, 131072.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
-  // Session 9's engine: a decode-only step of one sequence 4.42 ms (D(1), bench-forward), a
-  // one-row step with a chunk T_fwd(1) = 5.55 ms (start-up profile x the probes' kT).
+  // Session 9's engine: a decode-only step of one sequence 4.42 ms (D(1), bench-forward),
+  // T_fwd(1) 4.69 ms (its start-up profile, what its scheduler decides with), a step with a
+  // chunk 1.182 x T_fwd (the probes' kT).
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 4.419e-3, 1e-5);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 5.547e-3, 1e-5);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 4.691e-3, 1e-5);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.182);
   EXPECT_GT(load_sim_profile("h200-llama2-13b")->cost.chunk_row_context_seconds, 0.0);
   EXPECT_FALSE(load_sim_profile("no-such-profile").ok());
   // Tensor parallelism divides T_fwd by N * e and multiplies the copy bandwidth by N.

@@ -301,6 +301,28 @@ TEST(StepCost, ChunkRowsTimesContextTerm) {
   EXPECT_FALSE(c.validate().ok());
 }
 
+// kT scales the steps that carry a chunk, never T_fwd itself (the scheduler reads T_fwd) nor
+// decode-only steps.
+TEST(StepCost, ChunkStepScaleTimesOnlyStepsWithAChunk) {
+  CostModel c = linear();
+  c.chunk_step_scale = 1.25;
+  EXPECT_DOUBLE_EQ(c.t_fwd(300), tf(300));
+  EXPECT_NEAR(c.step_seconds(with_chunks(shape(300, 0, 1, 1), {{300, 0}})), 1.25 * tf(300), 1e-12);
+  EXPECT_NEAR(c.step_seconds(shape(4, 0, 4, 4)), tf(4), 1e-12);  // decode-only, no D(n)
+  c.decode_samples = {{1, 0.004}, {8, 0.005}};
+  EXPECT_NEAR(c.step_seconds(shape(4, 0, 4, 4)), c.t_decode(4), 1e-12);
+  EXPECT_TRUE(c.has_step_terms());
+  auto back = CostModel::from_json(c.to_json(), "k.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->chunk_step_scale, 1.25);
+  EXPECT_EQ(linear().to_json().find("chunk_step_scale"), std::string::npos);
+  for (double bad : {0.0, -1.0, 1e9}) {
+    CostModel b = linear();
+    b.chunk_step_scale = bad;
+    EXPECT_FALSE(b.validate().ok()) << bad;
+  }
+}
+
 TEST(StepCost, DecodeAndChunkTermsRoundTripAndValidate) {
   CostModel c = linear();
   c.decode_samples = {{1, 0.00426}, {2, 0.00439}, {32, 0.0062}};

@@ -33,15 +33,18 @@ namespace {
 //     (bench/step_context_cost.sh, docs/bench/step-context2/), one straight line in n x context
 //     per n (`bench/fit_step_cost.py --per-batch`; every step within 0.8%): the decode-only
 //     step the engine replays from a CUDA graph, and its price per context token;
-//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run, scaled by the kT
-//     that `bench/step_fit.py --hold-decode` fits to the probes' chunk steps (1.182 for the
-//     7B, 1.066 for the 13B); x >= 1,024: bench-forward of PERF.md 4.4 (prefill-bound);
+//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run (what the engine's
+//     scheduler decides with, so the simulated one decides alike); x >= 1,024: bench-forward
+//     of PERF.md 4.4 (prefill-bound); a step with a chunk lasts kT x T_fwd, kT as
+//     `bench/step_fit.py --hold-decode` fits it to the probes' chunk steps (1.182 for the 7B,
+//     1.066 for the 13B);
 //   - p(rows), q: the same fit (docs/bench/step-probe5, docs/bench/step-probe-13b-3).
 // llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
 // time (not re-measured since).
 struct Shape {
   const char* name;
   std::vector<std::pair<int64_t, double>> t_fwd_ms;  // (tokens, ms)
+  double chunk_step_scale;                           // kT (CostModel::chunk_step_scale)
   int layers, kv_heads, head_dim;
   double weights_gb;  // bf16, 1e9 bytes (bench-forward's figure)
   int64_t max_context;
@@ -60,8 +63,8 @@ const std::vector<Shape>& shapes() {
   // clang-format off
   static const std::vector<Shape> v = {
       {"h200-llama2-7b",
-       {{1, 5.547185}, {16, 6.892876}, {64, 7.041966}, {128, 7.632168}, {256, 9.600632},
-        {512, 14.613877}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}},
+       {{1, 4.691376}, {16, 5.829456}, {64, 5.955545}, {128, 6.454692}, {256, 8.119465},
+        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.182,
        32, 32, 128, 13.476, 4096,
        {{1, 4.419239}, {2, 4.646034}, {3, 5.386643}, {4, 5.438996}, {6, 5.494909}, {8, 5.559904},
         {12, 5.427543}, {16, 5.460661}, {24, 5.568775}, {32, 5.640888}, {64, 5.819299}},
@@ -76,13 +79,13 @@ const std::vector<Shape>& shapes() {
       {"h200-llama3-8b",
        {{1, 6.778494}, {2, 6.640310}, {4, 6.771061}, {8, 7.020817}, {16, 7.110659},
         {32, 7.295225}, {64, 7.126920}, {128, 7.596248}, {256, 9.456842}, {512, 15.378560},
-        {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}},
+        {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}}, 1.0,
        32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 71.0,
        "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), copies "
        "55 GB/s each way"},
       {"h200-llama2-13b",
-       {{1, 9.017819}, {16, 9.757946}, {64, 10.465136}, {128, 11.338063}, {256, 14.698261},
-        {512, 24.872439}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}},
+       {{1, 8.459634}, {16, 9.153949}, {64, 9.817365}, {128, 10.636260}, {256, 13.788468},
+        {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.066,
        40, 40, 128, 26.031, 4096,
        {{1, 8.494187}, {2, 9.162340}, {3, 8.798803}, {4, 8.862432}, {6, 9.042783}, {8, 8.731306},
         {12, 8.817307}, {16, 8.942797}, {24, 9.091473}, {32, 9.144026}, {64, 9.936902}},
@@ -107,6 +110,7 @@ SimProfile builtin(const Shape& s) {
   SimProfile p;
   p.name = s.name;
   for (const auto& [x, ms] : s.t_fwd_ms) p.cost.t_fwd_samples.emplace_back(x, ms * 1e-3);
+  p.cost.chunk_step_scale = s.chunk_step_scale;
   p.cost.kv_bytes_per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * 2.0;  // K+V, bf16
   p.cost.swap_bytes_per_second = kH200CopyBytesPerSecond;
   p.cost.saturation_tokens = 128;  // measured S for all three shapes (PERF.md 4.4)

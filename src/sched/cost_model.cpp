@@ -108,8 +108,9 @@ double CostModel::step_seconds(const StepShape& step) const {
       if (c.rows > 1)
         context +=
             chunk_row_context_seconds * (double)c.rows * (double)std::max<int64_t>(0, c.context);
-  const double base = step.decode_only() && !decode_samples.empty() ? t_decode(step.sequences)
-                                                                    : t_fwd(step.query_tokens);
+  const double base = step.decode_only() ? (decode_samples.empty() ? t_fwd(step.query_tokens)
+                                                                   : t_decode(step.sequences))
+                                         : chunk_step_scale * t_fwd(step.query_tokens);
   return base + context + sequence_seconds * (double)std::max<int64_t>(0, step.sequences - 1) +
          sample_seconds_per_row * (double)std::max<int64_t>(0, step.sampled_rows - 1);
 }
@@ -219,6 +220,9 @@ Status CostModel::validate() const {
     if (!std::isfinite(v) || v < 0.0 || v > kMaxStepSeconds)
       return make_error("invalid cost model: ", name, " = ", std::to_string(v), " (must be in [0, ",
                         std::to_string(kMaxStepSeconds), "])");
+  if (!std::isfinite(chunk_step_scale) || chunk_step_scale <= 0.0 || chunk_step_scale > 100.0)
+    return make_error("invalid cost model: chunk_step_scale = ", std::to_string(chunk_step_scale),
+                      " (must be in (0, 100])");
   if (saturation_tokens < 0 || saturation_tokens > kMaxSampleTokens)
     return make_error("invalid cost model: saturation_tokens = ", std::to_string(saturation_tokens),
                       " (must be in [0, ", std::to_string(kMaxSampleTokens), "]; 0 = derive)");
@@ -244,6 +248,7 @@ std::string CostModel::to_json() const {
   if (sequence_seconds > 0.0) j["sequence_seconds"] = sequence_seconds;
   if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
   if (chunk_row_context_seconds > 0.0) j["chunk_row_context_seconds"] = chunk_row_context_seconds;
+  if (chunk_step_scale != 1.0) j["chunk_step_scale"] = chunk_step_scale;
   for (const auto& [key, samples] :
        {std::pair{"decode_seconds", &decode_samples},
         std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
@@ -323,6 +328,7 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
   TRY(number("sequence_seconds", false, m.sequence_seconds));
   TRY(number("sample_seconds_per_row", false, m.sample_seconds_per_row));
   TRY(number("chunk_row_context_seconds", false, m.chunk_row_context_seconds));
+  TRY(number("chunk_step_scale", false, m.chunk_step_scale));
   if (auto it = j.find("saturation_tokens"); it != j.end()) {
     if (!it->is_number_integer())
       return make_error(where, ": \"saturation_tokens\" must be an integer");

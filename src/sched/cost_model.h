@@ -81,6 +81,11 @@ struct CostModel {
   // attention that grows with its rows (FLOPs), beside p's part that does not (the KV read).
   // One p per row bucket alone prices a bucket's short chunks like its longest.
   double chunk_row_context_seconds = 0.0;
+  // kT: a step with a prefill chunk lasts kT x T_fwd(x) plus the terms above (what the
+  // engine's chunk steps cost over its profiled T_fwd, fitted to step traces). T_fwd itself
+  // stays the profiled curve, because the scheduler's decisions read it (the waste terms,
+  // the swap budget) as the engine's do: a simulation that scaled it would decide otherwise.
+  double chunk_step_scale = 1.0;
 
   double t_fwd(int64_t tokens) const;
   // a(n): seconds per context token read by a step of n sequences.
@@ -94,7 +99,7 @@ struct CostModel {
   bool has_step_terms() const {
     return !context_samples.empty() || sequence_seconds > 0.0 || sample_seconds_per_row > 0.0 ||
            !decode_samples.empty() || !chunk_context_samples.empty() ||
-           chunk_row_context_seconds > 0.0;
+           chunk_row_context_seconds > 0.0 || chunk_step_scale != 1.0;
   }
   // Seconds to copy `tokens` tokens of KV one way.
   double t_swap(int64_t tokens) const;
