@@ -13,20 +13,13 @@ group's mean time over the profile's D(n) + a(n) x context (docs/BENCHMARKS.md, 
 
     python3 bench/batch_change_cost.py PROFILE.json TRACE.csv[.gz]...
 """
-import csv
-import gzip
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_fit  # noqa: E402  (interp, Base: the cost model's reading of a profile)
-
-
-def rows(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", newline="") as f:
-        return [{k: float(v) for k, v in r.items() if k != "chunk_list"} for r in csv.DictReader(f)]
+from trace_diff import load  # noqa: E402  (a step trace, any binary's columns)
 
 
 def main():
@@ -39,7 +32,7 @@ def main():
     print("| trace | k = 0 (new batch) | k = 1 | k = 2 | k >= 3 |")
     print("|---|---|---|---|---|")
     for path in sys.argv[2:]:
-        trace = rows(path)
+        trace = load(path)
         groups = {}
         prev, k = None, 0
         for i, r in enumerate(trace):

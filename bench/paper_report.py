@@ -105,6 +105,25 @@ def find_manifests(path, tmp):
     return sorted(out)
 
 
+def flag_set(e):
+    """What makes two points with one name different points: the model shape and the flags
+    bench/h200_paper.sh shared between its points (seed, pool, ...)."""
+    return (e.get("shape", "llama2-7b"),) + tuple(e.get("shared_args", []))
+
+
+def set_label(fs, others):
+    """A flag set named by what sets it apart from `others` (shape and/or seed)."""
+    def seed(f):
+        args = list(f[1:])
+        return args[args.index("--seed") + 1] if "--seed" in args[:-1] else "?"
+    parts = []
+    if any(o[0] != fs[0] for o in others):
+        parts.append(fs[0])
+    if any(seed(o) != seed(fs) for o in others) or not parts:
+        parts.append(f"seed {seed(fs)}")
+    return ", ".join(parts)
+
+
 def load_points(paths, tmp):
     """Points by name and flags, in order of first appearance; a later result with the same
     flags replaces an earlier one (a re-run), while the same point at another seed (or any
@@ -134,21 +153,17 @@ def load_points(paths, tmp):
                         if os.path.exists(jp):
                             with open(jp) as jf:
                                 e["result"] = json.load(jf)
-                    key = (e["name"], tuple(e.get("shared_args", [])))
+                    key = (e["name"], flag_set(e))
                     old = points.get(key)
                     if old is None:
                         order.append(key)
                     if old is None or e["result"] is not None or old["result"] is None:
                         points[key] = e
     out = [points[k] for k in order]
-    names = [e["name"] for e in out]
     for i, e in enumerate(out):
         e["id"] = f"{i:03d}-{e['name']}"  # unique: the simulation's files
-        e["label"] = e["name"]
-        if names.count(e["name"]) > 1:
-            args = list(e.get("shared_args", []))
-            seed = args[args.index("--seed") + 1] if "--seed" in args[:-1] else "?"
-            e["label"] = f"{e['name']} (seed {seed})"
+        same = [flag_set(o) for o in out if o["name"] == e["name"]]
+        e["label"] = e["name"] if len(same) == 1 else f"{e['name']} ({set_label(flag_set(e), same)})"
     return out
 
 
@@ -433,24 +448,21 @@ def targets(points, slo, min_done, max_ttft_ms):
     def regime(e):
         return "below" if below_saturation(e, min_done, max_ttft_ms) else "saturated"
 
-    # Points are compared only with points of the same flags (seed, pool, ...): one block per
-    # workload and flag set, the flag set named by its seed where a workload has several.
+    # Points are compared only with points of the same shape and flags (seed, pool, ...): one
+    # block per workload and flag set, named by what sets it apart where a workload has several.
     blocks = []
     for wl in sorted({e["workload"] for e in points}, key=lambda w: WORKLOAD_ORDER.index(w)
                      if w in WORKLOAD_ORDER else 99):
         flag_sets = []
         for e in points:
-            fs = tuple(e.get("shared_args", []))
-            if e["workload"] == wl and fs not in flag_sets:
-                flag_sets.append(fs)
+            if e["workload"] == wl and flag_set(e) not in flag_sets:
+                flag_sets.append(flag_set(e))
         for fs in flag_sets:
-            args = list(fs)
-            seed = args[args.index("--seed") + 1] if "--seed" in args[:-1] else "?"
-            blocks.append((wl, fs, f"{wl} (seed {seed})" if len(flag_sets) > 1 else wl))
+            blocks.append((wl, fs, f"{wl} ({set_label(fs, flag_sets)})" if len(flag_sets) > 1 else wl))
     for wl, fs, title in blocks:
         by = {}
         for e in points:
-            if e["workload"] == wl and tuple(e.get("shared_args", [])) == fs and has_lat(e["result"]):
+            if e["workload"] == wl and flag_set(e) == fs and has_lat(e["result"]):
                 by.setdefault((e["policy"], e["estimator"]), {})[float(e["rate"])] = e
         mw, dc = by.get(("minwaste", "learned"), {}), by.get(("discard", "learned"), {})
         if not mw and not dc:

@@ -16,7 +16,7 @@ import paper_report  # noqa: E402
 from checks import check, finish  # noqa: E402
 
 
-def folder(root, name, points):
+def folder(root, name, points, shape="llama2-7b"):
     """A result folder as bench/h200_paper.sh writes it: manifest.jsonl and one JSON a point."""
     d = os.path.join(root, name)
     os.makedirs(d)
@@ -25,7 +25,7 @@ def folder(root, name, points):
             policy = point.split("-")[1]
             m.write(json.dumps({
                 "name": point, "workload": "mixed", "policy": policy, "estimator": "learned",
-                "variant": "", "rate": 2, "shape": "llama2-7b",
+                "variant": "", "rate": 2, "shape": shape,
                 "shared_args": ["--duration", "25", "--seed", str(seed)], "rc": 0,
                 "json": point + ".json"}) + "\n")
             with open(os.path.join(d, point + ".json"), "w") as f:
@@ -57,6 +57,21 @@ def main():
     # seed 8: minwaste 5.0 against the re-run ttl 5.2 (-3.8%); never against seed 9's ttl 4.7.
     block8 = text.split("mixed (seed 8):")[1].split("mixed (seed 9):")[0]
     check("against ttl 5.2" in block8 and "-3.8%" in block8, "seed 8's comparison uses seed 8's points only")
+
+    # The 13B shape with the same names and flags: points of their own, not re-runs.
+    d13 = folder(tmp, "d13", [("mixed-ttl-learned-r2", 8, 0.0100), ("mixed-minwaste-learned-r2", 8, 0.0090)],
+                 shape="llama2-13b")
+    both = paper_report.load_points([a, d13], tmp)
+    check(len(both) == 4, f"two shapes x two policies: 4 points ({len(both)})")
+    check(sorted(e["label"] for e in both) == [
+        "mixed-minwaste-learned-r2 (llama2-13b)", "mixed-minwaste-learned-r2 (llama2-7b)",
+        "mixed-ttl-learned-r2 (llama2-13b)", "mixed-ttl-learned-r2 (llama2-7b)"],
+        f"labels name the shape where only shapes differ: {sorted(e['label'] for e in both)}")
+    text13 = paper_report.targets(both, 20.0, 0.8, 250.0)
+    check("mixed (llama2-13b):" in text13 and "mixed (llama2-7b):" in text13,
+          "the targets: one block per shape")
+    block13 = text13.split("mixed (llama2-13b):")[1].split("mixed (llama2-7b):")[0]
+    check("against ttl 10.0" in block13, "the 13B block compares 13B points only")
 
     single = paper_report.load_points([a], tmp)
     check(all(e["label"] == e["name"] for e in single), "without repeats a label is the name")

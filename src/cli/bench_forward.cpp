@@ -120,6 +120,10 @@ int run_bench_forward(int argc, char** argv) {
     return fail(
         Error{"--batches, --context, --prefill, --repeats and --swap-blocks must be positive"});
   const Floors floors = load_floors(args->get("floors", ""));
+  // Reading `bytes` once at the measured read rate, in ms (0 without floors).
+  auto bytes_floor_ms = [&](double bytes) {
+    return floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+  };
 
   auto src = open_model_source(cfg->model_path);
   if (!src.ok()) return fail(src.error());
@@ -270,7 +274,7 @@ int run_bench_forward(int argc, char** argv) {
     in = decode_input(b);
     const double t_topp = be.samples_on_device() ? time_forward(in, false, false, true) : 0.0;
     const double bytes = weight_elems(mc) * 2.0 + (double)b * (double)(*context + 1) * kv_per_token;
-    const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+    const double floor_ms = bytes_floor_ms(bytes);
     const double t_best = can_argmax ? t_dev : t_log;
     std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.0f |\n", (long long)b,
                 t_nolog * 1e3, t_log * 1e3, t_dev * 1e3, t_topp * 1e3, floor_ms,
@@ -299,7 +303,7 @@ int run_bench_forward(int argc, char** argv) {
       const double t = time_forward(in, !can_argmax, can_argmax);
       const double tokens = (double)(*context + 1) + (double)(b - 1) * (double)(short_context + 1);
       const double bytes = weight_elems(mc) * 2.0 + tokens * kv_per_token;
-      const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+      const double floor_ms = bytes_floor_ms(bytes);
       std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)b, t * 1e3, floor_ms,
                   floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
       out["decode_mixed"].push_back({{"batch", b},
@@ -400,7 +404,7 @@ int run_bench_forward(int argc, char** argv) {
       in.logit_rows = {(int32_t)x - 1};
       const double t = time_forward(in, true);
       const double bytes = weight_elems(mc) * 2.0 + (double)*context * kv_per_token;
-      const double floor_ms = floors.read_gbps > 0 ? bytes / (floors.read_gbps * 1e9) * 1e3 : 0.0;
+      const double floor_ms = bytes_floor_ms(bytes);
       std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)x, t * 1e3, floor_ms,
                   floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
       out["chunks"].push_back(

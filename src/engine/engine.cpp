@@ -229,7 +229,7 @@ Status EngineCore::validate(const GenerateRequest& req) const {
     if (t < 0 || t >= vocab)
       return make_error("prompt token id ", std::to_string(t), " is outside the vocabulary (",
                         std::to_string(vocab), ")");
-  const int64_t limit = std::min(max_context_, kv_capacity_tokens());
+  const int64_t limit = token_limit();
   if ((int64_t)req.prompt.size() >= limit)
     return make_error("the prompt has ", std::to_string(req.prompt.size()),
                       " tokens; this engine holds at most ", std::to_string(limit - 1),
@@ -299,8 +299,7 @@ void EngineCore::build_step_input(const StepPlan& plan) {
     max_blocks = std::max(max_blocks, (int32_t)ss.seq->blocks.blocks.size());
   // A width that moves rarely, so that a device backend can replay a decode step from a
   // recorded graph (block_table_width).
-  max_blocks = block_table_width(
-      max_blocks, BlockTable::blocks_for(std::min(max_context_, kv_capacity_tokens()), bs));
+  max_blocks = block_table_width(max_blocks, BlockTable::blocks_for(token_limit(), bs));
   in.max_blocks = max_blocks;
   in.block_tables.assign((size_t)max_blocks * plan.scheduled.size(), 0);
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
@@ -334,7 +333,7 @@ Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
   for (int32_t t : returned)
     if (t < 0 || t >= vocab)
       return make_error("returned token id ", std::to_string(t), " is outside the vocabulary");
-  const int64_t limit = std::min(max_context_, kv_capacity_tokens());
+  const int64_t limit = token_limit();
   if ((int64_t)(s.tokens.size() + returned.size()) >= limit)
     return make_error("the tool result does not fit the context (", std::to_string(limit),
                       " tokens)");
@@ -651,7 +650,7 @@ std::vector<RequestOutput> EngineCore::step() {
     auto piece = a.stops.push(piece_text);
     out.text = std::move(piece.text);
     if (piece.stopped) reason = FinishReason::stop;
-    const int64_t limit = std::min(max_context_, kv_capacity_tokens());
+    const int64_t limit = token_limit();
     if (reason == FinishReason::none &&
         (a.n_sampled >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
       reason = FinishReason::length;

@@ -5,6 +5,7 @@
 // that other threads (HTTP workers, the terminal chat) only enqueue and receive outputs.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -195,6 +196,8 @@ class EngineCore {
   const EngineStats& stats() const { return stats_; }
   int64_t max_context() const { return max_context_; }
   int64_t kv_capacity_tokens() const { return scheduler_->capacity_tokens(); }
+  // The most tokens a sequence can hold: the context limit, or the KV cache if smaller.
+  int64_t token_limit() const { return std::min(max_context_, kv_capacity_tokens()); }
   const BlockAllocator& allocator() const { return *allocator_; }
   const BlockAllocator& host_allocator() const { return *host_allocator_; }
   const Scheduler& scheduler() const { return *scheduler_; }

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -28,7 +30,7 @@ namespace {
 //
 // llama2-7b and llama2-13b: the engine of session 9 (docs/PERF.md 4.5g/4.5h, default attention
 // plan), every term measured apart from the runs the simulator is validated on
-// (docs/BENCHMARKS.md, "The simulator's cost terms, session 9"):
+// (docs/BENCHMARKS.md, "The simulator's cost terms measured apart from the runs"):
 //   - D(n), a(n): bench-forward decode steps of n = 1..64 sequences at contexts 256-3,072
 //     (bench/step_context_cost.sh, docs/bench/step-context2/), one straight line in n x context
 //     per n (`bench/fit_step_cost.py --per-batch`; every step within 0.8%): the decode-only
@@ -58,6 +60,18 @@ struct Shape {
   const char* source;
 };
 
+// The batch sizes bench/step_context_cost.sh measured decode steps at (D(n) and a(n) below).
+constexpr int64_t kDecodeBatches[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+
+// (n, value) samples of a per-batch series, one value per kDecodeBatches entry.
+std::vector<std::pair<int64_t, double>> per_batch(std::initializer_list<double> values) {
+  CHECK(values.size() == std::size(kDecodeBatches));
+  std::vector<std::pair<int64_t, double>> out;
+  size_t i = 0;
+  for (double v : values) out.emplace_back(kDecodeBatches[i++], v);
+  return out;
+}
+
 const std::vector<Shape>& shapes() {
   // One measured series a line:
   // clang-format off
@@ -66,10 +80,10 @@ const std::vector<Shape>& shapes() {
        {{1, 4.691376}, {16, 5.829456}, {64, 5.955545}, {128, 6.454692}, {256, 8.119465},
         {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.182,
        32, 32, 128, 13.476, 4096,
-       {{1, 4.419239}, {2, 4.646034}, {3, 5.386643}, {4, 5.438996}, {6, 5.494909}, {8, 5.559904},
-        {12, 5.427543}, {16, 5.460661}, {24, 5.568775}, {32, 5.640888}, {64, 5.819299}},
-       {{1, 0.1795}, {2, 0.1725}, {3, 0.1778}, {4, 0.1519}, {6, 0.1509}, {8, 0.1793},
-        {12, 0.1514}, {16, 0.1747}, {24, 0.1486}, {32, 0.1542}, {64, 0.1499}},
+       per_batch({4.419239, 4.646034, 5.386643, 5.438996, 5.494909, 5.559904, 5.427543, 5.460661,
+                  5.568775, 5.640888, 5.819299}),
+       per_batch({0.1795, 0.1725, 0.1778, 0.1519, 0.1509, 0.1793, 0.1514, 0.1747, 0.1486, 0.1542,
+                  0.1499}),
        {{2, 0.4113}, {9, 0.2067}}, 0.0, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
        "bench-forward at four contexts, docs/bench/step-context2; T_fwd and prefill chunks fitted "
@@ -87,10 +101,10 @@ const std::vector<Shape>& shapes() {
        {{1, 8.459634}, {16, 9.153949}, {64, 9.817365}, {128, 10.636260}, {256, 13.788468},
         {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.066,
        40, 40, 128, 26.031, 4096,
-       {{1, 8.494187}, {2, 9.162340}, {3, 8.798803}, {4, 8.862432}, {6, 9.042783}, {8, 8.731306},
-        {12, 8.817307}, {16, 8.942797}, {24, 9.091473}, {32, 9.144026}, {64, 9.936902}},
-       {{1, 0.3527}, {2, 0.2547}, {3, 0.2283}, {4, 0.2426}, {6, 0.2812}, {8, 0.2496},
-        {12, 0.2808}, {16, 0.2446}, {24, 0.2487}, {32, 0.2530}, {64, 0.2413}},
+       per_batch({8.494187, 9.162340, 8.798803, 8.862432, 9.042783, 8.731306, 8.817307, 8.942797,
+                  9.091473, 9.144026, 9.936902}),
+       per_batch({0.3527, 0.2547, 0.2283, 0.2426, 0.2812, 0.2496, 0.2808, 0.2446, 0.2487, 0.2530,
+                  0.2413}),
        {{2, 0.7156}, {9, 0.4475}}, 3.947, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
        "bench-forward at three contexts, docs/bench/step-context2; T_fwd and prefill chunks "

@@ -99,15 +99,13 @@ double CostModel::step_seconds(const StepShape& step) const {
   const double a = context_seconds_per_token(step.sequences);
   // Every sequence's context at a(n); chunks then trade a(n) for their own price.
   double context = a * (double)std::max<int64_t>(0, step.context_tokens);
-  if (!chunk_context_samples.empty())
-    for (const StepChunk& c : step.chunks)
-      context += (chunk_seconds_per_token(c.rows, step.sequences) - a) *
-                 (double)std::max<int64_t>(0, c.context);
-  if (chunk_row_context_seconds > 0.0)
-    for (const StepChunk& c : step.chunks)
-      if (c.rows > 1)
-        context +=
-            chunk_row_context_seconds * (double)c.rows * (double)std::max<int64_t>(0, c.context);
+  // Each chunk: p(rows) instead of a(n) for its context, plus q for its rows x context.
+  for (const StepChunk& c : step.chunks) {
+    const double held = (double)std::max<int64_t>(0, c.context);
+    if (!chunk_context_samples.empty())
+      context += (chunk_seconds_per_token(c.rows, step.sequences) - a) * held;
+    context += chunk_row_context_seconds * (double)c.rows * held;
+  }
   const double base = step.decode_only() ? (decode_samples.empty() ? t_fwd(step.query_tokens)
                                                                    : t_decode(step.sequences))
                                          : chunk_step_scale * t_fwd(step.query_tokens);

@@ -53,15 +53,16 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
   // length. Measured (PERF 4.5h): one 2,048-token row beside 11-63 rows of 256 -11..-15%, but
   // the paper workload's 4-7-row steps +4% (the extra blocks cost more than the balance buys),
   // hence off by default.
-  int64_t key_sum = 0;
-  for (const Tile& t : tiles) key_sum += t.kend;
   const int want =
       base_ctas > 0 ? (int)std::max<int64_t>(1, (target_ctas + base_ctas - 1) / base_ctas) : 1;
-  const int64_t mean_keys =
-      tiles.empty() ? 0 : (key_sum + (int64_t)tiles.size() - 1) / (int64_t)tiles.size();
-  const int partition =
-      (int)std::max<int64_t>(min_partition, (mean_keys + want - 1) / want + kTile - 1) / kTile *
-      kTile;
+  int partition = 0;
+  if (balance && !tiles.empty()) {
+    int64_t key_sum = 0;
+    for (const Tile& t : tiles) key_sum += t.kend;
+    const int64_t mean_keys = (key_sum + (int64_t)tiles.size() - 1) / (int64_t)tiles.size();
+    partition = (int)std::max<int64_t>(min_partition, (mean_keys + want - 1) / want + kTile - 1) /
+                kTile * kTile;
+  }
   for (const Tile& t : tiles) {
     const int pairs = t.nrows * group;
     int parts = 1;

@@ -84,7 +84,7 @@ class CudaBackend final : public Backend {
     cuda::set_gemv_programmatic_launch(pdl);
     // INFERCEPT_L2_PREFETCH=1: decode attention at a small batch fetches the output
     // projection's weight into L2 while it runs (prefetch_hint). Off until measured (PERF.md
-    // 4.5h); at most 60% of L2 (props_.l2CacheSize), the rest stays for the KV it streams.
+    // 4.5i); at most 60% of L2 (props_.l2CacheSize), the rest stays for the KV it streams.
     if (const char* e = std::getenv("INFERCEPT_L2_PREFETCH"); e != nullptr && std::string(e) == "1")
       l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
     return ok_status();
