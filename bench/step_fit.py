@@ -19,13 +19,15 @@ fitted:
          + p(rows) * (context its prompt chunks held)
          + q * (rows x context of each prompt chunk)
 
-kT, kD and ka scale the base's T_fwd, D (written as decode_seconds at n = 1, 2, 4, ..., 64
-when the base had none) and a(n) samples; p has one value per
+kT scales the base's T_fwd for steps with a chunk (written as chunk_step_scale, T_fwd itself
+kept: the scheduler's decisions read it), kD and ka the base's D (written as decode_seconds
+at n = 1, 2, 4, ..., 64 when the base had none) and a(n) samples; p has one value per
 row bucket (least rows 2, 9, 64 by default, as CostModel::chunk_seconds_per_token reads
 them); each chunk of a step (the trace's chunk_list) goes to its own bucket. q is the part of a
-chunk's attention that grows with its rows too (its FLOPs: a 508-row chunk over 2,000 cached
-tokens of the 13B took 7.4 ms more than over none, where a 300-row one takes ~60% of that),
-so one p per bucket does not overprice the bucket's shorter chunks. Least squares over the groups,
+chunk's attention that grows with its rows too (its FLOPs: a 508-row chunk over 2,032 cached
+tokens of the 13B took 7.4 ms more than over none), so one p per bucket does not price the
+bucket's shorter chunks like its longest; it separates from p only where the traces hold
+chunks of several sizes over cached context. Least squares over the groups,
 parameters kept non-negative; a bucket with too little context in the traces keeps the
 base's price and says so.
 
