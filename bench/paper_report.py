@@ -157,8 +157,14 @@ def load_points(paths, tmp):
                     old = points.get(key)
                     if old is None:
                         order.append(key)
+                    # Every result of a point stays in "runs" (repeat_table: the spread of
+                    # re-runs with the same binary and seed), the latest is the point's.
+                    e["runs"] = (old["runs"] if old is not None else []) + (
+                        [e["result"]] if e["result"] is not None else [])
                     if old is None or e["result"] is not None or old["result"] is None:
                         points[key] = e
+                    else:
+                        old["runs"] = e["runs"]
     out = [points[k] for k in order]
     for i, e in enumerate(out):
         e["id"] = f"{i:03d}-{e['name']}"  # unique: the simulation's files
@@ -392,6 +398,11 @@ def sim_table(points, min_done, max_ttft_ms, tol):
             continue
         both = has_lat(r) and has_lat(s)
         em = err_pct(nl(s), nl(r)) if both else float("nan")
+        # A point measured several times is judged against the mean of its runs (repeat_table),
+        # not against whichever run came last.
+        runs = [x for x in e.get("runs", []) if has_lat(x)]
+        if both and len(runs) >= 2:
+            em = err_pct(nl(s), sum(nl(x) for x in runs) / len(runs))
         e90 = err_pct(nl(s, "p90"), nl(r, "p90")) if both else float("nan")
         b = both and below_saturation(e, min_done, max_ttft_ms)
         ok = ""
@@ -411,7 +422,8 @@ def sim_table(points, min_done, max_ttft_ms, tol):
             f"{'below' if b else 'saturated'} | {r['summary']['completed']}/{r['summary']['submitted']} / "
             f"{s['summary']['completed']}/{s['summary']['submitted']} | "
             f"{meas_part} | {sim_part} | "
-            f"{pct(em)}{ok} / {pct(e90)} | {ttft(r):.0f} / {ttft(s):.0f} | "
+            f"{pct(em)}{ok}{f' (mean of {len(runs)} runs)' if both and len(runs) >= 2 else ''} / {pct(e90)} | "
+            f"{ttft(r):.0f} / {ttft(s):.0f} | "
             f"{s['engine']['simulated_s']:.0f} |")
     summary = (f"Below saturation (measured: >= {min_done:.0%} of the requests done, mean TTFT <= "
                f"{max_ttft_ms:.0f} ms): {below} points, simulated mean normalized latency within "
@@ -424,6 +436,28 @@ def sim_table(points, min_done, max_ttft_ms, tol):
                     f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}): different requests "
                     "skipped as longer than the model's context (--model-context)?")
     return "\n".join(lines), summary
+
+
+def repeat_table(points, tol):
+    """Points measured more than once with the same flags: the runs' spread, and the
+    simulation against their mean (a point near a knee does not repeat: whether a preemption
+    cascade starts turns on a few percent of step time)."""
+    lines = ["| point | runs | measured mean per run (ms/token) | mean of runs / range | "
+             "SIMULATED | error vs mean of runs | runs within " + f"{tol:.0f}%" + " |",
+             "|---|---:|---|---|---:|---:|---:|"]
+    for e in points:
+        runs = [r for r in e.get("runs", []) if has_lat(r)]
+        s = e.get("sim")
+        if len(runs) < 2:
+            continue
+        means = [nl(r) for r in runs]
+        avg = sum(means) / len(means)
+        sim = nl(s) if has_lat(s) else float("nan")
+        within = sum(abs(err_pct(sim, m)) <= tol for m in means) if has_lat(s) else 0
+        lines.append(f"| {e['label']} | {len(runs)} | {', '.join(f'{m:.1f}' for m in means)} | "
+                     f"{avg:.2f} / {min(means):.1f}-{max(means):.1f} | {fmt(sim, 2)} | "
+                     f"{pct(err_pct(sim, avg))} | {within} of {len(runs)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def interp_rate(curve, y):
@@ -801,6 +835,10 @@ def main():
                     ", same flags) against measured\n")
         text.append(t)
         text.append("\n" + s)
+        rt = repeat_table(points, args.tolerance)
+        if rt:
+            text.append("\n### Points measured more than once (same binary, seed and flags)\n")
+            text.append(rt)
         st = step_table(points)
         if st:
             text.append("\n### Steps, measured (bench's engine statistics) against SIMULATED\n")

@@ -350,6 +350,36 @@ TEST(Simulator, GraphMissDiagnosticChargesNewBatchesAndTheirSecondSteps) {
               1e-9);
 }
 
+// Step-time jitter (SimConfig::step_jitter): the same seed repeats a run exactly, another
+// seed gives other step times, and since each factor has mean 1 the forward time of ~100
+// steps stays within a few sigma / sqrt(steps) of the plain run's (the schedule itself does
+// not depend on the clock here: no tools, no later arrivals).
+TEST(Simulator, StepJitterIsSeededAndKeepsTheMeanStepTime) {
+  std::vector<TraceRequest> trace;
+  for (int32_t i = 0; i < 3; ++i) {
+    trace.push_back(one_request(40, {Segment{32 << i, "", 0.0, 0}}));
+    trace.back().id = (uint64_t)i;
+  }
+  SimConfig c = small_config("minwaste");
+  auto plain = simulate(c, trace);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  c.step_jitter = 0.05;
+  c.jitter_seed = 3;
+  auto a = simulate(c, trace);
+  auto b = simulate(c, trace);
+  c.jitter_seed = 4;
+  auto other = simulate(c, trace);
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  EXPECT_EQ(a->stats.steps, plain->stats.steps);
+  EXPECT_GE(a->stats.steps, 100);
+  EXPECT_EQ(a->stats.forward_seconds, b->stats.forward_seconds) << "same seed, same run";
+  EXPECT_NE(a->stats.forward_seconds, other->stats.forward_seconds);
+  EXPECT_NE(a->stats.forward_seconds, plain->stats.forward_seconds);
+  // sigma 0.05 over >= 100 steps of similar length: the sum's relative sd is <= 0.5%.
+  EXPECT_NEAR(a->stats.forward_seconds / plain->stats.forward_seconds, 1.0, 0.025);
+  EXPECT_NEAR(other->stats.forward_seconds / plain->stats.forward_seconds, 1.0, 0.025);
+}
+
 TEST(Simulator, StepTraceToAnUnwritablePathIsAnError) {
   SimConfig c = small_config("minwaste");
   c.step_trace_path = "/nonexistent-dir/trace.csv";

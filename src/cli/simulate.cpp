@@ -45,6 +45,8 @@ int run_simulate(int argc, char** argv) {
                                   "sequence-cost-us",
                                   "sample-cost-us",
                                   "graph-miss-ms",
+                                  "step-jitter",
+                                  "jitter-seed",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
   if (!args.ok()) return fail(args.error());
@@ -96,6 +98,17 @@ int run_simulate(int argc, char** argv) {
     cfg.new_batch_seconds = first * 1e-3;
     cfg.second_batch_seconds = second * 1e-3;
   }
+
+  // --step-jitter SIGMA, --jitter-seed N: lognormal step-time noise (SimConfig::step_jitter).
+  auto jitter = a.get_double("step-jitter", 0.0);
+  if (!jitter.ok()) return fail(jitter.error());
+  if (!(*jitter >= 0.0 && *jitter <= 1.0))
+    return fail(Error{"--step-jitter must be in [0, 1] (the log-normal sigma)"});
+  cfg.step_jitter = *jitter;
+  auto jitter_seed = a.get_int("jitter-seed", 1);
+  if (!jitter_seed.ok()) return fail(jitter_seed.error());
+  if (*jitter_seed < 0) return fail(Error{"--jitter-seed must be >= 0"});
+  cfg.jitter_seed = (uint64_t)*jitter_seed;
 
   // The engine's sizes, as bench's flags.
   cfg.policy = a.get("policy", cfg.policy);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <random>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -306,6 +307,9 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   std::vector<size_t> done;
   StepShape shape;  // reused: its chunk list keeps its capacity across steps
   int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // new_batch_seconds
+  std::mt19937_64 jitter_rng(config.jitter_seed);
+  std::normal_distribution<double> jitter_normal(0.0, 1.0);
+  const double jitter_sigma = config.step_jitter;
   auto step = [&](double now) -> double {
     // Expiry, as EngineCore::step: paused longer than the timeout gives the KV back. A heap
     // of pause times instead of a scan of every paused request every step (thousands).
@@ -360,6 +364,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
       }
       last_decode_sequences = shape.sequences;
     }
+    if (jitter_sigma > 0.0 && fwd > 0.0)  // mean 1: E[exp(sN - s^2/2)] = 1
+      fwd *= std::exp(jitter_sigma * jitter_normal(jitter_rng) - 0.5 * jitter_sigma * jitter_sigma);
     if (step_trace && plan_did_something(plan)) {
       trace_row.seconds = fwd;
       step_trace->write(trace_row);

@@ -109,6 +109,14 @@ struct SimConfig {
   // models a defect of the engine, to test whether it explains what the simulation lacks.
   double new_batch_seconds = 0.0;
   double second_batch_seconds = 0.0;
+  // Step-time noise, 0 by default: every forward step's time is multiplied by a lognormal
+  // factor of mean 1 whose log has this standard deviation, drawn from jitter_seed. The
+  // engine's replayed decode steps scatter by ~1-3% around their median (H200 traces,
+  // docs/BENCHMARKS.md session 10), and near a knee such differences decide whether a
+  // preemption cascade starts; simulations with several seeds give the spread a deterministic
+  // one hides.
+  double step_jitter = 0.0;
+  uint64_t jitter_seed = 1;
   std::string
       step_trace_path;  // one CSV row per step, as `bench --step-trace` (sched/step_trace.h)
 };
