@@ -32,6 +32,8 @@ parameters kept non-negative; a bucket with too little context in the traces kee
 base's price and says so.
 
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --out FIT.json [--rows 2,9,64]
+    python3 bench/step_fit.py TRACE.csv[.gz]... --profile PROFILE.json --residuals
+        (no fit: the profile's price of each sync group against the traces, by step shape)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
 total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
@@ -123,14 +125,26 @@ def features(row, base, rows):
     return f + buckets
 
 
-def sync_groups(trace, base, rows, warmup_groups=0):
+def shape_class(row):
+    """A step with chunks, by what its price turns on: decode rows beside it, how many chunks,
+    the longest chunk's rows, the chunks' cached context. (--residuals)"""
+    d = row["decode_rows"]
+    cr = max(r for r, _ in row["chunk_list"])
+    cc = sum(c for _, c in row["chunk_list"])
+    return ("0" if d == 0 else "1-4" if d <= 4 else "5-8" if d <= 8 else "9+",
+            min(len(row["chunk_list"]), 3),
+            "2-63" if cr < 64 else "64-255" if cr < 256 else "256+",
+            "0" if cc == 0 else "1-2047" if cc < 2048 else "2048+")
+
+
+def sync_groups(trace, base, rows, warmup_groups=0, with_shape=False):
     """(summed features, summed seconds) per group of steps closed by a sampling step; the
     base's per-sequence and per-sampled-row terms, which are not fitted, are taken off the
     seconds. The first `warmup_groups` groups are left out: a probe is a process of its own,
     and its first steps pay one-time costs (cuBLASLt's first call per shape, graph capture:
     a 512-row first chunk took 77-109 ms against 12-14 for the next ones), which a paper run's
     thousands of steps dilute but a probe's few dozen chunk steps do not."""
-    groups, acc, secs = [], None, 0.0
+    groups, acc, secs, shape = [], None, 0.0, None
     b = float(base.p.get("sequence_seconds", 0.0))
     r = float(base.p.get("sample_seconds_per_row", 0.0))
     for row in trace:
@@ -139,9 +153,11 @@ def sync_groups(trace, base, rows, warmup_groups=0):
         f = features(row, base, rows)
         acc = f if acc is None else [x + y for x, y in zip(acc, f)]
         secs += row["seconds"] - b * max(0.0, row["sequences"] - 1) - r * max(0.0, row["sampled_rows"] - 1)
+        if shape is None and row["chunk_list"]:
+            shape = shape_class(row)  # a group is named by its first step with chunks
         if row["sampled_rows"] > 0:
-            groups.append((acc, secs))
-            acc, secs = None, 0.0
+            groups.append((acc, secs, shape or "decode only") if with_shape else (acc, secs))
+            acc, secs, shape = None, 0.0, None
     return groups[warmup_groups:]  # a trailing group that never synchronized is left out
 
 
@@ -186,6 +202,35 @@ def fit(groups, n_params, fixed):
             fixed[i] = 0.0
 
 
+def residuals(args, profile, base):
+    """The profile as it is (CostModel::step_seconds) against the traces' sync groups, summed by
+    the shape of each group's step with chunks: where the model under- or overprices."""
+    chunk = sorted((int(r), float(p)) for r, p in profile.get("chunk_context_seconds_per_token", []))
+    rows = [r for r, _ in chunk] or [1 << 30]  # no chunk price: every chunk's context at a(n)
+    theta = [1.0, 1.0, 1.0, float(profile.get("chunk_row_context_seconds", 0.0))] + [p for _, p in chunk]
+    if not chunk:
+        theta.append(0.0)
+    by = {}
+    for t in args.traces:
+        for f, secs, shape in sync_groups(load_trace(t), base, rows, args.warmup_groups, with_shape=True):
+            e = by.setdefault(shape, [0, 0.0, 0.0])
+            e[0] += 1
+            e[1] += secs
+            e[2] += sum(a * b for a, b in zip(f, theta))
+    print("| decode rows | chunks | longest chunk rows | chunk context | groups | measured ms | model ms | model error |")
+    print("|---|---:|---|---|---:|---:|---:|---:|")
+    order = sorted(by.items(), key=lambda kv: (kv[0] != "decode only", -kv[1][0]))
+    for shape, (n, m, p) in order:
+        if n < args.min_groups:
+            continue
+        cells = ["decode only", "", "", ""] if shape == "decode only" else [str(x) for x in shape]
+        print(f"| {' | '.join(cells)} | {n} | {m / n * 1e3:.2f} | {p / n * 1e3:.2f} | {(p - m) / m * 100:+.1f}% |")
+    m_all = sum(v[1] for v in by.values())
+    p_all = sum(v[2] for v in by.values())
+    print(f"all {sum(v[0] for v in by.values())} groups: measured {m_all:.2f} s, model {p_all:.2f} s "
+          f"({(p_all - m_all) / m_all * 100:+.1f}%)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("traces", nargs="+")
@@ -201,11 +246,17 @@ def main():
                     help="sync groups at the start of each trace left out (the process's one-time costs)")
     ap.add_argument("--min-context", type=float, default=3e4,
                     help="chunk context tokens a bucket needs in the traces to be fitted (else the base's)")
+    ap.add_argument("--residuals", action="store_true",
+                    help="fit nothing: the profile's own price of every sync group against the traces, "
+                         "by the shape of the group's chunk step")
+    ap.add_argument("--min-groups", type=int, default=15, help="--residuals: least groups a line")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
     with open(args.profile) as f:
         profile = json.load(f)
     base = Base(profile)
+    if args.residuals:
+        return residuals(args, profile, base)
     groups = []
     for t in args.traces:
         groups += sync_groups(load_trace(t), base, rows, args.warmup_groups)

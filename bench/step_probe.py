@@ -22,6 +22,9 @@ Each trace exercises one step type the cost model prices differently:
            step samples and is timed on its own (for bench/step_fit.py)
   contexts one agent at a time (prompts of 500, 1,200, 2,400, 3,800 tokens, 1.5 s apart)
            decoding 150 tokens: one-row decode steps over contexts from 500 to 3,950
+  midchunks 12 agents in groups of three that pause together, 600-900-token prompts, 7
+           pauses of 100-160 ms each returning 64-200 tokens: 1-3 chunks of 64-255 rows over
+           cached context beside 4-10 decode rows
 
   python3 bench/step_probe.py write DIR
       writes DIR/NAME.jsonl for every trace and prints the bench command for each
@@ -80,6 +83,15 @@ def traces():
         # (bench/step_fit.py: the price of a long chunk apart from T_fwd(512)).
         "beside": [req(i, 0.0, "decode", 1000, [seg(500)]) for i in range(4)] +
                   [req(4 + i, 0.3 + 0.35 * i, "beside", 3000, [seg(1)]) for i in range(8)],
+        # 12 agents in four groups of three that start together and pause together (same
+        # lengths and tool times), over 600-900-token prompts: each decodes 40 tokens, pauses
+        # 100-160 ms and gets 64-200 tokens back, 7 times. So chunks of 64-255 rows over
+        # 600-2,500 cached tokens, often three a step, ride beside 4-10 decode rows: the mixed
+        # workload's knee is made of such steps and the other probes have none (session 10:
+        # priced 7-15% under the engine).
+        "midchunks": [req(i, 0.1 * (i // 3), "midchunks", 600 + 100 * (i // 3),
+                          [seg(40, "tool", 0.1 + 0.03 * (i // 3 % 3), 64 + 17 * ((i // 3 + k) % 9))
+                           for k in range(7)] + [seg(10)]) for i in range(12)],
         # One agent at a time decoding over 500-3,950 cached tokens: a decode row's context
         # price a(1) apart from the step's own D(1) (bench/step_fit.py).
         "contexts": [req(i, 1.5 * i, "contexts", p, [seg(150)])

@@ -10,6 +10,7 @@ kD = 1.11, ka = 2/3, the three prices and q (rows x context).
   next one that samples (what a host clock sees of an unsynchronized step). The fit is over
   sync groups, so it must not move.
 - A trace without the sampled_rows / chunk_context_tokens columns: a clear error.
+- --residuals: the profile's own price by step shape, +0.0% everywhere against its own traces.
 Prints 'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
@@ -152,6 +153,23 @@ def main():
             fitted["chunk_row_context_seconds"] - refit["chunk_row_context_seconds"]) <= 1e-15 + 1e-6 * q and abs(
             fitted["chunk_step_scale"] - refit["chunk_step_scale"]) <= 1e-6
         check(same, "the engine's clock (unsynchronized steps' time on the next sampling step): same fit")
+
+    # --residuals prices every sync group with the profile as it is: against traces simulated
+    # with that very profile each shape's line is +0.0%; against a base 0.8x T_fwd without
+    # chunk prices the steps with chunks come out under the traces.
+    res = subprocess.run([sys.executable, FIT] + traces + ["--profile", true_path, "--residuals",
+                                                           "--min-groups", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("| ") and ln.rstrip().endswith("% |")]
+    errs = [float(ln.rstrip(" |").split("|")[-1].strip().rstrip("%")) for ln in lines]
+    check(res.returncode == 0 and len(lines) >= 4 and all(abs(e) <= 0.05 for e in errs)
+          and "decode only" in res.stdout,
+          f"--residuals with the true profile: every shape at +0.0% ({len(lines)} shapes: {errs})")
+    res = subprocess.run([sys.executable, FIT] + traces + ["--profile", base_path, "--residuals"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    total = [ln for ln in res.stdout.splitlines() if ln.startswith("all ")]
+    check(res.returncode == 0 and total and "(-" in total[0],
+          f"--residuals with a cheaper base: the model under the traces ({total})")
 
     old = os.path.join(tmp, "old.csv")
     with open(traces[0], newline="") as f, open(old, "w", newline="") as g:

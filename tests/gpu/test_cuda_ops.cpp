@@ -110,6 +110,39 @@ TEST(CudaOps, MatmulWithBiasAndF32Output) {
   }
 }
 
+// cuBLASLt's algorithm is chosen once per bucket of row counts (the next power of two) and
+// reused for the bucket's other counts where cublasLtMatmulAlgoCheck accepts it: row counts
+// on both sides of every power of two from 3 to 513, with a strided input and both output
+// types, against the CPU backend.
+TEST(CudaOps, MatmulRowCountsThatShareABucketsAlgorithm) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  const int m = 640, k = 576;
+  auto w = randn((size_t)(m * k), 0.05f);
+  auto w16 = to_f16(w);
+  auto wc = p.cpu->upload_weight(w16.data(), DType::f16, m, k);
+  auto wg = p.gpu->upload_weight(w16.data(), DType::f16, m, k);
+  ASSERT_TRUE(wc.ok() && wg.ok());
+  for (int n :
+       {3, 4, 5, 7, 9, 16, 17, 31, 33, 63, 65, 100, 127, 129, 200, 255, 257, 300, 511, 513}) {
+    auto x2 = randn((size_t)(n * 2 * k));
+    std::vector<float> x((size_t)(n * k));
+    for (int r = 0; r < n; ++r)
+      std::copy_n(x2.begin() + (ptrdiff_t)(r * 2 * k), k, x.begin() + (ptrdiff_t)(r * k));
+    Tensor xc = put(*p.cpu, x, n, k);
+    Tensor xg = put(*p.gpu, x2, n, 2 * k).slice_cols(0, k);
+    Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
+    Tensor og = p.gpu->alloc_activation(n, m, p.gpu->activation_dtype());
+    Tensor og32 = p.gpu->alloc_activation(n, m, DType::f32);
+    p.cpu->matmul(xc, *wc, nullptr, oc);
+    p.gpu->matmul(xg, *wg, nullptr, og);
+    p.gpu->matmul(xg, *wg, nullptr, og32);
+    const auto ref = get(*p.cpu, oc);
+    EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << n << " rows";
+    EXPECT_LT(rel_error(get(*p.gpu, og32), ref), kBf16Tol) << n << " rows, f32 out";
+  }
+}
+
 // The GEMV kernel for decode at small batch, every row count it takes, strided input rows
 // and both output types, against the CPU backend; shapes with k not a multiple of 256 too.
 TEST(CudaOps, GemvEveryRowCountStridedInput) {

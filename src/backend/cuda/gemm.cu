@@ -1,7 +1,9 @@
 #include "backend/cuda/gemm.h"
 
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
@@ -34,6 +36,8 @@ cudaDataType_t cuda_type(DType t) {
 }  // namespace
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  if (const char* b = std::getenv("INFERCEPT_GEMM_BUCKETS"); b != nullptr && std::string(b) == "0")
+    buckets_ = false;
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -49,6 +53,42 @@ Gemm::~Gemm() {
   cublasLtDestroy(handle_);
 }
 
+namespace {
+void create_plan(const int64_t n, const int64_t m, const int64_t k, const int64_t xs,
+                 const int64_t os, const cudaDataType_t in_t, const cudaDataType_t out_t,
+                 cublasLtMatmulDesc_t* desc, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
+                 cublasLtMatrixLayout_t* c) {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(a, in_t, (uint64_t)k, (uint64_t)m, k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(b, in_t, (uint64_t)k, (uint64_t)n, xs));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(c, out_t, (uint64_t)m, (uint64_t)n, os));
+}
+
+// The bucket of a row count: itself up to 2 (the GEMV's counts; a GEMM there is rare), else
+// the next power of two.
+int64_t row_bucket(int64_t n) {
+  return n <= 2 ? n : (int64_t)std::bit_ceil((uint64_t)n);
+}
+}  // namespace
+
+bool Gemm::heuristic(const Plan& p, cublasLtMatmulAlgo_t* algo) const {
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes_, sizeof workspace_bytes_));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  *algo = result.algo;
+  return true;
+}
+
 // Column-major view: C[m, n] = W^T... cuBLASLt is column-major, so the row-major product
 // out[n, m] = x[n, k] * w[m, k]^T is computed as C(m x n) = op(A) * B with A = w seen as a
 // column-major [k, m] matrix transposed, B = x seen as column-major [k, n], C = out seen as
@@ -59,24 +99,38 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   const auto [n, m, k, xs, os, in_i, out_i] = key;
   const cudaDataType_t in_t = cuda_type((DType)in_i), out_t = cuda_type((DType)out_i);
   Plan p;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, (uint64_t)k, (uint64_t)m, k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, (uint64_t)k, (uint64_t)n, xs));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, (uint64_t)m, (uint64_t)n, os));
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &workspace_bytes_, sizeof workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
-                                              &found));
-  cublasLtMatmulPreferenceDestroy(pref);
-  CHECK_MSG(found > 0, "cuBLASLt found no algorithm for a GEMM shape");
-  p.algo = result.algo;
+  create_plan(n, m, k, xs, os, in_t, out_t, &p.desc, &p.a, &p.b, &p.c);
+  bool have = false;
+  const int64_t nb = row_bucket(n);
+  if (buckets_ && nb != n) {
+    // The bucket's algorithm, asked for once with the bucket's row count; used here if it
+    // supports this row count within the workspace (cublasLtMatmulAlgoCheck).
+    const Key bkey{nb, m, k, xs, os, in_i, out_i};
+    auto b = bucket_algos_.find(bkey);
+    if (b == bucket_algos_.end()) {
+      Plan bp;
+      create_plan(nb, m, k, xs, os, in_t, out_t, &bp.desc, &bp.a, &bp.b, &bp.c);
+      cublasLtMatmulAlgo_t algo{};
+      if (heuristic(bp, &algo)) b = bucket_algos_.emplace(bkey, algo).first;
+      cublasLtMatrixLayoutDestroy(bp.a);
+      cublasLtMatrixLayoutDestroy(bp.b);
+      cublasLtMatrixLayoutDestroy(bp.c);
+      cublasLtMatmulDescDestroy(bp.desc);
+    }
+    if (b != bucket_algos_.end()) {
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &b->second, &check) ==
+              CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= workspace_bytes_) {
+        p.algo = b->second;
+        have = true;
+      }
+    }
+  }
+  if (!have) {
+    CHECK_MSG(heuristic(p, &p.algo), "cuBLASLt found no algorithm for a GEMM shape");
+    if (buckets_ && nb == n) bucket_algos_.emplace(key, p.algo);  // n is its bucket's count
+  }
   return plans_.emplace(key, p).first->second;
 }
 
