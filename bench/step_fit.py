@@ -34,6 +34,8 @@ base's price and says so.
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --out FIT.json [--rows 2,9,64]
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile PROFILE.json --residuals
         (no fit: the profile's price of each sync group against the traces, by step shape)
+    python3 bench/step_fit.py TRACE.csv[.gz]... --profile PROFILE.json --first-sights
+        (no fit: steps with chunks over the profile's price, first sight of their row count or not)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
 total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
@@ -43,6 +45,7 @@ import argparse
 import csv
 import gzip
 import json
+import os
 import sys
 
 NEED = ["seconds", "sequences", "decode_rows", "prompt_rows", "chunks", "context_tokens",
@@ -231,6 +234,37 @@ def residuals(args, profile, base):
           f"({(p_all - m_all) / m_all * 100:+.1f}%)")
 
 
+def first_sights(args, profile, base):
+    """Steps with chunks timed on their own (the step before sampled, so the engine's clock
+    holds just this step) over the profile's price, by whether the step's query-token count
+    occurred before in the trace: a new count meant new GEMM shapes for the engine (cuBLASLt's
+    heuristic, a kernel's lazy load; docs/PERF.md 4.5j)."""
+    chunk = sorted((int(r), float(p)) for r, p in profile.get("chunk_context_seconds_per_token", []))
+    rows = [r for r, _ in chunk] or [1 << 30]
+    theta = [1.0, 1.0, 1.0, float(profile.get("chunk_row_context_seconds", 0.0))] + [p for _, p in chunk]
+    if not chunk:
+        theta.append(0.0)
+    b = float(profile.get("sequence_seconds", 0.0))
+    r = float(profile.get("sample_seconds_per_row", 0.0))
+    print("| trace | first sights | mean extra ms | repeats | mean extra ms |")
+    print("|---|---:|---:|---:|---:|")
+    for t in args.traces:
+        trace = load_trace(t)
+        seen, first, again = set(), [], []
+        for i, row in enumerate(trace):
+            if not row["chunk_list"] or row["sampled_rows"] == 0 or i == 0 or trace[i - 1]["sampled_rows"] == 0:
+                if row["chunk_list"]:
+                    seen.add(int(row["decode_rows"] + row["prompt_rows"]))
+                continue
+            x = int(row["decode_rows"] + row["prompt_rows"])
+            model = sum(a * c for a, c in zip(features(row, base, rows), theta))
+            model += b * max(0.0, row["sequences"] - 1) + r * max(0.0, row["sampled_rows"] - 1)
+            (again if x in seen else first).append(row["seconds"] - model)
+            seen.add(x)
+        mean = lambda v: f"{sum(v) / len(v) * 1e3:+.2f}" if v else "-"  # noqa: E731
+        print(f"| {os.path.basename(t)} | {len(first)} | {mean(first)} | {len(again)} | {mean(again)} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("traces", nargs="+")
@@ -250,6 +284,9 @@ def main():
                     help="fit nothing: the profile's own price of every sync group against the traces, "
                          "by the shape of the group's chunk step")
     ap.add_argument("--min-groups", type=int, default=15, help="--residuals: least groups a line")
+    ap.add_argument("--first-sights", action="store_true",
+                    help="fit nothing: the steps with chunks over the profile's price, split by whether "
+                         "their query-token count (the GEMMs' row count) occurred before in the trace")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
     with open(args.profile) as f:
@@ -257,6 +294,8 @@ def main():
     base = Base(profile)
     if args.residuals:
         return residuals(args, profile, base)
+    if args.first_sights:
+        return first_sights(args, profile, base)
     groups = []
     for t in args.traces:
         groups += sync_groups(load_trace(t), base, rows, args.warmup_groups)

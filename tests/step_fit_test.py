@@ -10,7 +10,8 @@ kD = 1.11, ka = 2/3, the three prices and q (rows x context).
   next one that samples (what a host clock sees of an unsynchronized step). The fit is over
   sync groups, so it must not move.
 - A trace without the sampled_rows / chunk_context_tokens columns: a clear error.
-- --residuals: the profile's own price by step shape, +0.0% everywhere against its own traces.
+- --residuals: the profile's own price by step shape, +0.0% everywhere against its own traces;
+  --first-sights the same for steps of a new row count and repeats.
 Prints 'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
@@ -170,6 +171,14 @@ def main():
     total = [ln for ln in res.stdout.splitlines() if ln.startswith("all ")]
     check(res.returncode == 0 and total and "(-" in total[0],
           f"--residuals with a cheaper base: the model under the traces ({total})")
+
+    # --first-sights: a simulation has no first-sight cost, so both columns are +0.00 ms.
+    fs = subprocess.run([sys.executable, FIT] + traces + ["--profile", true_path, "--first-sights"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rows = [ln.split("|")[1:-1] for ln in fs.stdout.splitlines() if ln.startswith("| ") and ".csv" in ln]
+    check(fs.returncode == 0 and len(rows) == 2 and all(
+        int(r[1]) > 0 and int(r[3]) > 0 and abs(float(r[2])) < 0.005 and abs(float(r[4])) < 0.005 for r in rows),
+          f"--first-sights on the profile's own traces: no extra either way ({rows})")
 
     old = os.path.join(tmp, "old.csv")
     with open(traces[0], newline="") as f, open(old, "w", newline="") as g:
