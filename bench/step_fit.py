@@ -205,14 +205,19 @@ def fit(groups, n_params, fixed):
             fixed[i] = 0.0
 
 
+def profile_terms(profile):
+    """The profile's own terms as (row buckets, theta) for features(): every scale 1, q and the
+    chunk prices as given (no chunk price: every chunk's context at a(n))."""
+    chunk = sorted((int(r), float(p)) for r, p in profile.get("chunk_context_seconds_per_token", []))
+    rows = [r for r, _ in chunk] or [1 << 30]
+    theta = [1.0, 1.0, 1.0, float(profile.get("chunk_row_context_seconds", 0.0))]
+    return rows, theta + ([p for _, p in chunk] or [0.0])
+
+
 def residuals(args, profile, base):
     """The profile as it is (CostModel::step_seconds) against the traces' sync groups, summed by
     the shape of each group's step with chunks: where the model under- or overprices."""
-    chunk = sorted((int(r), float(p)) for r, p in profile.get("chunk_context_seconds_per_token", []))
-    rows = [r for r, _ in chunk] or [1 << 30]  # no chunk price: every chunk's context at a(n)
-    theta = [1.0, 1.0, 1.0, float(profile.get("chunk_row_context_seconds", 0.0))] + [p for _, p in chunk]
-    if not chunk:
-        theta.append(0.0)
+    rows, theta = profile_terms(profile)
     by = {}
     for t in args.traces:
         for f, secs, shape in sync_groups(load_trace(t), base, rows, args.warmup_groups, with_shape=True):
@@ -239,11 +244,7 @@ def first_sights(args, profile, base):
     holds just this step) over the profile's price, by whether the step's query-token count
     occurred before in the trace: a new count meant new GEMM shapes for the engine (cuBLASLt's
     heuristic, a kernel's lazy load; docs/PERF.md 4.5j)."""
-    chunk = sorted((int(r), float(p)) for r, p in profile.get("chunk_context_seconds_per_token", []))
-    rows = [r for r, _ in chunk] or [1 << 30]
-    theta = [1.0, 1.0, 1.0, float(profile.get("chunk_row_context_seconds", 0.0))] + [p for _, p in chunk]
-    if not chunk:
-        theta.append(0.0)
+    rows, theta = profile_terms(profile)
     b = float(profile.get("sequence_seconds", 0.0))
     r = float(profile.get("sample_seconds_per_row", 0.0))
     print("| trace | first sights | mean extra ms | repeats | mean extra ms |")
