@@ -62,6 +62,17 @@ SimConfig h200_config(const std::string& policy, int64_t kv_tokens) {
   return c;
 }
 
+// Three 40-token prompts arriving at t = 0 that decode `first`, 2 x `first` and 4 x `first`
+// tokens without a tool call.
+std::vector<TraceRequest> three_decoders(int32_t first) {
+  std::vector<TraceRequest> trace;
+  for (int32_t i = 0; i < 3; ++i) {
+    trace.push_back(one_request(40, {Segment{first << i, "", 0.0, 0}}));
+    trace.back().id = (uint64_t)i;
+  }
+  return trace;
+}
+
 std::vector<TraceRequest> mixed(double rate, double duration, uint64_t seed) {
   WorkloadSpec spec;
   spec.name = "mixed";
@@ -333,11 +344,7 @@ TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
 // whose next step is its second: exactly 3 x (new + second) more forward time, the schedule
 // unchanged (nothing depends on the clock without tools or later arrivals).
 TEST(Simulator, GraphMissDiagnosticChargesNewBatchesAndTheirSecondSteps) {
-  std::vector<TraceRequest> trace;
-  for (int32_t i = 0; i < 3; ++i) {
-    trace.push_back(one_request(40, {Segment{6 << i, "", 0.0, 0}}));
-    trace.back().id = (uint64_t)i;
-  }
+  const std::vector<TraceRequest> trace = three_decoders(6);
   SimConfig c = small_config("minwaste");
   auto plain = simulate(c, trace);
   ASSERT_TRUE(plain.ok()) << plain.error().message;
@@ -355,11 +362,7 @@ TEST(Simulator, GraphMissDiagnosticChargesNewBatchesAndTheirSecondSteps) {
 // steps stays within a few sigma / sqrt(steps) of the plain run's (the schedule itself does
 // not depend on the clock here: no tools, no later arrivals).
 TEST(Simulator, StepJitterIsSeededAndKeepsTheMeanStepTime) {
-  std::vector<TraceRequest> trace;
-  for (int32_t i = 0; i < 3; ++i) {
-    trace.push_back(one_request(40, {Segment{32 << i, "", 0.0, 0}}));
-    trace.back().id = (uint64_t)i;
-  }
+  const std::vector<TraceRequest> trace = three_decoders(32);
   SimConfig c = small_config("minwaste");
   auto plain = simulate(c, trace);
   ASSERT_TRUE(plain.ok()) << plain.error().message;
