@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_prefill.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "core/half.h"
 
@@ -110,12 +111,32 @@ TEST(CudaOps, MatmulWithBiasAndF32Output) {
   }
 }
 
-// cuBLASLt's algorithm is chosen once per bucket of row counts (the next power of two) and
-// reused for the bucket's other counts where cublasLtMatmulAlgoCheck accepts it: row counts
-// on both sides of every power of two from 3 to 513, with a strided input and both output
+// The buckets of row counts whose cuBLASLt algorithm is shared (INFERCEPT_GEMM_BUCKETS=1):
+// each count up to 16 alone, then eight per doubling, never more than 1/8 extra rows. Host code.
+TEST(CudaOps, GemmRowBucketsEightPerDoubling) {
+  for (int64_t n = 1; n <= 16; ++n) EXPECT_EQ(cuda::gemm_row_bucket(n), n);
+  EXPECT_EQ(cuda::gemm_row_bucket(17), 18);
+  EXPECT_EQ(cuda::gemm_row_bucket(33), 36);
+  EXPECT_EQ(cuda::gemm_row_bucket(257), 288);
+  EXPECT_EQ(cuda::gemm_row_bucket(304), 320);
+  EXPECT_EQ(cuda::gemm_row_bucket(512), 512);
+  EXPECT_EQ(cuda::gemm_row_bucket(513), 576);
+  for (int64_t n = 1; n <= 5000; ++n) {
+    const int64_t b = cuda::gemm_row_bucket(n);
+    ASSERT_GE(b, n);
+    ASSERT_LE(8 * (b - n), n) << n;               // at most n / 8 extra rows
+    ASSERT_EQ(cuda::gemm_row_bucket(b), b) << n;  // a bucket's count is its own bucket
+  }
+}
+
+// With INFERCEPT_GEMM_BUCKETS=1 cuBLASLt's algorithm is chosen once per bucket of row counts
+// and reused for the bucket's other counts where cublasLtMatmulAlgoCheck accepts it: row
+// counts on both sides of bucket edges from 3 to 513, with a strided input and both output
 // types, against the CPU backend.
 TEST(CudaOps, MatmulRowCountsThatShareABucketsAlgorithm) {
+  setenv("INFERCEPT_GEMM_BUCKETS", "1", 1);  // read when the backend's Gemm is made
   Pair p = backends();
+  unsetenv("INFERCEPT_GEMM_BUCKETS");
   ASSERT_TRUE(p.gpu);
   const int m = 640, k = 576;
   auto w = randn((size_t)(m * k), 0.05f);

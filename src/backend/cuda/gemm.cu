@@ -36,8 +36,10 @@ cudaDataType_t cuda_type(DType t) {
 }  // namespace
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
-  if (const char* b = std::getenv("INFERCEPT_GEMM_BUCKETS"); b != nullptr && std::string(b) == "0")
-    buckets_ = false;
+  // Off by default until measured (docs/PERF.md 4.5j): buckets of a power of two removed the
+  // first sights' cost but made some row counts slower for good (304 rows +37%).
+  if (const char* b = std::getenv("INFERCEPT_GEMM_BUCKETS"); b != nullptr && std::string(b) == "1")
+    buckets_ = true;
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -67,12 +69,18 @@ void create_plan(const int64_t n, const int64_t m, const int64_t k, const int64_
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(c, out_t, (uint64_t)m, (uint64_t)n, os));
 }
 
-// The bucket of a row count: itself up to 2 (the GEMV's counts; a GEMM there is rare), else
-// the next power of two.
-int64_t row_bucket(int64_t n) {
-  return n <= 2 ? n : (int64_t)std::bit_ceil((uint64_t)n);
-}
 }  // namespace
+
+int64_t gemm_row_bucket(int64_t n) {
+  // Up to 16 rows each count is its own bucket; above, eight buckets per doubling: n rounded
+  // up to a multiple of 2^(bit_width(n - 1) - 4), i.e. at most 1/8 more rows than asked (257-512
+  // in steps of 32, 129-256 of 16, ...). Power-of-two buckets (one per doubling) were measured
+  // on the H200: the algorithm cuBLASLt picks for 512 rows ran 304 rows in 14.1 ms against
+  // 10.2 with the one picked for 304.
+  if (n <= 16) return n;
+  const int64_t step = (int64_t)1 << (std::bit_width((uint64_t)(n - 1)) - 4);
+  return (n + step - 1) / step * step;
+}
 
 bool Gemm::heuristic(const Plan& p, cublasLtMatmulAlgo_t* algo) const {
   cublasLtMatmulPreference_t pref;
@@ -101,7 +109,7 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   Plan p;
   create_plan(n, m, k, xs, os, in_t, out_t, &p.desc, &p.a, &p.b, &p.c);
   bool have = false;
-  const int64_t nb = row_bucket(n);
+  const int64_t nb = gemm_row_bucket(n);
   if (buckets_ && nb != n) {
     // The bucket's algorithm, asked for once with the bucket's row count; used here if it
     // supports this row count within the workspace (cublasLtMatmulAlgoCheck).
