@@ -140,22 +140,59 @@ def shape_class(row):
             "0" if cc == 0 else "1-2047" if cc < 2048 else "2048+")
 
 
-def sync_groups(trace, base, rows, warmup_groups=0, with_shape=False):
+# The token counts the engine's start-up profile runs before any request (CostModel samples):
+# their first sight is paid before the trace starts (SimConfig::seen_token_counts).
+SEEN_AT_START = (1, 16, 64, 128, 256, 512)
+
+
+def artifact_seconds(trace, first_sight_s=0.0, new_batch_s=0.0, second_batch_s=0.0):
+    """Per row, what the simulator's engine-artifact terms charge it (Simulator: first_sight_seconds,
+    new_batch_seconds, second_batch_seconds; the same rules): a step with chunks whose query-token
+    count the process has not run before pays first_sight_s; a decode-only step whose sequence
+    count differs from the last decode-only step's pays new_batch_s, the next one second_batch_s."""
+    out, seen = [], set(SEEN_AT_START)
+    last, since = None, 0
+    for row in trace:
+        extra = 0.0
+        if row["decode_rows"] + row["prompt_rows"] > 0:
+            if row["chunk_list"]:
+                x = int(row["decode_rows"] + row["prompt_rows"])
+                if x not in seen:
+                    seen.add(x)
+                    extra += first_sight_s
+            else:
+                if row["sequences"] != last:
+                    extra += new_batch_s
+                    since = 0
+                else:
+                    since += 1
+                    if since == 1:
+                        extra += second_batch_s
+                last = row["sequences"]
+        out.append(extra)
+    return out
+
+
+def sync_groups(trace, base, rows, warmup_groups=0, with_shape=False, artifacts=None, extra=None):
     """(summed features, summed seconds) per group of steps closed by a sampling step; the
     base's per-sequence and per-sampled-row terms, which are not fitted, are taken off the
     seconds. The first `warmup_groups` groups are left out: a probe is a process of its own,
     and its first steps pay one-time costs (cuBLASLt's first call per shape, graph capture:
     a 512-row first chunk took 77-109 ms against 12-14 for the next ones), which a paper run's
-    thousands of steps dilute but a probe's few dozen chunk steps do not."""
+    thousands of steps dilute but a probe's few dozen chunk steps do not. `artifacts` (per row,
+    artifact_seconds()) are taken off the seconds too: the terms priced apart. `extra` (per row,
+    a list of more features) is appended to each row's features: the terms fitted with them."""
     groups, acc, secs, shape = [], None, 0.0, None
     b = float(base.p.get("sequence_seconds", 0.0))
     r = float(base.p.get("sample_seconds_per_row", 0.0))
-    for row in trace:
+    for i, row in enumerate(trace):
         if row["decode_rows"] + row["prompt_rows"] == 0:
             continue  # copies only, or KV dropped: no forward pass
-        f = features(row, base, rows)
+        f = features(row, base, rows) + (extra[i] if extra is not None else [])
         acc = f if acc is None else [x + y for x, y in zip(acc, f)]
         secs += row["seconds"] - b * max(0.0, row["sequences"] - 1) - r * max(0.0, row["sampled_rows"] - 1)
+        if artifacts is not None:
+            secs -= artifacts[i]
         if shape is None and row["chunk_list"]:
             shape = shape_class(row)  # a group is named by its first step with chunks
         if row["sampled_rows"] > 0:
@@ -220,7 +257,9 @@ def residuals(args, profile, base):
     rows, theta = profile_terms(profile)
     by = {}
     for t in args.traces:
-        for f, secs, shape in sync_groups(load_trace(t), base, rows, args.warmup_groups, with_shape=True):
+        trace = load_trace(t)
+        for f, secs, shape in sync_groups(trace, base, rows, args.warmup_groups, with_shape=True,
+                                          artifacts=artifact_seconds(trace, *args.artifact_terms)):
             e = by.setdefault(shape, [0, 0.0, 0.0])
             e[0] += 1
             e[1] += secs
@@ -281,6 +320,16 @@ def main():
                     help="sync groups at the start of each trace left out (the process's one-time costs)")
     ap.add_argument("--min-context", type=float, default=3e4,
                     help="chunk context tokens a bucket needs in the traces to be fitted (else the base's)")
+    ap.add_argument("--first-sight-ms", type=float, default=0.0,
+                    help="a chunk step's first sight of its row count, priced apart (simulate --first-sight-ms): "
+                         "taken off the traces before the fit / residuals")
+    ap.add_argument("--graph-miss-ms", default="0,0",
+                    help="NEW,SECOND: decode-only steps after a batch change, priced apart (simulate "
+                         "--graph-miss-ms): taken off the traces before the fit / residuals")
+    ap.add_argument("--fit-artifacts", action="store_true",
+                    help="fit the engine artifacts' prices too (first sight of a chunk step's row count, "
+                         "the two decode-only steps after a batch change), written as first_sight_seconds "
+                         "and graph_miss_seconds")
     ap.add_argument("--residuals", action="store_true",
                     help="fit nothing: the profile's own price of every sync group against the traces, "
                          "by the shape of the group's chunk step")
@@ -290,6 +339,11 @@ def main():
                          "their query-token count (the GEMMs' row count) occurred before in the trace")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
+    try:
+        new_ms, second_ms = (float(v) for v in args.graph_miss_ms.split(","))
+    except ValueError:
+        sys.exit(f"--graph-miss-ms wants NEW,SECOND in ms, got '{args.graph_miss_ms}'")
+    args.artifact_terms = (args.first_sight_ms * 1e-3, new_ms * 1e-3, second_ms * 1e-3)
     with open(args.profile) as f:
         profile = json.load(f)
     base = Base(profile)
@@ -299,10 +353,18 @@ def main():
         return first_sights(args, profile, base)
     groups = []
     for t in args.traces:
-        groups += sync_groups(load_trace(t), base, rows, args.warmup_groups)
-    if len(groups) < 4 + len(rows):
+        trace = load_trace(t)
+        extra = None
+        if args.fit_artifacts:  # one indicator column per artifact
+            cols = [artifact_seconds(trace, 1.0, 0.0, 0.0), artifact_seconds(trace, 0.0, 1.0, 0.0),
+                    artifact_seconds(trace, 0.0, 0.0, 1.0)]
+            extra = [list(v) for v in zip(*cols)]
+        groups += sync_groups(trace, base, rows, args.warmup_groups,
+                              artifacts=None if args.fit_artifacts else artifact_seconds(trace, *args.artifact_terms),
+                              extra=extra)
+    n = 4 + len(rows) + (3 if args.fit_artifacts else 0)
+    if len(groups) < n:
         sys.exit(f"only {len(groups)} sync groups in the traces: too few to fit")
-    n = 4 + len(rows)
     totals = [sum(f[i] for f, _ in groups) for i in range(n)]
     base_chunk = {int(r): float(s) for r, s in profile.get("chunk_context_seconds_per_token", [])}
     fixed = {}
@@ -337,6 +399,11 @@ def main():
         how = "held at the base's" if 4 + b in fixed else "fitted"
         print(f"p({r}+ rows) = {theta[4 + b] * 1e6:.3f} us per cached token ({how}; "
               f"{totals[4 + b]:.3g} chunk-context tokens)")
+    if args.fit_artifacts:
+        a0 = 4 + len(rows)
+        print(f"first sight = {theta[a0] * 1e3:.3f} ms ({totals[a0]:.0f} steps); graph miss: new batch "
+              f"{theta[a0 + 1] * 1e3:.3f} ms ({totals[a0 + 1]:.0f} steps), second step "
+              f"{theta[a0 + 2] * 1e3:.3f} ms ({totals[a0 + 2]:.0f} steps)")
     print(f"q = {theta[3] * 1e9:.3f} ns per chunk row and cached token "
           f"({'held at 0' if 3 in fixed else 'fitted'}; {totals[3]:.3g} row-tokens)")
     if args.out:
@@ -349,6 +416,10 @@ def main():
         out["context_seconds_per_token"] = [[n_, s * theta[2]] for n_, s in base.ctx]
         out["chunk_context_seconds_per_token"] = [[r, theta[4 + b]] for b, r in enumerate(rows)]
         out["chunk_row_context_seconds"] = theta[3]
+        if args.fit_artifacts:
+            a0 = 4 + len(rows)
+            out["first_sight_seconds"] = theta[a0]
+            out["graph_miss_seconds"] = [theta[a0 + 1], theta[a0 + 2]]
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.out}")

@@ -40,11 +40,11 @@ TRUE = {
 }
 
 
-def simulate(binary, profile, policy, out):
+def simulate(binary, profile, policy, out, extra=()):
     cmd = [binary, "simulate", "--profile", profile, "--workload", "mixed", "--policy", policy,
            "--rate", "3", "--duration", "20", "--drain", "10", "--seed", "5", "--time-scale", "0.1",
            "--kv-cache-tokens", "12288", "--swap-space-gb", "4", "--max-batch-tokens", "512",
-           "--quiet", "--step-trace", out]
+           "--quiet", "--step-trace", out] + list(extra)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -171,6 +171,26 @@ def main():
     total = [ln for ln in res.stdout.splitlines() if ln.startswith("all ")]
     check(res.returncode == 0 and total and "(-" in total[0],
           f"--residuals with a cheaper base: the model under the traces ({total})")
+
+    # The engine artifacts priced apart (simulate --first-sight-ms, --graph-miss-ms): traces
+    # simulated with them, fitted with the same flags, give the terms back (the simulator's
+    # rules and step_fit.artifact_seconds agree); fitted without, kT absorbs them.
+    art = ["--first-sight-ms", "3", "--graph-miss-ms", "0.5,1.5"]
+    art_traces = [os.path.join(tmp, p + "-art.csv") for p in ("discard", "minwaste")]
+    for pol, t in zip(("discard", "minwaste"), art_traces):
+        simulate(args.binary, true_path, pol, t, art)
+    ap_ = subprocess.run([sys.executable, FIT] + art_traces + ["--profile", base_path, "--out",
+                                                               os.path.join(tmp, "fit-art.json")] + art,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fa = json.load(open(os.path.join(tmp, "fit-art.json"))) if ap_.returncode == 0 else None
+    check(fa is not None and abs(fa.get("chunk_step_scale", 1.0) - 1.25) < 0.0125
+          and abs(fa["decode_seconds"][0][1] / base["decode_seconds"][0][1] - 1 / 0.9) < 0.011,
+          "artifacts priced apart in simulation and fit: kT and kD found as without them"
+          + ("" if fa else ": " + ap_.stdout[-500:]))
+    _, fn = run_fit(art_traces, base_path, os.path.join(tmp, "fit-art-ignored.json"))
+    check(fn is not None and fn.get("chunk_step_scale", 1.0) > 1.26,
+          f"fitted without the artifact flags, kT absorbs the first sights "
+          f"({fn.get('chunk_step_scale') if fn else None})")
 
     # --first-sights: a simulation has no first-sight cost, so both columns are +0.00 ms.
     fs = subprocess.run([sys.executable, FIT] + traces + ["--profile", true_path, "--first-sights"],

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "engine/simulator.h"
 #include "test_util.h"
@@ -96,10 +97,16 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
   // Session 9's engine: a decode-only step of one sequence 4.42 ms (D(1), bench-forward),
   // T_fwd(1) 4.69 ms (its start-up profile, what its scheduler decides with), a step with a
-  // chunk 1.182 x T_fwd (the probes' kT).
+  // chunk 1.1826 x T_fwd (the probes' kT), and the engine's artifacts fitted with it: a chunk
+  // step's first sight of its row count 5.8 ms, the decode steps after a batch change 1.35
+  // and 2.23 ms (session 10). The 8B's has none (not probed).
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 4.419e-3, 1e-5);
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 4.691e-3, 1e-5);
-  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.182);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.1826);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->first_sight_seconds, 5.839e-3, 1e-9);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->new_batch_seconds, 1.351e-3, 1e-9);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-13b")->second_batch_seconds, 1.403e-3, 1e-9);
+  EXPECT_EQ(load_sim_profile("h200-llama3-8b")->first_sight_seconds, 0.0);
   EXPECT_GT(load_sim_profile("h200-llama2-13b")->cost.chunk_row_context_seconds, 0.0);
   EXPECT_FALSE(load_sim_profile("no-such-profile").ok());
   // Tensor parallelism divides T_fwd by N * e and multiplies the copy bandwidth by N.
@@ -108,6 +115,44 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_NEAR(default_tp_efficiency(4), 0.81, 1e-12);
   EXPECT_NEAR(four.t_fwd(512), one.t_fwd(512) / (4 * 0.81), 1e-12);
   EXPECT_DOUBLE_EQ(four.swap_bytes_per_second, 4 * 55e9);
+}
+
+// A cost-model file's optional artifact keys (bench/step_fit.py --fit-artifacts writes them);
+// without them, none.
+TEST(SimulatorProfiles, FileCarriesTheEngineArtifacts) {
+  const std::string dir = ::testing::TempDir();
+  const std::string with = dir + "/with-artifacts.json", without = dir + "/without.json";
+  const std::string samples = R"("version": 1, "kv_bytes_per_token": 524288.0,
+      "swap_bytes_per_second": 55e9, "t_fwd_samples": [[1, 0.005], [512, 0.012]])";
+  std::ofstream(with) << "{" << samples
+                      << R"(, "first_sight_seconds": 0.004, "graph_miss_seconds": [0.001, 0.002]})";
+  std::ofstream(without) << "{" << samples << "}";
+  auto a = load_sim_profile(with);
+  auto b = load_sim_profile(without);
+  ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.error().message : a.error().message);
+  EXPECT_DOUBLE_EQ(a->first_sight_seconds, 0.004);
+  EXPECT_DOUBLE_EQ(a->new_batch_seconds, 0.001);
+  EXPECT_DOUBLE_EQ(a->second_batch_seconds, 0.002);
+  EXPECT_EQ(b->first_sight_seconds + b->new_batch_seconds + b->second_batch_seconds, 0.0);
+}
+
+// The first-sight artifact (SimConfig::first_sight_seconds): a 1,200-token prompt runs in
+// chunks of 512, 512 and 176 rows: 512 is among the counts the start-up profile ran, 176 is
+// not, so exactly one first sight is paid; a second request of the same length pays none.
+TEST(Simulator, FirstSightOfAChunkRowCountIsPaidOnce) {
+  SimConfig c = small_config("minwaste");
+  c.max_tokens_per_step = 512;
+  TraceRequest a = one_request(1200, {{2, "", 0.0, 0}});
+  TraceRequest b = a;
+  b.id = 1;
+  b.arrival_s = 10.0;  // after the first is done: its chunks alone in their steps
+  auto plain = simulate(c, {a, b});
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  c.first_sight_seconds = 0.005;
+  auto charged = simulate(c, {a, b});
+  ASSERT_TRUE(charged.ok()) << charged.error().message;
+  EXPECT_EQ(charged->stats.steps, plain->stats.steps);
+  EXPECT_NEAR(charged->stats.forward_seconds - plain->stats.forward_seconds, 0.005, 1e-9);
 }
 
 TEST(SimulatorProfiles, CpuProfileFileCopiesSynchronously) {

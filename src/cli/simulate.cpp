@@ -46,6 +46,7 @@ int run_simulate(int argc, char** argv) {
                                   "sample-cost-us",
                                   "graph-miss-ms",
                                   "step-jitter",
+                                  "first-sight-ms",
                                   "jitter-seed",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
@@ -82,7 +83,11 @@ int run_simulate(int argc, char** argv) {
   if (copy_mode != "overlap" && copy_mode != "stall")
     return fail(Error{"--copy-mode must be overlap or stall, got '" + copy_mode + "'"});
   cfg.copies_overlap = copy_mode == "overlap";
-  // --graph-miss-ms NEW,SECOND: a diagnostic (SimConfig::new_batch_seconds), off by default.
+  // The engine's artifacts: the profile's (SimProfile), or the flags' (0 turns them off).
+  cfg.first_sight_seconds = profile->first_sight_seconds;
+  cfg.new_batch_seconds = profile->new_batch_seconds;
+  cfg.second_batch_seconds = profile->second_batch_seconds;
+  // --graph-miss-ms NEW,SECOND (SimConfig::new_batch_seconds).
   if (a.has("graph-miss-ms")) {
     const std::string v = a.get("graph-miss-ms", "");
     const size_t comma = v.find(',');
@@ -97,6 +102,15 @@ int run_simulate(int argc, char** argv) {
                         v + "'"});
     cfg.new_batch_seconds = first * 1e-3;
     cfg.second_batch_seconds = second * 1e-3;
+  }
+
+  // --first-sight-ms MS (SimConfig::first_sight_seconds).
+  if (a.has("first-sight-ms")) {
+    auto first_sight = a.get_double("first-sight-ms", 0.0);
+    if (!first_sight.ok()) return fail(first_sight.error());
+    if (!(*first_sight >= 0.0 && *first_sight <= 1000.0))
+      return fail(Error{"--first-sight-ms must be in [0, 1000]"});
+    cfg.first_sight_seconds = *first_sight * 1e-3;
   }
 
   // --step-jitter SIGMA, --jitter-seed N: lognormal step-time noise (SimConfig::step_jitter).

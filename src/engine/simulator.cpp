@@ -13,6 +13,7 @@
 #include <queue>
 #include <random>
 #include <sstream>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -36,12 +37,14 @@ namespace {
 //     (bench/step_context_cost.sh, docs/bench/step-context2/), one straight line in n x context
 //     per n (`bench/fit_step_cost.py --per-batch`; every step within 0.8%): the decode-only
 //     step the engine replays from a CUDA graph, and its price per context token;
-//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run (what the engine's
-//     scheduler decides with, so the simulated one decides alike); x >= 1,024: bench-forward
-//     of PERF.md 4.4 (prefill-bound); a step with a chunk lasts kT x T_fwd, kT as
-//     `bench/step_fit.py --hold-decode` fits it to the probes' chunk steps (1.182 for the 7B,
-//     1.066 for the 13B);
-//   - p(rows), q: the same fit (docs/bench/step-probe5, docs/bench/step-probe-13b-3).
+//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run of session 9
+//     (docs/bench/step-probe5, step-probe-13b-3); x >= 1,024: bench-forward of PERF.md 4.4
+//     (prefill-bound); a step with a chunk lasts kT x T_fwd;
+//   - kT, p(rows), q and the engine's artifacts (a chunk step's first sight of its row count,
+//     the two decode-only steps after a batch change; SimProfile) fitted together to the step
+//     probes of 895d03c's engine, the validation runs' (`bench/step_fit.py --hold-decode
+//     --rows 2,9 --fit-artifacts`; docs/bench/step-probe7, step-probe-13b-5): 7B kT 1.1826,
+//     first sight 5.8 ms, graph miss 1.35 / 2.23 ms; 13B kT 1.0915, 5.3 ms, 0.94 / 1.40 ms.
 // llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
 // time (not re-measured since).
 struct Shape {
@@ -55,6 +58,9 @@ struct Shape {
   std::vector<std::pair<int64_t, double>> context_us;  // a(n), us per context token
   std::vector<std::pair<int64_t, double>> chunk_us;    // p(rows), us per context token
   double chunk_row_ns;                                 // q, ns per chunk row x context token
+  // The engine's artifacts (SimProfile): first sight of a chunk step's row count, the two
+  // decode-only steps after a change of the sequence count; ms.
+  double first_sight_ms, new_batch_ms, second_batch_ms;
   // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2 (the
   // engine's greedy and top-p rows sample on the device since: 0 where measured so).
   double sample_us_per_row;
@@ -79,37 +85,39 @@ const std::vector<Shape>& shapes() {
   static const std::vector<Shape> v = {
       {"h200-llama2-7b",
        {{1, 4.691376}, {16, 5.829456}, {64, 5.955545}, {128, 6.454692}, {256, 8.119465},
-        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.182,
+        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.1826,
        32, 32, 128, 13.476, 4096,
        per_batch({4.419239, 4.646034, 5.386643, 5.438996, 5.494909, 5.559904, 5.427543, 5.460661,
                   5.568775, 5.640888, 5.819299}),
        per_batch({0.1795, 0.1725, 0.1778, 0.1519, 0.1509, 0.1793, 0.1514, 0.1747, 0.1486, 0.1542,
                   0.1499}),
-       {{2, 0.4113}, {9, 0.2067}}, 0.0, 0.0,
+       {{2, 0.207}, {9, 0.009}}, 0.187, 5.839, 1.351, 2.228, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
-       "bench-forward at four contexts, docs/bench/step-context2; T_fwd and prefill chunks fitted "
-       "to its step probes, docs/bench/step-probe5), copies 55 GB/s each way"},
+       "bench-forward at four contexts, docs/bench/step-context2; kT, prefill chunks and the "
+       "engine's first-sight and graph-miss costs fitted to its step probes, "
+       "docs/bench/step-probe7), copies 55 GB/s each way"},
       // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
       // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
       {"h200-llama3-8b",
        {{1, 6.778494}, {2, 6.640310}, {4, 6.771061}, {8, 7.020817}, {16, 7.110659},
         {32, 7.295225}, {64, 7.126920}, {128, 7.596248}, {256, 9.456842}, {512, 15.378560},
         {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}}, 1.0,
-       32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 71.0,
+       32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 0.0, 0.0, 0.0, 71.0,
        "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), copies "
        "55 GB/s each way"},
       {"h200-llama2-13b",
        {{1, 8.459634}, {16, 9.153949}, {64, 9.817365}, {128, 10.636260}, {256, 13.788468},
-        {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.066,
+        {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.0915,
        40, 40, 128, 26.031, 4096,
        per_batch({8.494187, 9.162340, 8.798803, 8.862432, 9.042783, 8.731306, 8.817307, 8.942797,
                   9.091473, 9.144026, 9.936902}),
        per_batch({0.3527, 0.2547, 0.2283, 0.2426, 0.2812, 0.2496, 0.2808, 0.2446, 0.2487, 0.2530,
                   0.2413}),
-       {{2, 0.7156}, {9, 0.4475}}, 3.947, 0.0,
+       {{2, 0.568}, {9, 0.100}}, 4.393, 5.259, 0.936, 1.403, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
-       "bench-forward at three contexts, docs/bench/step-context2; T_fwd and prefill chunks "
-       "fitted to its step probes, docs/bench/step-probe-13b-3), copies 55 GB/s each way"},
+       "bench-forward at three contexts, docs/bench/step-context2; kT, prefill chunks and the "
+       "engine's first-sight and graph-miss costs fitted to its step probes, "
+       "docs/bench/step-probe-13b-5), copies 55 GB/s each way"},
   };
   // clang-format on
   return v;
@@ -138,6 +146,9 @@ SimProfile builtin(const Shape& s) {
   for (const auto& [r, us] : s.chunk_us) p.cost.chunk_context_samples.emplace_back(r, us * 1e-6);
   p.cost.chunk_row_context_seconds = s.chunk_row_ns * 1e-9;
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
+  p.first_sight_seconds = s.first_sight_ms * 1e-3;
+  p.new_batch_seconds = s.new_batch_ms * 1e-3;
+  p.second_batch_seconds = s.second_batch_ms * 1e-3;
   p.source = s.source;
   return p;
 }
@@ -218,6 +229,14 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (auto it = j.find("max_context"); it != j.end() && it->is_number_integer())
     p.max_context = std::max<int64_t>(0, it->get<int64_t>());
+  // The engine's artifacts, as bench/step_fit.py --fit-artifacts writes them.
+  if (auto it = j.find("first_sight_seconds"); it != j.end() && it->is_number())
+    p.first_sight_seconds = std::max(0.0, it->get<double>());
+  if (auto it = j.find("graph_miss_seconds"); it != j.end() && it->is_array() && it->size() == 2 &&
+                                              (*it)[0].is_number() && (*it)[1].is_number()) {
+    p.new_batch_seconds = std::max(0.0, (*it)[0].get<double>());
+    p.second_batch_seconds = std::max(0.0, (*it)[1].get<double>());
+  }
   p.source = "cost-model file " + name_or_path;
   return p;
 }
@@ -307,6 +326,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   std::vector<size_t> done;
   StepShape shape;  // reused: its chunk list keeps its capacity across steps
   int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // new_batch_seconds
+  std::unordered_set<int64_t> seen_counts(config.seen_token_counts.begin(),
+                                          config.seen_token_counts.end());  // first_sight_seconds
   std::mt19937_64 jitter_rng(config.jitter_seed);
   std::normal_distribution<double> jitter_normal(0.0, 1.0);
   const double jitter_sigma = config.step_jitter;
@@ -364,6 +385,9 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
       }
       last_decode_sequences = shape.sequences;
     }
+    if (config.first_sight_seconds > 0.0 && !plan.scheduled.empty() && !shape.decode_only() &&
+        seen_counts.insert(shape.query_tokens).second)
+      fwd += config.first_sight_seconds;
     if (jitter_sigma > 0.0 && fwd > 0.0)  // mean 1: E[exp(sN - s^2/2)] = 1
       fwd *= std::exp(jitter_sigma * jitter_normal(jitter_rng) - 0.5 * jitter_sigma * jitter_sigma);
     if (step_trace && plan_did_something(plan)) {

@@ -62,7 +62,13 @@ struct SimProfile {
   double device_memory_gib = 0.0;  // one device
   double weights_gib = 0.0;        // the whole model (bf16)
   int64_t max_context = 0;         // the model's context length; 0 = no limit beyond the cache
-  std::string source;              // where the numbers come from (printed with the results)
+  // The engine's artifacts the simulated steps pay (SimConfig's fields of the same names; 0 =
+  // none): built-ins from their step probes' fit, a JSON file's optional keys
+  // "first_sight_seconds" and "graph_miss_seconds": [new batch, second step].
+  double first_sight_seconds = 0.0;
+  double new_batch_seconds = 0.0;
+  double second_batch_seconds = 0.0;
+  std::string source;  // where the numbers come from (printed with the results)
 
   // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
   // `util` (0.9 like vLLM), after the weights and ~2 GiB per device of activations and
@@ -102,13 +108,19 @@ struct SimConfig {
   double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
   double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
   bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
-  // Diagnostic, 0 by default: what the CUDA engine's graph cache costs a decode-only step whose
-  // sequence count differs from the last decode-only step's (a new launch signature: probed,
-  // then run eagerly) and the one after it (captured and instantiated), as measured in the
-  // H200 runs' step traces (docs/BENCHMARKS.md, session 9). Not a term of the cost model: it
-  // models a defect of the engine, to test whether it explains what the simulation lacks.
+  // The CUDA engine's artifacts (SimProfile carries them: the built-in H200 profiles fit them to
+  // their step probes along with the cost model's terms, docs/BENCHMARKS.md session 10; 0 =
+  // none). Not terms of the cost model, which the scheduler decides with: they model what the
+  // engine pays and its decisions do not see. A decode-only step whose sequence count differs
+  // from the last decode-only step's pays new_batch_seconds (a new launch signature: probed,
+  // then run eagerly), the step after it second_batch_seconds (captured and instantiated).
   double new_batch_seconds = 0.0;
   double second_batch_seconds = 0.0;
+  // A step with chunks whose query-token count (its GEMMs' row count) the engine has not run
+  // before pays first_sight_seconds: cuBLASLt's heuristic and a kernel's lazy load
+  // (docs/PERF.md 4.5j). The engine's start-up profile runs `seen_token_counts` first.
+  double first_sight_seconds = 0.0;
+  std::vector<int64_t> seen_token_counts = {1, 16, 64, 128, 256, 512};
   // Step-time noise, 0 by default: every forward step's time is multiplied by a lognormal
   // factor of mean 1 whose log has this standard deviation, drawn from jitter_seed. The
   // engine's replayed decode steps scatter by ~1-3% around their median (H200 traces,
