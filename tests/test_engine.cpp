@@ -166,6 +166,10 @@ TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically
   EXPECT_EQ(t.sampled_rows, st.decode_tokens);
   EXPECT_TRUE(t.chunk_context_consistent);
   EXPECT_GT(t.chunk_context_tokens, 0) << "recomputed and resumed chunks hold context";
+  EXPECT_TRUE(t.longest_blocks_present);
+  // The CPU backend replays nothing: every forward row says 0, the rest (no forward) -1.
+  EXPECT_EQ(t.replayed_rows, 0);
+  EXPECT_EQ(t.unknown_replay_rows, t.rows - t.forward_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EnginePreemption, ::testing::Values("preserve", "minwaste"));

@@ -378,6 +378,8 @@ TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
   EXPECT_EQ(t.swap_in_blocks * c.block_size, st.swapped_in_tokens);
   EXPECT_EQ(t.swap_out_blocks * c.block_size, st.swapped_out_tokens);
   EXPECT_LE(t.max_free_blocks, c.kv_cache_tokens / c.block_size);
+  EXPECT_TRUE(t.longest_blocks_present);
+  EXPECT_EQ(t.unknown_replay_rows, t.rows) << "the simulator does not say what a graph would do";
   EXPECT_GT(t.decode_rows, 0);
   EXPECT_EQ(t.sampled_rows, st.decode_tokens);
   EXPECT_TRUE(t.chunk_context_consistent);

@@ -34,7 +34,9 @@ StepTraceTotals read_step_trace(const std::string& path) {
   char line[8192];  // a row lists every chunk of its step
   if (std::fgets(line, sizeof line, f) == nullptr ||
       std::string(line).rfind("t,seconds,sequences,decode_rows,prompt_rows,chunks,", 0) != 0 ||
-      std::string(line).find(",sampled_rows,chunk_context_tokens,chunk_list") == std::string::npos) {
+      std::string(line).find(
+          ",sampled_rows,chunk_context_tokens,chunk_list,longest_blocks,replayed") ==
+          std::string::npos) {
     t.error = "no step-trace header in " + path;
     std::fclose(f);
     return t;
@@ -67,12 +69,30 @@ StepTraceTotals read_step_trace(const std::string& path) {
     t.sampled_rows += v[14];
     t.chunk_context_tokens += v[15];
     // A chunk's context is part of the step's, and only chunks have it.
-    t.chunk_context_consistent = t.chunk_context_consistent && v[15] <= v[4] && (v[2] > 0 || v[15] == 0);
+    t.chunk_context_consistent =
+        t.chunk_context_consistent && v[15] <= v[4] && (v[2] > 0 || v[15] == 0);
     // The chunk list adds up to the chunks' context, and its rows to at most the prompt rows
     // (a chunk, more than one row, is always a prompt row's sequence).
-    const char* list = std::strrchr(line, ',') + 1;
+    // Field 19 is the chunk list (no commas inside), then longest_blocks and replayed.
+    const char* list = line;
+    for (int comma = 0; comma < 18 && list != nullptr; ++comma) {
+      list = std::strchr(list, ',');
+      if (list != nullptr) ++list;
+    }
+    const char* after = list != nullptr ? std::strchr(list, ',') : nullptr;
+    long long longest = -1, replayed = -2;
+    if (after == nullptr || std::sscanf(after, ",%lld,%lld", &longest, &replayed) != 2) {
+      t.error = "malformed row in " + path + ": " + line;
+      std::fclose(f);
+      return t;
+    }
+    t.longest_blocks_present =
+        t.longest_blocks_present && longest >= 0 && (v[0] == 0 || longest > 0);
+    if (replayed == 1) t.replayed_rows++;
+    if (replayed == -1) t.unknown_replay_rows++;
+    t.longest_blocks_present = t.longest_blocks_present && replayed >= -1 && replayed <= 1;
     long long list_ctx = 0, list_rows = 0, rows_i = 0, ctx_i = 0;
-    for (const char* q = list; *q != '\0' && *q != '\n';) {
+    for (const char* q = list; q < after && *q != '\0' && *q != '\n';) {
       if (std::sscanf(q, "%lld:%lld", &rows_i, &ctx_i) != 2) break;
       list_rows += rows_i;
       list_ctx += ctx_i;
@@ -80,7 +100,8 @@ StepTraceTotals read_step_trace(const std::string& path) {
       if (semi == nullptr) break;
       q = semi + 1;
     }
-    t.chunk_context_consistent = t.chunk_context_consistent && list_ctx == v[15] && list_rows <= v[2];
+    t.chunk_context_consistent =
+        t.chunk_context_consistent && list_ctx == v[15] && list_rows <= v[2];
   }
   std::fclose(f);
   t.ok = true;

@@ -25,6 +25,9 @@ struct StepTraceTotals {
   int64_t sampled_rows = 0, chunk_context_tokens = 0;
   bool time_ordered = true;
   bool chunk_context_consistent = true;  // every row: chunks' context within the step's
+  // Every forward row names its longest sequence's blocks (> 0), and `replayed` is -1, 0 or 1.
+  bool longest_blocks_present = true;
+  int64_t replayed_rows = 0, unknown_replay_rows = 0;  // rows with replayed 1; with -1
 };
 StepTraceTotals read_step_trace(const std::string& path);
 

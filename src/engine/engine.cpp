@@ -551,6 +551,7 @@ std::vector<RequestOutput> EngineCore::step() {
       !device_greedy && device_sample && n_logit_rows > 0 && backend_->samples_on_device();
   const bool on_device = device_greedy || device_sample;
   const double t0 = now_seconds();
+  const int64_t replayed_before = backend_->replayed_steps();
   model_->forward(step_input_, *kv_, on_device ? nullptr : logits_.data());
   if (on_device) device_tokens_.resize((size_t)n_logit_rows);
   if (device_greedy) {
@@ -577,12 +578,13 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
+  stats_.replayed_steps = backend_->replayed_steps();
   if (step_trace_) {
     trace_row.seconds = step_s;
+    trace_row.replayed = stats_.replayed_steps > replayed_before ? 1 : 0;
     step_trace_->write(trace_row);
   }
   stats_.steps++;
-  stats_.replayed_steps = backend_->replayed_steps();
   // Recompute waste: the share of this step spent on tokens whose KV had existed before,
   // times the KV memory the batch holds meanwhile.
   int64_t recompute_rows = 0;

@@ -1,5 +1,6 @@
 #include "sched/step_trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -20,6 +21,7 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
     r.chunk_list += std::to_string(c.rows) + ':' + std::to_string(c.context);
   }
   for (const ScheduledSeq& ss : plan.scheduled) {
+    r.longest_blocks = std::max<int64_t>(r.longest_blocks, (int64_t)ss.seq->blocks.blocks.size());
     if (ss.is_prompt()) {
       r.prompt_rows += ss.n_tokens;
       r.chunks++;
@@ -50,7 +52,7 @@ Result<std::unique_ptr<StepTraceWriter>> StepTraceWriter::open(const std::string
   std::fputs(
       "t,seconds,sequences,decode_rows,prompt_rows,chunks,context_tokens,free_blocks,running,"
       "paused,waiting,preempted,dropped_tokens,discards,swap_in_blocks,swap_out_blocks,"
-      "sampled_rows,chunk_context_tokens,chunk_list\n",
+      "sampled_rows,chunk_context_tokens,chunk_list,longest_blocks,replayed\n",
       f);
   return std::unique_ptr<StepTraceWriter>(new StepTraceWriter(f));
 }
@@ -60,15 +62,16 @@ StepTraceWriter::~StepTraceWriter() {
 }
 
 void StepTraceWriter::write(const StepTraceRow& r) {
-  std::fprintf(f_,
-               "%.6f,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,"
-               "%lld,%s\n",
-               r.t, r.seconds, (long long)r.sequences, (long long)r.decode_rows,
-               (long long)r.prompt_rows, (long long)r.chunks, (long long)r.context_tokens,
-               (long long)r.free_blocks, (long long)r.running, (long long)r.paused,
-               (long long)r.waiting, (long long)r.preempted, (long long)r.dropped_tokens,
-               (long long)r.discards, (long long)r.swap_in_blocks, (long long)r.swap_out_blocks,
-               (long long)r.sampled_rows, (long long)r.chunk_context_tokens, r.chunk_list.c_str());
+  std::fprintf(
+      f_,
+      "%.6f,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,"
+      "%lld,%s,%lld,%lld\n",
+      r.t, r.seconds, (long long)r.sequences, (long long)r.decode_rows, (long long)r.prompt_rows,
+      (long long)r.chunks, (long long)r.context_tokens, (long long)r.free_blocks,
+      (long long)r.running, (long long)r.paused, (long long)r.waiting, (long long)r.preempted,
+      (long long)r.dropped_tokens, (long long)r.discards, (long long)r.swap_in_blocks,
+      (long long)r.swap_out_blocks, (long long)r.sampled_rows, (long long)r.chunk_context_tokens,
+      r.chunk_list.c_str(), (long long)r.longest_blocks, (long long)r.replayed);
 }
 
 }  // namespace infercept

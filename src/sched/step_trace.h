@@ -36,6 +36,12 @@ struct StepTraceRow {
   // context, written "rows:context;rows:context".
   int64_t chunk_context_tokens = 0;
   std::string chunk_list;
+  // Blocks of the step's longest sequence: the CUDA engine's block-table width follows it
+  // (block_table_width), and the width is part of the launch signature its graphs are kept by.
+  int64_t longest_blocks = 0;
+  // The engine: 1 when the step's forward was replayed or captured from a CUDA graph, 0 when
+  // it ran eagerly; -1 where nobody knows (the simulator, a step with no forward).
+  int64_t replayed = -1;
 };
 
 // A plan that ran, moved or dropped anything: the steps a trace holds (an idle wake-up that
