@@ -63,6 +63,8 @@ def load_trace(path):
         for row in r:
             d = {k: float(row[k]) for k in NEED if k != "chunk_list"}
             d["chunk_list"] = [tuple(int(v) for v in c.split(":")) for c in row["chunk_list"].split(";") if c]
+            # Since session 10 (older traces: 0, and the graph cache is keyed by the count alone).
+            d["longest_blocks"] = int(row.get("longest_blocks") or 0)
             out.append(d)
         return out
 
@@ -145,13 +147,25 @@ def shape_class(row):
 SEEN_AT_START = (1, 16, 64, 128, 256, 512)
 
 
-def artifact_seconds(trace, first_sight_s=0.0, new_batch_s=0.0, second_batch_s=0.0):
+def table_width(blocks):
+    """engine.h's block_table_width without its cap: 16 blocks times a power of two."""
+    w = 16
+    while w < blocks:
+        w *= 2
+    return w
+
+
+def artifact_seconds(trace, first_sight_s=0.0, new_batch_s=0.0, second_batch_s=0.0, graph_cache=0):
     """Per row, what the simulator's engine-artifact terms charge it (Simulator: first_sight_seconds,
-    new_batch_seconds, second_batch_seconds; the same rules): a step with chunks whose query-token
-    count the process has not run before pays first_sight_s; a decode-only step whose sequence
-    count differs from the last decode-only step's pays new_batch_s, the next one second_batch_s."""
+    new_batch_seconds, second_batch_seconds, graph_cache_entries; the same rules): a step with
+    chunks whose query-token count the process has not run before pays first_sight_s; a
+    decode-only step whose sequence count differs from the last decode-only step's pays
+    new_batch_s, the next one second_batch_s; or with graph_cache > 0 the cache itself (keyed by
+    the sequence count and the table width): a key's first sight new_batch_s, its second
+    second_batch_s, a cached key nothing."""
     out, seen = [], set(SEEN_AT_START)
     last, since = None, 0
+    cached, sightings, step = {}, {}, 0
     for row in trace:
         extra = 0.0
         if row["decode_rows"] + row["prompt_rows"] > 0:
@@ -160,6 +174,21 @@ def artifact_seconds(trace, first_sight_s=0.0, new_batch_s=0.0, second_batch_s=0
                 if x not in seen:
                     seen.add(x)
                     extra += first_sight_s
+            elif graph_cache > 0:
+                step += 1
+                key = (int(row["sequences"]), table_width(row.get("longest_blocks", 0)))
+                if key in cached:
+                    cached[key] = step
+                else:
+                    sightings[key] = sightings.get(key, 0) + 1
+                    if sightings[key] < 2:
+                        extra += new_batch_s
+                    else:
+                        del sightings[key]
+                        if len(cached) >= graph_cache:
+                            del cached[min(cached, key=cached.get)]
+                        cached[key] = step
+                        extra += second_batch_s
             else:
                 if row["sequences"] != last:
                     extra += new_batch_s
@@ -326,6 +355,9 @@ def main():
     ap.add_argument("--graph-miss-ms", default="0,0",
                     help="NEW,SECOND: decode-only steps after a batch change, priced apart (simulate "
                          "--graph-miss-ms): taken off the traces before the fit / residuals")
+    ap.add_argument("--graph-cache", type=int, default=0,
+                    help="price the graph misses by a model of the engine's graph cache of N graphs "
+                         "(simulate --graph-cache) instead of every change of the sequence count")
     ap.add_argument("--fit-artifacts", action="store_true",
                     help="fit the engine artifacts' prices too (first sight of a chunk step's row count, "
                          "the two decode-only steps after a batch change), written as first_sight_seconds "
@@ -343,7 +375,7 @@ def main():
         new_ms, second_ms = (float(v) for v in args.graph_miss_ms.split(","))
     except ValueError:
         sys.exit(f"--graph-miss-ms wants NEW,SECOND in ms, got '{args.graph_miss_ms}'")
-    args.artifact_terms = (args.first_sight_ms * 1e-3, new_ms * 1e-3, second_ms * 1e-3)
+    args.artifact_terms = (args.first_sight_ms * 1e-3, new_ms * 1e-3, second_ms * 1e-3, args.graph_cache)
     with open(args.profile) as f:
         profile = json.load(f)
     base = Base(profile)
@@ -356,8 +388,9 @@ def main():
         trace = load_trace(t)
         extra = None
         if args.fit_artifacts:  # one indicator column per artifact
-            cols = [artifact_seconds(trace, 1.0, 0.0, 0.0), artifact_seconds(trace, 0.0, 1.0, 0.0),
-                    artifact_seconds(trace, 0.0, 0.0, 1.0)]
+            g = args.graph_cache
+            cols = [artifact_seconds(trace, 1.0, 0.0, 0.0, g), artifact_seconds(trace, 0.0, 1.0, 0.0, g),
+                    artifact_seconds(trace, 0.0, 0.0, 1.0, g)]
             extra = [list(v) for v in zip(*cols)]
         groups += sync_groups(trace, base, rows, args.warmup_groups,
                               artifacts=None if args.fit_artifacts else artifact_seconds(trace, *args.artifact_terms),
@@ -420,6 +453,8 @@ def main():
             a0 = 4 + len(rows)
             out["first_sight_seconds"] = theta[a0]
             out["graph_miss_seconds"] = [theta[a0 + 1], theta[a0 + 2]]
+            if args.graph_cache > 0:
+                out["graph_cache_entries"] = args.graph_cache
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.out}")

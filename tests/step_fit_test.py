@@ -192,6 +192,23 @@ def main():
           f"fitted without the artifact flags, kT absorbs the first sights "
           f"({fn.get('chunk_step_scale') if fn else None})")
 
+    # The same with the graph cache model (simulate --graph-cache; step_fit.py replays the cache
+    # on the trace's sequence counts and longest_blocks): its prices come back.
+    cache_args = ["--first-sight-ms", "3", "--graph-miss-ms", "0.8,2.4", "--graph-cache", "64"]
+    cache_traces = [os.path.join(tmp, p + "-cache.csv") for p in ("discard", "minwaste")]
+    for pol, t in zip(("discard", "minwaste"), cache_traces):
+        simulate(args.binary, true_path, pol, t, cache_args)
+    cp = subprocess.run([sys.executable, FIT] + cache_traces + ["--profile", base_path, "--fit-artifacts",
+                                                                "--graph-cache", "64", "--out",
+                                                                os.path.join(tmp, "fit-cache.json")],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fc = json.load(open(os.path.join(tmp, "fit-cache.json"))) if cp.returncode == 0 else None
+    ok = fc is not None and abs(fc["first_sight_seconds"] - 0.003) < 1e-4 and all(
+        abs(a - b) < 1e-4 for a, b in zip(fc["graph_miss_seconds"], (0.0008, 0.0024))) and \
+        fc.get("graph_cache_entries") == 64 and abs(fc.get("chunk_step_scale", 1.0) - 1.25) < 0.0125
+    check(ok, "--fit-artifacts --graph-cache 64 finds the cache model's prices the simulation ran with "
+          f"({fc.get('first_sight_seconds') if fc else None}, {fc.get('graph_miss_seconds') if fc else cp.stdout[-400:]})")
+
     # --first-sights: a simulation has no first-sight cost, so both columns are +0.00 ms.
     fs = subprocess.run([sys.executable, FIT] + traces + ["--profile", true_path, "--first-sights"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -404,6 +404,39 @@ TEST(Simulator, GraphMissDiagnosticChargesNewBatchesAndTheirSecondSteps) {
               1e-9);
 }
 
+// The graph cache model (SimConfig::graph_cache_entries): with the three decoders above each
+// sequence count's first step runs eagerly and its second is captured, as the batch-change rule
+// charges too; but a count that comes back replays its graph, which that rule charges again.
+// Here the third request pauses for a tool and resumes, so the count goes 3 -> 2 -> 3.
+TEST(Simulator, GraphCacheModelChargesFirstAndSecondSightsOnly) {
+  const std::vector<TraceRequest> trace = three_decoders(6);
+  SimConfig c = small_config("preserve");
+  auto plain = simulate(c, trace);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  c.new_batch_seconds = 0.001;
+  c.second_batch_seconds = 0.003;
+  c.graph_cache_entries = 64;
+  auto cached = simulate(c, trace);
+  ASSERT_TRUE(cached.ok()) << cached.error().message;
+  EXPECT_EQ(cached->stats.steps, plain->stats.steps);
+  EXPECT_NEAR(cached->stats.forward_seconds - plain->stats.forward_seconds, 3 * (0.001 + 0.003),
+              1e-9);
+
+  std::vector<TraceRequest> back = three_decoders(40);
+  back[0].segments = {Segment{20, "tool", 0.05, 1}, Segment{20, "", 0.0, 0}};
+  c.graph_cache_entries = 0;
+  auto rule = simulate(c, back);
+  c.graph_cache_entries = 64;
+  auto model = simulate(c, back);
+  ASSERT_TRUE(rule.ok() && model.ok());
+  EXPECT_LT(model->stats.forward_seconds, rule->stats.forward_seconds)
+      << "the count that came back replays its graph";
+  c.graph_cache_entries = 1;  // one graph: every return of a count is a first sight again
+  auto small = simulate(c, back);
+  ASSERT_TRUE(small.ok());
+  EXPECT_GT(small->stats.forward_seconds, model->stats.forward_seconds);
+}
+
 // Step-time jitter (SimConfig::step_jitter): the same seed repeats a run exactly, another
 // seed gives other step times, and since each factor has mean 1 the forward time of ~100
 // steps stays within a few sigma / sqrt(steps) of the plain run's (the schedule itself does

@@ -47,6 +47,7 @@ int run_simulate(int argc, char** argv) {
                                   "graph-miss-ms",
                                   "step-jitter",
                                   "first-sight-ms",
+                                  "graph-cache",
                                   "jitter-seed",
                                   "gpu-memory-utilization"}}),
                           {"quiet", "check-invariants", "no-hints"});
@@ -87,6 +88,14 @@ int run_simulate(int argc, char** argv) {
   cfg.first_sight_seconds = profile->first_sight_seconds;
   cfg.new_batch_seconds = profile->new_batch_seconds;
   cfg.second_batch_seconds = profile->second_batch_seconds;
+  cfg.graph_cache_entries = profile->graph_cache_entries;
+  // --graph-cache N: the engine's graph cache of N graphs (0: the batch-change rule).
+  if (a.has("graph-cache")) {
+    auto n = a.get_int("graph-cache", 0);
+    if (!n.ok()) return fail(n.error());
+    if (*n < 0 || *n > 100000) return fail(Error{"--graph-cache must be in [0, 100000]"});
+    cfg.graph_cache_entries = *n;
+  }
   // --graph-miss-ms NEW,SECOND (SimConfig::new_batch_seconds).
   if (a.has("graph-miss-ms")) {
     const std::string v = a.get("graph-miss-ms", "");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "engine/engine.h"
 #include "kv/block_allocator.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
@@ -153,6 +155,36 @@ SimProfile builtin(const Shape& s) {
   return p;
 }
 
+// The CUDA engine's cache of recorded decode steps (cuda::StepGraphCache) as the simulated
+// steps meet it: a cached key replays, an unrecorded one runs eagerly at its first sight and is
+// captured at its second, and a capture beyond `capacity` graphs drops the least recently used.
+class GraphCacheModel {
+ public:
+  enum class Pass { replay, eager, capture };
+  explicit GraphCacheModel(size_t capacity) : capacity_(capacity) {}
+  Pass step(int64_t sequences, int32_t width, int64_t now) {
+    const std::pair<int64_t, int32_t> key{sequences, width};
+    if (auto it = cached_.find(key); it != cached_.end()) {
+      it->second = now;
+      return Pass::replay;
+    }
+    if (++seen_[key] < 2) return Pass::eager;
+    seen_.erase(key);
+    if (cached_.size() >= capacity_) {
+      auto lru = std::min_element(cached_.begin(), cached_.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+      cached_.erase(lru);
+    }
+    cached_[key] = now;
+    return Pass::capture;
+  }
+
+ private:
+  size_t capacity_;
+  std::map<std::pair<int64_t, int32_t>, int64_t> cached_;  // key -> last use
+  std::map<std::pair<int64_t, int32_t>, int> seen_;        // unrecorded keys' sightings
+};
+
 // Samples of one sequence (id = index in the trace) the loop needs besides the scheduler's.
 struct SimRequest {
   Sequence seq;
@@ -237,6 +269,8 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
     p.new_batch_seconds = std::max(0.0, (*it)[0].get<double>());
     p.second_batch_seconds = std::max(0.0, (*it)[1].get<double>());
   }
+  if (auto it = j.find("graph_cache_entries"); it != j.end() && it->is_number_integer())
+    p.graph_cache_entries = std::max<int64_t>(0, it->get<int64_t>());
   p.source = "cost-model file " + name_or_path;
   return p;
 }
@@ -328,6 +362,9 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // new_batch_seconds
   std::unordered_set<int64_t> seen_counts(config.seen_token_counts.begin(),
                                           config.seen_token_counts.end());  // first_sight_seconds
+  std::unique_ptr<GraphCacheModel> graph_cache;
+  if (config.graph_cache_entries > 0)
+    graph_cache = std::make_unique<GraphCacheModel>((size_t)config.graph_cache_entries);
   std::mt19937_64 jitter_rng(config.jitter_seed);
   std::normal_distribution<double> jitter_normal(0.0, 1.0);
   const double jitter_sigma = config.step_jitter;
@@ -376,7 +413,22 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
     st.swap_seconds += copy;
     double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
-    if (!plan.scheduled.empty() && shape.decode_only()) {
+    if (!plan.scheduled.empty() && shape.decode_only() && graph_cache) {
+      int32_t longest = 0;
+      for (const ScheduledSeq& ss : plan.scheduled)
+        longest = std::max(longest, (int32_t)ss.seq->blocks.blocks.size());
+      const int32_t width = block_table_width(longest, BlockTable::blocks_for(limit, bs));
+      switch (graph_cache->step(shape.sequences, width, st.steps)) {
+        case GraphCacheModel::Pass::replay:
+          break;
+        case GraphCacheModel::Pass::eager:
+          fwd += config.new_batch_seconds;
+          break;
+        case GraphCacheModel::Pass::capture:
+          fwd += config.second_batch_seconds;
+          break;
+      }
+    } else if (!plan.scheduled.empty() && shape.decode_only()) {
       if (shape.sequences != last_decode_sequences) {
         fwd += config.new_batch_seconds;
         steps_since_new_batch = 0;

@@ -68,7 +68,8 @@ struct SimProfile {
   double first_sight_seconds = 0.0;
   double new_batch_seconds = 0.0;
   double second_batch_seconds = 0.0;
-  std::string source;  // where the numbers come from (printed with the results)
+  int64_t graph_cache_entries = 0;  // SimConfig's: 0 = the batch-change rule
+  std::string source;               // where the numbers come from (printed with the results)
 
   // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
   // `util` (0.9 like vLLM), after the weights and ~2 GiB per device of activations and
@@ -116,6 +117,11 @@ struct SimConfig {
   // then run eagerly), the step after it second_batch_seconds (captured and instantiated).
   double new_batch_seconds = 0.0;
   double second_batch_seconds = 0.0;
+  // > 0: the graph cache itself instead of that rule (StepGraphCache: this many graphs, least
+  // recently used out, keyed here by the sequence count and the block tables' width): a
+  // decode-only step whose key is cached pays nothing, its key's first sight
+  // new_batch_seconds (probe, eager run), its second second_batch_seconds (capture).
+  int64_t graph_cache_entries = 0;
   // A step with chunks whose query-token count (its GEMMs' row count) the engine has not run
   // before pays first_sight_seconds: cuBLASLt's heuristic and a kernel's lazy load
   // (docs/PERF.md 4.5j). The engine's start-up profile runs `seen_token_counts` first.
