@@ -36,6 +36,9 @@ base's price and says so.
         (no fit: the profile's price of each sync group against the traces, by step shape)
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile PROFILE.json --first-sights
         (no fit: steps with chunks over the profile's price, first sight of their row count or not)
+    python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --fit-artifacts [--graph-cache 64] --out FIT.json
+        (the engine's first-sight and graph-miss prices fitted too: what the built-in H200
+        profiles carry since session 10; --first-sight-ms / --graph-miss-ms take given ones off)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
 total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
