@@ -400,9 +400,9 @@ def sim_table(points, min_done, max_ttft_ms, tol):
         em = err_pct(nl(s), nl(r)) if both else float("nan")
         # A point measured several times is judged against the mean of its runs (repeat_table),
         # not against whichever run came last.
-        runs = [x for x in e.get("runs", []) if has_lat(x)]
+        runs = measured_runs(e)
         if both and len(runs) >= 2:
-            em = err_pct(nl(s), sum(nl(x) for x in runs) / len(runs))
+            em = err_pct(nl(s), sum(runs) / len(runs))
         e90 = err_pct(nl(s, "p90"), nl(r, "p90")) if both else float("nan")
         b = both and below_saturation(e, min_done, max_ttft_ms)
         ok = ""
@@ -438,6 +438,11 @@ def sim_table(points, min_done, max_ttft_ms, tol):
     return "\n".join(lines), summary
 
 
+def measured_runs(e):
+    """The mean normalized latency (ms/token) of every run of a point that has one."""
+    return [nl(r) for r in e.get("runs", []) if has_lat(r)]
+
+
 def repeat_table(points, tol):
     """Points measured more than once with the same flags: the runs' spread, and the
     simulation against their mean (a point near a knee does not repeat: whether a preemption
@@ -446,17 +451,16 @@ def repeat_table(points, tol):
              "SIMULATED | error vs mean of runs | runs within " + f"{tol:.0f}%" + " |",
              "|---|---:|---|---|---:|---:|---:|"]
     for e in points:
-        runs = [r for r in e.get("runs", []) if has_lat(r)]
+        means = measured_runs(e)
         s = e.get("sim")
-        if len(runs) < 2:
+        if len(means) < 2:
             continue
-        means = [nl(r) for r in runs]
         avg = sum(means) / len(means)
         sim = nl(s) if has_lat(s) else float("nan")
         within = sum(abs(err_pct(sim, m)) <= tol for m in means) if has_lat(s) else 0
-        lines.append(f"| {e['label']} | {len(runs)} | {', '.join(f'{m:.1f}' for m in means)} | "
+        lines.append(f"| {e['label']} | {len(means)} | {', '.join(f'{m:.1f}' for m in means)} | "
                      f"{avg:.2f} / {min(means):.1f}-{max(means):.1f} | {fmt(sim, 2)} | "
-                     f"{pct(err_pct(sim, avg))} | {within} of {len(runs)} |")
+                     f"{pct(err_pct(sim, avg))} | {within} of {len(means)} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 

@@ -145,9 +145,6 @@ def shape_class(row):
             "0" if cc == 0 else "1-2047" if cc < 2048 else "2048+")
 
 
-# The token counts the engine's start-up profile runs before any request (CostModel samples):
-# their first sight is paid before the trace starts (SimConfig::seen_token_counts).
-SEEN_AT_START = (1, 16, 64, 128, 256, 512)
 
 
 def table_width(blocks):
@@ -165,8 +162,9 @@ def artifact_seconds(trace, first_sight_s=0.0, new_batch_s=0.0, second_batch_s=0
     decode-only step whose sequence count differs from the last decode-only step's pays
     new_batch_s, the next one second_batch_s; or with graph_cache > 0 the cache itself (keyed by
     the sequence count and the table width): a key's first sight new_batch_s, its second
-    second_batch_s, a cached key nothing."""
-    out, seen = [], set(SEEN_AT_START)
+    second_batch_s, a cached key nothing. No count counts as run before the trace (the engine
+    loaded its cached profile: EngineArtifacts::seen_token_counts empty)."""
+    out, seen = [], set()
     last, since = None, 0
     cached, sightings, step = {}, {}, 0
     for row in trace:
@@ -322,17 +320,14 @@ def first_sights(args, profile, base):
     print("|---|---:|---:|---:|---:|")
     for t in args.traces:
         trace = load_trace(t)
-        seen, first, again = set(), [], []
+        new_count = artifact_seconds(trace, first_sight_s=1.0)  # 1 at a count's first sight
+        first, again = [], []
         for i, row in enumerate(trace):
             if not row["chunk_list"] or row["sampled_rows"] == 0 or i == 0 or trace[i - 1]["sampled_rows"] == 0:
-                if row["chunk_list"]:
-                    seen.add(int(row["decode_rows"] + row["prompt_rows"]))
                 continue
-            x = int(row["decode_rows"] + row["prompt_rows"])
             model = sum(a * c for a, c in zip(features(row, base, rows), theta))
             model += b * max(0.0, row["sequences"] - 1) + r * max(0.0, row["sampled_rows"] - 1)
-            (again if x in seen else first).append(row["seconds"] - model)
-            seen.add(x)
+            (first if new_count[i] else again).append(row["seconds"] - model)
         mean = lambda v: f"{sum(v) / len(v) * 1e3:+.2f}" if v else "-"  # noqa: E731
         print(f"| {os.path.basename(t)} | {len(first)} | {mean(first)} | {len(again)} | {mean(again)} |")
 

@@ -97,16 +97,16 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
   // Session 9's engine: a decode-only step of one sequence 4.42 ms (D(1), bench-forward),
   // T_fwd(1) 4.69 ms (its start-up profile, what its scheduler decides with), a step with a
-  // chunk 1.1826 x T_fwd (the probes' kT), and the engine's artifacts fitted with it: a chunk
-  // step's first sight of its row count 5.8 ms, the decode steps after a batch change 1.35
+  // chunk 1.1647 x T_fwd (the probes' kT), and the engine's artifacts fitted with it: a chunk
+  // step's first sight of its row count 6.1 ms, the decode steps after a batch change 1.35
   // and 2.23 ms (session 10). The 8B's has none (not probed).
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 4.419e-3, 1e-5);
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 4.691e-3, 1e-5);
-  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.1826);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->first_sight_seconds, 5.839e-3, 1e-9);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->new_batch_seconds, 1.351e-3, 1e-9);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-13b")->second_batch_seconds, 1.403e-3, 1e-9);
-  EXPECT_EQ(load_sim_profile("h200-llama3-8b")->first_sight_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.1647);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.first_sight_seconds, 6.110e-3, 1e-9);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.new_batch_seconds, 1.351e-3, 1e-9);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-13b")->artifacts.second_batch_seconds, 1.403e-3, 1e-9);
+  EXPECT_EQ(load_sim_profile("h200-llama3-8b")->artifacts.first_sight_seconds, 0.0);
   EXPECT_GT(load_sim_profile("h200-llama2-13b")->cost.chunk_row_context_seconds, 0.0);
   EXPECT_FALSE(load_sim_profile("no-such-profile").ok());
   // Tensor parallelism divides T_fwd by N * e and multiplies the copy bandwidth by N.
@@ -130,15 +130,18 @@ TEST(SimulatorProfiles, FileCarriesTheEngineArtifacts) {
   auto a = load_sim_profile(with);
   auto b = load_sim_profile(without);
   ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.error().message : a.error().message);
-  EXPECT_DOUBLE_EQ(a->first_sight_seconds, 0.004);
-  EXPECT_DOUBLE_EQ(a->new_batch_seconds, 0.001);
-  EXPECT_DOUBLE_EQ(a->second_batch_seconds, 0.002);
-  EXPECT_EQ(b->first_sight_seconds + b->new_batch_seconds + b->second_batch_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(a->artifacts.first_sight_seconds, 0.004);
+  EXPECT_DOUBLE_EQ(a->artifacts.new_batch_seconds, 0.001);
+  EXPECT_DOUBLE_EQ(a->artifacts.second_batch_seconds, 0.002);
+  EXPECT_EQ(b->artifacts.first_sight_seconds + b->artifacts.new_batch_seconds +
+                b->artifacts.second_batch_seconds,
+            0.0);
 }
 
-// The first-sight artifact (SimConfig::first_sight_seconds): a 1,200-token prompt runs in
-// chunks of 512, 512 and 176 rows: 512 is among the counts the start-up profile ran, 176 is
-// not, so exactly one first sight is paid; a second request of the same length pays none.
+// The first-sight artifact (EngineArtifacts::first_sight_seconds): a 1,200-token prompt runs
+// in chunks of 512, 512 and 176 rows, so two row counts are new to the process and a second
+// request of the same length adds none; with 512 among the counts the engine ran before (its
+// own start-up profile), only 176 is.
 TEST(Simulator, FirstSightOfAChunkRowCountIsPaidOnce) {
   SimConfig c = small_config("minwaste");
   c.max_tokens_per_step = 512;
@@ -148,11 +151,15 @@ TEST(Simulator, FirstSightOfAChunkRowCountIsPaidOnce) {
   b.arrival_s = 10.0;  // after the first is done: its chunks alone in their steps
   auto plain = simulate(c, {a, b});
   ASSERT_TRUE(plain.ok()) << plain.error().message;
-  c.first_sight_seconds = 0.005;
+  c.artifacts.first_sight_seconds = 0.005;
   auto charged = simulate(c, {a, b});
   ASSERT_TRUE(charged.ok()) << charged.error().message;
   EXPECT_EQ(charged->stats.steps, plain->stats.steps);
-  EXPECT_NEAR(charged->stats.forward_seconds - plain->stats.forward_seconds, 0.005, 1e-9);
+  EXPECT_NEAR(charged->stats.forward_seconds - plain->stats.forward_seconds, 2 * 0.005, 1e-9);
+  c.artifacts.seen_token_counts = {1, 16, 64, 128, 256, 512};
+  auto profiled = simulate(c, {a, b});
+  ASSERT_TRUE(profiled.ok()) << profiled.error().message;
+  EXPECT_NEAR(profiled->stats.forward_seconds - plain->stats.forward_seconds, 0.005, 1e-9);
 }
 
 TEST(SimulatorProfiles, CpuProfileFileCopiesSynchronously) {
@@ -386,7 +393,7 @@ TEST(Simulator, StepTraceRowsAddUpToTheRunsCounters) {
   EXPECT_GT(t.chunk_context_tokens, 0) << "resumed and recomputed chunks hold context";
 }
 
-// The graph-miss charge (SimConfig::new_batch_seconds): three requests decoding 6, 12 and 24
+// The graph-miss charge (EngineArtifacts::new_batch_seconds): three requests decoding 6, 12 and 24
 // tokens from t = 0 make decode batches of 3, 2 and 1 sequences, each a new batch whose next
 // step is its second: exactly 3 x (new + second) more forward time, the schedule unchanged
 // (nothing depends on the clock without tools or later arrivals). The batch-change rule and
@@ -398,9 +405,9 @@ TEST(Simulator, GraphMissChargesNewBatchesAndTheirSecondSteps) {
     SimConfig c = small_config("minwaste");
     auto plain = simulate(c, trace);
     ASSERT_TRUE(plain.ok()) << plain.error().message;
-    c.new_batch_seconds = 0.001;
-    c.second_batch_seconds = 0.003;
-    c.graph_cache_entries = entries;
+    c.artifacts.new_batch_seconds = 0.001;
+    c.artifacts.second_batch_seconds = 0.003;
+    c.artifacts.graph_cache_entries = entries;
     auto charged = simulate(c, trace);
     ASSERT_TRUE(charged.ok()) << charged.error().message;
     EXPECT_EQ(charged->stats.steps, plain->stats.steps) << entries;
@@ -415,18 +422,18 @@ TEST(Simulator, GraphMissChargesNewBatchesAndTheirSecondSteps) {
 // 3 -> 2 -> 3. With room for one graph only, every return is a first sight again.
 TEST(Simulator, GraphCacheModelReplaysACountThatComesBack) {
   SimConfig c = small_config("preserve");
-  c.new_batch_seconds = 0.001;
-  c.second_batch_seconds = 0.003;
+  c.artifacts.new_batch_seconds = 0.001;
+  c.artifacts.second_batch_seconds = 0.003;
   std::vector<TraceRequest> back = three_decoders(40);
   back[0].segments = {Segment{20, "tool", 0.05, 1}, Segment{20, "", 0.0, 0}};
-  c.graph_cache_entries = 0;
+  c.artifacts.graph_cache_entries = 0;
   auto rule = simulate(c, back);
-  c.graph_cache_entries = 64;
+  c.artifacts.graph_cache_entries = 64;
   auto model = simulate(c, back);
   ASSERT_TRUE(rule.ok() && model.ok());
   EXPECT_LT(model->stats.forward_seconds, rule->stats.forward_seconds)
       << "the count that came back replays its graph";
-  c.graph_cache_entries = 1;  // one graph: every return of a count is a first sight again
+  c.artifacts.graph_cache_entries = 1;  // one graph: every return of a count is a first sight again
   auto small = simulate(c, back);
   ASSERT_TRUE(small.ok());
   EXPECT_GT(small->stats.forward_seconds, model->stats.forward_seconds);

@@ -84,19 +84,16 @@ int run_simulate(int argc, char** argv) {
   if (copy_mode != "overlap" && copy_mode != "stall")
     return fail(Error{"--copy-mode must be overlap or stall, got '" + copy_mode + "'"});
   cfg.copies_overlap = copy_mode == "overlap";
-  // The engine's artifacts: the profile's (SimProfile), or the flags' (0 turns them off).
-  cfg.first_sight_seconds = profile->first_sight_seconds;
-  cfg.new_batch_seconds = profile->new_batch_seconds;
-  cfg.second_batch_seconds = profile->second_batch_seconds;
-  cfg.graph_cache_entries = profile->graph_cache_entries;
+  // The engine's artifacts: the profile's, or the flags' (0 turns them off).
+  cfg.artifacts = profile->artifacts;
   // --graph-cache N: the engine's graph cache of N graphs (0: the batch-change rule).
   if (a.has("graph-cache")) {
     auto n = a.get_int("graph-cache", 0);
     if (!n.ok()) return fail(n.error());
     if (*n < 0 || *n > 100000) return fail(Error{"--graph-cache must be in [0, 100000]"});
-    cfg.graph_cache_entries = *n;
+    cfg.artifacts.graph_cache_entries = *n;
   }
-  // --graph-miss-ms NEW,SECOND (SimConfig::new_batch_seconds).
+  // --graph-miss-ms NEW,SECOND (EngineArtifacts::new_batch_seconds).
   if (a.has("graph-miss-ms")) {
     const std::string v = a.get("graph-miss-ms", "");
     const size_t comma = v.find(',');
@@ -109,17 +106,17 @@ int run_simulate(int argc, char** argv) {
         !(first >= 0.0) || !(second >= 0.0) || first > 1000.0 || second > 1000.0)
       return fail(Error{"--graph-miss-ms wants two milliseconds NEW,SECOND (each 0-1000), got '" +
                         v + "'"});
-    cfg.new_batch_seconds = first * 1e-3;
-    cfg.second_batch_seconds = second * 1e-3;
+    cfg.artifacts.new_batch_seconds = first * 1e-3;
+    cfg.artifacts.second_batch_seconds = second * 1e-3;
   }
 
-  // --first-sight-ms MS (SimConfig::first_sight_seconds).
+  // --first-sight-ms MS (EngineArtifacts::first_sight_seconds).
   if (a.has("first-sight-ms")) {
     auto first_sight = a.get_double("first-sight-ms", 0.0);
     if (!first_sight.ok()) return fail(first_sight.error());
     if (!(*first_sight >= 0.0 && *first_sight <= 1000.0))
       return fail(Error{"--first-sight-ms must be in [0, 1000]"});
-    cfg.first_sight_seconds = *first_sight * 1e-3;
+    cfg.artifacts.first_sight_seconds = *first_sight * 1e-3;
   }
 
   // --step-jitter SIGMA, --jitter-seed N: lognormal step-time noise (SimConfig::step_jitter).

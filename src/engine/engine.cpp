@@ -294,12 +294,10 @@ void EngineCore::build_step_input(const StepPlan& plan) {
   StepInput& in = step_input_;
   in.clear();
   const int64_t bs = config_.block_size;
-  int32_t max_blocks = 0;
-  for (const ScheduledSeq& ss : plan.scheduled)
-    max_blocks = std::max(max_blocks, (int32_t)ss.seq->blocks.blocks.size());
   // A width that moves rarely, so that a device backend can replay a decode step from a
   // recorded graph (block_table_width).
-  max_blocks = block_table_width(max_blocks, BlockTable::blocks_for(token_limit(), bs));
+  const int32_t max_blocks =
+      block_table_width(longest_blocks(plan), BlockTable::blocks_for(token_limit(), bs));
   in.max_blocks = max_blocks;
   in.block_tables.assign((size_t)max_blocks * plan.scheduled.size(), 0);
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {

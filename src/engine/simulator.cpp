@@ -45,8 +45,8 @@ namespace {
 //   - kT, p(rows), q and the engine's artifacts (a chunk step's first sight of its row count,
 //     the two decode-only steps after a batch change; SimProfile) fitted together to the step
 //     probes of 895d03c's engine, the validation runs' (`bench/step_fit.py --hold-decode
-//     --rows 2,9 --fit-artifacts`; docs/bench/step-probe7, step-probe-13b-5): 7B kT 1.1826,
-//     first sight 5.8 ms, graph miss 1.35 / 2.23 ms; 13B kT 1.0915, 5.3 ms, 0.94 / 1.40 ms.
+//     --rows 2,9 --fit-artifacts`; docs/bench/step-probe7, step-probe-13b-5): 7B kT 1.1647,
+//     first sight 6.1 ms, graph miss 1.35 / 2.23 ms; 13B kT 1.0850, 5.3 ms, 0.94 / 1.40 ms.
 // llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
 // time (not re-measured since).
 struct Shape {
@@ -87,13 +87,13 @@ const std::vector<Shape>& shapes() {
   static const std::vector<Shape> v = {
       {"h200-llama2-7b",
        {{1, 4.691376}, {16, 5.829456}, {64, 5.955545}, {128, 6.454692}, {256, 8.119465},
-        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.1826,
+        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.1647,
        32, 32, 128, 13.476, 4096,
        per_batch({4.419239, 4.646034, 5.386643, 5.438996, 5.494909, 5.559904, 5.427543, 5.460661,
                   5.568775, 5.640888, 5.819299}),
        per_batch({0.1795, 0.1725, 0.1778, 0.1519, 0.1509, 0.1793, 0.1514, 0.1747, 0.1486, 0.1542,
                   0.1499}),
-       {{2, 0.207}, {9, 0.009}}, 0.187, 5.839, 1.351, 2.228, 0.0,
+       {{2, 0.225}, {9, 0.0}}, 0.479, 6.110, 1.351, 2.228, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
        "bench-forward at four contexts, docs/bench/step-context2; kT, prefill chunks and the "
        "engine's first-sight and graph-miss costs fitted to its step probes, "
@@ -109,13 +109,13 @@ const std::vector<Shape>& shapes() {
        "55 GB/s each way"},
       {"h200-llama2-13b",
        {{1, 8.459634}, {16, 9.153949}, {64, 9.817365}, {128, 10.636260}, {256, 13.788468},
-        {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.0915,
+        {512, 23.332885}, {1024, 50.279934}, {2048, 97.890871}, {4096, 209.164817}}, 1.0850,
        40, 40, 128, 26.031, 4096,
        per_batch({8.494187, 9.162340, 8.798803, 8.862432, 9.042783, 8.731306, 8.817307, 8.942797,
                   9.091473, 9.144026, 9.936902}),
        per_batch({0.3527, 0.2547, 0.2283, 0.2426, 0.2812, 0.2496, 0.2808, 0.2446, 0.2487, 0.2530,
                   0.2413}),
-       {{2, 0.568}, {9, 0.100}}, 4.393, 5.259, 0.936, 1.403, 0.0,
+       {{2, 0.595}, {9, 0.106}}, 4.587, 5.272, 0.936, 1.403, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
        "bench-forward at three contexts, docs/bench/step-context2; kT, prefill chunks and the "
        "engine's first-sight and graph-miss costs fitted to its step probes, "
@@ -148,9 +148,9 @@ SimProfile builtin(const Shape& s) {
   for (const auto& [r, us] : s.chunk_us) p.cost.chunk_context_samples.emplace_back(r, us * 1e-6);
   p.cost.chunk_row_context_seconds = s.chunk_row_ns * 1e-9;
   p.cost.sample_seconds_per_row = s.sample_us_per_row * 1e-6;
-  p.first_sight_seconds = s.first_sight_ms * 1e-3;
-  p.new_batch_seconds = s.new_batch_ms * 1e-3;
-  p.second_batch_seconds = s.second_batch_ms * 1e-3;
+  p.artifacts.first_sight_seconds = s.first_sight_ms * 1e-3;
+  p.artifacts.new_batch_seconds = s.new_batch_ms * 1e-3;
+  p.artifacts.second_batch_seconds = s.second_batch_ms * 1e-3;
   p.source = s.source;
   return p;
 }
@@ -263,14 +263,14 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
     p.max_context = std::max<int64_t>(0, it->get<int64_t>());
   // The engine's artifacts, as bench/step_fit.py --fit-artifacts writes them.
   if (auto it = j.find("first_sight_seconds"); it != j.end() && it->is_number())
-    p.first_sight_seconds = std::max(0.0, it->get<double>());
+    p.artifacts.first_sight_seconds = std::max(0.0, it->get<double>());
   if (auto it = j.find("graph_miss_seconds"); it != j.end() && it->is_array() && it->size() == 2 &&
                                               (*it)[0].is_number() && (*it)[1].is_number()) {
-    p.new_batch_seconds = std::max(0.0, (*it)[0].get<double>());
-    p.second_batch_seconds = std::max(0.0, (*it)[1].get<double>());
+    p.artifacts.new_batch_seconds = std::max(0.0, (*it)[0].get<double>());
+    p.artifacts.second_batch_seconds = std::max(0.0, (*it)[1].get<double>());
   }
   if (auto it = j.find("graph_cache_entries"); it != j.end() && it->is_number_integer())
-    p.graph_cache_entries = std::max<int64_t>(0, it->get<int64_t>());
+    p.artifacts.graph_cache_entries = std::max<int64_t>(0, it->get<int64_t>());
   p.source = "cost-model file " + name_or_path;
   return p;
 }
@@ -359,12 +359,37 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   // EngineCore::step with the cost model as the forward pass. Returns the step's duration.
   std::vector<size_t> done;
   StepShape shape;  // reused: its chunk list keeps its capacity across steps
-  int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // new_batch_seconds
-  std::unordered_set<int64_t> seen_counts(config.seen_token_counts.begin(),
-                                          config.seen_token_counts.end());  // first_sight_seconds
+  const EngineArtifacts& art = config.artifacts;
+  int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // the batch-change rule
   std::unique_ptr<GraphCacheModel> graph_cache;
-  if (config.graph_cache_entries > 0)
-    graph_cache = std::make_unique<GraphCacheModel>((size_t)config.graph_cache_entries);
+  if (art.graph_cache_entries > 0)
+    graph_cache = std::make_unique<GraphCacheModel>((size_t)art.graph_cache_entries);
+  // What a decode-only step pays the engine's graph cache.
+  auto graph_seconds = [&](const StepPlan& plan) {
+    if (graph_cache) {
+      const int32_t width =
+          block_table_width(longest_blocks(plan), BlockTable::blocks_for(limit, bs));
+      switch (graph_cache->step(shape.sequences, width, st.steps)) {
+        case GraphCacheModel::Pass::replay:
+          return 0.0;
+        case GraphCacheModel::Pass::eager:
+          return art.new_batch_seconds;
+        case GraphCacheModel::Pass::capture:
+          return art.second_batch_seconds;
+      }
+    }
+    double extra = 0.0;
+    if (shape.sequences != last_decode_sequences) {
+      extra = art.new_batch_seconds;
+      steps_since_new_batch = 0;
+    } else if (++steps_since_new_batch == 1) {
+      extra = art.second_batch_seconds;
+    }
+    last_decode_sequences = shape.sequences;
+    return extra;
+  };
+  std::unordered_set<int64_t> seen_counts(art.seen_token_counts.begin(),
+                                          art.seen_token_counts.end());  // first_sight_seconds
   std::mt19937_64 jitter_rng(config.jitter_seed);
   std::normal_distribution<double> jitter_normal(0.0, 1.0);
   const double jitter_sigma = config.step_jitter;
@@ -413,33 +438,12 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
     st.swap_seconds += copy;
     double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
-    if (!plan.scheduled.empty() && shape.decode_only() && graph_cache) {
-      int32_t longest = 0;
-      for (const ScheduledSeq& ss : plan.scheduled)
-        longest = std::max(longest, (int32_t)ss.seq->blocks.blocks.size());
-      const int32_t width = block_table_width(longest, BlockTable::blocks_for(limit, bs));
-      switch (graph_cache->step(shape.sequences, width, st.steps)) {
-        case GraphCacheModel::Pass::replay:
-          break;
-        case GraphCacheModel::Pass::eager:
-          fwd += config.new_batch_seconds;
-          break;
-        case GraphCacheModel::Pass::capture:
-          fwd += config.second_batch_seconds;
-          break;
-      }
-    } else if (!plan.scheduled.empty() && shape.decode_only()) {
-      if (shape.sequences != last_decode_sequences) {
-        fwd += config.new_batch_seconds;
-        steps_since_new_batch = 0;
-      } else if (++steps_since_new_batch == 1) {
-        fwd += config.second_batch_seconds;
-      }
-      last_decode_sequences = shape.sequences;
+    if (!plan.scheduled.empty()) {
+      if (shape.decode_only())
+        fwd += graph_seconds(plan);
+      else if (art.first_sight_seconds > 0.0 && seen_counts.insert(shape.query_tokens).second)
+        fwd += art.first_sight_seconds;
     }
-    if (config.first_sight_seconds > 0.0 && !plan.scheduled.empty() && !shape.decode_only() &&
-        seen_counts.insert(shape.query_tokens).second)
-      fwd += config.first_sight_seconds;
     if (jitter_sigma > 0.0 && fwd > 0.0)  // mean 1: E[exp(sN - s^2/2)] = 1
       fwd *= std::exp(jitter_sigma * jitter_normal(jitter_rng) - 0.5 * jitter_sigma * jitter_sigma);
     if (step_trace && plan_did_something(plan)) {

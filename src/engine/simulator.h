@@ -53,6 +53,31 @@
 namespace infercept {
 
 // A machine to simulate: a one-GPU (or CPU) cost model and the defaults that come with it.
+// What the CUDA engine pays that its scheduler does not see, so not terms of the cost model
+// (which the scheduler decides with): the built-in H200 profiles fit them to their step
+// probes along with the cost model's terms (docs/BENCHMARKS.md session 10); a cost-model JSON
+// file may carry "first_sight_seconds", "graph_miss_seconds": [new, second] and
+// "graph_cache_entries"; all 0: none.
+struct EngineArtifacts {
+  // A step with chunks whose query-token count (its GEMMs' row count) the process has not run
+  // before: cuBLASLt's heuristic and a kernel's lazy load (docs/PERF.md 4.5j). Counts in
+  // `seen_token_counts` count as run: an engine that profiled itself at start-up ran its
+  // profile's counts (1, 16, 64, 128, 256, 512), one that loaded the cached profile (every
+  // process after the first on a model) ran none, the default.
+  double first_sight_seconds = 0.0;
+  std::vector<int64_t> seen_token_counts;
+  // Decode-only steps and the CUDA graph cache: with graph_cache_entries 0, a step whose
+  // sequence count differs from the last decode-only step's pays new_batch_seconds (a new
+  // launch signature: probed, run eagerly), the step after it second_batch_seconds (captured
+  // and instantiated). With graph_cache_entries > 0 the cache itself (StepGraphCache: that many
+  // graphs, least recently used out, keyed here by the sequence count and the block tables'
+  // width): a cached key pays nothing, a key's first sight new_batch_seconds, its second
+  // second_batch_seconds.
+  double new_batch_seconds = 0.0;
+  double second_batch_seconds = 0.0;
+  int64_t graph_cache_entries = 0;
+};
+
 struct SimProfile {
   std::string name;
   CostModel cost;              // T_fwd samples, KV bytes per token, copy bandwidth, S
@@ -62,14 +87,8 @@ struct SimProfile {
   double device_memory_gib = 0.0;  // one device
   double weights_gib = 0.0;        // the whole model (bf16)
   int64_t max_context = 0;         // the model's context length; 0 = no limit beyond the cache
-  // The engine's artifacts the simulated steps pay (SimConfig's fields of the same names; 0 =
-  // none): built-ins from their step probes' fit, a JSON file's optional keys
-  // "first_sight_seconds" and "graph_miss_seconds": [new batch, second step].
-  double first_sight_seconds = 0.0;
-  double new_batch_seconds = 0.0;
-  double second_batch_seconds = 0.0;
-  int64_t graph_cache_entries = 0;  // SimConfig's: 0 = the batch-change rule
-  std::string source;               // where the numbers come from (printed with the results)
+  EngineArtifacts artifacts;       // built-ins: fitted to their step probes; a JSON file's keys
+  std::string source;              // where the numbers come from (printed with the results)
 
   // KV cache tokens a `gpus`-way tensor-parallel deployment has at memory utilization
   // `util` (0.9 like vLLM), after the weights and ~2 GiB per device of activations and
@@ -109,24 +128,7 @@ struct SimConfig {
   double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
   double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
   bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
-  // The CUDA engine's artifacts (SimProfile carries them: the built-in H200 profiles fit them to
-  // their step probes along with the cost model's terms, docs/BENCHMARKS.md session 10; 0 =
-  // none). Not terms of the cost model, which the scheduler decides with: they model what the
-  // engine pays and its decisions do not see. A decode-only step whose sequence count differs
-  // from the last decode-only step's pays new_batch_seconds (a new launch signature: probed,
-  // then run eagerly), the step after it second_batch_seconds (captured and instantiated).
-  double new_batch_seconds = 0.0;
-  double second_batch_seconds = 0.0;
-  // > 0: the graph cache itself instead of that rule (StepGraphCache: this many graphs, least
-  // recently used out, keyed here by the sequence count and the block tables' width): a
-  // decode-only step whose key is cached pays nothing, its key's first sight
-  // new_batch_seconds (probe, eager run), its second second_batch_seconds (capture).
-  int64_t graph_cache_entries = 0;
-  // A step with chunks whose query-token count (its GEMMs' row count) the engine has not run
-  // before pays first_sight_seconds: cuBLASLt's heuristic and a kernel's lazy load
-  // (docs/PERF.md 4.5j). The engine's start-up profile runs `seen_token_counts` first.
-  double first_sight_seconds = 0.0;
-  std::vector<int64_t> seen_token_counts = {1, 16, 64, 128, 256, 512};
+  EngineArtifacts artifacts;      // the CUDA engine's costs its scheduler does not see (none: 0)
   // Step-time noise, 0 by default: every forward step's time is multiplied by a lognormal
   // factor of mean 1 whose log has this standard deviation, drawn from jitter_seed. The
   // engine's replayed decode steps scatter by ~1-3% around their median (H200 traces,

@@ -492,6 +492,13 @@ void Scheduler::check_invariants() const {
     CHECK_LE(running_[i - 1]->arrival_time, running_[i]->arrival_time);
 }
 
+int32_t longest_blocks(const StepPlan& plan) {
+  int32_t most = 0;
+  for (const ScheduledSeq& ss : plan.scheduled)
+    most = std::max(most, (int32_t)ss.seq->blocks.blocks.size());
+  return most;
+}
+
 void describe_step(const StepPlan& plan, StepShape& shape) {
   shape.query_tokens = 0;
   shape.sequences = (int64_t)plan.scheduled.size();

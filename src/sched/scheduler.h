@@ -68,6 +68,8 @@ struct StepPlan {
 // context its sequences held before it, its sampled rows and its chunks (the sequences
 // computing more than one row). `shape` is overwritten; its chunk list keeps its capacity.
 void describe_step(const StepPlan& plan, StepShape& shape);
+// Blocks of the plan's longest scheduled sequence (what a step's block tables must hold).
+int32_t longest_blocks(const StepPlan& plan);
 
 class Scheduler {
  public:

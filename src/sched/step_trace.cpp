@@ -1,6 +1,5 @@
 #include "sched/step_trace.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,7 +20,6 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
     r.chunk_list += std::to_string(c.rows) + ':' + std::to_string(c.context);
   }
   for (const ScheduledSeq& ss : plan.scheduled) {
-    r.longest_blocks = std::max<int64_t>(r.longest_blocks, (int64_t)ss.seq->blocks.blocks.size());
     if (ss.is_prompt()) {
       r.prompt_rows += ss.n_tokens;
       r.chunks++;
@@ -29,6 +27,7 @@ StepTraceRow step_trace_row(const StepPlan& plan, const Scheduler& sched,
       r.decode_rows++;
     }
   }
+  r.longest_blocks = longest_blocks(plan);
   r.free_blocks = device.n_free();
   r.running = (int64_t)sched.n_running();
   r.paused = (int64_t)sched.n_paused();

@@ -45,31 +45,35 @@ Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
 }
 
 Gemm::~Gemm() {
-  for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.desc);
-  }
+  for (auto& [key, p] : plans_) destroy_descriptors(p);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 
-namespace {
-void create_plan(const int64_t n, const int64_t m, const int64_t k, const int64_t xs,
-                 const int64_t os, const cudaDataType_t in_t, const cudaDataType_t out_t,
-                 cublasLtMatmulDesc_t* desc, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
-                 cublasLtMatrixLayout_t* c) {
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+// Column-major view: C[m, n] = W^T... cuBLASLt is column-major, so the row-major product
+// out[n, m] = x[n, k] * w[m, k]^T is computed as C(m x n) = op(A) * B with A = w seen as a
+// column-major [k, m] matrix transposed, B = x seen as column-major [k, n], C = out seen as
+// column-major [m, n] with leading dimension out_stride.
+Gemm::Plan Gemm::descriptors(const Key& key) {
+  const auto [n, m, k, xs, os, in_i, out_i] = key;
+  const cudaDataType_t in_t = cuda_type((DType)in_i), out_t = cuda_type((DType)out_i);
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(a, in_t, (uint64_t)k, (uint64_t)m, k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(b, in_t, (uint64_t)k, (uint64_t)n, xs));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(c, out_t, (uint64_t)m, (uint64_t)n, os));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, (uint64_t)k, (uint64_t)m, k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, (uint64_t)k, (uint64_t)n, xs));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, (uint64_t)m, (uint64_t)n, os));
+  return p;
 }
 
-}  // namespace
+void Gemm::destroy_descriptors(Plan& p) {
+  cublasLtMatrixLayoutDestroy(p.a);
+  cublasLtMatrixLayoutDestroy(p.b);
+  cublasLtMatrixLayoutDestroy(p.c);
+  cublasLtMatmulDescDestroy(p.desc);
+}
 
 int64_t gemm_row_bucket(int64_t n) {
   // Up to 16 rows each count is its own bucket; above, eight buckets per doubling: n rounded
@@ -97,33 +101,24 @@ bool Gemm::heuristic(const Plan& p, cublasLtMatmulAlgo_t* algo) const {
   return true;
 }
 
-// Column-major view: C[m, n] = W^T... cuBLASLt is column-major, so the row-major product
-// out[n, m] = x[n, k] * w[m, k]^T is computed as C(m x n) = op(A) * B with A = w seen as a
-// column-major [k, m] matrix transposed, B = x seen as column-major [k, n], C = out seen as
-// column-major [m, n] with leading dimension out_stride.
 const Gemm::Plan& Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [n, m, k, xs, os, in_i, out_i] = key;
-  const cudaDataType_t in_t = cuda_type((DType)in_i), out_t = cuda_type((DType)out_i);
-  Plan p;
-  create_plan(n, m, k, xs, os, in_t, out_t, &p.desc, &p.a, &p.b, &p.c);
+  const int64_t n = std::get<0>(key);
+  Plan p = descriptors(key);
   bool have = false;
   const int64_t nb = gemm_row_bucket(n);
   if (buckets_ && nb != n) {
     // The bucket's algorithm, asked for once with the bucket's row count; used here if it
     // supports this row count within the workspace (cublasLtMatmulAlgoCheck).
-    const Key bkey{nb, m, k, xs, os, in_i, out_i};
+    Key bkey = key;
+    std::get<0>(bkey) = nb;
     auto b = bucket_algos_.find(bkey);
     if (b == bucket_algos_.end()) {
-      Plan bp;
-      create_plan(nb, m, k, xs, os, in_t, out_t, &bp.desc, &bp.a, &bp.b, &bp.c);
+      Plan bp = descriptors(bkey);
       cublasLtMatmulAlgo_t algo{};
       if (heuristic(bp, &algo)) b = bucket_algos_.emplace(bkey, algo).first;
-      cublasLtMatrixLayoutDestroy(bp.a);
-      cublasLtMatrixLayoutDestroy(bp.b);
-      cublasLtMatrixLayoutDestroy(bp.c);
-      cublasLtMatmulDescDestroy(bp.desc);
+      destroy_descriptors(bp);
     }
     if (b != bucket_algos_.end()) {
       cublasLtMatmulHeuristicResult_t check{};

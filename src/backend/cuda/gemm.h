@@ -43,7 +43,10 @@ class Gemm {
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
   const Plan& plan(const Key& key);
-  // cuBLASLt's first choice for `key`'s shape with `plan`'s descriptors (false: none).
+  // The descriptors of `key`'s shape (no algorithm yet), and their release.
+  static Plan descriptors(const Key& key);
+  static void destroy_descriptors(Plan& p);
+  // cuBLASLt's first choice for the shape `plan` describes (false: none).
   bool heuristic(const Plan& plan, cublasLtMatmulAlgo_t* algo) const;
 
   cublasLtHandle_t handle_ = nullptr;
