@@ -17,7 +17,7 @@ FINAL_OUT=${OUT:-/tmp/out}
 RES=/tmp/infercept-results
 OUT=$RES
 mkdir -p "$OUT" "$FINAL_OUT" models
-BIN=.carry/bin
+BIN=${BIN:-.carry/bin}  # another build for an A/B: BIN=.carry/old bash bench/gpu_run.sh set:OLD=1 ...
 export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Test binaries name the repository by the absolute path they were built in.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }

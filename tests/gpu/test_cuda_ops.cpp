@@ -385,7 +385,10 @@ void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q
   const std::vector<float> first = get(*p.gpu, og);
   EXPECT_LT(rel_error(first, get(*p.cpu, oc)), kBf16Tol);
   // Again, the same inputs: split decode rows are merged by whichever partition finishes
-  // last, counted on device counters that must be back at zero, so the result repeats.
+  // last, counted on device counters that must be back at zero, so the result repeats. This
+  // call uploads nothing, so a batch of decode rows alone now takes the prewait path (the
+  // kernel issues its first chunk's loads before waiting for the kernel before it,
+  // AttnArgs::prewait), which must give the same bits as the first call's.
   p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
   EXPECT_EQ(get(*p.gpu, og), first) << "second launch";
   if (hinted) {  // a prefetch hint (a 1024 x 1024 weight) changes nothing

@@ -299,15 +299,15 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   __shared__ float qs[GMAX][HD];
   __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
   __shared__ int ticket;
+  // Without prewait everything waits for the previous kernel (a no-op when not launched as
+  // its programmatic dependent).
+  if (!a.prewait) pdl_wait();
   const AttnItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int group = a.n_heads / a.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kv_width = a.n_kv_heads * HD;
   const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
-  const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
-  for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
-    qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
 
   float m[GMAX], l[GMAX], acc[GMAX][kPer];
 #pragma unroll
@@ -322,26 +322,43 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
   const uint4* k_stage = my_stage;
   const KV* v_stage = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
-  __syncthreads();  // qs
-  for (int c0 = it.kbeg + warp * 32; c0 < it.kend; c0 += kWarps * 32) {
-    // Past the item's end a lane takes the last key's slot (a valid row) and gets p = 0, so
-    // no load needs a guard.
+  // The stage of the chunk from key c0: K and V rows by cp.async, all issued at once. Past the
+  // item's end a lane takes the last key's slot (a valid row) and gets p = 0 below, so no load
+  // needs a guard.
+  auto issue_chunk = [&](int c0) {
     const int t = c0 + lane;
-    const bool valid = t < it.kend;
-    const int tt = valid ? t : it.kend - 1;
+    const int tt = t < it.kend ? t : it.kend - 1;
     const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
-    {  // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
-      const int sub = lane / kPieces, v = lane % kPieces;
+    // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
+    const int sub = lane / kPieces, v = lane % kPieces;
 #pragma unroll
-      for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
-        const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
-        cp_async16(my_stage + Stage::piece(r0 + sub, v),
-                   reinterpret_cast<const uint4*>(kc + off) + v, true);
-        cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
-                   reinterpret_cast<const uint4*>(vc + off) + v, true);
-      }
-      cp_async_commit();
+    for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+      const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
+      cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
+                 true);
+      cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
+                 reinterpret_cast<const uint4*>(vc + off) + v, true);
     }
+    cp_async_commit();
+  };
+  // With prewait, this warp's first chunk goes out before the wait when every key it reads
+  // (up to the item's last, which padding lanes repeat) is older than this step's rows: the
+  // kernel before (RoPE + store) writes only those.
+  const int first_c0 = it.kbeg + warp * 32;
+  bool first_issued = false;
+  if (a.prewait && first_c0 < it.kend &&
+      min(first_c0 + 31, it.kend - 1) < a.ctx_len[it.seq] - a.q_len[it.seq]) {
+    issue_chunk(first_c0);
+    first_issued = true;
+  }
+  pdl_wait();
+  const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
+  for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
+    qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
+  __syncthreads();  // qs
+  for (int c0 = first_c0; c0 < it.kend; c0 += kWarps * 32) {
+    const bool valid = c0 + lane < it.kend;
+    if (c0 != first_c0 || !first_issued) issue_chunk(c0);
     cp_async_wait<0>();
     __syncwarp();
     float s[GMAX];
@@ -513,8 +530,8 @@ void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     configured = true;
   }
-  decode_kernel<T, KV, HD, GMAX><<<grid, 32 * DecodeStage<KV, HD>::kWarps, smem, s>>>(a);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(decode_kernel<T, KV, HD, GMAX>, grid, dim3(32 * DecodeStage<KV, HD>::kWarps), smem,
+                s, a.prewait != 0 && programmatic_launch(), a);
 }
 
 template <typename T, typename KV, int HD>

@@ -76,6 +76,12 @@ struct AttnArgs {
   // weight, Backend::prefetch_hint), or null.
   const void* prefetch;
   int64_t prefetch_bytes;
+  // 1: the decode kernel is launched as a programmatic dependent of the kernel before it (the
+  // RoPE + KV store) and issues its first chunk's loads before waiting for it, where that chunk
+  // holds only keys this step does not write. The caller sets it only when the plan, block
+  // tables and context lengths were on the device before that kernel started (no upload and
+  // no swap wait enqueued by this call) and the step is decode rows alone.
+  int prewait;
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 // Merges the partials of `n_combines` combines (device array, none of more than `max_rows`

@@ -81,7 +81,12 @@ class CudaBackend final : public Backend {
     bool pdl = props_.major >= 9;
     if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0")
       pdl = false;
-    cuda::set_gemv_programmatic_launch(pdl);
+    cuda::set_programmatic_launch(pdl);
+    // INFERCEPT_ATTN_PREWAIT=0: the decode attention waits for the RoPE store before its first
+    // loads (AttnArgs::prewait; docs/PERF.md 4.5k).
+    if (const char* e = std::getenv("INFERCEPT_ATTN_PREWAIT");
+        e != nullptr && std::string(e) == "0")
+      attn_prewait_ = false;
     // INFERCEPT_L2_PREFETCH=1: decode attention at a small batch fetches the output
     // projection's weight into L2 while it runs (prefetch_hint). Off until measured (PERF.md
     // 4.5i); at most 60% of L2 (props_.l2CacheSize), the rest stays for the KV it streams.
@@ -409,7 +414,8 @@ class CudaBackend final : public Backend {
                  int64_t n_heads, float scale, Tensor out) override {
     const auto& s = static_cast<const CudaKvStorage&>(kv);
     const KvGeometry& g = s.geometry();
-    wait_before_attention(layer, b, g.block_size);
+    const bool waited = wait_before_attention(layer, b, g.block_size);
+    const size_t staged_before = step_.used;  // grows with every upload below
     if (!plan_ready_) {  // the same for every layer of a step (attention_plan.h)
       const bool tensor_cores = cuda::prefill_supports_head_dim((int)g.head_dim) &&
                                 q.stride % 8 == 0 && out.stride % 8 == 0;
@@ -463,6 +469,12 @@ class CudaBackend final : public Backend {
           std::min<int64_t>(l2_prefetch_bytes_, hint_.rows * (int64_t)hint_.row_bytes);
     }
     hint_ = Weight{};
+    // The decode kernel may read the plan, the block tables and the cached context before the
+    // RoPE store ends (AttnArgs::prewait) only if none of them was put on the stream by this
+    // call: then all of it was there before an earlier kernel that everything after it
+    // follows. Decode rows alone, so that the kernel before is that store.
+    a.prewait = attn_prewait_ && !waited && step_.used == staged_before && plan.items.empty() &&
+                prefill.tiles.empty() && !plan.decode_items.empty();
     if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
                     prefill.combines.size()))
       return;
@@ -579,9 +591,11 @@ class CudaBackend final : public Backend {
     if (w.out) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.out_event(layer)));
     if (w.in) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
   }
-  void wait_before_attention(int64_t layer, const AttentionBatch& b, int64_t block_size) {
-    if (swap_.attention_waits(step_no_, b, block_size) && must_wait())
-      CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
+  // True when it put a wait on the stream.
+  bool wait_before_attention(int64_t layer, const AttentionBatch& b, int64_t block_size) {
+    if (!swap_.attention_waits(step_no_, b, block_size) || !must_wait()) return false;
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
+    return true;
   }
 
   // A wait on a swap copy cannot go into a graph: a probe notes it (the step then runs
@@ -722,6 +736,7 @@ class CudaBackend final : public Backend {
   // prefetch_hint: the most bytes a decode attention asks L2 to fetch (0: off), and the hint
   // the next attention() takes (cleared by it).
   int64_t l2_prefetch_bytes_ = 0;
+  bool attn_prewait_ = true;  // INFERCEPT_ATTN_PREWAIT=0 turns it off
   Weight hint_{};
   cudaDeviceProp props_{};
   cudaStream_t compute_ = nullptr;

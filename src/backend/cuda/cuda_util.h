@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #define CUDA_CHECK(expr)                                                       \
   do {                                                                         \
@@ -64,6 +65,29 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// Whether kernels that support it are launched as programmatic dependents (the backend turns
+// it on for sm_90 and later unless INFERCEPT_PDL=0; defined in kernels.cu).
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
+
+// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent of the previous
+// kernel in the stream when `programmatic` (the kernel must pdl_wait() as described above).
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   bool programmatic, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
@@ -16,7 +18,14 @@ constexpr int kFusedMaxRows = 4;
 // Normalized input rows live in shared memory: at most this much a block.
 constexpr size_t kMaxStagedBytes = 96u << 10;
 
-bool g_programmatic_launch = false;
+// INFERCEPT_GEMV_PRELOAD=0 turns off KernelArgs::preload (read once).
+int gemv_preload() {
+  static const int v = [] {
+    const char* e = std::getenv("INFERCEPT_GEMV_PRELOAD");
+    return e != nullptr && std::string(e) == "0" ? 0 : 1;
+  }();
+  return v;
+}
 
 int multiprocessors() {
   static const int n = [] {
@@ -94,6 +103,10 @@ struct KernelArgs {
   KernelSegment seg[kGemvMaxSegments];
   int n_segments;
   int total_blocks;  // virtual blocks of kWarps features over all segments
+  // 1 (the default): each warp loads its first round of weights into registers before
+  // waiting for the previous kernel; 0 (INFERCEPT_GEMV_PRELOAD=0): it only asks L2 for part
+  // of them (docs/PERF.md 4.5k: the preload took a batch-1 step from 4.52 to 4.20 ms).
+  int preload;
 };
 
 // Input rows normalized into shared memory (the unfused path's rmsnorm, same rounding:
@@ -149,12 +162,23 @@ __device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
 // One warp per output feature (per pair of features when gated): its lanes stream the weight
 // row in 16-byte pieces, several in flight per lane, and keep one f32 sum per input row; a
 // butterfly reduces them.
+//
+// The warp walks its rows (virtual blocks b, b + gridDim.x, ...) as one flat sequence of
+// rounds of kUnroll loads per lane. A round's loads are issued before the previous round is
+// consumed, and the first round before pdl_wait() (unless INFERCEPT_GEMV_PRELOAD=0): weights do
+// not depend on the previous kernel, so a block that becomes resident while that kernel
+// drains has its first weights in registers by the time its input is ready. The rounds of a
+// row are counted for the whole warp (ceil(k / 8 / (32 kUnroll))), so every lane reaches the
+// butterfly together.
+// At 1-2 rows (decode at batch 1-2) four blocks must fit a multiprocessor: 64 registers a
+// thread (the norm + Q/K/V form took 70 unbounded, i.e. three blocks, and ran slower).
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(const KernelArgs a) {
   constexpr bool kGated = kEpi == GemvEpilogue::gated;
   // 16-byte weight loads in flight per lane: 8 (two rows' worth of 4 when gated). With 4, a
   // 4096-wide row took 4 round trips to memory and the O projection ran at ~2.7 TB/s.
   constexpr int kUnroll = kGated ? 4 : 8;
+  constexpr int kRoundPieces = 32 * kUnroll;  // 16-byte pieces a warp reads per round
   extern __shared__ uint4 staged_raw[];
   T* xs_sh = reinterpret_cast<T*>(staged_raw);
 
@@ -162,11 +186,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
   pdl_launch_dependents();
   const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
   const int nv = a.k / 8;
+  const int rounds = (nv + kRoundPieces - 1) / kRoundPieces;
   // The grid is at most what fits on the device at once: block b computes virtual blocks
   // b, b + gridDim.x, ... (kWarps output features each), so the input rows are staged and
   // normalized once per resident block rather than once per 8 features (1,536 times for a
   // 7B layer's Q, K and V: as many bytes from L2 as half the weights).
-  auto locate = [&](int vb, const uint4*& wr, const uint4*& ur) {
+  // The segment of virtual block vb and this warp's rows in it; -1 past a segment's last row.
+  const uint4 *wr = nullptr, *ur = nullptr;
+  auto locate = [&](int vb) {
     int s = 0;
     while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
     const KernelSegment& g = a.seg[s];
@@ -176,17 +203,35 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
                 : nullptr;
     return row < g.m ? s : -1;
   };
-  {
-    // Weights do not depend on the previous kernel: ask for the first 4 KB of this warp's
-    // first rows while it may still be running.
-    const uint4 *wr, *ur;
-    if ((int)blockIdx.x < a.total_blocks && locate((int)blockIdx.x, wr, ur) >= 0 && lane * 8 < nv) {
+  // The first virtual block at or after vb (stepping by the grid) that has a row for this warp.
+  int seg = -1;
+  auto next_row = [&](int vb) {
+    for (; vb < a.total_blocks; vb += (int)gridDim.x)
+      if ((seg = locate(vb)) >= 0) return vb;
+    return vb;
+  };
+  uint4 wv[kUnroll], uv[kUnroll];
+  auto load_round = [&](int r) {
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) {
+      const int c = r * kRoundPieces + lane + 32 * i;
+      wv[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+      if constexpr (kGated) uv[i] = c < nv ? load_stream(ur + c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  int vb = next_row((int)blockIdx.x);
+  if (vb < a.total_blocks) {
+    if (a.preload) {
+      load_round(0);
+    } else if (lane * 8 < nv) {  // only ask L2 for the first 4 KB of the row
       prefetch_l2(wr + lane * 8);
       if (kGated) prefetch_l2(ur + lane * 8);
     }
   }
   pdl_wait();
   if constexpr (kNorm) stage_normalized<T, NR>(a, xs_sh);
+  if (vb < a.total_blocks && !a.preload) load_round(0);
 
   const T* x = static_cast<const T*>(a.x);
   auto load_x = [&](int r, int c) {
@@ -195,19 +240,20 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
     else
       return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
   };
-  for (int vb = (int)blockIdx.x; vb < a.total_blocks; vb += (int)gridDim.x) {
-    const uint4 *wr, *ur;
-    const int s = locate(vb, wr, ur);
-    if (s < 0) continue;  // past the last feature of a segment
-    const KernelSegment& g = a.seg[s];
-    const int row = (vb - g.first_block) * kWarps + warp;
-    float acc[NR], acc2[NR];
+  float acc[NR], acc2[NR];
 #pragma unroll
-    for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
-    auto dot = [&](const uint4& wv, const uint4& uv, int c) {
+  for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
+  int round = 0;
+  while (vb < a.total_blocks) {
+    // Consume this round (every load of it was issued before the first use, the row's last
+    // partial round too: a tail taken one load at a time cost a memory latency per piece).
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) {
+      const int c = round * kRoundPieces + lane + 32 * i;
+      if (c >= nv) continue;
       float wf[8], uf[8];
-      unpack8<T>(wv, wf);
-      if constexpr (kGated) unpack8<T>(uv, uf);
+      unpack8<T>(wv[i], wf);
+      if constexpr (kGated) unpack8<T>(uv[i], uf);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
         float xf[8];
@@ -218,24 +264,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
           if constexpr (kGated) acc2[r] = fmaf(uf[j], xf[j], acc2[r]);
         }
       }
-    };
-    // Every round issues all its loads before the first use, the row's last partial round
-    // too (a tail taken one load at a time cost a full memory latency per piece).
-    for (int c0 = lane; c0 < nv; c0 += 32 * kUnroll) {
-      uint4 wv[kUnroll], uv[kUnroll];
-#pragma unroll
-      for (int i = 0; i < kUnroll; ++i) {
-        const int c = c0 + 32 * i;
-        wv[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
-        if constexpr (kGated)
-          uv[i] = c < nv ? load_stream(ur + c) : make_uint4(0, 0, 0, 0);
-        else
-          uv[i] = wv[i];
-      }
-#pragma unroll
-      for (int i = 0; i < kUnroll; ++i)
-        if (c0 + 32 * i < nv) dot(wv[i], uv[i], c0 + 32 * i);
     }
+    if (++round < rounds) {
+      load_round(round);
+      continue;
+    }
+    // The row is done: reduce, write, and start the next row's first round before the
+    // epilogue so its loads are in flight meanwhile.
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
 #pragma unroll
@@ -244,14 +279,22 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const KernelArgs a) {
         if constexpr (kGated) acc2[r] += __shfl_xor_sync(0xffffffffu, acc2[r], off);
       }
     }
-    if (lane >= NR) continue;
+    const KernelSegment& g = a.seg[seg];
+    const int row = (vb - g.first_block) * kWarps + warp;
     float v = acc[0], v2 = acc2[0];
 #pragma unroll
     for (int r = 1; r < NR; ++r)
       if (lane == r) v = acc[r], v2 = acc2[r];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
     OutT* out = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride + row;
+    const float* bias = g.bias;
+    vb = next_row(vb + (int)gridDim.x);
+    round = 0;
+    if (vb < a.total_blocks) load_round(0);
+    if (lane >= NR) continue;
     if constexpr (kEpi == GemvEpilogue::store) {
-      if (g.bias != nullptr) v += g.bias[row];
+      if (bias != nullptr) v += bias[row];
       *out = from_f32<OutT>(v);
     } else if constexpr (kEpi == GemvEpilogue::accumulate) {
       // Rounded as the unfused product (to T) and residual add (to T) would be.
@@ -283,6 +326,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
     blocks += ceil_div(g.m, kWarps);
   }
   k.total_blocks = blocks;
+  k.preload = gemv_preload();
   auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
   // Above 48 KB a kernel must opt in to dynamic shared memory; once per instance.
@@ -311,7 +355,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = g_programmatic_launch ? 1 : 0;
+  cfg.numAttrs = programmatic_launch() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k));
 }
 
@@ -414,10 +458,6 @@ bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void
 void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s) {
   gemv(plain_args(x, x_stride, in_dtype, w, n, m, k, out, out_stride, out_dtype), s);
-}
-
-void set_gemv_programmatic_launch(bool on) {
-  g_programmatic_launch = on;
 }
 
 }  // namespace infercept::cuda

@@ -9,8 +9,8 @@
 //   - up to three weights sharing the input in one launch (Q, K and V),
 //   - epilogues: + bias; out += product (the residual add); silu(x w_gate) * (x w_up).
 // And on sm_90 it is launched as a programmatic dependent (PDL): its blocks start while the
-// previous kernel drains, pull their first weight lines into L2, and only then wait for the
-// previous kernel's output.
+// previous kernel drains, load their first round of weights into registers, and only then
+// wait for the previous kernel's output.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,9 +64,5 @@ bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void
                DType out_dtype);
 void gemv(const void* x, int64_t x_stride, DType in_dtype, const void* w, int64_t n, int64_t m,
           int64_t k, void* out, int64_t out_stride, DType out_dtype, cudaStream_t s);
-
-// Programmatic dependent launch for the GEMV kernels (sm_90 and later; the backend turns it
-// on for such devices unless INFERCEPT_PDL=0).
-void set_gemv_programmatic_launch(bool on);
 
 }  // namespace infercept::cuda

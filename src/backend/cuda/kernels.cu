@@ -6,6 +6,18 @@
 #include "core/check.h"
 
 namespace infercept::cuda {
+
+namespace {
+bool g_programmatic_launch = false;
+}  // namespace
+
+bool programmatic_launch() {
+  return g_programmatic_launch;
+}
+void set_programmatic_launch(bool on) {
+  g_programmatic_launch = on;
+}
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -136,8 +148,12 @@ constexpr int kRopeHeadsPerBlock = 4;
 // Block (r, g) rotates heads [4g, 4g + 4) of row r (q heads first, then k heads) in place,
 // writes the rotated k heads to the row's cache slot, and copies its share of the row's v.
 // theta_i = pos * base^(-2i/d) / freq_factor_i.
+// Launched as a programmatic dependent: the decode attention after it may become resident
+// and start reading the cached context while this runs (it waits for these stores itself).
 template <typename T, typename KV>
 __global__ void rope_store_kernel(RopeStoreArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();  // everything below reads the previous kernels' outputs
   const int64_t r = blockIdx.x;
   const int half = a.head_dim / 2;
   const float pos = (float)a.positions[r];
@@ -307,10 +323,11 @@ void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s) {
                   (unsigned)ceil_div(std::max(1, a.n_heads + a.n_kv_heads), kRopeHeadsPerBlock));
   DISPATCH_ACT(a.q.dtype, T, {
     if (a.kv_dtype == DType::bf16) {
-      rope_store_kernel<T, __nv_bfloat16><<<grid, 128, 0, s>>>(a);
+      launch_kernel(rope_store_kernel<T, __nv_bfloat16>, grid, dim3(128), 0, s,
+                    programmatic_launch(), a);
     } else {
       CHECK(a.kv_dtype == DType::f16);
-      rope_store_kernel<T, __half><<<grid, 128, 0, s>>>(a);
+      launch_kernel(rope_store_kernel<T, __half>, grid, dim3(128), 0, s, programmatic_launch(), a);
     }
   });
   CUDA_CHECK_LAUNCH();
