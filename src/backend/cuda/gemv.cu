@@ -18,6 +18,18 @@ constexpr int kFusedMaxRows = 4;
 // Normalized input rows live in shared memory: at most this much a block.
 constexpr size_t kMaxStagedBytes = 96u << 10;
 
+// Unnormalized input rows staged in shared memory (KernelArgs::stage_x) up to this size.
+constexpr size_t kMaxStagedX = 48u << 10;
+
+// INFERCEPT_GEMV_STAGE_X=0 turns off KernelArgs::stage_x (read once).
+int gemv_stage_x() {
+  static const int v = [] {
+    const char* e = std::getenv("INFERCEPT_GEMV_STAGE_X");
+    return e != nullptr && std::string(e) == "0" ? 0 : 1;
+  }();
+  return v;
+}
+
 // INFERCEPT_GEMV_PRELOAD=0 turns off KernelArgs::preload (read once).
 int gemv_preload() {
   static const int v = [] {
@@ -107,7 +119,25 @@ struct KernelArgs {
   // waiting for the previous kernel; 0 (INFERCEPT_GEMV_PRELOAD=0): it only asks L2 for part
   // of them (docs/PERF.md 4.5k: the preload took a batch-1 step from 4.52 to 4.20 ms).
   int preload;
+  // 1 (the default, where they fit kMaxStagedX): the input rows of an unnormalized product
+  // are copied to shared memory once per block (as the normalized ones are) instead of every
+  // warp reading them from L1/L2 beside its weights; the O and down projections at batch 1
+  // took 3% of the step less (docs/PERF.md 4.5k). INFERCEPT_GEMV_STAGE_X=0: the old way.
+  int stage_x;
 };
+
+// Input rows copied into shared memory as they are (KernelArgs::stage_x).
+template <typename T, int NR>
+__device__ void stage_rows(const KernelArgs& a, T* xs_sh) {
+  const int nv = a.k / 8;
+  const T* x = static_cast<const T*>(a.x);
+  uint4* sh = reinterpret_cast<uint4*>(xs_sh);
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32)
+      sh[r * nv + c] = __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
+  __syncthreads();
+}
 
 // Input rows normalized into shared memory (the unfused path's rmsnorm, same rounding:
 // h = T((x * inv_rms) * w)); every thread of the block takes part. x is read from global
@@ -164,12 +194,15 @@ __device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
 // butterfly reduces them.
 //
 // The warp walks its rows (virtual blocks b, b + gridDim.x, ...) as one flat sequence of
-// rounds of kUnroll loads per lane. A round's loads are issued before the previous round is
-// consumed, and the first round before pdl_wait() (unless INFERCEPT_GEMV_PRELOAD=0): weights do
-// not depend on the previous kernel, so a block that becomes resident while that kernel
-// drains has its first weights in registers by the time its input is ready. The rounds of a
-// row are counted for the whole warp (ceil(k / 8 / (32 kUnroll))), so every lane reaches the
-// butterfly together.
+// rounds of kUnroll loads per lane, each issued whole and consumed whole. The next row's first
+// round goes out before the finished row's butterfly and store, and the block's very first
+// round before pdl_wait() (unless INFERCEPT_GEMV_PRELOAD=0): weights do not depend on the
+// previous kernel, so a block that becomes resident while that kernel drains has its first
+// weights in registers by the time its input is ready. The rounds of a row are counted for the
+// whole warp (ceil(k / 8 / (32 kUnroll))), so every lane reaches the butterfly together.
+// (Rounds of half the size pipelined two deep, the next issued as soon as one is consumed,
+// measured the same at batch 1 and 1% slower at batch 2: docs/PERF.md 4.5k.)
+//
 // At 1-2 rows (decode at batch 1-2) four blocks must fit a multiprocessor: 64 registers a
 // thread (the norm + Q/K/V form took 70 unbounded, i.e. three blocks, and ran slower).
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
@@ -230,15 +263,17 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     }
   }
   pdl_wait();
-  if constexpr (kNorm) stage_normalized<T, NR>(a, xs_sh);
+  if constexpr (kNorm)
+    stage_normalized<T, NR>(a, xs_sh);
+  else if (a.stage_x)
+    stage_rows<T, NR>(a, xs_sh);
   if (vb < a.total_blocks && !a.preload) load_round(0);
 
   const T* x = static_cast<const T*>(a.x);
+  const bool x_staged = kNorm || a.stage_x;
   auto load_x = [&](int r, int c) {
-    if constexpr (kNorm)
-      return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];
-    else
-      return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
+    if (x_staged) return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];
+    return __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
   };
   float acc[NR], acc2[NR];
 #pragma unroll
@@ -306,8 +341,12 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
   }
 }
 
+bool stages_x(const GemvArgs& a) {
+  return a.norm == nullptr && gemv_stage_x() && (size_t)a.n * (size_t)a.k * 2 <= kMaxStagedX;
+}
+
 size_t staged_bytes(const GemvArgs& a) {
-  return a.norm != nullptr ? (size_t)a.n * (size_t)a.k * 2 : 0;
+  return a.norm != nullptr || stages_x(a) ? (size_t)a.n * (size_t)a.k * 2 : 0;
 }
 
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
@@ -327,6 +366,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   }
   k.total_blocks = blocks;
   k.preload = gemv_preload();
+  k.stage_x = stages_x(a) ? 1 : 0;
   auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
   // Above 48 KB a kernel must opt in to dynamic shared memory; once per instance.
