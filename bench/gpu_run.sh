@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -96,6 +96,49 @@ for stage in "$@"; do
       python3 bench/nsys_gaps.py "$OUT"/nsys-$shape-$(tag)*cuda_gpu_trace*.csv --kernels ${NSYS_KERNELS:-2000} 2>&1 | tee -a "$OUT/summary.txt" | head -30
       rm -f "$OUT"/nsys-$shape-$(tag).sqlite
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    peerbuild)  # llama.cpp's llama-server for this GPU from .carry/peer/llama-src.tar.gz
+      # (bench/peer_src_pack.sh: the sdist's sources; the device cannot reach PyPI). The build
+      # resumes where a call cut it off: scratch/peer-cuda stays on a warm machine.
+      P=scratch/peer-cuda
+      [ -f $P/src/CMakeLists.txt ] || { mkdir -p $P/src && tar xzf .carry/peer/llama-src.tar.gz -C $P/src; }
+      log "llama-server (CUDA) build"
+      [ -f $P/build/CMakeCache.txt ] || cmake -S $P/src -B $P/build -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF >"$OUT/peer-cmake.log" 2>&1 || tail -20 "$OUT/peer-cmake.log"
+      t0=$SECONDS
+      timeout "${PEER_BUILD_S:-500}" cmake --build $P/build --target llama-server -j "$(nproc)" >"$OUT/peer-build.log" 2>&1
+      log "llama-server build: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/peer-build.log"
+      ls -la $P/build/bin/llama-server 2>&1 | tee -a "$OUT/summary.txt" ;;
+    peer-*)  # peer-SHAPE: `infercept serve` against that llama-server on one make-model checkpoint
+      # (a GGUF of it for the peer: bench/convert_to_gguf.py), one at a time on the whole GPU,
+      # bench/sweep_server.py with loadgen in standard mode. Random weights write no calls, so
+      # each turn's length comes from the script: infercept by its intercept_after_tokens
+      # extension (--call-style scripted: the call is its own, the request pauses), llama.cpp,
+      # which has no such field, with the calls made up by the client (--call-style synthetic:
+      # the request ends, and its slot's prompt cache serves the next turn). Same tokens either
+      # way. PEER_SERVER and PEER_DEVICE=cpu run it without a GPU.
+      shape=${stage#peer-}; dir=models/$shape; P=scratch/peer-cuda
+      SERVER=${PEER_SERVER:-$P/build/bin/llama-server}
+      [ -x "$SERVER" ] || { log "peer: no $SERVER (run peerbuild first)"; continue; }
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      if [ ! -f "$dir.gguf" ]; then
+        log "convert $shape to GGUF"
+        python3 bench/convert_to_gguf.py --llama-cpp "${PEER_SRC:-$P/src}" --outtype "${PEER_OUTTYPE:-bf16}" \
+          "$dir" "$dir.gguf" >"$OUT/peer-convert-$shape.log" 2>&1 || { tail -5 "$OUT/peer-convert-$shape.log"; continue; }
+      fi
+      log "peer comparison: $shape"
+      dev=${PEER_DEVICE:-cuda}; ngl=""; [ "$dev" = cuda ] && ngl="-ngl 999"
+      # Same KV room for both: PEER_KV tokens, the peer's split into PEER_SLOTS slots.
+      timeout "${PEER_RUN_S:-480}" python3 bench/sweep_server.py --bin "$BIN/infercept" --llama-server "$SERVER" \
+        --model "$dir" --peer-model "$dir.gguf" --threads "${PEER_THREADS:-16}" \
+        --policies ${PEER_POLICIES:-minwaste} --rates ${PEER_RATES:-1 2} --duration "${PEER_DURATION:-30}" \
+        --peer-chat-template none --peer-loadgen-args "--call-style synthetic" --out-dir "$OUT/peer-$shape" \
+        --peer-args "$ngl -np ${PEER_SLOTS:-16} -c ${PEER_KV:-131072} --cont-batching --metrics --no-webui" \
+        -- --device "$dev" --kv-cache-tokens "${PEER_KV:-131072}" --quiet \
+        -- --workload mixed --mode standard --call-style scripted ${PEER_LOADGEN:---time-scale 0.1 --context-scale 0.5} \
+        2>&1 | tail -20 ;;
     probe-*)  # probe-SHAPE: bench/step_probe.py's three traces through `infercept bench` (docs/BENCHMARKS.md)
       shape=${stage#probe-}; dir=models/$shape
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1

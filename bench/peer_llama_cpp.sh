@@ -4,6 +4,7 @@
 # bench/loadgen.py next to `infercept serve` (bench/sweep_server.py --peer-llama-server).
 #
 #   bash bench/peer_llama_cpp.sh          # prints the path of the llama-server binary
+#   bash bench/peer_llama_cpp.sh --source-only   # steps 1-2 only; prints the llama.cpp tree
 #
 # Steps, each skipped when its output is already there:
 #   1. pip download --no-deps --no-binary :all: llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION
@@ -57,6 +58,10 @@ if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then
   tar xzf "$SDIST"
 fi
 LLAMA="$SRC/vendor/llama.cpp"
+if [ "${1:-}" = --source-only ]; then
+  echo "$LLAMA"
+  exit 0
+fi
 BUILD="$SRC/build-server"
 BIN="$BUILD/bin/llama-server"
 

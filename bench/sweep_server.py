@@ -234,6 +234,9 @@ def main(argv=None):
                         " ".join(shlex.quote(x) for x in PEER_LOADGEN_ARGS) + ")")
     g.add_argument("--model", default=None,
                    help=f"model file for both servers (default with a peer: {DEFAULT_MODEL})")
+    g.add_argument("--peer-model", default=None,
+                   help="the peer's own model file when it cannot read --model's (a GGUF of a "
+                        "make-model checkpoint: bench/convert_to_gguf.py)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads for both servers (default with a peer: 2)")
     g.add_argument("--order", choices=["target", "rate"], default="target",
@@ -278,7 +281,7 @@ def main(argv=None):
                         else shlex.split(args.peer_loadgen_args))
 
         def start_peer():
-            s = LlamaServer(args.llama_server, args.model, args.threads, peer_args,
+            s = LlamaServer(args.llama_server, args.peer_model or args.model, args.threads, peer_args,
                             log_path=os.path.join(args.out_dir, "llama-server-server.log"))
             print("+", " ".join(s.cmd), file=sys.stderr, flush=True)
             return s
