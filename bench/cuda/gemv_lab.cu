@@ -1,0 +1,428 @@
+// gemv_lab.cu: where a batch-1 product loses against the read rate (docs/PERF.md 4.5k).
+//
+// At batch 1 each of a decoder layer's products reads its weight once (32-180 MB on a 7B
+// shape), and the engine's GEMV reaches 2.4-3.7 TB/s of the 4.6 a long read-only kernel gets.
+// This lab measures, on the same bytes and with L2 defeated (each launch reads the next of
+// enough copies to exceed L2 several times):
+//   read U      a plain streaming read of the weight's bytes, U 16-byte loads in flight per
+//               thread, the grid the resident blocks: what a kernel of that size can read,
+//               its start and end included;
+//   engine      infercept::cuda::gemv (src/backend/cuda/gemv.cu), the product the engine runs;
+//   rowwarp U   one warp per row as in the engine, rounds of U loads a lane (more loads in
+//               flight a thread, fewer blocks a multiprocessor);
+//   span        the block's 8 warps read one contiguous stretch of the weight together (rows
+//               in order), partial sums of a row met in shared memory;
+//   cpasync S   one warp per row, the weight streamed through a ring of S stages of shared
+//               memory by cp.async: bytes in flight beyond what registers hold.
+// Every product is checked against an fp32 reference (relative error, no NaN).
+//
+// Build: with everything else when CUDA is on (target gemv_lab); run on the device:
+//   .carry/bin/gemv_lab [--reps 50] [--copies 0 (auto)] [--shapes 4096x4096,4096x11008,22016x4096]
+// (shapes: rows x k, i.e. m x k of out[m] = W[m, k] x[k]). Exit code 0 when every check passed.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemv.h"
+
+namespace {
+
+#define CK(expr)                                                                       \
+  do {                                                                                 \
+    cudaError_t e_ = (expr);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,             \
+                   cudaGetErrorString(e_));                                            \
+      std::exit(3);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
+    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
+  }
+  return s;
+}
+
+// --- read U: every byte of [p, p + n pieces) once ---
+template <int U>
+__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ p, size_t n,
+                                                   uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + (U - 1) * stride < n; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = ld_stream(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = ld_stream(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true
+}
+
+// x (k bf16) into shared memory, once per block.
+__device__ void stage_x(const __nv_bfloat16* x, int k, uint4* xs) {
+  for (int c = threadIdx.x; c < k / 8; c += blockDim.x) xs[c] = reinterpret_cast<const uint4*>(x)[c];
+  __syncthreads();
+}
+
+// --- rowwarp U: warp per row, rounds of U pieces a lane ---
+template <int U, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    rowwarp_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
+                   float* __restrict__ out, int m, int k) {
+  extern __shared__ uint4 xs[];
+  stage_x(x, k, xs);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  for (int row = blockIdx.x * kWarps + warp; row < m; row += gridDim.x * kWarps) {
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * k);
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < nv; c0 += 32 * U) {
+      uint4 v[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + lane + 32 * i;
+        v[i] = c < nv ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + lane + 32 * i;
+        if (c < nv) acc += dot8(v[i], xs[c]);
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) out[row] = acc;
+  }
+}
+
+// --- span: block b reads rows [b m / grid, (b + 1) m / grid) as one contiguous stretch ---
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    span_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
+                float* __restrict__ out, int m, int k) {
+  constexpr int U = 8;
+  extern __shared__ uint4 xs[];
+  __shared__ float rows_acc[64];
+  stage_x(x, k, xs);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  const int r0 = (int)((int64_t)blockIdx.x * m / gridDim.x);
+  const int r1 = (int)((int64_t)(blockIdx.x + 1) * m / gridDim.x);
+  for (int r = threadIdx.x; r < r1 - r0; r += blockDim.x) rows_acc[r] = 0.0f;
+  __syncthreads();
+  const int64_t first = (int64_t)r0 * nv, count = (int64_t)(r1 - r0) * nv;
+  const uint4* base = reinterpret_cast<const uint4*>(w) + first;
+  constexpr int kBlockRound = kWarps * 32 * U;  // pieces the block reads a round
+  for (int64_t q0 = 0; q0 < count; q0 += kBlockRound) {
+    uint4 v[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int64_t q = q0 + warp * 32 * U + lane + 32 * i;
+      v[i] = q < count ? ld_stream(base + q) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int64_t q = q0 + warp * 32 * U + lane + 32 * i;
+      const int row = q < count ? (int)(q / nv) : -1;
+      float s = q < count ? dot8(v[i], xs[q % nv]) : 0.0f;
+      // One shared-memory add a warp when its 32 pieces share a row (the common case).
+      const int row0 = __shfl_sync(0xffffffffu, row, 0);
+      if (__all_sync(0xffffffffu, row == row0)) {
+        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && row0 >= 0) atomicAdd(&rows_acc[row0], s);
+      } else if (row >= 0) {
+        atomicAdd(&rows_acc[row], s);
+      }
+    }
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < r1 - r0; r += blockDim.x) out[r0 + r] = rows_acc[r];
+}
+
+// --- cpasync S: warp per row, the row streamed through S stages of 4 KB a warp ---
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+template <int S>
+__global__ void __launch_bounds__(kWarps * 32)
+    cpasync_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
+                   float* __restrict__ out, int m, int k) {
+  constexpr int U = 8;                 // pieces a lane per stage
+  constexpr int kStage = 32 * U;       // pieces a warp per stage (4 KB)
+  extern __shared__ uint4 smem[];      // [x: k / 8][warps][S][kStage]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  uint4* xs = smem;
+  uint4* ring = smem + nv + warp * S * kStage;
+  // The warp's sequence of rounds over its rows: (row, round) in order. Lane-private slots:
+  // a lane reads back only what it copied, so cp.async.wait_group alone orders them.
+  const int rounds = (nv + kStage - 1) / kStage;
+  const int first_row = blockIdx.x * kWarps + warp, row_step = gridDim.x * kWarps;
+  const int rows_mine = first_row < m ? (m - 1 - first_row) / row_step + 1 : 0;
+  const int total = rows_mine * rounds;
+  auto issue = [&](int t) {  // round t of the sequence into stage t % S (empty group past the end)
+    if (t < total) {
+      const int row = first_row + (t / rounds) * row_step, r = t % rounds;
+      const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * k);
+      uint4* st = ring + (t % S) * kStage;
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = r * kStage + lane + 32 * i;
+        cp_async16(st + lane + 32 * i, wr + (c < nv ? c : 0), c < nv);
+      }
+    }
+    cp_commit();
+  };
+#pragma unroll
+  for (int t = 0; t < S - 1; ++t) issue(t);
+  for (int c = threadIdx.x; c < nv; c += blockDim.x) xs[c] = reinterpret_cast<const uint4*>(x)[c];
+  __syncthreads();
+  float acc = 0.0f;
+  for (int t = 0; t < total; ++t) {
+    issue(t + S - 1);
+    cp_wait<S - 1>();
+    const uint4* st = ring + (t % S) * kStage;
+    const int r = t % rounds;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = r * kStage + lane + 32 * i;
+      if (c < nv) acc += dot8(st[lane + 32 * i], xs[c]);
+    }
+    if (r == rounds - 1) {
+      for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) out[first_row + (t / rounds) * row_step] = acc;
+      acc = 0.0f;
+    }
+  }
+  cp_wait<0>();
+}
+
+// fp32 reference: one block per row.
+__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out, int k) {
+  __shared__ float part[256];
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < k; c += blockDim.x)
+    s += __bfloat162float(w[(size_t)blockIdx.x * k + c]) * __bfloat162float(x[c]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o /= 2) {
+    if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.125f);
+  }
+}
+
+struct Shape {
+  int m, k;
+};
+
+std::vector<Shape> parse_shapes(const std::string& s) {
+  std::vector<Shape> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    const std::string t = s.substr(pos, end - pos);
+    const size_t x = t.find('x');
+    if (x == std::string::npos) {
+      std::fprintf(stderr, "gemv_lab: bad shape '%s' (want MxK)\n", t.c_str());
+      std::exit(2);
+    }
+    out.push_back({std::atoi(t.substr(0, x).c_str()), std::atoi(t.substr(x + 1).c_str())});
+    pos = end + 1;
+  }
+  return out;
+}
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& ref, int* nans) {
+  double num = 0, den = 0;
+  *nans = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) ++*nans;
+    num += (double)(a[i] - ref[i]) * (a[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int resident(const void* kernel, int threads, size_t smem, int sms) {
+  int per = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem));
+  return std::max(1, per) * sms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50, copies = 0;
+  std::string shapes_arg = "4096x4096,4096x11008,11008x4096,22016x4096";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--copies" && i + 1 < argc) copies = std::atoi(argv[++i]);
+    else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: gemv_lab [--reps N] [--copies N] [--shapes MxK,...]\n");
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("## gemv_lab: %s, %d SMs, L2 %.0f MiB\n\n", prop.name, sms, prop.l2CacheSize / 1048576.0);
+  std::printf("| shape (m x k) | MB | variant | grid | us a launch | TB/s | rel err vs fp32 | NaN |\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  uint32_t* sink;
+  CK(cudaMalloc(&sink, 4));
+  bool ok = true;
+  for (const Shape sh : parse_shapes(shapes_arg)) {
+    const size_t n = (size_t)sh.m * sh.k, bytes = n * 2;
+    // Enough copies that a launch never finds its weight in L2 (the launch before read others).
+    const int nc = copies > 0 ? copies : (int)std::max<size_t>(3, 4 * (size_t)prop.l2CacheSize / bytes + 1);
+    std::vector<__nv_bfloat16*> w(nc);
+    for (int c = 0; c < nc; ++c) {
+      CK(cudaMalloc(&w[c], bytes));
+      fill_kernel<<<1024, 256, 0, s>>>(w[c], n, 12345u);  // same values in every copy
+    }
+    __nv_bfloat16* x;
+    float *out, *ref;
+    CK(cudaMalloc(&x, (size_t)sh.k * 2));
+    CK(cudaMalloc(&out, (size_t)sh.m * 4));
+    CK(cudaMalloc(&ref, (size_t)sh.m * 4));
+    fill_kernel<<<64, 256, 0, s>>>(x, sh.k, 777u);
+    reference_kernel<<<sh.m, 256, 0, s>>>(w[0], x, ref, sh.k);
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> h_ref(sh.m), h_out(sh.m);
+    CK(cudaMemcpy(h_ref.data(), ref, (size_t)sh.m * 4, cudaMemcpyDeviceToHost));
+
+    auto time_it = [&](const char* name, int grid, auto&& launch, bool check) {
+      for (int r = 0; r < 3; ++r) launch(w[r % nc]);
+      CK(cudaEventRecord(e0, s));
+      for (int r = 0; r < reps; ++r) launch(w[r % nc]);
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      const double us = 1000.0 * ms / reps;
+      char err[32] = "-";
+      int nans = 0;
+      if (check) {
+        CK(cudaMemsetAsync(out, 0xff, (size_t)sh.m * 4, s));  // NaN until written
+        launch(w[0]);
+        CK(cudaMemcpyAsync(h_out.data(), out, (size_t)sh.m * 4, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        const double e = rel_error(h_out, h_ref, &nans);
+        std::snprintf(err, sizeof err, "%.1e", e);
+        if (!(e < 1e-2) || nans > 0) ok = false;
+      }
+      std::printf("| %dx%d | %.1f | %s | %d | %.2f | %.2f | %s | %d |\n", sh.m, sh.k, bytes / 1e6, name,
+                  grid, us, bytes / us / 1e6, err, nans);
+      std::fflush(stdout);
+    };
+
+    const size_t pieces = bytes / 16;
+    {
+      const int g = resident((const void*)read_kernel<1>, 256, 0, sms);
+      time_it("read 1", g, [&](const __nv_bfloat16* p) {
+        read_kernel<1><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+    }
+    {
+      const int g = resident((const void*)read_kernel<4>, 256, 0, sms);
+      time_it("read 4", g, [&](const __nv_bfloat16* p) {
+        read_kernel<4><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+    }
+    {
+      const int g = resident((const void*)read_kernel<8>, 256, 0, sms);
+      time_it("read 8", g, [&](const __nv_bfloat16* p) {
+        read_kernel<8><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+    }
+    time_it("engine", 0, [&](const __nv_bfloat16* p) {
+      infercept::cuda::gemv(x, sh.k, infercept::DType::bf16, p, 1, sh.m, sh.k, out, sh.m,
+                            infercept::DType::f32, s); }, true);
+    const size_t xs_bytes = (size_t)sh.k * 2;
+    auto rowwarp = [&](auto kernel, const char* name) {
+      if (xs_bytes > 48 * 1024) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs_bytes));
+      const int g = std::min(resident((const void*)kernel, kWarps * 32, xs_bytes, sms), (sh.m + kWarps - 1) / kWarps);
+      time_it(name, g, [&](const __nv_bfloat16* p) {
+        kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k); }, true);
+    };
+    rowwarp(rowwarp_kernel<4, 4>, "rowwarp 4");
+    rowwarp(rowwarp_kernel<8, 4>, "rowwarp 8");
+    rowwarp(rowwarp_kernel<12, 3>, "rowwarp 12");
+    rowwarp(rowwarp_kernel<16, 2>, "rowwarp 16");
+    {
+      if (xs_bytes > 48 * 1024) CK(cudaFuncSetAttribute(span_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs_bytes));
+      // At most 64 rows a block (its shared sums).
+      const int g = std::max(resident((const void*)span_kernel, kWarps * 32, xs_bytes, sms), (sh.m + 63) / 64);
+      time_it("span", g, [&](const __nv_bfloat16* p) {
+        span_kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k); }, true);
+    }
+    auto cpasync = [&](auto kernel, int stages, const char* name) {
+      const size_t smem = xs_bytes + (size_t)kWarps * stages * 32 * 8 * 16;
+      if (smem > prop.sharedMemPerBlockOptin) return;
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      const int g = std::min(resident((const void*)kernel, kWarps * 32, smem, sms), (sh.m + kWarps - 1) / kWarps);
+      time_it(name, g, [&](const __nv_bfloat16* p) {
+        kernel<<<g, kWarps * 32, smem, s>>>(p, x, out, sh.m, sh.k); }, true);
+    };
+    cpasync(cpasync_kernel<2>, 2, "cpasync 2");
+    cpasync(cpasync_kernel<3>, 3, "cpasync 3");
+    cpasync(cpasync_kernel<4>, 4, "cpasync 4");
+    for (auto* p : w) CK(cudaFree(p));
+    CK(cudaFree(x));
+    CK(cudaFree(out));
+    CK(cudaFree(ref));
+  }
+  std::printf("\n%s\n", ok ? "all products within 1e-2 of the fp32 reference" : "SOME PRODUCTS FAILED");
+  return ok ? 0 : 1;
+}
