@@ -37,14 +37,13 @@
 
 namespace {
 
-#define CK(expr)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (expr);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,             \
-                   cudaGetErrorString(e_));                                            \
-      std::exit(3);                                                                    \
-    }                                                                                  \
+#define CK(expr)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (expr);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(3);                                                                               \
+    }                                                                                             \
   } while (0)
 
 constexpr int kWarps = 8;
@@ -70,8 +69,8 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 
 // --- read U: every byte of [p, p + n pieces) once ---
 template <int U>
-__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ p, size_t n,
-                                                   uint32_t* sink) {
+__global__ void __launch_bounds__(256)
+    read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
   uint32_t acc = 0;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -91,7 +90,8 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ p, 
 
 // x (k bf16) into shared memory, once per block.
 __device__ void stage_x(const __nv_bfloat16* x, int k, uint4* xs) {
-  for (int c = threadIdx.x; c < k / 8; c += blockDim.x) xs[c] = reinterpret_cast<const uint4*>(x)[c];
+  for (int c = threadIdx.x; c < k / 8; c += blockDim.x)
+    xs[c] = reinterpret_cast<const uint4*>(x)[c];
   __syncthreads();
 }
 
@@ -172,7 +172,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
                "r"(pred ? 16 : 0));
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;");
+}
 template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
@@ -182,9 +184,9 @@ template <int S>
 __global__ void __launch_bounds__(kWarps * 32)
     cpasync_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
                    float* __restrict__ out, int m, int k) {
-  constexpr int U = 8;                 // pieces a lane per stage
-  constexpr int kStage = 32 * U;       // pieces a warp per stage (4 KB)
-  extern __shared__ uint4 smem[];      // [x: k / 8][warps][S][kStage]
+  constexpr int U = 8;             // pieces a lane per stage
+  constexpr int kStage = 32 * U;   // pieces a warp per stage (4 KB)
+  extern __shared__ uint4 smem[];  // [x: k / 8][warps][S][kStage]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
   uint4* xs = smem;
   uint4* ring = smem + nv + warp * S * kStage;
@@ -232,7 +234,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // fp32 reference: one block per row.
-__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out, int k) {
+__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out,
+                                 int k) {
   __shared__ float part[256];
   float s = 0.0f;
   for (int c = threadIdx.x; c < k; c += blockDim.x)
@@ -247,7 +250,8 @@ __global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x,
 }
 
 __global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
@@ -302,9 +306,12 @@ int main(int argc, char** argv) {
   std::string shapes_arg = "4096x4096,4096x11008,11008x4096,22016x4096";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--copies" && i + 1 < argc) copies = std::atoi(argv[++i]);
-    else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
+    if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--copies" && i + 1 < argc)
+      copies = std::atoi(argv[++i]);
+    else if (a == "--shapes" && i + 1 < argc)
+      shapes_arg = argv[++i];
     else {
       std::fprintf(stderr, "usage: gemv_lab [--reps N] [--copies N] [--shapes MxK,...]\n");
       return 2;
@@ -313,8 +320,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
-  std::printf("## gemv_lab: %s, %d SMs, L2 %.0f MiB\n\n", prop.name, sms, prop.l2CacheSize / 1048576.0);
-  std::printf("| shape (m x k) | MB | variant | grid | us a launch | TB/s | rel err vs fp32 | NaN |\n");
+  std::printf("## gemv_lab: %s, %d SMs, L2 %.0f MiB\n\n", prop.name, sms,
+              prop.l2CacheSize / 1048576.0);
+  std::printf(
+      "| shape (m x k) | MB | variant | grid | us a launch | TB/s | rel err vs fp32 | NaN |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -327,7 +336,8 @@ int main(int argc, char** argv) {
   for (const Shape sh : parse_shapes(shapes_arg)) {
     const size_t n = (size_t)sh.m * sh.k, bytes = n * 2;
     // Enough copies that a launch never finds its weight in L2 (the launch before read others).
-    const int nc = copies > 0 ? copies : (int)std::max<size_t>(3, 4 * (size_t)prop.l2CacheSize / bytes + 1);
+    const int nc =
+        copies > 0 ? copies : (int)std::max<size_t>(3, 4 * (size_t)prop.l2CacheSize / bytes + 1);
     std::vector<__nv_bfloat16*> w(nc);
     for (int c = 0; c < nc; ++c) {
       CK(cudaMalloc(&w[c], bytes));
@@ -365,55 +375,90 @@ int main(int argc, char** argv) {
         std::snprintf(err, sizeof err, "%.1e", e);
         if (!(e < 1e-2) || nans > 0) ok = false;
       }
-      std::printf("| %dx%d | %.1f | %s | %d | %.2f | %.2f | %s | %d |\n", sh.m, sh.k, bytes / 1e6, name,
-                  grid, us, bytes / us / 1e6, err, nans);
+      std::printf("| %dx%d | %.1f | %s | %d | %.2f | %.2f | %s | %d |\n", sh.m, sh.k, bytes / 1e6,
+                  name, grid, us, bytes / us / 1e6, err, nans);
       std::fflush(stdout);
     };
 
     const size_t pieces = bytes / 16;
     {
       const int g = resident((const void*)read_kernel<1>, 256, 0, sms);
-      time_it("read 1", g, [&](const __nv_bfloat16* p) {
-        read_kernel<1><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+      time_it(
+          "read 1", g,
+          [&](const __nv_bfloat16* p) {
+            read_kernel<1><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
+          },
+          false);
     }
     {
       const int g = resident((const void*)read_kernel<4>, 256, 0, sms);
-      time_it("read 4", g, [&](const __nv_bfloat16* p) {
-        read_kernel<4><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+      time_it(
+          "read 4", g,
+          [&](const __nv_bfloat16* p) {
+            read_kernel<4><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
+          },
+          false);
     }
     {
       const int g = resident((const void*)read_kernel<8>, 256, 0, sms);
-      time_it("read 8", g, [&](const __nv_bfloat16* p) {
-        read_kernel<8><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink); }, false);
+      time_it(
+          "read 8", g,
+          [&](const __nv_bfloat16* p) {
+            read_kernel<8><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
+          },
+          false);
     }
-    time_it("engine", 0, [&](const __nv_bfloat16* p) {
-      infercept::cuda::gemv(x, sh.k, infercept::DType::bf16, p, 1, sh.m, sh.k, out, sh.m,
-                            infercept::DType::f32, s); }, true);
+    time_it(
+        "engine", 0,
+        [&](const __nv_bfloat16* p) {
+          infercept::cuda::gemv(x, sh.k, infercept::DType::bf16, p, 1, sh.m, sh.k, out, sh.m,
+                                infercept::DType::f32, s);
+        },
+        true);
     const size_t xs_bytes = (size_t)sh.k * 2;
     auto rowwarp = [&](auto kernel, const char* name) {
-      if (xs_bytes > 48 * 1024) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs_bytes));
-      const int g = std::min(resident((const void*)kernel, kWarps * 32, xs_bytes, sms), (sh.m + kWarps - 1) / kWarps);
-      time_it(name, g, [&](const __nv_bfloat16* p) {
-        kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k); }, true);
+      if (xs_bytes > 48 * 1024)
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)xs_bytes));
+      const int g = std::min(resident((const void*)kernel, kWarps * 32, xs_bytes, sms),
+                             (sh.m + kWarps - 1) / kWarps);
+      time_it(
+          name, g,
+          [&](const __nv_bfloat16* p) {
+            kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k);
+          },
+          true);
     };
     rowwarp(rowwarp_kernel<4, 4>, "rowwarp 4");
     rowwarp(rowwarp_kernel<8, 4>, "rowwarp 8");
     rowwarp(rowwarp_kernel<12, 3>, "rowwarp 12");
     rowwarp(rowwarp_kernel<16, 2>, "rowwarp 16");
     {
-      if (xs_bytes > 48 * 1024) CK(cudaFuncSetAttribute(span_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)xs_bytes));
+      if (xs_bytes > 48 * 1024)
+        CK(cudaFuncSetAttribute(span_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)xs_bytes));
       // At most 64 rows a block (its shared sums).
-      const int g = std::max(resident((const void*)span_kernel, kWarps * 32, xs_bytes, sms), (sh.m + 63) / 64);
-      time_it("span", g, [&](const __nv_bfloat16* p) {
-        span_kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k); }, true);
+      const int g = std::max(resident((const void*)span_kernel, kWarps * 32, xs_bytes, sms),
+                             (sh.m + 63) / 64);
+      time_it(
+          "span", g,
+          [&](const __nv_bfloat16* p) {
+            span_kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k);
+          },
+          true);
     }
     auto cpasync = [&](auto kernel, int stages, const char* name) {
       const size_t smem = xs_bytes + (size_t)kWarps * stages * 32 * 8 * 16;
       if (smem > prop.sharedMemPerBlockOptin) return;
       CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      const int g = std::min(resident((const void*)kernel, kWarps * 32, smem, sms), (sh.m + kWarps - 1) / kWarps);
-      time_it(name, g, [&](const __nv_bfloat16* p) {
-        kernel<<<g, kWarps * 32, smem, s>>>(p, x, out, sh.m, sh.k); }, true);
+      const int g = std::min(resident((const void*)kernel, kWarps * 32, smem, sms),
+                             (sh.m + kWarps - 1) / kWarps);
+      time_it(
+          name, g,
+          [&](const __nv_bfloat16* p) {
+            kernel<<<g, kWarps * 32, smem, s>>>(p, x, out, sh.m, sh.k);
+          },
+          true);
     };
     cpasync(cpasync_kernel<2>, 2, "cpasync 2");
     cpasync(cpasync_kernel<3>, 3, "cpasync 3");
@@ -423,6 +468,7 @@ int main(int argc, char** argv) {
     CK(cudaFree(out));
     CK(cudaFree(ref));
   }
-  std::printf("\n%s\n", ok ? "all products within 1e-2 of the fp32 reference" : "SOME PRODUCTS FAILED");
+  std::printf("\n%s\n",
+              ok ? "all products within 1e-2 of the fp32 reference" : "SOME PRODUCTS FAILED");
   return ok ? 0 : 1;
 }

@@ -386,17 +386,8 @@ void launch(const GemvArgs& a, cudaStream_t s) {
     occupancy_blocks.store(std::max(1, per_sm) * multiprocessors());
     occupancy_smem.store(smem);
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((unsigned)std::min(blocks, occupancy_blocks.load()));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = programmatic_launch() ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k));
+  launch_kernel(kernel, dim3((unsigned)std::min(blocks, occupancy_blocks.load())),
+                dim3(kWarps * 32), smem, s, programmatic_launch(), k);
 }
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi, int kMax>
