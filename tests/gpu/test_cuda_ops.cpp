@@ -307,6 +307,17 @@ TEST(CudaOps, NormsElementwiseEmbedGather) {
   p.gpu->begin_step();
   p.gpu->embed(tg, toks, eg);
   EXPECT_LT(rel_error(get(*p.gpu, eg), get(*p.cpu, ec)), kBf16Tol);
+  // A width that is not a whole number of 16-byte pieces takes the element-wise copy.
+  const int64_t d2 = 100;
+  auto table2 = to_f16(randn((size_t)(vocab * d2)));
+  auto tc2 = *p.cpu->upload_weight(table2.data(), DType::f16, vocab, d2);
+  auto tg2 = *p.gpu->upload_weight(table2.data(), DType::f16, vocab, d2);
+  Tensor ec2 = p.cpu->alloc_activation(5, d2, DType::f32);
+  Tensor eg2 = p.gpu->alloc_activation(5, d2, p.gpu->activation_dtype());
+  p.cpu->embed(tc2, toks, ec2);
+  p.gpu->begin_step();
+  p.gpu->embed(tg2, toks, eg2);
+  EXPECT_LT(rel_error(get(*p.gpu, eg2), get(*p.cpu, ec2)), kBf16Tol);
 }
 
 // RoPE + KV store + paged attention over a batch mixing a prefill chunk, a fresh prompt and

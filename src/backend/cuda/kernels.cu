@@ -22,12 +22,25 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// One block per row. In 16-byte pieces where the row allows it: copied one element at a time
+// (and without __restrict__, each load waited for the store before it), a 4,096-wide bf16
+// row took 8.5 us, the whole of a batch-1 step's first kernel.
 template <typename T>
-__global__ void embed_kernel(const T* table, int64_t d, const int32_t* tokens, T* out,
+__global__ void embed_kernel(const T* __restrict__ table, int64_t d,
+                             const int32_t* __restrict__ tokens, T* __restrict__ out,
                              int64_t out_stride) {
   const int64_t r = blockIdx.x;
   const T* src = table + (int64_t)tokens[r] * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[r * out_stride + c] = src[c];
+  T* dst = out + r * out_stride;
+  constexpr int kVec = 16 / sizeof(T);
+  if (d % kVec == 0 &&
+      ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0) {
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (int64_t c = threadIdx.x; c < d / kVec; c += blockDim.x) d4[c] = s4[c];
+    return;
+  }
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) dst[c] = src[c];
 }
 
 __device__ float block_sum(float v) {
