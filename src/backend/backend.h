@@ -183,6 +183,17 @@ class Backend {
     rmsnorm(x, norm, eps, h);
     for (const Projection& p : projections) matmul(h, *p.w, p.bias, p.out);
   }
+  // norm_project into q, k, v (projections 0, 1, 2), then rope_store_kv: a layer's attention
+  // inputs, rotated and stored to `layer`'s cache slots, as one call.
+  virtual void norm_project_rope_store(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                                       std::span<const Projection> qkv,
+                                       std::span<const int32_t> positions, const RopeParams& p,
+                                       KvStorage& kv, int64_t layer,
+                                       std::span<const int32_t> slots) {
+    CHECK(qkv.size() == 3);
+    norm_project(x, norm, eps, h, qkv);
+    rope_store_kv(qkv[0].out, qkv[1].out, qkv[2].out, positions, p, kv, layer, slots);
+  }
   // gate = silu(h @ w_gate^T) * (h @ w_up^T) with h = rmsnorm(x) * norm (SwiGLU's first
   // half). h and up are scratch.
   virtual void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,

@@ -103,8 +103,8 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const LayerWeights& w = weights_.layers[(size_t)l];
       const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
-      b.norm_project(x, w.attn_norm, c.rms_eps, h, qkv);
-      b.rope_store_kv(q, k, v, in.positions, rope, kv, l, in.slots);
+      b.norm_project_rope_store(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l,
+                                in.slots);
       b.prefetch_hint(w.wo);
       b.attention(q, kv, l, batch, c.n_heads, scale, attn);
       b.project_add(attn, w.wo, x, o);

@@ -265,6 +265,95 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
   }
 }
 
+// INFERCEPT_GEMV_ROPE=1: Q, K and V, RoPE and the KV store in one launch at 1-2 rows
+// (norm_project_rope_store). Against the CPU backend's composition (the oracle) and the GPU's
+// own two group ops: the rotated q, and attention over the cache it stored into (which reads
+// the stored k and v), for both RoPE layouts, llama3-style frequency divisors on one.
+TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
+  ASSERT_EQ(setenv("INFERCEPT_GEMV_ROPE", "1", 1), 0);
+  Pair p = backends();
+  unsetenv("INFERCEPT_GEMV_ROPE");
+  ASSERT_TRUE(p.gpu);
+  auto composed = make_cuda_backend({});
+  ASSERT_TRUE(composed.ok());
+  Backend& gpu2 = **composed;
+  const int64_t d = 512, nh = 8, nkv = 2, hd = 64, bs = 16;
+  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.05f)),
+             wk = to_f16(randn((size_t)(nkv * hd * d), 0.05f)),
+             wv = to_f16(randn((size_t)(nkv * hd * d), 0.05f));
+  const auto norm = randn((size_t)d, 1.0f);
+  struct Side {
+    Weight wq, wk, wv, norm;
+  };
+  auto side = [&](Backend& b) {
+    auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
+      auto r = b.upload_weight(w.data(), DType::f16, rows, d);
+      EXPECT_TRUE(r.ok());
+      return *r;
+    };
+    auto nw = b.upload_weight(norm.data(), DType::f32, 1, d);
+    EXPECT_TRUE(nw.ok());
+    return Side{up(wq, nh * hd), up(wk, nkv * hd), up(wv, nkv * hd), *nw};
+  };
+  Backend* bk[3] = {p.cpu.get(), p.gpu.get(), &gpu2};  // oracle, fused, composed
+  Side sides[3] = {side(*bk[0]), side(*bk[1]), side(*bk[2])};
+  std::vector<float> ff;
+  for (int i = 0; i < hd / 2; ++i) ff.push_back(i > hd / 4 ? 8.0f : 1.0f);
+  for (bool neox : {true, false}) {
+    for (int n : {1, 2}) {
+      SCOPED_TRACE("neox " + std::to_string(neox) + ", rows " + std::to_string(n));
+      const RopeParams rp{hd, hd, neox, neox ? 500000.0f : 10000.0f,
+                          neox ? std::span<const float>(ff) : std::span<const float>()};
+      // n sequences of 37 + 29 s tokens; the last is this step's row, the others history.
+      std::vector<int32_t> ctx, tables, hist_pos, hist_slot, pos, slot, q_start, q_len(n, 1);
+      const int max_blocks = (37 + 29 * (n - 1) + bs - 1) / bs;
+      int next_block = 0;
+      for (int s = 0; s < n; ++s) {
+        ctx.push_back(37 + 29 * s);
+        q_start.push_back(s);
+        for (int b = 0; b < max_blocks; ++b)
+          tables.push_back(b < (ctx.back() + bs - 1) / bs ? next_block++ : 0);
+        for (int t = 0; t < ctx.back(); ++t) {
+          const int sl = tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
+          (t + 1 < ctx.back() ? hist_pos : pos).push_back(t);
+          (t + 1 < ctx.back() ? hist_slot : slot).push_back(sl);
+        }
+      }
+      const int64_t nh_rows = (int64_t)hist_pos.size();
+      const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
+                 hv = randn((size_t)(nh_rows * nkv * hd)), x = randn((size_t)(n * d));
+      std::vector<float> q_out[3], attn_out[3];
+      for (int i = 0; i < 3; ++i) {
+        Backend& b = *bk[i];
+        const DType kv_dtype = i == 0 ? DType::f16 : b.activation_dtype();
+        KvGeometry g{1, next_block + 1, bs, nkv, hd, kv_dtype};
+        auto kv = b.create_kv_storage(g).value();
+        b.begin_step();
+        Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
+               tv = put(b, hv, nh_rows, nkv * hd);
+        b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
+        const DType act = b.activation_dtype();
+        Tensor xt = put(b, x, n, d), h = b.alloc_activation(n, d, act),
+               q = b.alloc_activation(n, nh * hd, act), k = b.alloc_activation(n, nkv * hd, act),
+               v = b.alloc_activation(n, nkv * hd, act), o = b.alloc_activation(n, nh * hd, act);
+        const Projection qkv[] = {
+            {&sides[i].wq, nullptr, q}, {&sides[i].wk, nullptr, k}, {&sides[i].wv, nullptr, v}};
+        b.begin_step();
+        b.norm_project_rope_store(xt, sides[i].norm, 1e-5f, h, qkv, pos, rp, *kv, 0, slot);
+        q_out[i] = get(b, q);
+        const AttentionBatch batch{n, q_start, q_len, ctx, tables, max_blocks};
+        b.attention(q, *kv, 0, batch, nh, 1.0f / std::sqrt((float)hd), o);
+        attn_out[i] = get(b, o);
+      }
+      EXPECT_LT(rel_error(q_out[1], q_out[0]), kBf16Tol) << "rotated q, fused vs CPU";
+      EXPECT_LT(rel_error(attn_out[1], attn_out[0]), kBf16Tol) << "attention, fused vs CPU";
+      // The two GPU paths round the same products to bf16; only the sums' order differs.
+      EXPECT_LT(rel_error(q_out[1], q_out[2]), 5e-3) << "rotated q, fused vs composed";
+      EXPECT_LT(rel_error(attn_out[1], attn_out[2]), 5e-3) << "attention, fused vs composed";
+    }
+  }
+}
+
 TEST(CudaOps, NormsElementwiseEmbedGather) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);

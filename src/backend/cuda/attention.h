@@ -77,7 +77,8 @@ struct AttnArgs {
   const void* prefetch;
   int64_t prefetch_bytes;
   // 1: the decode kernel is launched as a programmatic dependent of the kernel before it (the
-  // RoPE + KV store) and issues its first chunk's loads before waiting for it, where that chunk
+  // RoPE + KV store, or the Q/K/V product that does it) and issues its first chunk's loads
+  // before waiting for it, where that chunk
   // holds only keys this step does not write. The caller sets it only when the plan, block
   // tables and context lengths were on the device before that kernel started (no upload and
   // no swap wait enqueued by this call) and the step is decode rows alone.

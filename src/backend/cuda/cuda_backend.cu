@@ -82,6 +82,10 @@ class CudaBackend final : public Backend {
     if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0")
       pdl = false;
     cuda::set_programmatic_launch(pdl);
+    // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
+    // (norm_project_rope_store); compiled and op-tested, off until measured on the device.
+    if (const char* e = std::getenv("INFERCEPT_GEMV_ROPE"); e != nullptr && std::string(e) == "1")
+      rope_fold_ = true;
     // INFERCEPT_ATTN_PREWAIT=0: the decode attention waits for the RoPE store before its first
     // loads (AttnArgs::prewait; docs/PERF.md 4.5k).
     if (const char* e = std::getenv("INFERCEPT_ATTN_PREWAIT");
@@ -348,6 +352,50 @@ class CudaBackend final : public Backend {
     cuda::gemv(a, compute_);
   }
 
+  // With INFERCEPT_GEMV_ROPE=1 (off until measured on the device) and 1-2 rows: Q, K and V,
+  // RoPE and the store in one GEMV launch (GemvEpilogue::rope_store), one kernel a layer less
+  // on the path from the norm to the attention. Otherwise the two group ops.
+  void norm_project_rope_store(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                               std::span<const Projection> qkv, std::span<const int32_t> positions,
+                               const RopeParams& p, KvStorage& kv, int64_t layer,
+                               std::span<const int32_t> slots) override {
+    CHECK(qkv.size() == 3);
+    auto& s = static_cast<CudaKvStorage&>(kv);
+    const KvGeometry& g = s.geometry();
+    bool fits = rope_fold_ && norm.dtype == DType::f32 && norm.cols == x.cols &&
+                p.rot_dim == p.head_dim && p.head_dim == g.head_dim && g.dtype == act_ &&
+                (int64_t)positions.size() == x.rows && (int64_t)slots.size() == x.rows;
+    for (const Projection& pr : qkv)
+      fits = fits && (pr.bias == nullptr || !pr.bias->present()) && pr.w->dtype == act_ &&
+             pr.out.dtype == act_ && pr.w->cols == x.cols && pr.out.rows == x.rows &&
+             pr.out.cols == pr.w->rows;
+    if (!fits)
+      return Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
+    wait_before_store(layer, slots, g.block_size);
+    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::rope_store);
+    a.norm = static_cast<const float*>(norm.data);
+    a.eps = eps;
+    a.n_segments = 3;
+    for (int i = 0; i < 3; ++i)
+      set_segment(a.seg[i], qkv[i].w->data, nullptr, nullptr, qkv[i].out, qkv[i].w->rows);
+    a.rope.positions = dev(positions);
+    a.rope.slots = dev(slots);
+    a.rope.freq_factors = freq_factors(p.freq_factors);
+    a.rope.theta_base = p.theta_base;
+    a.rope.head_dim = (int)p.head_dim;
+    a.rope.neox = p.neox;
+    a.rope.k_cache = s.k(layer);
+    a.rope.v_cache = s.v(layer);
+    a.rope.kv_width = (int)(g.n_kv_heads * g.head_dim);
+    if (!fused_fits(a)) {  // the two group ops (the store's wait is on the stream already)
+      norm_project(x, norm, eps, h, qkv);
+      run_rope(qkv[0].out, qkv[1].out, qkv[2].out, positions, p, &s, layer, slots);
+      return;
+    }
+    if (skip_launch(14, bytes_of(a))) return;
+    cuda::gemv(a, compute_);
+  }
+
   void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
                       const Weight& w_gate, const Weight& w_up, Tensor gate, Tensor up) override {
     CHECK(w_gate.rows == w_up.rows && w_gate.cols == x.cols && w_up.cols == x.cols);
@@ -472,7 +520,8 @@ class CudaBackend final : public Backend {
     // The decode kernel may read the plan, the block tables and the cached context before the
     // RoPE store ends (AttnArgs::prewait) only if none of them was put on the stream by this
     // call: then all of it was there before an earlier kernel that everything after it
-    // follows. Decode rows alone, so that the kernel before is that store.
+    // follows. Decode rows alone, so that the kernel before is that store (or the Q/K/V
+    // product that does it, norm_project_rope_store), which writes only this step's keys.
     a.prewait = attn_prewait_ && !waited && step_.used == staged_before && plan.items.empty() &&
                 prefill.tiles.empty() && !plan.decode_items.empty();
     if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
@@ -737,6 +786,7 @@ class CudaBackend final : public Backend {
   // the next attention() takes (cleared by it).
   int64_t l2_prefetch_bytes_ = 0;
   bool attn_prewait_ = true;  // INFERCEPT_ATTN_PREWAIT=0 turns it off
+  bool rope_fold_ = false;    // INFERCEPT_GEMV_ROPE=1 turns it on
   Weight hint_{};
   cudaDeviceProp props_{};
   cudaStream_t compute_ = nullptr;

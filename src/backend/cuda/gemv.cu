@@ -15,6 +15,8 @@ constexpr int kWarps = 8;  // per block; one output feature per warp
 // The fused forms (norm prologue, accumulate, gated) serve decode at batch 1-2: fewer row
 // counts keep the number of kernel instances (and the build time) down.
 constexpr int kFusedMaxRows = 4;
+// The Q/K/V + RoPE + store form: decode at batch 1-2.
+constexpr int kRopeMaxRows = 2;
 // Normalized input rows live in shared memory: at most this much a block.
 constexpr size_t kMaxStagedBytes = 96u << 10;
 
@@ -124,6 +126,7 @@ struct KernelArgs {
   // warp reading them from L1/L2 beside its weights; the O and down projections at batch 1
   // took 3% of the step less (docs/PERF.md 4.5k). INFERCEPT_GEMV_STAGE_X=0: the old way.
   int stage_x;
+  GemvRope rope;  // rope_store only
 };
 
 // Input rows copied into shared memory as they are (KernelArgs::stage_x).
@@ -189,6 +192,47 @@ __device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
   __syncthreads();
 }
 
+// The features RoPE rotates together, for pair p of a projection: in head h = p / (hd/2),
+// frequency i = p % (hd/2), features (i, i + hd/2) (neox) or (2i, 2i + 1).
+__device__ __forceinline__ int rope_first(const GemvRope& r, int p) {
+  const int half = r.head_dim / 2, h = p / half, i = p % half;
+  return h * r.head_dim + (r.neox ? i : 2 * i);
+}
+__device__ __forceinline__ int rope_second(const GemvRope& r, int first) {
+  return first + (r.neox ? r.head_dim / 2 : 1);
+}
+
+// The rope_store epilogue of pair p of segment seg (0 Q, 1 K, 2 V) for input row `row`:
+// the two products rounded to T (as the unfused GEMV stores them), rotated as
+// rope_store_kernel (kernels.cu) rotates them (Q and K), written to the row's output and, for
+// K and V, to its cache slot.
+template <typename T>
+__device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, float v1, float v2,
+                                T* out_row) {
+  const int f1 = rope_first(r, p), f2 = rope_second(r, f1);
+  const float x0 = to_f32(from_f32<T>(v1)), x1 = to_f32(from_f32<T>(v2));
+  T y0, y1;
+  if (seg == 2) {
+    y0 = from_f32<T>(x0);
+    y1 = from_f32<T>(x1);
+  } else {
+    const int i = (p % (r.head_dim / 2));
+    float inv_freq = powf(r.theta_base, -2.0f * (float)i / (float)r.head_dim);
+    if (r.freq_factors != nullptr) inv_freq /= r.freq_factors[i];
+    float sn, cs;
+    sincosf((float)r.positions[row] * inv_freq, &sn, &cs);
+    y0 = from_f32<T>(x0 * cs - x1 * sn);
+    y1 = from_f32<T>(x0 * sn + x1 * cs);
+  }
+  out_row[f1] = y0;
+  out_row[f2] = y1;
+  if (seg >= 1) {
+    T* c = static_cast<T*>(seg == 1 ? r.k_cache : r.v_cache) + (int64_t)r.slots[row] * r.kv_width;
+    c[f1] = y0;
+    c[f2] = y1;
+  }
+}
+
 // One warp per output feature (per pair of features when gated): its lanes stream the weight
 // row in 16-byte pieces, several in flight per lane, and keep one f32 sum per input row; a
 // butterfly reduces them.
@@ -207,7 +251,9 @@ __device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
 // thread (the norm + Q/K/V form took 70 unbounded, i.e. three blocks, and ran slower).
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(const KernelArgs a) {
-  constexpr bool kGated = kEpi == GemvEpilogue::gated;
+  constexpr bool kRope = kEpi == GemvEpilogue::rope_store;
+  // Two rows a warp: the gate and up rows, or the two features RoPE rotates together.
+  constexpr bool kGated = kEpi == GemvEpilogue::gated || kRope;
   // 16-byte weight loads in flight per lane: 8 (two rows' worth of 4 when gated). With 4, a
   // 4096-wide row took 4 round trips to memory and the O projection ran at ~2.7 TB/s.
   constexpr int kUnroll = kGated ? 4 : 8;
@@ -231,9 +277,16 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
     const KernelSegment& g = a.seg[s];
     const int row = (vb - g.first_block) * kWarps + warp;
-    wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)row * a.k);
-    ur = kGated ? reinterpret_cast<const uint4*>(static_cast<const T*>(g.w2) + (int64_t)row * a.k)
-                : nullptr;
+    if constexpr (kRope) {  // `row` is a pair of features; g.m counts pairs here
+      const int r1 = rope_first(a.rope, row);
+      wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)r1 * a.k);
+      ur = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) +
+                                          (int64_t)rope_second(a.rope, r1) * a.k);
+    } else {
+      wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)row * a.k);
+      ur = kGated ? reinterpret_cast<const uint4*>(static_cast<const T*>(g.w2) + (int64_t)row * a.k)
+                  : nullptr;
+    }
     return row < g.m ? s : -1;
   };
   // The first virtual block at or after vb (stepping by the grid) that has a row for this warp.
@@ -324,11 +377,15 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
     OutT* out = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride + row;
     const float* bias = g.bias;
+    const int seg_done = seg;
     vb = next_row(vb + (int)gridDim.x);
     round = 0;
     if (vb < a.total_blocks) load_round(0);
     if (lane >= NR) continue;
-    if constexpr (kEpi == GemvEpilogue::store) {
+    if constexpr (kRope) {
+      rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2,
+                         static_cast<T*>(g.out) + (int64_t)lane * g.out_stride);
+    } else if constexpr (kEpi == GemvEpilogue::store) {
       if (bias != nullptr) v += bias[row];
       *out = from_f32<OutT>(v);
     } else if constexpr (kEpi == GemvEpilogue::accumulate) {
@@ -361,9 +418,11 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   int blocks = 0;
   for (int i = 0; i < a.n_segments; ++i) {
     const GemvSegment& g = a.seg[i];
-    k.seg[i] = KernelSegment{g.w, g.w2, g.bias, g.out, g.out_stride, g.m, blocks};
-    blocks += ceil_div(g.m, kWarps);
+    const int rows = kEpi == GemvEpilogue::rope_store ? g.m / 2 : g.m;  // pairs, for RoPE
+    k.seg[i] = KernelSegment{g.w, g.w2, g.bias, g.out, g.out_stride, rows, blocks};
+    blocks += ceil_div(rows, kWarps);
   }
+  k.rope = a.rope;
   k.total_blocks = blocks;
   k.preload = gemv_preload();
   k.stage_x = stages_x(a) ? 1 : 0;
@@ -425,6 +484,8 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
       return launch_rows<T, T, false, GemvEpilogue::accumulate, kFusedMaxRows>(a, s);
     case GemvEpilogue::gated:
       return launch_rows<T, T, true, GemvEpilogue::gated, kFusedMaxRows>(a, s);
+    case GemvEpilogue::rope_store:
+      return launch_rows<T, T, true, GemvEpilogue::rope_store, kRopeMaxRows>(a, s);
   }
 }
 
@@ -442,6 +503,17 @@ bool gemv_fits(const GemvArgs& a) {
   // The gated form always normalizes (it is the FFN's first half); accumulate never does.
   if (a.epilogue == GemvEpilogue::gated && a.norm == nullptr) return false;
   if (a.epilogue == GemvEpilogue::accumulate && a.norm != nullptr) return false;
+  if (a.epilogue == GemvEpilogue::rope_store) {
+    const GemvRope& r = a.rope;
+    if (a.norm == nullptr || a.n > kRopeMaxRows || a.n_segments != 3 || a.out_dtype != a.in_dtype)
+      return false;
+    if (r.positions == nullptr || r.slots == nullptr || r.k_cache == nullptr ||
+        r.v_cache == nullptr || r.head_dim < 2 || r.head_dim % 2 != 0)
+      return false;
+    for (int i = 0; i < 3; ++i)
+      if (a.seg[i].m % r.head_dim != 0) return false;
+    if (a.seg[1].m != r.kv_width || a.seg[2].m != r.kv_width) return false;
+  }
   if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
   if (a.k % 8 != 0 || a.x_stride % 8 != 0 || !aligned16(a.x) || a.k / 8 >= (1 << 30)) return false;
   if (a.norm != nullptr && (!aligned16(a.norm) || staged_bytes(a) > kMaxStagedBytes)) return false;

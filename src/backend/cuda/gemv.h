@@ -28,6 +28,24 @@ enum class GemvEpilogue {
   store,       // out = x w^T (+ bias)
   accumulate,  // out += x w^T, rounded as a separate product-then-add would be
   gated,       // out = silu(x w^T) * (x w2^T): the SwiGLU gate and up products in one pass
+  // Q, K and V (segments 0, 1, 2, no bias, after the norm), then RoPE on Q and K and the
+  // store of K and V to the cache slots (GemvRope): what norm_project and rope_store_kv do
+  // apart, in one launch. A warp computes the two features RoPE pairs (i and i + head_dim/2,
+  // or 2i and 2i + 1), rounded to the activation type first as the unfused path stores them.
+  rope_store,
+};
+
+// What the rope_store epilogue needs besides the products (device pointers).
+struct GemvRope {
+  const int32_t* positions = nullptr;   // [n]
+  const int32_t* slots = nullptr;       // [n] cache slots (block * block_size + offset)
+  const float* freq_factors = nullptr;  // [head_dim / 2] divisors, or null
+  float theta_base = 10000.0f;
+  int head_dim = 0;
+  bool neox = false;
+  void* k_cache = nullptr;  // this layer's [slots, kv_width], the activation type
+  void* v_cache = nullptr;
+  int kv_width = 0;  // n_kv_heads * head_dim
 };
 
 // One weight of a launch; all segments share the input rows and the epilogue.
@@ -50,6 +68,7 @@ struct GemvArgs {
   GemvEpilogue epilogue = GemvEpilogue::store;
   GemvSegment seg[kGemvMaxSegments];
   int n_segments = 1;
+  GemvRope rope;  // rope_store only
 };
 
 // Whether gemv() takes these arguments: 1 <= n <= kGemvMaxRows, bf16/f16 inputs, f32 or
