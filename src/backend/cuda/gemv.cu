@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
@@ -435,18 +437,20 @@ void launch(const GemvArgs& a, cudaStream_t s) {
                                     (int)kMaxStagedBytes));
     opted_in.store(true);
   }
-  // As many blocks as are resident at once (the occupancy for this shared-memory size,
-  // remembered for the last size asked).
-  static std::atomic<size_t> occupancy_smem{~size_t{0}};
-  static std::atomic<int> occupancy_blocks{0};
-  if (occupancy_smem.load() != smem) {
+  // As many blocks as are resident at once: the occupancy for this shared-memory size,
+  // remembered per size (the O and down projections share an instance but stage rows of
+  // different widths, so one remembered size was asked again at every launch of an eager step).
+  static std::mutex mu;  // engines on other threads may launch too
+  static std::map<size_t, int> resident_blocks;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = resident_blocks.find(smem);
+  if (it == resident_blocks.end()) {
     int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
-    occupancy_blocks.store(std::max(1, per_sm) * multiprocessors());
-    occupancy_smem.store(smem);
+    it = resident_blocks.emplace(smem, std::max(1, per_sm) * multiprocessors()).first;
   }
-  launch_kernel(kernel, dim3((unsigned)std::min(blocks, occupancy_blocks.load())),
-                dim3(kWarps * 32), smem, s, programmatic_launch(), k);
+  launch_kernel(kernel, dim3((unsigned)std::min(blocks, it->second)), dim3(kWarps * 32), smem, s,
+                programmatic_launch(), k);
 }
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi, int kMax>
