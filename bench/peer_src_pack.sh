@@ -7,8 +7,8 @@
 #
 #   bash bench/peer_src_pack.sh        # writes .carry/peer/llama-src.tar.gz (git-ignored)
 #
-# Left out: the other GPU backends' sources, docs, example models and vocabularies, the web
-# UI's prebuilt assets are kept only as CMake needs them (tools/ is whole).
+# Left out: the other GPU backends' sources, docs, example models and vocabularies, examples
+# and tests; tools/ stays whole (CMake adds every tool's folder when the server is built).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LLAMA="$(bash "$ROOT/bench/peer_llama_cpp.sh" --source-only)"

@@ -33,9 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
 
 namespace {
+
+using infercept::cuda::load_stream;
 
 #define CK(expr)                                                                                  \
   do {                                                                                            \
@@ -47,14 +50,6 @@ namespace {
   } while (0)
 
 constexpr int kWarps = 8;
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
@@ -77,12 +72,12 @@ __global__ void __launch_bounds__(256)
   for (; i + (U - 1) * stride < n; i += U * stride) {
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = ld_stream(p + i + u * stride);
+    for (int u = 0; u < U; ++u) v[u] = load_stream(p + i + u * stride);
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < n; i += stride) {
-    const uint4 v = ld_stream(p + i);
+    const uint4 v = load_stream(p + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true
@@ -111,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = c0 + lane + 32 * i;
-        v[i] = c < nv ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        v[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int i = 0; i < U; ++i) {
@@ -145,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int64_t q = q0 + warp * 32 * U + lane + 32 * i;
-      v[i] = q < count ? ld_stream(base + q) : make_uint4(0, 0, 0, 0);
+      v[i] = q < count ? load_stream(base + q) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) {
@@ -381,33 +376,18 @@ int main(int argc, char** argv) {
     };
 
     const size_t pieces = bytes / 16;
-    {
-      const int g = resident((const void*)read_kernel<1>, 256, 0, sms);
+    auto read_case = [&](auto kernel, const char* name) {
+      const int g = resident((const void*)kernel, 256, 0, sms);
       time_it(
-          "read 1", g,
+          name, g,
           [&](const __nv_bfloat16* p) {
-            read_kernel<1><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
+            kernel<<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
           },
           false);
-    }
-    {
-      const int g = resident((const void*)read_kernel<4>, 256, 0, sms);
-      time_it(
-          "read 4", g,
-          [&](const __nv_bfloat16* p) {
-            read_kernel<4><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
-          },
-          false);
-    }
-    {
-      const int g = resident((const void*)read_kernel<8>, 256, 0, sms);
-      time_it(
-          "read 8", g,
-          [&](const __nv_bfloat16* p) {
-            read_kernel<8><<<g, 256, 0, s>>>(reinterpret_cast<const uint4*>(p), pieces, sink);
-          },
-          false);
-    }
+    };
+    read_case(read_kernel<1>, "read 1");
+    read_case(read_kernel<4>, "read 4");
+    read_case(read_kernel<8>, "read 8");
     time_it(
         "engine", 0,
         [&](const __nv_bfloat16* p) {

@@ -4,6 +4,7 @@
 #include <cfloat>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/switches.h"
 #include "core/check.h"
 
 namespace infercept::cuda {

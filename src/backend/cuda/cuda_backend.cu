@@ -39,6 +39,8 @@
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/swap_engine.h"
+#include "backend/cuda/switches.h"
+#include "backend/cuda/weight_upload.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -71,36 +73,11 @@ class CudaBackend final : public Backend {
     TRY(swap_.init(device_, props_.multiProcessorCount));
     attn_planner_ = cuda::AttentionPlanner(props_.multiProcessorCount);
     TRY(sample_io_.init(compute_));
-    if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
-      gemv_max_rows_ = std::clamp(std::atoi(r), 0, cuda::kGemvMaxRows);
-    if (const char* g = std::getenv("INFERCEPT_CUDA_GRAPHS"); g != nullptr && std::string(g) == "0")
-      graphs_on_ = false;
-    // Ablation switches for the fused decode forms and programmatic launch (docs/PERF.md).
-    if (const char* f = std::getenv("INFERCEPT_FUSED"); f != nullptr && std::string(f) == "0")
-      fused_on_ = false;
-    bool pdl = props_.major >= 9;
-    if (const char* e = std::getenv("INFERCEPT_PDL"); e != nullptr && std::string(e) == "0")
-      pdl = false;
-    cuda::set_programmatic_launch(pdl);
-    // INFERCEPT_GRAPH_ONE_UPLOAD=1: a captured step copies its staged host arrays in one node
-    // instead of one per array (9 at batch 1, ~3 us each); off until measured.
-    if (const char* e = std::getenv("INFERCEPT_GRAPH_ONE_UPLOAD");
-        e != nullptr && std::string(e) == "1")
-      one_upload_ = true;
-    // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
-    // (norm_project_rope_store); compiled and op-tested, off until measured on the device.
-    if (const char* e = std::getenv("INFERCEPT_GEMV_ROPE"); e != nullptr && std::string(e) == "1")
-      rope_fold_ = true;
-    // INFERCEPT_ATTN_PREWAIT=0: the decode attention waits for the RoPE store before its first
-    // loads (AttnArgs::prewait; docs/PERF.md 4.5k).
-    if (const char* e = std::getenv("INFERCEPT_ATTN_PREWAIT");
-        e != nullptr && std::string(e) == "0")
-      attn_prewait_ = false;
-    // INFERCEPT_L2_PREFETCH=1: decode attention at a small batch fetches the output
-    // projection's weight into L2 while it runs (prefetch_hint). Off until measured (PERF.md
-    // 4.5i); at most 60% of L2 (props_.l2CacheSize), the rest stays for the KV it streams.
-    if (const char* e = std::getenv("INFERCEPT_L2_PREFETCH"); e != nullptr && std::string(e) == "1")
-      l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
+    sw_ = cuda::BackendSwitches::from_env(props_.major);
+    graphs_on_ = graphs_on_ && sw_.graphs;
+    cuda::set_programmatic_launch(sw_.programmatic);
+    // prefetch_hint's budget: at most 60% of L2, the rest stays for the KV the attention streams.
+    if (sw_.l2_prefetch) l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
     return ok_status();
   }
 
@@ -137,50 +114,8 @@ class CudaBackend final : public Backend {
   }
 
   Result<Weight> upload_weight(const void* data, DType dtype, int64_t rows, int64_t cols) override {
-    if (rows == 1 && dtype == DType::f32) {  // vectors (norms, biases) stay f32
-      void* p = device_alloc_checked((size_t)cols * 4);
-      if (p == nullptr)
-        return make_error("out of GPU memory for a ", std::to_string(cols), "-vector");
-      CUDA_CHECK(cudaMemcpy(p, data, (size_t)cols * 4, cudaMemcpyHostToDevice));
-      // A pageable cudaMemcpy may return before its DMA lands, and the compute stream does
-      // not order against the legacy stream: wait (start-up only).
-      CUDA_CHECK(cudaDeviceSynchronize());
-      return Weight{p, DType::f32, 1, cols, (size_t)cols * 4};
-    }
-    const size_t row_out = (size_t)cols * 2;
-    char* p = static_cast<char*>(device_alloc_checked(row_out * (size_t)rows));
-    if (p == nullptr)
-      return make_error("out of GPU memory for a ", std::to_string(rows), "x", std::to_string(cols),
-                        " weight");
-    if (dtype == act_) {
-      CUDA_CHECK(cudaMemcpy(p, data, row_out * (size_t)rows, cudaMemcpyHostToDevice));
-    } else {
-      // Convert on the host in slabs of rows: dequantize to f32, round to the activation type.
-      if (cols % dtype_block_elems(dtype) != 0)
-        return make_error("cannot convert a ", std::string(dtype_name(dtype)), " row of ",
-                          std::to_string(cols), " elements");
-      const size_t in_row = dtype_row_bytes(dtype, cols);
-      const int64_t slab = std::max<int64_t>(1, (8 << 20) / (int64_t)row_out);
-      std::vector<float> f((size_t)cols);
-      std::vector<uint16_t> h((size_t)(slab * cols));
-      for (int64_t r0 = 0; r0 < rows; r0 += slab) {
-        const int64_t nr = std::min(slab, rows - r0);
-        for (int64_t r = 0; r < nr; ++r) {
-          const void* src = static_cast<const char*>(data) + (size_t)(r0 + r) * in_row;
-          if (dtype == DType::f32)
-            std::memcpy(f.data(), src, (size_t)cols * 4);
-          else
-            dequantize_row(dtype, src, f.data(), cols);
-          uint16_t* dst = h.data() + (size_t)(r * cols);
-          for (int64_t c = 0; c < cols; ++c)
-            dst[c] = act_ == DType::bf16 ? fp32_to_bf16(f[(size_t)c]) : fp32_to_fp16(f[(size_t)c]);
-        }
-        CUDA_CHECK(cudaMemcpy(p + (size_t)r0 * row_out, h.data(), (size_t)nr * row_out,
-                              cudaMemcpyHostToDevice));
-      }
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());  // see above
-    return Weight{p, act_, rows, cols, row_out};
+    return cuda::upload_weight(data, dtype, rows, cols, act_,
+                               [this](size_t bytes) { return device_alloc_checked(bytes); });
   }
 
   Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) override {
@@ -250,7 +185,7 @@ class CudaBackend final : public Backend {
       // One upload node for the whole step (INFERCEPT_GRAPH_ONE_UPLOAD=1): the probe before
       // a capture or replay has staged every host array at the offsets the ops will use, so
       // the graph's first node can copy them all; upload() then adds no node of its own.
-      if (one_upload_ && probe_staged_ > 0)
+      if (sw_.one_upload && probe_staged_ > 0)
         sample_io_.small_copy()(step_.dev, step_.host_dev, step_.host, probe_staged_,
                                 cudaMemcpyHostToDevice, compute_);
     } else {
@@ -288,7 +223,7 @@ class CudaBackend final : public Backend {
         CHECK_MSG(sig_ == probe_sig_,
                   "a step's launches changed between its probe and its capture");
         // The one upload node copied the probe's staged range: the capture staged the same.
-        if (one_upload_) CHECK(step_.used == probe_staged_);
+        if (sw_.one_upload) CHECK(step_.used == probe_staged_);
         cudaGraphExec_t exec = graphs_.add(sig_, graph, step_no_, compute_);
         CUDA_CHECK(cudaGraphDestroy(graph));
         CUDA_CHECK(cudaGraphLaunch(exec, compute_));
@@ -328,7 +263,7 @@ class CudaBackend final : public Backend {
     CHECK(x.dtype == act_ && w.dtype == act_);
     const void* b = bias != nullptr && bias->present() ? bias->data : nullptr;
     if (skip_launch(4, x, w.data, w.rows, w.cols, b, out)) return;
-    if (x.rows <= gemv_max_rows_ &&
+    if (x.rows <= sw_.gemv_max_rows &&
         cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
       cuda::gemv(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
                  out.dtype, compute_);
@@ -362,7 +297,7 @@ class CudaBackend final : public Backend {
                   has_bias ? static_cast<const float*>(p.bias->data) : nullptr, p.out, p.w->rows);
     }
     if (!fits || !fused_fits(a)) return Backend::norm_project(x, norm, eps, h, projections);
-    if (skip_launch(11, bytes_of(a))) return;
+    if (skip_launch(16, bytes_of(a))) return;  // 11 is an upload's tag
     cuda::gemv(a, compute_);
   }
 
@@ -374,38 +309,42 @@ class CudaBackend final : public Backend {
                                const RopeParams& p, KvStorage& kv, int64_t layer,
                                std::span<const int32_t> slots) override {
     CHECK(qkv.size() == 3);
+    auto composed = [&] {
+      CHECK_MSG(!sw_.rope_fold_required,
+                "INFERCEPT_GEMV_ROPE=require: a step the fold cannot take");
+      Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
+    };
+    if (!sw_.rope_fold)
+      return Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
     auto& s = static_cast<CudaKvStorage&>(kv);
     const KvGeometry& g = s.geometry();
-    bool fits = rope_fold_ && norm.dtype == DType::f32 && norm.cols == x.cols &&
-                p.rot_dim == p.head_dim && p.head_dim == g.head_dim && g.dtype == act_ &&
+    bool fits = norm.dtype == DType::f32 && norm.cols == x.cols && p.rot_dim == p.head_dim &&
+                p.head_dim == g.head_dim && g.dtype == act_ &&
                 (int64_t)positions.size() == x.rows && (int64_t)slots.size() == x.rows;
-    for (const Projection& pr : qkv)
+    for (const Projection& pr : qkv) {
+      CHECK(pr.w->cols == x.cols && pr.out.cols == pr.w->rows && pr.out.rows == x.rows);
       fits = fits && (pr.bias == nullptr || !pr.bias->present()) && pr.w->dtype == act_ &&
-             pr.out.dtype == act_ && pr.w->cols == x.cols && pr.out.rows == x.rows &&
-             pr.out.cols == pr.w->rows;
-    if (!fits)
-      return Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
-    wait_before_store(layer, slots, g.block_size);
+             pr.out.dtype == act_;
+    }
+    if (!fits) return composed();
     cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::rope_store);
     a.norm = static_cast<const float*>(norm.data);
     a.eps = eps;
     a.n_segments = 3;
     for (int i = 0; i < 3; ++i)
       set_segment(a.seg[i], qkv[i].w->data, nullptr, nullptr, qkv[i].out, qkv[i].w->rows);
-    a.rope.positions = dev(positions);
-    a.rope.slots = dev(slots);
-    a.rope.freq_factors = freq_factors(p.freq_factors);
-    a.rope.theta_base = p.theta_base;
-    a.rope.head_dim = (int)p.head_dim;
-    a.rope.neox = p.neox;
-    a.rope.k_cache = s.k(layer);
-    a.rope.v_cache = s.v(layer);
-    a.rope.kv_width = (int)(g.n_kv_heads * g.head_dim);
-    if (!fused_fits(a)) {  // the two group ops (the store's wait is on the stream already)
-      norm_project(x, norm, eps, h, qkv);
-      run_rope(qkv[0].out, qkv[1].out, qkv[2].out, positions, p, &s, layer, slots);
-      return;
-    }
+    cuda::GemvRope& r = a.rope;
+    r.positions = dev(positions);  // the composed path finds them again (dev)
+    r.slots = dev(slots);
+    r.freq_factors = freq_factors(p.freq_factors);
+    r.theta_base = p.theta_base;
+    r.head_dim = (int)p.head_dim;
+    r.neox = p.neox;
+    r.k_cache = s.k(layer);
+    r.v_cache = s.v(layer);
+    r.kv_width = (int)(g.n_kv_heads * g.head_dim);
+    if (!fused_fits(a)) return composed();
+    wait_before_store(layer, slots, g.block_size);
     if (skip_launch(14, bytes_of(a))) return;
     cuda::gemv(a, compute_);
   }
@@ -431,7 +370,7 @@ class CudaBackend final : public Backend {
     CHECK(x.dtype == act_ && w.dtype == act_ && residual.dtype == act_);
     cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::accumulate);
     set_segment(a.seg[0], w.data, nullptr, nullptr, residual, w.rows);
-    if (!fused_on_) return Backend::project_add(x, w, residual, scratch);
+    if (!sw_.fused) return Backend::project_add(x, w, residual, scratch);
     if (skip_launch(13, bytes_of(a))) return;
     if (fused_fits(a))
       cuda::gemv(a, compute_);
@@ -536,7 +475,7 @@ class CudaBackend final : public Backend {
     // call: then all of it was there before an earlier kernel that everything after it
     // follows. Decode rows alone, so that the kernel before is that store (or the Q/K/V
     // product that does it, norm_project_rope_store), which writes only this step's keys.
-    a.prewait = attn_prewait_ && !waited && step_.used == staged_before && plan.items.empty() &&
+    a.prewait = sw_.attn_prewait && !waited && step_.used == staged_before && plan.items.empty() &&
                 prefill.tiles.empty() && !plan.decode_items.empty();
     if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
                     prefill.combines.size()))
@@ -634,7 +573,7 @@ class CudaBackend final : public Backend {
     std::memcpy(step_.host + off, src, bytes);
     step_.used = off + bytes;
     if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
-    if (pass_ == Pass::capture && one_upload_) return step_.dev + off;  // the first node does
+    if (pass_ == Pass::capture && sw_.one_upload) return step_.dev + off;  // the first node does
     // Through the SMs by default: never behind a swap copy on a copy engine (sample_io.h).
     sample_io_.small_copy()(step_.dev + off, step_.host_dev + off, step_.host + off, bytes,
                             cudaMemcpyHostToDevice, st);
@@ -700,7 +639,7 @@ class CudaBackend final : public Backend {
     g.m = (int)m;
   }
   bool fused_fits(const cuda::GemvArgs& a) const {
-    return fused_on_ && a.n <= gemv_max_rows_ && cuda::gemv_fits(a);
+    return sw_.fused && a.n <= sw_.gemv_max_rows && cuda::gemv_fits(a);
   }
 
   // Appends an op's launch parameters to the step's signature while recording (probe or
@@ -792,18 +731,11 @@ class CudaBackend final : public Backend {
   bool step_needs_wait_ = false;
   cuda::StepGraphCache graphs_;
   int64_t graph_replays_ = 0, graph_captures_ = 0;
-  // Products of at most this many rows go to the GEMV kernel (INFERCEPT_GEMV_MAX_ROWS; 0 =
-  // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
-  // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
-  int gemv_max_rows_ = 2;
-  bool fused_on_ = true;  // the fused GEMV forms of norm_project / norm_gated_ffn / project_add
+  cuda::BackendSwitches sw_;
   // prefetch_hint: the most bytes a decode attention asks L2 to fetch (0: off), and the hint
   // the next attention() takes (cleared by it).
   int64_t l2_prefetch_bytes_ = 0;
-  bool attn_prewait_ = true;  // INFERCEPT_ATTN_PREWAIT=0 turns it off
-  bool rope_fold_ = false;    // INFERCEPT_GEMV_ROPE=1 turns it on
-  bool one_upload_ = false;   // INFERCEPT_GRAPH_ONE_UPLOAD=1 turns it on
-  size_t probe_staged_ = 0;   // staging bytes of the last probe that led to a capture
+  size_t probe_staged_ = 0;  // staging bytes of the last probe that led to a capture
   Weight hint_{};
   cudaDeviceProp props_{};
   cudaStream_t compute_ = nullptr;

@@ -67,11 +67,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether kernels that support it are launched as programmatic dependents (the backend turns
-// it on for sm_90 and later unless INFERCEPT_PDL=0; defined in kernels.cu).
-bool programmatic_launch();
-void set_programmatic_launch(bool on);
-
 // kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent of the previous
 // kernel in the stream when `programmatic` (the kernel must pdl_wait() as described above).
 template <typename... Params, typename... Args>
@@ -88,6 +83,31 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   cfg.attrs = &attr;
   cfg.numAttrs = programmatic ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// 16 bytes read once (weights streamed by a product): past L1, which keeps what is reused
+// (a GEMV's staged input rows).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// RoPE's rotation of the pair (x0, x1) at frequency i of a head_dim-wide head at position
+// pos: theta = pos * base^(-2i/d) / freq_factors[i] (llama3's divisors, or none). The one
+// definition the RoPE store kernel and the Q/K/V GEMV's rope_store epilogue share, so the
+// fused and the unfused paths rotate alike.
+__device__ __forceinline__ void rope_rotate(float pos, int i, int head_dim, float theta_base,
+                                            const float* freq_factors, float x0, float x1,
+                                            float& y0, float& y1) {
+  float inv_freq = powf(theta_base, -2.0f * (float)i / (float)head_dim);
+  if (freq_factors != nullptr) inv_freq /= freq_factors[i];
+  float sn, cs;
+  sincosf(pos * inv_freq, &sn, &cs);
+  y0 = x0 * cs - x1 * sn;
+  y1 = x0 * sn + x1 * cs;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/switches.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
@@ -25,21 +24,14 @@ constexpr size_t kMaxStagedBytes = 96u << 10;
 // Unnormalized input rows staged in shared memory (KernelArgs::stage_x) up to this size.
 constexpr size_t kMaxStagedX = 48u << 10;
 
-// INFERCEPT_GEMV_STAGE_X=0 turns off KernelArgs::stage_x (read once).
-int gemv_stage_x() {
-  static const int v = [] {
-    const char* e = std::getenv("INFERCEPT_GEMV_STAGE_X");
-    return e != nullptr && std::string(e) == "0" ? 0 : 1;
-  }();
+// INFERCEPT_GEMV_STAGE_X=0 and INFERCEPT_GEMV_PRELOAD=0 turn off KernelArgs::stage_x and
+// ::preload (read once).
+bool gemv_stage_x() {
+  static const bool v = env_switch("INFERCEPT_GEMV_STAGE_X", true);
   return v;
 }
-
-// INFERCEPT_GEMV_PRELOAD=0 turns off KernelArgs::preload (read once).
-int gemv_preload() {
-  static const int v = [] {
-    const char* e = std::getenv("INFERCEPT_GEMV_PRELOAD");
-    return e != nullptr && std::string(e) == "0" ? 0 : 1;
-  }();
+bool gemv_preload() {
+  static const bool v = env_switch("INFERCEPT_GEMV_PRELOAD", true);
   return v;
 }
 
@@ -51,15 +43,6 @@ int multiprocessors() {
     return count;
   }();
   return n;
-}
-
-// 16 bytes of weights, read once per step: bypass L1 (it keeps the shared input rows).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -206,26 +189,17 @@ __device__ __forceinline__ int rope_second(const GemvRope& r, int first) {
 
 // The rope_store epilogue of pair p of segment seg (0 Q, 1 K, 2 V) for input row `row`:
 // the two products rounded to T (as the unfused GEMV stores them), rotated as
-// rope_store_kernel (kernels.cu) rotates them (Q and K), written to the row's output and, for
-// K and V, to its cache slot.
+// rope_store_kernel (kernels.cu) rotates them (Q and K; rope_rotate), written to the row's
+// output and, for K and V, to its cache slot.
 template <typename T>
 __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, float v1, float v2,
                                 T* out_row) {
   const int f1 = rope_first(r, p), f2 = rope_second(r, f1);
-  const float x0 = to_f32(from_f32<T>(v1)), x1 = to_f32(from_f32<T>(v2));
-  T y0, y1;
-  if (seg == 2) {
-    y0 = from_f32<T>(x0);
-    y1 = from_f32<T>(x1);
-  } else {
-    const int i = (p % (r.head_dim / 2));
-    float inv_freq = powf(r.theta_base, -2.0f * (float)i / (float)r.head_dim);
-    if (r.freq_factors != nullptr) inv_freq /= r.freq_factors[i];
-    float sn, cs;
-    sincosf((float)r.positions[row] * inv_freq, &sn, &cs);
-    y0 = from_f32<T>(x0 * cs - x1 * sn);
-    y1 = from_f32<T>(x0 * sn + x1 * cs);
-  }
+  float x0 = to_f32(from_f32<T>(v1)), x1 = to_f32(from_f32<T>(v2));
+  if (seg != 2)
+    rope_rotate((float)r.positions[row], p % (r.head_dim / 2), r.head_dim, r.theta_base,
+                r.freq_factors, x0, x1, x0, x1);
+  const T y0 = from_f32<T>(x0), y1 = from_f32<T>(x1);
   out_row[f1] = y0;
   out_row[f2] = y1;
   if (seg >= 1) {
@@ -377,7 +351,8 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
       if (lane == r) v = acc[r], v2 = acc2[r];
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.0f;
-    OutT* out = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride + row;
+    OutT* out_row = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride;
+    OutT* out = out_row + row;
     const float* bias = g.bias;
     const int seg_done = seg;
     vb = next_row(vb + (int)gridDim.x);
@@ -385,8 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     if (vb < a.total_blocks) load_round(0);
     if (lane >= NR) continue;
     if constexpr (kRope) {
-      rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2,
-                         static_cast<T*>(g.out) + (int64_t)lane * g.out_stride);
+      rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2, out_row);
     } else if constexpr (kEpi == GemvEpilogue::store) {
       if (bias != nullptr) v += bias[row];
       *out = from_f32<OutT>(v);
@@ -426,7 +400,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   }
   k.rope = a.rope;
   k.total_blocks = blocks;
-  k.preload = gemv_preload();
+  k.preload = gemv_preload() ? 1 : 0;
   k.stage_x = stages_x(a) ? 1 : 0;
   auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);

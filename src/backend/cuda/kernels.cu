@@ -3,20 +3,10 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/switches.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
-
-namespace {
-bool g_programmatic_launch = false;
-}  // namespace
-
-bool programmatic_launch() {
-  return g_programmatic_launch;
-}
-void set_programmatic_launch(bool on) {
-  g_programmatic_launch = on;
-}
 
 namespace {
 
@@ -180,14 +170,12 @@ __global__ void rope_store_kernel(RopeStoreArgs a) {
   const int heads = min(kRopeHeadsPerBlock, a.n_heads + a.n_kv_heads - head0);
   for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
     const int head = head0 + j / half, i = j % half;
-    float inv_freq = powf(a.theta_base, -2.0f * (float)i / (float)a.head_dim);
-    if (a.freq_factors != nullptr) inv_freq /= a.freq_factors[i];
-    float sn, cs;
-    sincosf(pos * inv_freq, &sn, &cs);
     const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
     T* base = head < a.n_heads ? q + head * a.head_dim : k + (head - a.n_heads) * a.head_dim;
-    const float x0 = to_f32(base[i0]), x1 = to_f32(base[i1]);
-    const T y0 = from_f32<T>(x0 * cs - x1 * sn), y1 = from_f32<T>(x0 * sn + x1 * cs);
+    float r0, r1;
+    rope_rotate(pos, i, a.head_dim, a.theta_base, a.freq_factors, to_f32(base[i0]),
+                to_f32(base[i1]), r0, r1);
+    const T y0 = from_f32<T>(r0), y1 = from_f32<T>(r1);
     base[i0] = y0;
     base[i1] = y1;
     if (head >= a.n_heads && kc != nullptr) {

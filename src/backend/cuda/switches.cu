@@ -1,0 +1,45 @@
+#include "backend/cuda/switches.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/gemv.h"
+
+namespace infercept::cuda {
+namespace {
+bool g_programmatic_launch = false;
+}  // namespace
+
+bool env_switch(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return fallback;
+  if (std::strcmp(e, "0") == 0) return false;
+  if (std::strcmp(e, "1") == 0) return true;
+  return fallback;
+}
+
+BackendSwitches BackendSwitches::from_env(int compute_major) {
+  BackendSwitches s;
+  if (const char* r = std::getenv("INFERCEPT_GEMV_MAX_ROWS"); r != nullptr)
+    s.gemv_max_rows = std::clamp(std::atoi(r), 0, kGemvMaxRows);
+  s.graphs = env_switch("INFERCEPT_CUDA_GRAPHS", true);
+  s.fused = env_switch("INFERCEPT_FUSED", true);
+  s.programmatic = compute_major >= 9 && env_switch("INFERCEPT_PDL", true);
+  s.attn_prewait = env_switch("INFERCEPT_ATTN_PREWAIT", true);
+  const char* rope = std::getenv("INFERCEPT_GEMV_ROPE");
+  s.rope_fold_required = rope != nullptr && std::strcmp(rope, "require") == 0;
+  s.rope_fold = s.rope_fold_required || env_switch("INFERCEPT_GEMV_ROPE", false);
+  s.one_upload = env_switch("INFERCEPT_GRAPH_ONE_UPLOAD", false);
+  s.l2_prefetch = env_switch("INFERCEPT_L2_PREFETCH", false);
+  return s;
+}
+
+bool programmatic_launch() {
+  return g_programmatic_launch;
+}
+void set_programmatic_launch(bool on) {
+  g_programmatic_launch = on;
+}
+
+}  // namespace infercept::cuda

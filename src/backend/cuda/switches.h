@@ -1,0 +1,45 @@
+// The CUDA backend's switches: environment variables that turn a measured optimization off
+// for an ablation (or an unmeasured one on), read once when a backend is made, and the
+// process-wide launch mode the kernels' launch code consults. docs/PERF.md says which
+// measurement each belongs to.
+#pragma once
+
+#include <cstdint>
+
+namespace infercept::cuda {
+
+// "0" or "1" from the environment variable `name`; `fallback` when unset or anything else.
+bool env_switch(const char* name, bool fallback);
+
+struct BackendSwitches {
+  // Products of at most this many rows go to the GEMV kernel (INFERCEPT_GEMV_MAX_ROWS; 0 =
+  // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
+  // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
+  int gemv_max_rows = 2;
+  bool graphs = true;  // INFERCEPT_CUDA_GRAPHS=0: every step eager
+  bool fused = true;   // INFERCEPT_FUSED=0: the group ops composed of the plain ones
+  // Programmatic dependent launch (sm_90 and later; INFERCEPT_PDL=0 off).
+  bool programmatic = false;
+  // INFERCEPT_ATTN_PREWAIT=0: the decode attention waits for the RoPE store before its first
+  // loads (AttnArgs::prewait; PERF 4.5k).
+  bool attn_prewait = true;
+  // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
+  // (norm_project_rope_store); off until measured on the device. "require": as 1, and a step
+  // the fold cannot take is an error (tests and measurements that must not see the fallback).
+  bool rope_fold = false, rope_fold_required = false;
+  // INFERCEPT_GRAPH_ONE_UPLOAD=1: a captured step copies its staged host arrays in one graph
+  // node instead of one per array (9 at batch 1, ~3 us each); off until measured.
+  bool one_upload = false;
+  // INFERCEPT_L2_PREFETCH=1: a decode attention at a small batch fetches the output
+  // projection's weight into L2 while it runs (prefetch_hint; measured slower, PERF 4.5i).
+  bool l2_prefetch = false;
+
+  static BackendSwitches from_env(int compute_major);
+};
+
+// Whether kernels that support it are launched as programmatic dependents (set from
+// BackendSwitches::programmatic when a backend is made).
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
+
+}  // namespace infercept::cuda
