@@ -14,7 +14,9 @@ default model's tokenizer (SmolLM2), which it knows as "smollm". The llama2 shap
 make-model's byte-level fallback (docs/DESIGN.md, "make-model"): SmolLM2's pre-tokenizer
 with the vocabulary cut to 32,000 ids, so the ids, and the hash, differ while the
 pre-tokenizer rules are SmolLM2's. With --pre NAME (default "smollm") an unknown hash is given
-that name; a known one keeps the converter's answer.
+that name; a known one keeps the converter's answer. On a machine without the default model
+(the lent GPU), make-model's fallback is the 256 byte tokens and the specials with no merges;
+llama.cpp refuses a BPE vocabulary without a merges key, so one inert merge is written.
 """
 
 import argparse
@@ -61,6 +63,22 @@ def main() -> int:
             return args.pre
 
     base.TextModel.get_vocab_base_pre = pre_or_given
+
+    # llama.cpp refuses a BPE vocabulary without a merges key, and the converter writes none
+    # when the list is empty, as it is for make-model's byte-level tokenizer (--tokenizer
+    # byte: 256 byte tokens, no merges). One merge of two multi-character pieces is inert:
+    # tokenization starts from single characters, and only listed merges build longer ones.
+    import gguf  # noqa: E402
+
+    add_to_gguf = gguf.SpecialVocab.add_to_gguf
+
+    def add_with_merges(self, gw, quiet=False):
+        if self.load_merges and not self.merges:
+            logging.getLogger("convert_to_gguf").warning("no merges: writing one inert merge")
+            self.merges = ["<none> <none>"]
+        add_to_gguf(self, gw, quiet)
+
+    gguf.SpecialVocab.add_to_gguf = add_with_merges
     import convert_hf_to_gguf  # noqa: E402
 
     sys.argv = [conv, args.model, "--outfile", args.out, "--outtype", args.outtype]

@@ -122,7 +122,14 @@ for stage in "$@"; do
       # way. PEER_SERVER and PEER_DEVICE=cpu run it without a GPU.
       shape=${stage#peer-}; dir=models/$shape; P=scratch/peer-cuda
       SERVER=${PEER_SERVER:-$P/build/bin/llama-server}
+      # A llama-server built on the development machine (scratch/peer-cuda, the same cmake
+      # flags) may travel gzipped in .carry/peer instead of being built here (~5 min a call).
+      if [ ! -x "$SERVER" ] && [ -f .carry/peer/llama-server.gz ]; then
+        mkdir -p "$(dirname "$SERVER")" && gunzip -c .carry/peer/llama-server.gz >"$SERVER" && chmod +x "$SERVER"
+      fi
       [ -x "$SERVER" ] || { log "peer: no $SERVER (run peerbuild first)"; continue; }
+      [ -f "${PEER_SRC:-$P/src}/convert_hf_to_gguf.py" ] ||
+        { mkdir -p $P/src && tar xzf .carry/peer/llama-src.tar.gz -C $P/src; }
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
       if [ ! -f "$dir.gguf" ]; then
         log "convert $shape to GGUF"
@@ -131,12 +138,14 @@ for stage in "$@"; do
       fi
       log "peer comparison: $shape"
       dev=${PEER_DEVICE:-cuda}; ngl=""; [ "$dev" = cuda ] && ngl="-ngl 999"
-      # Same KV room for both: PEER_KV tokens, the peer's split into PEER_SLOTS slots.
+      # Same KV room for both: PEER_KV tokens, the peer's split into PEER_SLOTS slots. Both cap a
+      # request at the model's 4,096-token context (llama-server caps a larger slot to it), so
+      # 32 slots of 4,096 use all of it; with 16 the peer would use half and run 16 at once.
       timeout "${PEER_RUN_S:-480}" python3 bench/sweep_server.py --bin "$BIN/infercept" --llama-server "$SERVER" \
         --model "$dir" --peer-model "$dir.gguf" --threads "${PEER_THREADS:-16}" \
         --policies ${PEER_POLICIES:-minwaste} --rates ${PEER_RATES:-1 2} --duration "${PEER_DURATION:-30}" \
-        --peer-chat-template none --peer-loadgen-args "--call-style synthetic" --out-dir "$OUT/peer-$shape" \
-        --peer-args "$ngl -np ${PEER_SLOTS:-16} -c ${PEER_KV:-131072} --cont-batching --metrics --no-webui" \
+        --peer-chat-template none --peer-loadgen-args "--call-style synthetic" --out-dir "$OUT/peer-$shape" ${PEER_SWEEP_ARGS:-} \
+        --peer-args "$ngl -np ${PEER_SLOTS:-32} -c ${PEER_KV:-131072} --cont-batching --metrics --no-webui" \
         -- --device "$dev" --kv-cache-tokens "${PEER_KV:-131072}" --quiet \
         -- --workload mixed --mode standard --call-style scripted ${PEER_LOADGEN:---time-scale 0.1 --context-scale 0.5} \
         2>&1 | tail -20 ;;
