@@ -128,6 +128,13 @@ for stage in "$@"; do
         mkdir -p "$(dirname "$SERVER")" && gunzip -c .carry/peer/llama-server.gz >"$SERVER" && chmod +x "$SERVER"
       fi
       [ -x "$SERVER" ] || { log "peer: no $SERVER (run peerbuild first)"; continue; }
+      # A library the carried build links and the loader does not find (NCCL ships with the
+      # device's PyTorch, outside the loader's path): its folder on the search path.
+      for lib in $(ldd "$SERVER" | awk '/not found/ {print $1}'); do
+        found=$(find /usr /opt -name "$lib" 2>/dev/null | head -1)
+        [ -n "$found" ] && export LD_LIBRARY_PATH=$(dirname "$found"):$LD_LIBRARY_PATH
+        log "peer: $lib ${found:-not found anywhere}"
+      done
       [ -f "${PEER_SRC:-$P/src}/convert_hf_to_gguf.py" ] ||
         { mkdir -p $P/src && tar xzf .carry/peer/llama-src.tar.gz -C $P/src; }
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1

@@ -95,16 +95,19 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.kv_bytes_per_token, 524288.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama3-8b")->cost.kv_bytes_per_token, 131072.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
-  // Session 9's engine: a decode-only step of one sequence 4.42 ms (D(1), bench-forward),
-  // T_fwd(1) 4.69 ms (its start-up profile, what its scheduler decides with), a step with a
-  // chunk 1.1647 x T_fwd (the probes' kT), and the engine's artifacts fitted with it: a chunk
-  // step's first sight of its row count 6.1 ms, the decode steps after a batch change 1.35
-  // and 2.23 ms (session 10). The 8B's has none (not probed).
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 4.419e-3, 1e-5);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 4.691e-3, 1e-5);
-  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.1647);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.first_sight_seconds, 6.110e-3, 1e-9);
-  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.new_batch_seconds, 1.351e-3, 1e-9);
+  // Session 11's engine: a decode-only step of one sequence 3.99 ms (D(1), bench-forward),
+  // T_fwd(1) 3.98 ms (its start-up profile, what its scheduler decides with), a step with a
+  // chunk 1.1820 x T_fwd (the probes' kT), and the engine's artifacts fitted with it: a chunk
+  // step's first sight of its row count 8.8 ms, and the graph cache of 64 entries, a new key's
+  // eager step 2.73 ms (session 12). The 13B keeps session 10's batch-change rule; the 8B's
+  // has none (not probed).
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 3.986e-3, 1e-5);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 3.983e-3, 1e-5);
+  EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.1820);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.first_sight_seconds, 8.837e-3, 1e-9);
+  EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->artifacts.new_batch_seconds, 2.731e-3, 1e-9);
+  EXPECT_EQ(load_sim_profile("h200-llama2-7b")->artifacts.graph_cache_entries, 64);
+  EXPECT_EQ(load_sim_profile("h200-llama2-13b")->artifacts.graph_cache_entries, 0);
   EXPECT_NEAR(load_sim_profile("h200-llama2-13b")->artifacts.second_batch_seconds, 1.403e-3, 1e-9);
   EXPECT_EQ(load_sim_profile("h200-llama3-8b")->artifacts.first_sight_seconds, 0.0);
   EXPECT_GT(load_sim_profile("h200-llama2-13b")->cost.chunk_row_context_seconds, 0.0);

@@ -154,10 +154,10 @@ TEST(StepCost, TensorParallelismScalesTheDeviceTermsOnly) {
   EXPECT_EQ(two.sample_seconds_per_row, 1e-5);  // the host's work
 }
 
-// The built-in 7B profile against the decode steps it was fitted to (docs/bench/step-context2:
-// bench-forward on the H200 with session 9's engine, greedy on the device, step ms at each
+// The built-in 7B profile against the decode steps it was fitted to (docs/bench/step-context3:
+// bench-forward on the H200 with session 11's engine, greedy on the device, step ms at each
 // batch and context): a decode-only step of n sequences at context c is D(n) + a(n) * n * c,
-// within 2% of every measured step (the per-batch fit's worst was 0.8%).
+// within 2.5% of every measured step (the per-batch fit's worst was 2.1%, at 64 sequences).
 TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
   auto p = load_sim_profile("h200-llama2-7b");
   ASSERT_TRUE(p.ok());
@@ -168,14 +168,14 @@ TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
     double step_ms;
   };
   const Measured measured[] = {
-      {1, 3072, 4.967},   {2, 2048, 5.396},   {3, 256, 5.515},
-      {4, 2048, 6.675},   {8, 1024, 7.013},   {12, 3072, 10.977},
-      {16, 3072, 14.084}, {32, 1024, 10.719}, {64, 2048, 25.460},
+      {1, 3072, 4.572},   {2, 2048, 5.103},   {3, 256, 5.485},
+      {4, 2048, 6.652},   {8, 1024, 7.069},   {12, 3072, 11.040},
+      {16, 3072, 14.129}, {32, 1024, 10.707}, {64, 2048, 26.604},
   };
   for (const Measured& m : measured) {
     const StepShape s = shape(m.n, m.n * m.context, m.n, m.n);
     ASSERT_TRUE(s.decode_only());
-    EXPECT_NEAR(c.step_seconds(s) * 1e3, m.step_ms, 0.02 * m.step_ms) << m.n << " x " << m.context;
+    EXPECT_NEAR(c.step_seconds(s) * 1e3, m.step_ms, 0.025 * m.step_ms) << m.n << " x " << m.context;
   }
   // Longer contexts cost more by exactly a(n) per token.
   const StepShape short_ctx = shape(32, 32 * 1024, 32, 32);

@@ -32,7 +32,12 @@ namespace {
 
 // Built-in H200 profiles (2026-12-01, the lent H200, bf16 weights and KV, 16-token blocks).
 //
-// llama2-7b and llama2-13b: the engine of session 9 (docs/PERF.md 4.5g/4.5h, default attention
+// llama2-7b: the engine of session 11 (docs/PERF.md 4.5k: batch 1-2 decode 7-12% faster), the
+// same terms measured the same way as below (docs/bench/step-context3, step-probe9), the
+// engine's graph cache modelled as it is keyed (the step traces carry the block tables' width
+// now): first sight 8.8 ms, a new key's eager step 2.7 ms and its capture 5.9 ms, 64 graphs
+// (docs/BENCHMARKS.md, "Runs q: the simulator re-profiled for session 11's engine").
+// llama2-13b: the engine of session 9 (docs/PERF.md 4.5g/4.5h, default attention
 // plan), every term measured apart from the runs the simulator is validated on
 // (docs/BENCHMARKS.md, "The simulator's cost terms measured apart from the runs"):
 //   - D(n), a(n): bench-forward decode steps of n = 1..64 sequences at contexts 256-3,072
@@ -63,6 +68,10 @@ struct Shape {
   // The engine's artifacts (SimProfile): first sight of a chunk step's row count, the two
   // decode-only steps after a change of the sequence count; ms.
   double first_sight_ms, new_batch_ms, second_batch_ms;
+  // The engine's graph cache as the simulated steps meet it (EngineArtifacts::
+  // graph_cache_entries, cuda::StepGraphCache::kMaxGraphs), or 0: the batch-change rule, with
+  // the two prices above for a change of the sequence count and the step after it.
+  int64_t graph_cache_entries;
   // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2 (the
   // engine's greedy and top-p rows sample on the device since: 0 where measured so).
   double sample_us_per_row;
@@ -86,25 +95,25 @@ const std::vector<Shape>& shapes() {
   // clang-format off
   static const std::vector<Shape> v = {
       {"h200-llama2-7b",
-       {{1, 4.691376}, {16, 5.829456}, {64, 5.955545}, {128, 6.454692}, {256, 8.119465},
-        {512, 12.359276}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.1647,
+       {{1, 3.982963}, {16, 5.786473}, {64, 5.884444}, {128, 6.423897}, {256, 8.053224},
+        {512, 12.526677}, {1024, 25.566471}, {2048, 54.587632}, {4096, 114.082703}}, 1.1820,
        32, 32, 128, 13.476, 4096,
-       per_batch({4.419239, 4.646034, 5.386643, 5.438996, 5.494909, 5.559904, 5.427543, 5.460661,
-                  5.568775, 5.640888, 5.819299}),
-       per_batch({0.1795, 0.1725, 0.1778, 0.1519, 0.1509, 0.1793, 0.1514, 0.1747, 0.1486, 0.1542,
-                  0.1499}),
-       {{2, 0.225}, {9, 0.0}}, 0.479, 6.110, 1.351, 2.228, 0.0,
-       "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
-       "bench-forward at four contexts, docs/bench/step-context2; kT, prefill chunks and the "
-       "engine's first-sight and graph-miss costs fitted to its step probes, "
-       "docs/bench/step-probe7), copies 55 GB/s each way"},
+       per_batch({3.985600, 4.316139, 5.370249, 5.371616, 5.442389, 5.573123, 5.431053, 5.573515,
+                  5.590026, 5.664489, 6.011889}),
+       per_batch({0.1904, 0.1832, 0.1727, 0.1553, 0.1522, 0.1775, 0.1522, 0.1740, 0.1494, 0.1548,
+                  0.1528}),
+       {{2, 0.421}, {9, 0.044}}, 0.0, 8.837, 2.731, 5.908, 64, 0.0,
+       "built-in: H200 2026-12-03, the engine of session 11 (decode steps D(n) and a(n) from "
+       "bench-forward at four contexts, docs/bench/step-context3; kT, prefill chunks and the "
+       "engine's first-sight and graph-cache costs fitted to its step probes, "
+       "docs/bench/step-probe9), copies 55 GB/s each way"},
       // 8b (GQA, 4x less KV): (10.61 - 7.30) / 32768 = 0.101, (19.74 - 7.60) / 131072 = 0.093
       // rows (128k vocabulary): (12.70 - 10.61) / 32 = 65 us, (29.48 - 19.74) / 128 = 76 us
       {"h200-llama3-8b",
        {{1, 6.778494}, {2, 6.640310}, {4, 6.771061}, {8, 7.020817}, {16, 7.110659},
         {32, 7.295225}, {64, 7.126920}, {128, 7.596248}, {256, 9.456842}, {512, 15.378560},
         {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}}, 1.0,
-       32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 0.0, 0.0, 0.0, 71.0,
+       32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 0.0, 0.0, 0.0, 0, 71.0,
        "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), copies "
        "55 GB/s each way"},
       {"h200-llama2-13b",
@@ -115,7 +124,7 @@ const std::vector<Shape>& shapes() {
                   9.091473, 9.144026, 9.936902}),
        per_batch({0.3527, 0.2547, 0.2283, 0.2426, 0.2812, 0.2496, 0.2808, 0.2446, 0.2487, 0.2530,
                   0.2413}),
-       {{2, 0.595}, {9, 0.106}}, 4.587, 5.272, 0.936, 1.403, 0.0,
+       {{2, 0.595}, {9, 0.106}}, 4.587, 5.272, 0.936, 1.403, 0, 0.0,
        "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
        "bench-forward at three contexts, docs/bench/step-context2; kT, prefill chunks and the "
        "engine's first-sight and graph-miss costs fitted to its step probes, "
@@ -151,6 +160,7 @@ SimProfile builtin(const Shape& s) {
   p.artifacts.first_sight_seconds = s.first_sight_ms * 1e-3;
   p.artifacts.new_batch_seconds = s.new_batch_ms * 1e-3;
   p.artifacts.second_batch_seconds = s.second_batch_ms * 1e-3;
+  p.artifacts.graph_cache_entries = s.graph_cache_entries;
   p.source = s.source;
   return p;
 }
