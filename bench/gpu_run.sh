@@ -119,7 +119,8 @@ for stage in "$@"; do
       # extension (--call-style scripted: the call is its own, the request pauses), llama.cpp,
       # which has no such field, with the calls made up by the client (--call-style synthetic:
       # the request ends, and its slot's prompt cache serves the next turn). Same tokens either
-      # way. PEER_SERVER and PEER_DEVICE=cpu run it without a GPU.
+      # way. PEER_SERVER and PEER_DEVICE=cpu run it without a GPU. PEER_EXTRA: more llama-server
+      # flags (e.g. "--no-cache-idle-slots": docs/BENCHMARKS.md, "Peer on the H200").
       shape=${stage#peer-}; dir=models/$shape; P=scratch/peer-cuda
       SERVER=${PEER_SERVER:-$P/build/bin/llama-server}
       # A llama-server built on the development machine (scratch/peer-cuda, the same cmake
@@ -143,7 +144,14 @@ for stage in "$@"; do
         python3 bench/convert_to_gguf.py --llama-cpp "${PEER_SRC:-$P/src}" --outtype "${PEER_OUTTYPE:-bf16}" \
           "$dir" "$dir.gguf" >"$OUT/peer-convert-$shape.log" 2>&1 || { tail -5 "$OUT/peer-convert-$shape.log"; continue; }
       fi
-      log "peer comparison: $shape"
+      log "peer comparison: $shape ${PEER_EXTRA:-}"
+      # The GPU's use and memory every 2 s while the servers run (which buffers stayed on it).
+      # PEER_TAG names a second comparison in the same call (its own result folder).
+      pdir="$OUT/peer-$shape${PEER_TAG:+-$PEER_TAG}"
+      mkdir -p "$pdir"
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 \
+        >"$pdir/nvidia-smi.csv" 2>/dev/null &
+      smi=$!
       dev=${PEER_DEVICE:-cuda}; ngl=""; [ "$dev" = cuda ] && ngl="-ngl 999"
       # Same KV room for both: PEER_KV tokens, the peer's split into PEER_SLOTS slots. Both cap a
       # request at the model's 4,096-token context (llama-server caps a larger slot to it), so
@@ -151,11 +159,12 @@ for stage in "$@"; do
       timeout "${PEER_RUN_S:-480}" python3 bench/sweep_server.py --bin "$BIN/infercept" --llama-server "$SERVER" \
         --model "$dir" --peer-model "$dir.gguf" --threads "${PEER_THREADS:-16}" \
         --policies ${PEER_POLICIES:-minwaste} --rates ${PEER_RATES:-1 2} --duration "${PEER_DURATION:-30}" \
-        --peer-chat-template none --peer-loadgen-args "--call-style synthetic" --out-dir "$OUT/peer-$shape" ${PEER_SWEEP_ARGS:-} \
-        --peer-args "$ngl -np ${PEER_SLOTS:-32} -c ${PEER_KV:-131072} --cont-batching --metrics --no-webui" \
+        --peer-chat-template none --peer-loadgen-args "--call-style synthetic" --out-dir "$pdir" ${PEER_SWEEP_ARGS:-} \
+        --peer-args "$ngl -np ${PEER_SLOTS:-32} -c ${PEER_KV:-131072} --cont-batching --metrics --no-webui ${PEER_EXTRA:-}" \
         -- --device "$dev" --kv-cache-tokens "${PEER_KV:-131072}" --quiet \
         -- --workload mixed --mode standard --call-style scripted ${PEER_LOADGEN:---time-scale 0.1 --context-scale 0.5} \
-        2>&1 | tail -20 ;;
+        2>&1 | tail -20
+      kill $smi 2>/dev/null ;;
     probe-*)  # probe-SHAPE: bench/step_probe.py's three traces through `infercept bench` (docs/BENCHMARKS.md)
       shape=${stage#probe-}; dir=models/$shape
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
