@@ -65,12 +65,11 @@ struct Shape {
   std::vector<std::pair<int64_t, double>> context_us;  // a(n), us per context token
   std::vector<std::pair<int64_t, double>> chunk_us;    // p(rows), us per context token
   double chunk_row_ns;                                 // q, ns per chunk row x context token
-  // The engine's artifacts (SimProfile): first sight of a chunk step's row count, the two
-  // decode-only steps after a change of the sequence count; ms.
+  // The engine's artifacts (EngineArtifacts), ms: first sight of a chunk step's row count,
+  // then the two graph-miss prices: with graph_cache_entries 0 (the batch-change rule) the
+  // two decode-only steps after a change of the sequence count, with N > 0 (the engine's
+  // cache of N graphs, cuda::StepGraphCache::kMaxGraphs) a key's first sight and its capture.
   double first_sight_ms, new_batch_ms, second_batch_ms;
-  // The engine's graph cache as the simulated steps meet it (EngineArtifacts::
-  // graph_cache_entries, cuda::StepGraphCache::kMaxGraphs), or 0: the batch-change rule, with
-  // the two prices above for a change of the sequence count and the step after it.
   int64_t graph_cache_entries;
   // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2 (the
   // engine's greedy and top-p rows sample on the device since: 0 where measured so).
