@@ -23,6 +23,9 @@ export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# The peer's llama.cpp sources (bench/peer_src_pack.sh) unpacked once into scratch/peer-cuda/src.
+peer_src() { [ -f scratch/peer-cuda/src/CMakeLists.txt ] ||
+  { mkdir -p scratch/peer-cuda/src && tar xzf .carry/peer/llama-src.tar.gz -C scratch/peer-cuda/src; }; }
 # Result-file tag: the set: stages in force, or the swap copy mode as before.
 tag() { local t=${TAGS:-${INFERCEPT_SWAP_COPY:-default}}; echo "${t//[^A-Za-z0-9_,.-]/_}"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
@@ -101,7 +104,7 @@ for stage in "$@"; do
       # (bench/peer_src_pack.sh: the sdist's sources; the device cannot reach PyPI). The build
       # resumes where a call cut it off: scratch/peer-cuda stays on a warm machine.
       P=scratch/peer-cuda
-      [ -f $P/src/CMakeLists.txt ] || { mkdir -p $P/src && tar xzf .carry/peer/llama-src.tar.gz -C $P/src; }
+      peer_src
       log "llama-server (CUDA) build"
       [ -f $P/build/CMakeCache.txt ] || cmake -S $P/src -B $P/build -DCMAKE_BUILD_TYPE=Release \
         -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DBUILD_SHARED_LIBS=OFF \
@@ -136,8 +139,7 @@ for stage in "$@"; do
         [ -n "$found" ] && export LD_LIBRARY_PATH=$(dirname "$found"):$LD_LIBRARY_PATH
         log "peer: $lib ${found:-not found anywhere}"
       done
-      [ -f "${PEER_SRC:-$P/src}/convert_hf_to_gguf.py" ] ||
-        { mkdir -p $P/src && tar xzf .carry/peer/llama-src.tar.gz -C $P/src; }
+      [ -n "${PEER_SRC:-}" ] || peer_src
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
       if [ ! -f "$dir.gguf" ]; then
         log "convert $shape to GGUF"

@@ -30,28 +30,26 @@ namespace infercept {
 
 namespace {
 
-// Built-in H200 profiles (2026-12-01, the lent H200, bf16 weights and KV, 16-token blocks).
+// Built-in H200 profiles (the lent H200, bf16 weights and KV, 16-token blocks).
 //
-// llama2-7b: the engine of session 11 (docs/PERF.md 4.5k: batch 1-2 decode 7-12% faster), the
-// same terms measured the same way as below (docs/bench/step-context3, step-probe9), the
-// engine's graph cache modelled as it is keyed (the step traces carry the block tables' width
-// now): first sight 8.8 ms, a new key's eager step 2.7 ms and its capture 5.9 ms, 64 graphs
-// (docs/BENCHMARKS.md, "Runs q: the simulator re-profiled for session 11's engine").
-// llama2-13b: the engine of session 9 (docs/PERF.md 4.5g/4.5h, default attention
-// plan), every term measured apart from the runs the simulator is validated on
-// (docs/BENCHMARKS.md, "The simulator's cost terms measured apart from the runs"):
+// llama2-7b (2026-12-03, the engine of session 11: docs/PERF.md 4.5k) and llama2-13b
+// (2026-12-01, the engine of session 9: PERF 4.5g/4.5h), every term measured apart from the
+// runs the simulator is validated on (docs/BENCHMARKS.md, "The simulator's cost terms measured
+// apart from the runs", and for the 7B "Runs q"):
 //   - D(n), a(n): bench-forward decode steps of n = 1..64 sequences at contexts 256-3,072
-//     (bench/step_context_cost.sh, docs/bench/step-context2/), one straight line in n x context
-//     per n (`bench/fit_step_cost.py --per-batch`; every step within 0.8%): the decode-only
-//     step the engine replays from a CUDA graph, and its price per context token;
-//   - T_fwd(x <= 512): the engine's start-up profile in the step-probe run of session 9
-//     (docs/bench/step-probe5, step-probe-13b-3); x >= 1,024: bench-forward of PERF.md 4.4
-//     (prefill-bound); a step with a chunk lasts kT x T_fwd;
-//   - kT, p(rows), q and the engine's artifacts (a chunk step's first sight of its row count,
-//     the two decode-only steps after a batch change; SimProfile) fitted together to the step
-//     probes of 895d03c's engine, the validation runs' (`bench/step_fit.py --hold-decode
-//     --rows 2,9 --fit-artifacts`; docs/bench/step-probe7, step-probe-13b-5): 7B kT 1.1647,
-//     first sight 6.1 ms, graph miss 1.35 / 2.23 ms; 13B kT 1.0850, 5.3 ms, 0.94 / 1.40 ms.
+//     (bench/step_context_cost.sh; 7B docs/bench/step-context3, 13B step-context2), one
+//     straight line in n x context per n (`bench/fit_step_cost.py --per-batch`; every step
+//     within 2.1% / 0.8%): the decode-only step the engine replays from a CUDA graph, and its
+//     price per context token;
+//   - T_fwd(x <= 512): the engine's start-up profile in its step-probe run (7B step-probe9,
+//     13B step-probe-13b-3); x >= 1,024: bench-forward of PERF.md 4.4 (prefill-bound); a step
+//     with a chunk lasts kT x T_fwd;
+//   - kT, p(rows), q and the engine's artifacts (a chunk step's first sight of its row count;
+//     graph misses; SimProfile) fitted together to the step probes (`bench/step_fit.py
+//     --hold-decode --rows 2,9 --fit-artifacts`): 7B (step-probe9, `--graph-cache 64`: the
+//     engine's cache as it is keyed) kT 1.1820, first sight 8.8 ms, a key's first sight 2.7 ms
+//     and its capture 5.9 ms; 13B (step-probe-13b-5, the batch-change rule) kT 1.0850, 5.3 ms,
+//     0.94 / 1.40 ms.
 // llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
 // time (not re-measured since).
 struct Shape {

@@ -236,7 +236,7 @@ __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, floa
 // kDeep (one row, INFERCEPT_GEMV_DEEP=1): rounds of 16 loads a lane (8 a row when gated) and
 // two blocks a multiprocessor, i.e. the same bytes in flight a multiprocessor in half the
 // warps, so each warp's row takes half the round trips. In gemv_lab (docs/PERF.md 4.5l) one
-// warp a row with 16 loads a lane at two blocks was 3-11% faster than this kernel's usual form
+// warp a row with 16 loads a lane at two blocks was 2-11% faster than this kernel's usual form
 // on a 7B layer's products, without the preload and programmatic launch this one has.
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi, bool kDeep = false>
 __global__ void __launch_bounds__(kWarps * 32, kDeep ? 2 : (NR <= 2 ? 4 : 1))

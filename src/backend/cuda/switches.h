@@ -24,11 +24,12 @@ struct BackendSwitches {
   // loads (AttnArgs::prewait; PERF 4.5k).
   bool attn_prewait = true;
   // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
-  // (norm_project_rope_store); off until measured on the device. "require": as 1, and a step
-  // the fold cannot take is an error (tests and measurements that must not see the fallback).
+  // (norm_project_rope_store); correct and no faster on the H200 (PERF 4.5l), so off.
+  // "require": as 1, and a step the fold cannot take is an error (tests and measurements that
+  // must not see the fallback).
   bool rope_fold = false, rope_fold_required = false;
   // INFERCEPT_GRAPH_ONE_UPLOAD=1: a captured step copies its staged host arrays in one graph
-  // node instead of one per array (9 at batch 1, ~3 us each); off until measured.
+  // node instead of one per array (9 at batch 1, ~3 us each); no faster (PERF 4.5l), so off.
   bool one_upload = false;
   // INFERCEPT_L2_PREFETCH=1: a decode attention at a small batch fetches the output
   // projection's weight into L2 while it runs (prefetch_hint; measured slower, PERF 4.5i).
