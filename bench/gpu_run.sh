@@ -132,6 +132,8 @@ for stage in "$@"; do
         mkdir -p "$(dirname "$SERVER")" && gunzip -c .carry/peer/llama-server.gz >"$SERVER" && chmod +x "$SERVER"
       fi
       [ -x "$SERVER" ] || { log "peer: no $SERVER (run peerbuild first)"; continue; }
+      # A server left by an earlier sweep (cut off from outside) would hold the GPU's memory.
+      pkill -f "$SERVER" 2>/dev/null && { log "peer: stopped a llama-server left running"; sleep 3; }
       # A library the carried build links and the loader does not find (NCCL ships with the
       # device's PyTorch, outside the loader's path): its folder on the search path.
       for lib in $(ldd "$SERVER" | awk '/not found/ {print $1}'); do

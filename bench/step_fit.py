@@ -38,7 +38,9 @@ base's price and says so.
         (no fit: steps with chunks over the profile's price, first sight of their row count or not)
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --fit-artifacts [--graph-cache 64] --out FIT.json
         (the engine's first-sight and graph-miss prices fitted too: what the built-in H200
-        profiles carry since session 10; --first-sight-ms / --graph-miss-ms take given ones off)
+        profiles carry since session 10; --first-sight-ms / --graph-miss-ms take given ones off;
+        and since session 13 the copy interference: seconds of forward pass per second of
+        swap-in / swap-out copy queued with the step, where its layers wait for the copies)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
 total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
@@ -68,8 +70,35 @@ def load_trace(path):
             d["chunk_list"] = [tuple(int(v) for v in c.split(":")) for c in row["chunk_list"].split(";") if c]
             # Since session 10 (older traces: 0, and the graph cache is keyed by the count alone).
             d["longest_blocks"] = int(row.get("longest_blocks") or 0)
+            d["swap_in_blocks"] = int(row.get("swap_in_blocks") or 0)
+            d["swap_out_blocks"] = int(row.get("swap_out_blocks") or 0)
             out.append(d)
         return out
+
+
+def copies_synchronous(trace_path):
+    """The naive `swap` policy's copies are synchronous (the engine waits for them before the
+    step), so they do not slow its forward passes: read from the run's bench JSON beside the
+    trace (NAME.json for NAME.trace.csv[.gz]), else from the name (WORKLOAD-POLICY-..., a part
+    "swap")."""
+    stem = os.path.basename(trace_path).split(".trace.csv")[0].split(".csv")[0]
+    side = os.path.join(os.path.dirname(trace_path), stem + ".json")
+    try:
+        with open(side) as f:
+            return json.load(f).get("policy") == "swap"
+    except (OSError, ValueError):
+        return "swap" in stem.split("-")
+
+
+def copy_seconds(trace, trace_path, profile, block_size):
+    """Per row, (seconds of swap-in copy, seconds of swap-out copy) queued with a step that runs
+    a forward pass, at the profile's copy bandwidth; (0, 0) where the copies are synchronous."""
+    bw = float(profile.get("swap_bytes_per_second", 0.0))
+    per_block = block_size * float(profile.get("kv_bytes_per_token", 0.0)) / bw if bw > 0 else 0.0
+    if copies_synchronous(trace_path):
+        per_block = 0.0
+    return [(row["swap_in_blocks"] * per_block, row["swap_out_blocks"] * per_block)
+            if row["decode_rows"] + row["prompt_rows"] > 0 else (0.0, 0.0) for row in trace]
 
 
 def interp(samples, x, flat_outside):
@@ -288,8 +317,10 @@ def residuals(args, profile, base):
     by = {}
     for t in args.traces:
         trace = load_trace(t)
-        for f, secs, shape in sync_groups(trace, base, rows, args.warmup_groups, with_shape=True,
-                                          artifacts=artifact_seconds(trace, *args.artifact_terms)):
+        art = artifact_seconds(trace, *args.artifact_terms)
+        cin, cout = args.copy_terms
+        art = [a + cin * ci + cout * co for a, (ci, co) in zip(art, copy_seconds(trace, t, profile, args.block_size))]
+        for f, secs, shape in sync_groups(trace, base, rows, args.warmup_groups, with_shape=True, artifacts=art):
             e = by.setdefault(shape, [0, 0.0, 0.0])
             e[0] += 1
             e[1] += secs
@@ -358,12 +389,14 @@ def main():
                          "(simulate --graph-cache) instead of every change of the sequence count")
     ap.add_argument("--fit-artifacts", action="store_true",
                     help="fit the engine artifacts' prices too (first sight of a chunk step's row count, "
-                         "the two decode-only steps after a batch change), written as first_sight_seconds "
-                         "and graph_miss_seconds")
+                         "the two decode-only steps after a batch change, the forward's share of the swap "
+                         "copies queued with it), written as first_sight_seconds, graph_miss_seconds and "
+                         "copy_interference")
     ap.add_argument("--residuals", action="store_true",
                     help="fit nothing: the profile's own price of every sync group against the traces, "
                          "by the shape of the group's chunk step")
     ap.add_argument("--min-groups", type=int, default=15, help="--residuals: least groups a line")
+    ap.add_argument("--block-size", type=int, default=16, help="the engine's KV block (tokens) in the traces")
     ap.add_argument("--first-sights", action="store_true",
                     help="fit nothing: the steps with chunks over the profile's price, split by whether "
                          "their query-token count (the GEMMs' row count) occurred before in the trace")
@@ -377,6 +410,13 @@ def main():
     with open(args.profile) as f:
         profile = json.load(f)
     base = Base(profile)
+    args.copy_terms = (0.0, 0.0)
+    if args.residuals and args.artifact_terms == (0.0, 0.0, 0.0, 0):
+        # The profile's own price includes the artifacts it carries (simulate prices them too).
+        miss = profile.get("graph_miss_seconds", [0.0, 0.0])
+        args.artifact_terms = (float(profile.get("first_sight_seconds", 0.0)), float(miss[0]), float(miss[1]),
+                               int(profile.get("graph_cache_entries", 0)))
+        args.copy_terms = tuple(float(v) for v in profile.get("copy_interference", [0.0, 0.0]))
     if args.residuals:
         return residuals(args, profile, base)
     if args.first_sights:
@@ -385,15 +425,15 @@ def main():
     for t in args.traces:
         trace = load_trace(t)
         extra = None
-        if args.fit_artifacts:  # one indicator column per artifact
+        if args.fit_artifacts:  # one indicator column per artifact, then the copies' seconds
             g = args.graph_cache
             cols = [artifact_seconds(trace, 1.0, 0.0, 0.0, g), artifact_seconds(trace, 0.0, 1.0, 0.0, g),
                     artifact_seconds(trace, 0.0, 0.0, 1.0, g)]
-            extra = [list(v) for v in zip(*cols)]
+            extra = [list(v) + list(c) for v, c in zip(zip(*cols), copy_seconds(trace, t, profile, args.block_size))]
         groups += sync_groups(trace, base, rows, args.warmup_groups,
                               artifacts=None if args.fit_artifacts else artifact_seconds(trace, *args.artifact_terms),
                               extra=extra)
-    n = 4 + len(rows) + (3 if args.fit_artifacts else 0)
+    n = 4 + len(rows) + (5 if args.fit_artifacts else 0)
     if len(groups) < n:
         sys.exit(f"only {len(groups)} sync groups in the traces: too few to fit")
     totals = [sum(f[i] for f, _ in groups) for i in range(n)]
@@ -414,6 +454,10 @@ def main():
         fixed[0] = 1.0
     if totals[1] <= 0:
         fixed[1] = 1.0
+    if args.fit_artifacts:  # copies the traces lack (or only synchronous ones): no interference
+        for i in (4 + len(rows) + 3, 4 + len(rows) + 4):
+            if totals[i] < 1.0:
+                fixed[i] = 0.0
     theta = fit(groups, n, fixed)
     pred = [sum(a * b for a, b in zip(f, theta)) for f, _ in groups]
     meas = [s for _, s in groups]
@@ -435,6 +479,8 @@ def main():
         print(f"first sight = {theta[a0] * 1e3:.3f} ms ({totals[a0]:.0f} steps); graph miss: new batch "
               f"{theta[a0 + 1] * 1e3:.3f} ms ({totals[a0 + 1]:.0f} steps), second step "
               f"{theta[a0 + 2] * 1e3:.3f} ms ({totals[a0 + 2]:.0f} steps)")
+        print(f"copy interference: {theta[a0 + 3]:.3f} s a second of swap-in, {theta[a0 + 4]:.3f} a second of "
+              f"swap-out ({totals[a0 + 3]:.2f} s / {totals[a0 + 4]:.2f} s of copies queued with forward passes)")
     print(f"q = {theta[3] * 1e9:.3f} ns per chunk row and cached token "
           f"({'held at 0' if 3 in fixed else 'fitted'}; {totals[3]:.3g} row-tokens)")
     if args.out:
@@ -451,6 +497,7 @@ def main():
             a0 = 4 + len(rows)
             out["first_sight_seconds"] = theta[a0]
             out["graph_miss_seconds"] = [theta[a0 + 1], theta[a0 + 2]]
+            out["copy_interference"] = [theta[a0 + 3], theta[a0 + 4]]
             if args.graph_cache > 0:
                 out["graph_cache_entries"] = args.graph_cache
         with open(args.out, "w") as f:

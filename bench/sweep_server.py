@@ -243,6 +243,9 @@ def main(argv=None):
                    help="target: every rate on one server, then the next server; rate: every "
                         "server at one rate, then the next rate (servers stay up side by side)")
     args = ap.parse_args(mine)
+    # A `timeout` around this script sends SIGTERM: exit through the finally below, so that
+    # no server outlives it holding the GPU's memory (a second sweep then fails to start).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.makedirs(args.out_dir, exist_ok=True)
     peer = bool(args.llama_server)
     if args.no_infercept and not peer:

@@ -12,6 +12,8 @@ kD = 1.11, ka = 2/3, the three prices and q (rows x context).
 - A trace without the sampled_rows / chunk_context_tokens columns: a clear error.
 - --residuals: the profile's own price by step shape, +0.0% everywhere against its own traces;
   --first-sights the same for steps of a new row count and repeats.
+- The copies' interference with the forward pass: found by --fit-artifacts, priced by
+  --residuals; the naive swap policy's synchronous copies carry none.
 Prints 'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
@@ -208,6 +210,33 @@ def main():
         fc.get("graph_cache_entries") == 64 and abs(fc.get("chunk_step_scale", 1.0) - 1.25) < 0.0125
     check(ok, "--fit-artifacts --graph-cache 64 finds the cache model's prices the simulation ran with "
           f"({fc.get('first_sight_seconds') if fc else None}, {fc.get('graph_miss_seconds') if fc else cp.stdout[-400:]})")
+
+    # The copies' interference with the forward pass (a profile's "copy_interference": seconds
+    # of step per second of swap-in / swap-out queued with it): minwaste swaps asynchronously,
+    # so its steps carry it and the fit gives both prices back; the naive swap policy's copies
+    # are synchronous (the trace's name says "swap"), so its steps carry none and must not pull
+    # the prices down; --residuals with the true profile prices both traces exactly.
+    copy_true = dict(TRUE, copy_interference=[0.3, 0.45])
+    copy_path = os.path.join(tmp, "copy-true.json")
+    with open(copy_path, "w") as f:
+        json.dump(copy_true, f)
+    copy_traces = [os.path.join(tmp, "mixed-" + p + "-copies.csv") for p in ("minwaste", "swap")]
+    for pol, t in zip(("minwaste", "swap"), copy_traces):
+        simulate(args.binary, copy_path, pol, t)
+    swapped = sum(int(r["swap_in_blocks"]) for r in csv.DictReader(open(copy_traces[0], newline="")))
+    check(swapped > 100, f"minwaste at this load swaps ({swapped} blocks in)")
+    cf = subprocess.run([sys.executable, FIT] + copy_traces + ["--profile", true_path, "--fit-artifacts",
+                                                               "--out", os.path.join(tmp, "fit-copies.json")],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fcopy = json.load(open(os.path.join(tmp, "fit-copies.json"))) if cf.returncode == 0 else None
+    got = fcopy.get("copy_interference") if fcopy else None
+    check(got is not None and abs(got[0] - 0.3) < 0.006 and abs(got[1] - 0.45) < 0.009,
+          f"--fit-artifacts finds the copy interference the simulation ran with ({got}; want [0.3, 0.45])")
+    cr = subprocess.run([sys.executable, FIT] + copy_traces + ["--profile", copy_path, "--residuals"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    total = [ln for ln in cr.stdout.splitlines() if ln.startswith("all ")]
+    check(cr.returncode == 0 and bool(total) and ("(-0.0%)" in total[0] or "(+0.0%)" in total[0]),
+          f"--residuals prices the profile's copy interference as simulate does ({total})")
 
     # --first-sights: a simulation has no first-sight cost, so both columns are +0.00 ms.
     fs = subprocess.run([sys.executable, FIT] + traces + ["--profile", true_path, "--first-sights"],

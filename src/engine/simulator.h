@@ -56,8 +56,8 @@ namespace infercept {
 // What the CUDA engine pays that its scheduler does not see, so not terms of the cost model
 // (which the scheduler decides with): the built-in H200 profiles fit them to their step
 // probes along with the cost model's terms (docs/BENCHMARKS.md session 10); a cost-model JSON
-// file may carry "first_sight_seconds", "graph_miss_seconds": [new, second] and
-// "graph_cache_entries"; all 0: none.
+// file may carry "first_sight_seconds", "graph_miss_seconds": [new, second],
+// "graph_cache_entries" and "copy_interference": [in, out]; all 0: none.
 struct EngineArtifacts {
   // A step with chunks whose query-token count (its GEMMs' row count) the process has not run
   // before: cuBLASLt's heuristic and a kernel's lazy load (docs/PERF.md 4.5j). Counts in
@@ -76,6 +76,14 @@ struct EngineArtifacts {
   double new_batch_seconds = 0.0;
   double second_batch_seconds = 0.0;
   int64_t graph_cache_entries = 0;
+  // Seconds a step's forward pass gains per second of swap-in (in) and swap-out (out) copy
+  // queued with it. The CUDA swap engine's copies run under the forward pass, but a layer that
+  // stores into a block a copy still reads or writes, or attends over a block being swapped
+  // in, waits for that layer's copy (cuda/swap_engine.h); where memory is tight the step
+  // reuses what a swap-out frees and runs what a swap-in brings at once. Step traces of the
+  // 7B near its knee: 0.15-0.34 s a second of copy (docs/BENCHMARKS.md, runs "s11").
+  double copy_in_interference = 0.0;
+  double copy_out_interference = 0.0;
 };
 
 struct SimProfile {

@@ -35,8 +35,9 @@ bool gemv_preload() {
   return v;
 }
 // INFERCEPT_GEMV_DEEP=1: one input row (decode at batch 1) takes the deep form, twice the
-// loads in flight a lane at half the blocks a multiprocessor (gemv_kernel's kDeep); off by
-// default until measured in the engine (docs/PERF.md 4.5l: the lab's rows-of-16 variant).
+// loads in flight a lane at half the blocks a multiprocessor (gemv_kernel's kDeep); off: in the
+// engine it was 2.8% slower at batch 1 than the usual form (docs/PERF.md 4.5m), though it was
+// the lab's best variant for one product alone (4.5l).
 bool gemv_deep() {
   static const bool v = env_switch("INFERCEPT_GEMV_DEEP", false);
   return v;
@@ -237,7 +238,8 @@ __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, floa
 // two blocks a multiprocessor, i.e. the same bytes in flight a multiprocessor in half the
 // warps, so each warp's row takes half the round trips. In gemv_lab (docs/PERF.md 4.5l) one
 // warp a row with 16 loads a lane at two blocks was 2-11% faster than this kernel's usual form
-// on a 7B layer's products, without the preload and programmatic launch this one has.
+// on a 7B layer's products, without the preload and programmatic launch this one has; in the
+// engine's steps, products back to back, it was 2.8% slower (4.5m), so it stays off.
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi, bool kDeep = false>
 __global__ void __launch_bounds__(kWarps * 32, kDeep ? 2 : (NR <= 2 ? 4 : 1))
     gemv_kernel(const KernelArgs a) {
