@@ -53,9 +53,10 @@ namespace {
 //     forward pass, fitted to the step traces of five paper runs at seed 11 (`bench/step_fit.py
 //     --rows 2,9 --fit-artifacts --graph-cache 64`, docs/bench/h200-paper/s11), which the
 //     validation (every run at seed 7) does not use: kT 1.0139, first sight 3.3 ms, a graph
-//     key's first sight 0.65 ms and its capture 4.9 ms, 0.24 / 0.34 s of forward pass a second
-//     of swap-in / swap-out. (Fitted to the probes, session 12, the same engine priced real
-//     runs' steps 4-9% cheap and missed the knee by 21%.)
+//     key's first sight 0.65 ms and its capture 4.9 ms, 0.240 / 0.338 s of forward pass a
+//     second of swap-in / swap-out copy at the fit's 54.06 GB/s, i.e. 0.244 / 0.343 a second at
+//     the built-in's 55. (Fitted to the probes, session 12, the same engine missed the knee by
+//     21%.)
 // llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
 // time (not re-measured since).
 struct Shape {
@@ -108,7 +109,7 @@ const std::vector<Shape>& shapes() {
                   5.447069, 5.519628, 5.858144}),
        per_batch({0.3060, 0.2943, 0.2775, 0.2495, 0.2446, 0.2853, 0.2445, 0.2796, 0.2400, 0.2488,
                   0.2456}),
-       {{2, 0.565}, {9, 0.141}}, 3.605, 3.329, 0.653, 4.937, 64, 0.240, 0.338, 0.0,
+       {{2, 0.565}, {9, 0.141}}, 3.605, 3.329, 0.653, 4.937, 64, 0.244, 0.343, 0.0,
        "built-in: H200 2026-12-03, the engine of session 11 (D(n) and a(n) measured by "
        "bench-forward at four contexts, docs/bench/step-context3, then scaled, and kT, prefill "
        "chunks, the engine's first-sight, graph-cache and copy-interference costs fitted, to the "
