@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -38,6 +38,8 @@ for stage in "$@"; do
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
     ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
     gemvlab) log "gemv lab (docs/PERF.md 4.5k)"; $BIN/gemv_lab ${GEMVLAB_ARGS:-} 2>&1 | tee "$OUT/gemv_lab.txt" | tail -60 ;;
+    chainlab) log "chain lab (docs/PERF.md 4.5m)"
+      for m in 7b 13b; do $BIN/chain_lab --model $m 2>&1 | tee "$OUT/chain_lab-$m.txt" | tail -12; done ;;
     floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
     tiny) log "make-model tiny"; $BIN/infercept make-model --shape tiny --out models/tiny ${MM_ARGS:-} 2>&1 | tail -2 ;;
     modeltest)  # the interception suite runs on the tiny checkpoint too unless told otherwise

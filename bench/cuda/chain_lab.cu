@@ -1,0 +1,403 @@
+// chain_lab.cu: would one persistent kernel per decoder layer close the batch-1 gap?
+// (docs/PERF.md 4.5l-4.5m: a plain read of one product's weight in one kernel reaches only
+// 3.3-4.3 TB/s, each kernel's start and drain costing ~2-3 us, and a 7B layer runs ~7 kernels.)
+//
+// The four weight products of one decoder layer at batch 1 (Q/K/V, O, gate+up, down), each
+// product's input standing for what the one before it produced, so product p + 1 may start
+// only when product p is done everywhere:
+//   read all    one streaming read of the layer's weight bytes (one allocation): the floor
+//               of what any schedule of these products can reach;
+//   read x4     the same bytes as four read kernels, one a product;
+//   engine x4   infercept::cuda::gemv four times (the engine's product, its preload and
+//               programmatic launch as configured);
+//   rowwarp x4  four launches of the persistent loop below, one product each;
+//   chain       one persistent kernel (grid = the resident blocks) running the four
+//               products with a grid-wide barrier between them;
+//   chain+pre   the same, each warp loading its first round of the next product's weight
+//               (which depends on nothing) before it waits at the barrier, so the weight
+//               stream does not stop while the grid synchronizes (more registers: fewer
+//               blocks a multiprocessor, so the chain also runs at its grid for comparison).
+// Every product's output is checked against an fp32 reference (relative error, no NaN).
+//
+// Build: with everything else when CUDA is on (target chain_lab); run on the device:
+//   .carry/bin/chain_lab [--model 7b|13b] [--reps 20]        exit code 0 when every check passed
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemv.h"
+
+namespace {
+
+using infercept::cuda::load_stream;
+
+#define CK(expr)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (expr);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(3);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+constexpr int kWarps = 8;
+constexpr int kU = 8;  // 16-byte loads a lane a round (gemv_lab's rowwarp 8)
+constexpr int kMaxProducts = 4;
+
+struct Product {
+  const __nv_bfloat16* w;  // [m, k]
+  const __nv_bfloat16* x;  // [k]
+  float* out;              // [m]
+  int m, k;
+};
+struct Chain {
+  Product p[kMaxProducts];
+  int n;
+};
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
+    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
+  }
+  return s;
+}
+
+__global__ void __launch_bounds__(256)
+    read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 7 * stride < n; i += 8 * stride) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = load_stream(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = load_stream(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true
+}
+
+// Every block arrives once per barrier; the last one to arrive resets the count and moves the
+// generation on, which the others wait for. The grid is at most the resident blocks, so all
+// of them run at once and the spin ends.
+__device__ void grid_barrier(unsigned* count, volatile unsigned* generation) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned g = *generation;
+    __threadfence();
+    if (atomicAdd(count, 1u) == gridDim.x - 1) {
+      *count = 0;
+      __threadfence();
+      atomicAdd(const_cast<unsigned*>(generation), 1u);
+    } else {
+      while (*generation == g) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Products [first, first + n) of the chain, one warp a row, rounds of kU loads a lane; a grid
+// barrier between products. kPreload: before the barrier, each warp loads its first round of
+// its first row of the next product into registers and starts that row with them.
+template <bool kPreload>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    chain_kernel(const Chain c, int first, int n, unsigned* bar_count, unsigned* bar_gen) {
+  extern __shared__ uint4 xs[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row0 = blockIdx.x * kWarps + warp, row_step = gridDim.x * kWarps;
+  uint4 pre[kU];
+  bool have_pre = false;
+  for (int p = first; p < first + n; ++p) {
+    const Product P = c.p[p];
+    const int nv = P.k / 8;
+    for (int i = threadIdx.x; i < nv; i += blockDim.x)
+      xs[i] = reinterpret_cast<const uint4*>(P.x)[i];
+    __syncthreads();
+    for (int row = row0; row < P.m; row += row_step) {
+      const uint4* wr = reinterpret_cast<const uint4*>(P.w + (size_t)row * P.k);
+      float acc = 0.0f;
+      int c0 = 0;
+      if (kPreload && have_pre) {  // the round loaded before the barrier
+#pragma unroll
+        for (int i = 0; i < kU; ++i) {
+          const int cc = lane + 32 * i;
+          if (cc < nv) acc += dot8(pre[i], xs[cc]);
+        }
+        c0 = 32 * kU;
+        have_pre = false;
+      }
+      for (; c0 < nv; c0 += 32 * kU) {
+        uint4 v[kU];
+#pragma unroll
+        for (int i = 0; i < kU; ++i) {
+          const int cc = c0 + lane + 32 * i;
+          v[i] = cc < nv ? load_stream(wr + cc) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < kU; ++i) {
+          const int cc = c0 + lane + 32 * i;
+          if (cc < nv) acc += dot8(v[i], xs[cc]);
+        }
+      }
+      for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) P.out[row] = acc;
+    }
+    if (p + 1 < first + n) {
+      if (kPreload) {
+        const Product N = c.p[p + 1];
+        if (row0 < N.m) {
+          const uint4* wr = reinterpret_cast<const uint4*>(N.w + (size_t)row0 * N.k);
+          const int nvn = N.k / 8;
+#pragma unroll
+          for (int i = 0; i < kU; ++i) {
+            const int cc = lane + 32 * i;
+            pre[i] = cc < nvn ? load_stream(wr + cc) : make_uint4(0, 0, 0, 0);
+          }
+          have_pre = true;
+        }
+      }
+      grid_barrier(bar_count, bar_gen);
+    }
+  }
+}
+
+// fp32 reference: one block per row.
+__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out,
+                                 int k) {
+  __shared__ float part[256];
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < k; c += blockDim.x)
+    s += __bfloat162float(w[(size_t)blockIdx.x * k + c]) * __bfloat162float(x[c]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o /= 2) {
+    if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.125f);
+  }
+}
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& ref, int* nans) {
+  double num = 0, den = 0;
+  *nans = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) ++*nans;
+    num += (double)(a[i] - ref[i]) * (a[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  std::string model = "7b";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: chain_lab [--model 7b|13b] [--reps N]\n");
+      return 2;
+    }
+  }
+  int hidden = 4096, inter = 11008;
+  if (model == "13b") {
+    hidden = 5120;
+    inter = 13824;
+  } else if (model != "7b") {
+    std::fprintf(stderr, "chain_lab: --model 7b or 13b, got '%s'\n", model.c_str());
+    return 2;
+  }
+  // (m, k): Q/K/V, O, gate+up, down of one Llama-2 layer (no GQA at these sizes).
+  const int shapes[kMaxProducts][2] = {
+      {3 * hidden, hidden}, {hidden, hidden}, {2 * inter, hidden}, {hidden, inter}};
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+
+  size_t total = 0, offs[kMaxProducts];
+  for (int p = 0; p < kMaxProducts; ++p) {
+    offs[p] = total;
+    total += (size_t)shapes[p][0] * shapes[p][1];
+  }
+  const double bytes = (double)total * 2;
+  __nv_bfloat16* w_all;
+  CK(cudaMalloc(&w_all, total * 2));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  fill_kernel<<<2048, 256, 0, s>>>(w_all, total, 12345u);
+  Chain chain{};
+  chain.n = kMaxProducts;
+  int max_k = 0;
+  std::vector<std::vector<float>> refs(kMaxProducts);
+  std::vector<float*> d_ref(kMaxProducts);
+  for (int p = 0; p < kMaxProducts; ++p) {
+    const int m = shapes[p][0], k = shapes[p][1];
+    max_k = std::max(max_k, k);
+    __nv_bfloat16* x;
+    float* out;
+    CK(cudaMalloc(&x, (size_t)k * 2));
+    CK(cudaMalloc(&out, (size_t)m * 4));
+    CK(cudaMalloc(&d_ref[p], (size_t)m * 4));
+    fill_kernel<<<64, 256, 0, s>>>(x, k, 777u + p);
+    chain.p[p] = {w_all + offs[p], x, out, m, k};
+    reference_kernel<<<m, 256, 0, s>>>(chain.p[p].w, x, d_ref[p], k);
+    refs[p].resize(m);
+  }
+  CK(cudaStreamSynchronize(s));
+  for (int p = 0; p < kMaxProducts; ++p)
+    CK(cudaMemcpy(refs[p].data(), d_ref[p], refs[p].size() * 4, cudaMemcpyDeviceToHost));
+  unsigned *bar, *sink;
+  CK(cudaMalloc(&bar, 8));
+  CK(cudaMemset(bar, 0, 8));
+  CK(cudaMalloc(&sink, 4));
+
+  std::printf(
+      "## chain_lab: %s, %d SMs, L2 %.0f MiB; one Llama-2 %s layer's four products, "
+      "%.1f MB of weights\n\n",
+      prop.name, sms, prop.l2CacheSize / 1048576.0, model.c_str(), bytes / 1e6);
+  std::printf(
+      "| variant | grid | us a layer | TB/s | x 32 layers (ms) | rel err vs fp32 (worst) | NaN "
+      "|\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  bool ok = true;
+  auto time_it = [&](const char* name, int grid, auto&& layer, bool check) {
+    for (int r = 0; r < 3; ++r) layer();
+    CK(cudaEventRecord(e0, s));
+    for (int r = 0; r < reps; ++r) layer();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = 1000.0 * ms / reps;
+    char err[32] = "-";
+    int nans = 0;
+    if (check) {
+      for (int p = 0; p < kMaxProducts; ++p)
+        CK(cudaMemsetAsync(chain.p[p].out, 0xff, (size_t)chain.p[p].m * 4,
+                           s));  // NaN until written
+      layer();
+      double worst = 0;
+      for (int p = 0; p < kMaxProducts; ++p) {
+        std::vector<float> h(chain.p[p].m);
+        CK(cudaMemcpyAsync(h.data(), chain.p[p].out, h.size() * 4, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        int bad = 0;
+        worst = std::max(worst, rel_error(h, refs[p], &bad));
+        nans += bad;
+      }
+      std::snprintf(err, sizeof err, "%.1e", worst);
+      if (!(worst < 1e-2) || nans > 0) ok = false;
+    }
+    std::printf("| %s | %d | %.1f | %.2f | %.3f | %s | %d |\n", name, grid, us, bytes / us / 1e6,
+                32 * us / 1000.0, err, nans);
+    std::fflush(stdout);
+  };
+
+  int per = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, read_kernel, 256, 0));
+  const int g_read = std::max(1, per) * sms;
+  time_it(
+      "read all (one kernel)", g_read,
+      [&] {
+        read_kernel<<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(w_all), total / 8, sink);
+      },
+      false);
+  time_it(
+      "read x4 (a kernel a product)", g_read,
+      [&] {
+        for (int p = 0; p < kMaxProducts; ++p)
+          read_kernel<<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(chain.p[p].w),
+                                             (size_t)chain.p[p].m * chain.p[p].k / 8, sink);
+      },
+      false);
+  time_it(
+      "engine x4 (infercept::cuda::gemv)", 0,
+      [&] {
+        for (int p = 0; p < kMaxProducts; ++p) {
+          const Product& P = chain.p[p];
+          infercept::cuda::gemv(P.x, P.k, infercept::DType::bf16, P.w, 1, P.m, P.k, P.out, P.m,
+                                infercept::DType::f32, s);
+        }
+      },
+      true);
+  const size_t smem = (size_t)max_k * 2;
+  auto prepare = [&](auto kernel) {
+    if (smem > 48 * 1024)
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int b = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, smem));
+    return std::max(1, b) * sms;  // every block resident: the barrier's condition
+  };
+  const int g_chain = prepare(chain_kernel<false>);
+  const int g_pre = prepare(chain_kernel<true>);
+  time_it(
+      "rowwarp x4 (a launch a product)", g_chain,
+      [&] {
+        for (int p = 0; p < kMaxProducts; ++p)
+          chain_kernel<false><<<g_chain, kWarps * 32, smem, s>>>(chain, p, 1, bar, bar + 1);
+      },
+      true);
+  time_it(
+      "chain (one kernel, grid barriers)", g_chain,
+      [&] {
+        chain_kernel<false>
+            <<<g_chain, kWarps * 32, smem, s>>>(chain, 0, kMaxProducts, bar, bar + 1);
+      },
+      true);
+  // The preload holds a round of loads across the barrier: more registers, fewer blocks a
+  // multiprocessor; the chain without it at the same grid tells the two effects apart.
+  time_it(
+      "chain at chain+pre's grid", g_pre,
+      [&] {
+        chain_kernel<false><<<g_pre, kWarps * 32, smem, s>>>(chain, 0, kMaxProducts, bar, bar + 1);
+      },
+      true);
+  time_it(
+      "chain+pre (next weight loaded before each barrier)", g_pre,
+      [&] {
+        chain_kernel<true><<<g_pre, kWarps * 32, smem, s>>>(chain, 0, kMaxProducts, bar, bar + 1);
+      },
+      true);
+  std::printf("\n%s\n",
+              ok ? "all products within 1e-2 of the fp32 reference" : "SOME PRODUCTS FAILED");
+  return ok ? 0 : 1;
+}
