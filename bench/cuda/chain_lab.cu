@@ -35,19 +35,16 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
+#include "lab_util.cuh"
 
 namespace {
 
 using infercept::cuda::load_stream;
-
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (expr);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(3);                                                                               \
-    }                                                                                             \
-  } while (0)
+using lab::dot8;
+using lab::fill_kernel;
+using lab::read_kernel;
+using lab::reference_kernel;
+using lab::rel_error;
 
 constexpr int kWarps = 8;
 constexpr int kU = 8;  // 16-byte loads a lane a round (gemv_lab's rowwarp 8)
@@ -63,36 +60,6 @@ struct Chain {
   Product p[kMaxProducts];
   int n;
 };
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
-  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
-    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
-  }
-  return s;
-}
-
-__global__ void __launch_bounds__(256)
-    read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 7 * stride < n; i += 8 * stride) {
-    uint4 v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) v[u] = load_stream(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = load_stream(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true
-}
 
 // Every block arrives once per barrier; the last one to arrive resets the count and moves the
 // generation on, which the others wait for. The grid is at most the resident blocks, so all
@@ -145,20 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         c0 = 32 * kU;
         have_pre = false;
       }
-      for (; c0 < nv; c0 += 32 * kU) {
-        uint4 v[kU];
-#pragma unroll
-        for (int i = 0; i < kU; ++i) {
-          const int cc = c0 + lane + 32 * i;
-          v[i] = cc < nv ? load_stream(wr + cc) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int i = 0; i < kU; ++i) {
-          const int cc = c0 + lane + 32 * i;
-          if (cc < nv) acc += dot8(v[i], xs[cc]);
-        }
-      }
-      for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      acc = lab::warp_sum(acc + lab::warp_row_partial<kU>(wr, xs, nv, c0, lane));
       if (lane == 0) P.out[row] = acc;
     }
     if (p + 1 < first + n) {
@@ -178,44 +132,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       grid_barrier(bar_count, bar_gen);
     }
   }
-}
-
-// fp32 reference: one block per row.
-__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out,
-                                 int k) {
-  __shared__ float part[256];
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < k; c += blockDim.x)
-    s += __bfloat162float(w[(size_t)blockIdx.x * k + c]) * __bfloat162float(x[c]);
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o /= 2) {
-    if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
-}
-
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.125f);
-  }
-}
-
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref, int* nans) {
-  double num = 0, den = 0;
-  *nans = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) ++*nans;
-    num += (double)(a[i] - ref[i]) * (a[i] - ref[i]);
-    den += (double)ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace
@@ -333,20 +249,21 @@ int main(int argc, char** argv) {
   };
 
   int per = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, read_kernel, 256, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, read_kernel<8>, 256, 0));
   const int g_read = std::max(1, per) * sms;
   time_it(
       "read all (one kernel)", g_read,
       [&] {
-        read_kernel<<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(w_all), total / 8, sink);
+        read_kernel<8>
+            <<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(w_all), total / 8, sink);
       },
       false);
   time_it(
       "read x4 (a kernel a product)", g_read,
       [&] {
         for (int p = 0; p < kMaxProducts; ++p)
-          read_kernel<<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(chain.p[p].w),
-                                             (size_t)chain.p[p].m * chain.p[p].k / 8, sink);
+          read_kernel<8><<<g_read, 256, 0, s>>>(reinterpret_cast<const uint4*>(chain.p[p].w),
+                                                (size_t)chain.p[p].m * chain.p[p].k / 8, sink);
       },
       false);
   time_it(

@@ -35,53 +35,18 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
+#include "lab_util.cuh"
 
 namespace {
 
 using infercept::cuda::load_stream;
-
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (expr);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(3);                                                                               \
-    }                                                                                             \
-  } while (0)
+using lab::dot8;
+using lab::fill_kernel;
+using lab::read_kernel;
+using lab::reference_kernel;
+using lab::rel_error;
 
 constexpr int kWarps = 8;
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
-  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
-    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
-  }
-  return s;
-}
-
-// --- read U: every byte of [p, p + n pieces) once ---
-template <int U>
-__global__ void __launch_bounds__(256)
-    read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = load_stream(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = load_stream(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true
-}
 
 // x (k bf16) into shared memory, once per block.
 __device__ void stage_x(const __nv_bfloat16* x, int k, uint4* xs) {
@@ -100,21 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
   for (int row = blockIdx.x * kWarps + warp; row < m; row += gridDim.x * kWarps) {
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * k);
-    float acc = 0.0f;
-    for (int c0 = 0; c0 < nv; c0 += 32 * U) {
-      uint4 v[U];
-#pragma unroll
-      for (int i = 0; i < U; ++i) {
-        const int c = c0 + lane + 32 * i;
-        v[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < U; ++i) {
-        const int c = c0 + lane + 32 * i;
-        if (c < nv) acc += dot8(v[i], xs[c]);
-      }
-    }
-    for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    const float acc = lab::warp_sum(lab::warp_row_partial<U>(wr, xs, nv, 0, lane));
     if (lane == 0) out[row] = acc;
   }
 }
@@ -228,33 +179,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   cp_wait<0>();
 }
 
-// fp32 reference: one block per row.
-__global__ void reference_kernel(const __nv_bfloat16* w, const __nv_bfloat16* x, float* out,
-                                 int k) {
-  __shared__ float part[256];
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < k; c += blockDim.x)
-    s += __bfloat162float(w[(size_t)blockIdx.x * k + c]) * __bfloat162float(x[c]);
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = blockDim.x / 2; o > 0; o /= 2) {
-    if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
-}
-
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.125f);
-  }
-}
-
 struct Shape {
   int m, k;
 };
@@ -275,17 +199,6 @@ std::vector<Shape> parse_shapes(const std::string& s) {
     pos = end + 1;
   }
   return out;
-}
-
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref, int* nans) {
-  double num = 0, den = 0;
-  *nans = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) ++*nans;
-    num += (double)(a[i] - ref[i]) * (a[i] - ref[i]);
-    den += (double)ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 int resident(const void* kernel, int threads, size_t smem, int sms) {
