@@ -43,8 +43,9 @@ base's price and says so.
         swap-in / swap-out copy queued with the step, where its layers wait for the copies)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
-total. Fit on traces that the validation does not use (bench/step_probe.py's probes), then
-check with bench/paper_report.py --sim-profile FIT.json.
+total. Fit on traces that the validation does not use (bench/step_probe.py's probes, or paper
+runs at another seed: the built-in 7B since session 13), then check with
+bench/paper_report.py --sim-profile FIT.json.
 """
 import argparse
 import csv
@@ -314,11 +315,18 @@ def residuals(args, profile, base):
     """The profile as it is (CostModel::step_seconds) against the traces' sync groups, summed by
     the shape of each group's step with chunks: where the model under- or overprices."""
     rows, theta = profile_terms(profile)
+    # The profile's own price includes the artifacts it carries, as simulate prices them, unless
+    # the flags give others.
+    terms, (cin, cout) = args.artifact_terms, (0.0, 0.0)
+    if terms == (0.0, 0.0, 0.0, 0):
+        miss = profile.get("graph_miss_seconds", [0.0, 0.0])
+        terms = (float(profile.get("first_sight_seconds", 0.0)), float(miss[0]), float(miss[1]),
+                 int(profile.get("graph_cache_entries", 0)))
+        cin, cout = (float(v) for v in profile.get("copy_interference", [0.0, 0.0]))
     by = {}
     for t in args.traces:
         trace = load_trace(t)
-        art = artifact_seconds(trace, *args.artifact_terms)
-        cin, cout = args.copy_terms
+        art = artifact_seconds(trace, *terms)
         art = [a + cin * ci + cout * co for a, (ci, co) in zip(art, copy_seconds(trace, t, profile, args.block_size))]
         for f, secs, shape in sync_groups(trace, base, rows, args.warmup_groups, with_shape=True, artifacts=art):
             e = by.setdefault(shape, [0, 0.0, 0.0])
@@ -410,13 +418,6 @@ def main():
     with open(args.profile) as f:
         profile = json.load(f)
     base = Base(profile)
-    args.copy_terms = (0.0, 0.0)
-    if args.residuals and args.artifact_terms == (0.0, 0.0, 0.0, 0):
-        # The profile's own price includes the artifacts it carries (simulate prices them too).
-        miss = profile.get("graph_miss_seconds", [0.0, 0.0])
-        args.artifact_terms = (float(profile.get("first_sight_seconds", 0.0)), float(miss[0]), float(miss[1]),
-                               int(profile.get("graph_cache_entries", 0)))
-        args.copy_terms = tuple(float(v) for v in profile.get("copy_interference", [0.0, 0.0]))
     if args.residuals:
         return residuals(args, profile, base)
     if args.first_sights:

@@ -399,13 +399,22 @@ TEST(Simulator, CopyInterferenceLengthensTheStepsThatQueueCopies) {
   EXPECT_EQ(plain->stats.copy_only_steps, 0);
   EXPECT_NEAR(slowed->stats.forward_seconds - plain->stats.forward_seconds, extra, 1e-9);
 
+  // The swap policy swaps a paused request's whole context: requests that call a tool, their
+  // arrivals staggered so that others are decoding in the steps that copy.
+  std::vector<TraceRequest> callers;
+  for (int32_t i = 0; i < 4; ++i) {
+    callers.push_back(one_request(200, {Segment{20, "search", 0.5, 10}, Segment{40, "", 0.0, 0}}));
+    callers.back().id = (uint64_t)i;
+    callers.back().arrival_s = 0.1 * i;
+  }
   c.policy = "swap";
   c.artifacts = {};
-  auto sync_plain = simulate(c, trace);
+  auto sync_plain = simulate(c, callers);
   c.artifacts.copy_in_interference = 0.5;
   c.artifacts.copy_out_interference = 0.25;
-  auto sync_slowed = simulate(c, trace);
+  auto sync_slowed = simulate(c, callers);
   ASSERT_TRUE(sync_plain.ok() && sync_slowed.ok());
+  ASSERT_GT(sync_plain->stats.swapped_out_tokens, 0) << "the swap policy copied nothing";
   EXPECT_DOUBLE_EQ(sync_slowed->stats.forward_seconds, sync_plain->stats.forward_seconds);
   EXPECT_DOUBLE_EQ(sync_slowed->stats.busy_seconds, sync_plain->stats.busy_seconds);
 }

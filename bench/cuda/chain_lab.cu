@@ -39,12 +39,7 @@
 
 namespace {
 
-using infercept::cuda::load_stream;
-using lab::dot8;
-using lab::fill_kernel;
-using lab::read_kernel;
-using lab::reference_kernel;
-using lab::rel_error;
+using namespace lab;  // lab_util.cuh: load_stream, dot8, the read, reference and fill kernels
 
 constexpr int kWarps = 8;
 constexpr int kU = 8;  // 16-byte loads a lane a round (gemv_lab's rowwarp 8)
@@ -210,20 +205,9 @@ int main(int argc, char** argv) {
       "| variant | grid | us a layer | TB/s | x 32 layers (ms) | rel err vs fp32 (worst) | NaN "
       "|\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   bool ok = true;
   auto time_it = [&](const char* name, int grid, auto&& layer, bool check) {
-    for (int r = 0; r < 3; ++r) layer();
-    CK(cudaEventRecord(e0, s));
-    for (int r = 0; r < reps; ++r) layer();
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaGetLastError());
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    const double us = 1000.0 * ms / reps;
+    const double us = time_us(s, reps, [&](int) { layer(); });
     char err[32] = "-";
     int nans = 0;
     if (check) {

@@ -39,12 +39,7 @@
 
 namespace {
 
-using infercept::cuda::load_stream;
-using lab::dot8;
-using lab::fill_kernel;
-using lab::read_kernel;
-using lab::reference_kernel;
-using lab::rel_error;
+using namespace lab;  // lab_util.cuh: load_stream, dot8, the read, reference and fill kernels
 
 constexpr int kWarps = 8;
 
@@ -235,9 +230,6 @@ int main(int argc, char** argv) {
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   uint32_t* sink;
   CK(cudaMalloc(&sink, 4));
   bool ok = true;
@@ -263,15 +255,7 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(h_ref.data(), ref, (size_t)sh.m * 4, cudaMemcpyDeviceToHost));
 
     auto time_it = [&](const char* name, int grid, auto&& launch, bool check) {
-      for (int r = 0; r < 3; ++r) launch(w[r % nc]);
-      CK(cudaEventRecord(e0, s));
-      for (int r = 0; r < reps; ++r) launch(w[r % nc]);
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      const double us = 1000.0 * ms / reps;
+      const double us = time_us(s, reps, [&](int r) { launch(w[r % nc]); });
       char err[32] = "-";
       int nans = 0;
       if (check) {

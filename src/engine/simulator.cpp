@@ -284,18 +284,19 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
   // The engine's artifacts, as bench/step_fit.py --fit-artifacts writes them.
   if (auto it = j.find("first_sight_seconds"); it != j.end() && it->is_number())
     p.artifacts.first_sight_seconds = std::max(0.0, it->get<double>());
-  if (auto it = j.find("graph_miss_seconds"); it != j.end() && it->is_array() && it->size() == 2 &&
-                                              (*it)[0].is_number() && (*it)[1].is_number()) {
-    p.artifacts.new_batch_seconds = std::max(0.0, (*it)[0].get<double>());
-    p.artifacts.second_batch_seconds = std::max(0.0, (*it)[1].get<double>());
-  }
+  // [a, b] of two non-negative numbers under `key`, when the file has them.
+  auto read_pair = [&j](const char* key, double& a, double& b) {
+    if (auto it = j.find(key); it != j.end() && it->is_array() && it->size() == 2 &&
+                               (*it)[0].is_number() && (*it)[1].is_number()) {
+      a = std::max(0.0, (*it)[0].get<double>());
+      b = std::max(0.0, (*it)[1].get<double>());
+    }
+  };
+  read_pair("graph_miss_seconds", p.artifacts.new_batch_seconds, p.artifacts.second_batch_seconds);
   if (auto it = j.find("graph_cache_entries"); it != j.end() && it->is_number_integer())
     p.artifacts.graph_cache_entries = std::max<int64_t>(0, it->get<int64_t>());
-  if (auto it = j.find("copy_interference"); it != j.end() && it->is_array() && it->size() == 2 &&
-                                             (*it)[0].is_number() && (*it)[1].is_number()) {
-    p.artifacts.copy_in_interference = std::max(0.0, (*it)[0].get<double>());
-    p.artifacts.copy_out_interference = std::max(0.0, (*it)[1].get<double>());
-  }
+  read_pair("copy_interference", p.artifacts.copy_in_interference,
+            p.artifacts.copy_out_interference);
   p.source = "cost-model file " + name_or_path;
   return p;
 }

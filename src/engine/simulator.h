@@ -54,8 +54,9 @@ namespace infercept {
 
 // A machine to simulate: a one-GPU (or CPU) cost model and the defaults that come with it.
 // What the CUDA engine pays that its scheduler does not see, so not terms of the cost model
-// (which the scheduler decides with): the built-in H200 profiles fit them to their step
-// probes along with the cost model's terms (docs/BENCHMARKS.md session 10); a cost-model JSON
+// (which the scheduler decides with): the built-in H200 profiles fit them along with the cost
+// model's terms, the 13B to its step probes (docs/BENCHMARKS.md session 10), the 7B to the
+// step traces of paper runs at another seed than the validation's (session 13); a cost-model JSON
 // file may carry "first_sight_seconds", "graph_miss_seconds": [new, second],
 // "graph_cache_entries" and "copy_interference": [in, out]; all 0: none.
 struct EngineArtifacts {

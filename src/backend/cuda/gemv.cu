@@ -34,14 +34,6 @@ bool gemv_preload() {
   static const bool v = env_switch("INFERCEPT_GEMV_PRELOAD", true);
   return v;
 }
-// INFERCEPT_GEMV_DEEP=1: one input row (decode at batch 1) takes the deep form, twice the
-// loads in flight a lane at half the blocks a multiprocessor (gemv_kernel's kDeep); off: in the
-// engine it was 2.8% slower at batch 1 than the usual form (docs/PERF.md 4.5m), though it was
-// the lab's best variant for one product alone (4.5l).
-bool gemv_deep() {
-  static const bool v = env_switch("INFERCEPT_GEMV_DEEP", false);
-  return v;
-}
 
 int multiprocessors() {
   static const int n = [] {
@@ -233,22 +225,14 @@ __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, floa
 //
 // At 1-2 rows (decode at batch 1-2) four blocks must fit a multiprocessor: 64 registers a
 // thread (the norm + Q/K/V form took 70 unbounded, i.e. three blocks, and ran slower).
-//
-// kDeep (one row, INFERCEPT_GEMV_DEEP=1): rounds of 16 loads a lane (8 a row when gated) and
-// two blocks a multiprocessor, i.e. the same bytes in flight a multiprocessor in half the
-// warps, so each warp's row takes half the round trips. In gemv_lab (docs/PERF.md 4.5l) one
-// warp a row with 16 loads a lane at two blocks was 2-11% faster than this kernel's usual form
-// on a 7B layer's products, without the preload and programmatic launch this one has; in the
-// engine's steps, products back to back, it was 2.8% slower (4.5m), so it stays off.
-template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi, bool kDeep = false>
-__global__ void __launch_bounds__(kWarps * 32, kDeep ? 2 : (NR <= 2 ? 4 : 1))
-    gemv_kernel(const KernelArgs a) {
+template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(const KernelArgs a) {
   constexpr bool kRope = kEpi == GemvEpilogue::rope_store;
   // Two rows a warp: the gate and up rows, or the two features RoPE rotates together.
   constexpr bool kGated = kEpi == GemvEpilogue::gated || kRope;
   // 16-byte weight loads in flight per lane: 8 (two rows' worth of 4 when gated). With 4, a
   // 4096-wide row took 4 round trips to memory and the O projection ran at ~2.7 TB/s.
-  constexpr int kUnroll = (kGated ? 4 : 8) * (kDeep ? 2 : 1);
+  constexpr int kUnroll = kGated ? 4 : 8;
   constexpr int kRoundPieces = 32 * kUnroll;  // 16-byte pieces a warp reads per round
   extern __shared__ uint4 staged_raw[];
   T* xs_sh = reinterpret_cast<T*>(staged_raw);
@@ -398,7 +382,7 @@ size_t staged_bytes(const GemvArgs& a) {
   return a.norm != nullptr || stages_x(a) ? (size_t)a.n * (size_t)a.k * 2 : 0;
 }
 
-template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi, bool kDeep = false>
+template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
 void launch(const GemvArgs& a, cudaStream_t s) {
   KernelArgs k{};
   k.x = a.x;
@@ -418,7 +402,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.total_blocks = blocks;
   k.preload = gemv_preload() ? 1 : 0;
   k.stage_x = stages_x(a) ? 1 : 0;
-  auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi, kDeep>;
+  auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
   // Above 48 KB a kernel must opt in to dynamic shared memory; once per instance.
   static std::atomic<bool> opted_in{false};
@@ -445,7 +429,6 @@ void launch(const GemvArgs& a, cudaStream_t s) {
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi, int kMax>
 void launch_rows(const GemvArgs& a, cudaStream_t s) {
-  if (a.n == 1 && gemv_deep()) return launch<T, OutT, 1, kNorm, kEpi, true>(a, s);
   switch (a.n) {
 #define INFERCEPT_GEMV_CASE(N)                                             \
   case N:                                                                  \
