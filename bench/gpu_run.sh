@@ -6,7 +6,7 @@
 # carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
 # next while the machine is warm) and is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
@@ -72,6 +72,15 @@ for stage in "$@"; do
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    abl-*)  # abl-SHAPE: logits of one checkpoint with the switch AB (e.g. INFERCEPT_GEMV_BULK) =0 and =1
+      shape=${stage#abl-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      echo "$PROMPTS" >models/prompts.json
+      log "logits with $AB=0 and =1: $shape"
+      for v in 0 1; do env "$AB=$v" $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --one-token-steps \
+        --out models/ab$v-$shape.npy 2>&1 | tail -1; done
+      python3 bench/compare_logits.py models/ab0-$shape.npy models/ab1-$shape.npy --label "$shape $AB=1 vs 0" 2>&1 |
+        tee "$OUT/abl-$shape.txt" | tail -8 ;;
     ncu-*)  # ncu-SHAPE: every kernel of decode steps at batch 1, context 1,024, timed by Nsight
       # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
       # The context is filled in one 1,024-row step first: NCU_SKIP skips its matching kernels

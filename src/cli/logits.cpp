@@ -1,6 +1,8 @@
 // `infercept logits`: the last-position logits of token sequences, written as a float32
 // .npy [n_sequences, vocab]; what bench/compare_logits.py holds against another engine's
 // (HF transformers on the same checkpoint and device, bench/hf_reference.py).
+// --one-token-steps: each sequence goes in one token a step (decode steps of one row over the
+// cache so far, the path a batch-1 decode takes) instead of one prefill step.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,7 +13,8 @@
 namespace infercept::cli {
 
 int run_logits(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, {"tokens-file", "out"}}), {});
+  auto args =
+      Args::parse(argc, argv, merge({kEngineFlags, {"tokens-file", "out"}}), {"one-token-steps"});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());
@@ -59,9 +62,27 @@ int run_logits(int argc, char** argv) {
   if (!kv.ok()) return fail(kv.error());
   std::vector<float> all;
   std::vector<float> row((size_t)mc.vocab_size);
+  const bool one_token_steps = args->flag("one-token-steps");
   for (auto& s : seqs) {
-    StepInput in;
     const int32_t n = (int32_t)s.size();
+    if (one_token_steps) {
+      for (int32_t p = 0; p < n; ++p) {
+        StepInput in;
+        in.tokens = {s[(size_t)p]};
+        in.positions = {p};
+        in.slots = {p};
+        in.q_start = {0};
+        in.q_len = {1};
+        in.ctx_len = {p + 1};
+        in.max_blocks = (int32_t)g.n_blocks;
+        for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
+        if (p == n - 1) in.logit_rows = {0};
+        (*model)->forward(in, **kv, p == n - 1 ? row.data() : nullptr);
+      }
+      all.insert(all.end(), row.begin(), row.end());
+      continue;
+    }
+    StepInput in;
     in.tokens = s;
     for (int32_t p = 0; p < n; ++p) {
       in.positions.push_back(p);

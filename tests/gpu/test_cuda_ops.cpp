@@ -204,6 +204,131 @@ TEST(CudaOps, GemvEveryRowCountStridedInput) {
   }
 }
 
+// A weight from f16 values, or an f32 vector (a norm's weights, a bias), on backend b.
+Weight upload_f16(Backend& b, const std::vector<uint16_t>& w16, int64_t rows, int64_t cols) {
+  auto w = b.upload_weight(w16.data(), DType::f16, rows, cols);
+  EXPECT_TRUE(w.ok());
+  return *w;
+}
+Weight upload_f32(Backend& b, const std::vector<float>& v) {
+  auto w = b.upload_weight(v.data(), DType::f32, 1, (int64_t)v.size());
+  EXPECT_TRUE(w.ok());
+  return *w;
+}
+
+// The bulk-copy GEMV (one input row, the weight streamed through shared memory), called
+// directly whatever INFERCEPT_GEMV_BULK says, with every epilogue it takes against the CPU
+// backend: plain products (both output types, a bias), norm + three segments (Q/K/V-like,
+// row counts that leave a short last tile), norm + gated, and the residual accumulate.
+TEST(CudaOps, GemvBulkEveryEpilogueMatchesTheCpuBackend) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  const DType act = p.gpu->activation_dtype();
+  auto args = [&](const Tensor& x, cuda::GemvEpilogue e) {
+    cuda::GemvArgs a;
+    a.x = x.data;
+    a.x_stride = x.stride;
+    a.n = 1;
+    a.k = (int)x.cols;
+    a.in_dtype = act;
+    a.out_dtype = act;
+    a.epilogue = e;
+    return a;
+  };
+  auto seg = [](const Weight& w, const Weight* w2, const Weight* bias, const Tensor& out) {
+    return cuda::GemvSegment{w.data,
+                             w2 != nullptr ? w2->data : nullptr,
+                             bias != nullptr ? static_cast<const float*>(bias->data) : nullptr,
+                             out.data,
+                             out.stride,
+                             (int)w.rows};
+  };
+  // k: 4096 (tiles of 8 rows, 4 when gated), 11008 (2 rows), 5120 (4 rows, 2 when gated).
+  for (auto [m, k] : {std::pair{1027, 4096}, {333, 11008}, {517, 5120}}) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(k));
+    const auto w = to_f16(randn((size_t)(m * k), 0.03f)),
+               w2 = to_f16(randn((size_t)(m * k), 0.03f));
+    const auto wk = to_f16(randn((size_t)(96 * k), 0.03f));
+    const auto norm = randn((size_t)k, 1.0f), bias = randn((size_t)m, 0.5f);
+    const auto x = randn((size_t)k), res = randn((size_t)m);
+    const Weight wc = upload_f16(*p.cpu, w, m, k), wg = upload_f16(*p.gpu, w, m, k);
+    const Weight uc = upload_f16(*p.cpu, w2, m, k), ug = upload_f16(*p.gpu, w2, m, k);
+    const Weight kc = upload_f16(*p.cpu, wk, 96, k), kg = upload_f16(*p.gpu, wk, 96, k);
+    const Weight nc = upload_f32(*p.cpu, norm), ng = upload_f32(*p.gpu, norm);
+    const Weight bc = upload_f32(*p.cpu, bias), bg = upload_f32(*p.gpu, bias);
+    Tensor xc = put(*p.cpu, x, 1, k), xg = put(*p.gpu, x, 1, k);
+
+    // Plain, f32 and activation outputs, with a bias.
+    Tensor oc = p.cpu->alloc_activation(1, m, DType::f32);
+    p.cpu->matmul(xc, wc, &bc, oc);
+    const auto ref = get(*p.cpu, oc);
+    for (DType out_t : {DType::f32, act}) {
+      Tensor og = p.gpu->alloc_activation(1, m, out_t);
+      cuda::GemvArgs a = args(xg, cuda::GemvEpilogue::store);
+      a.out_dtype = out_t;
+      a.seg[0] = seg(wg, nullptr, &bg, og);
+      ASSERT_TRUE(cuda::gemv_bulk_fits(a));
+      cuda::gemv_bulk(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << "plain, out " << dtype_name(out_t);
+    }
+
+    // Norm + three segments: the second with a bias and 96 rows, the third the same weight.
+    {
+      std::vector<Tensor> cs, gs;
+      for (int64_t cols : {(int64_t)m, (int64_t)96, (int64_t)m, (int64_t)k}) {
+        cs.push_back(p.cpu->alloc_activation(1, cols, DType::f32));
+        gs.push_back(p.gpu->alloc_activation(1, cols, act));
+      }
+      const Weight none{};
+      const Projection pc[] = {{&wc, &none, cs[0]}, {&kc, nullptr, cs[1]}, {&uc, nullptr, cs[2]}};
+      p.cpu->norm_project(xc, nc, 1e-5f, cs[3], pc);
+      cuda::GemvArgs a = args(xg, cuda::GemvEpilogue::store);
+      a.norm = static_cast<const float*>(ng.data);
+      a.eps = 1e-5f;
+      a.n_segments = 3;
+      a.seg[0] = seg(wg, nullptr, nullptr, gs[0]);
+      a.seg[1] = seg(kg, nullptr, nullptr, gs[1]);
+      a.seg[2] = seg(ug, nullptr, nullptr, gs[2]);
+      ASSERT_TRUE(cuda::gemv_bulk_fits(a));
+      cuda::gemv_bulk(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_LT(rel_error(get(*p.gpu, gs[i]), get(*p.cpu, cs[i])), kBf16Tol) << "segment " << i;
+    }
+
+    // Norm + gated (silu(h w) * (h w2)).
+    {
+      Tensor gc = p.cpu->alloc_activation(1, m, DType::f32),
+             upc = p.cpu->alloc_activation(1, m, DType::f32);
+      Tensor hc = p.cpu->alloc_activation(1, k, DType::f32);
+      p.cpu->norm_gated_ffn(xc, nc, 1e-5f, hc, wc, uc, gc, upc);
+      Tensor gg = p.gpu->alloc_activation(1, m, act);
+      cuda::GemvArgs a = args(xg, cuda::GemvEpilogue::gated);
+      a.norm = static_cast<const float*>(ng.data);
+      a.eps = 1e-5f;
+      a.seg[0] = seg(wg, &ug, nullptr, gg);
+      ASSERT_TRUE(cuda::gemv_bulk_fits(a));
+      cuda::gemv_bulk(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LT(rel_error(get(*p.gpu, gg), get(*p.cpu, gc)), kBf16Tol) << "gated";
+    }
+
+    // The residual accumulate: res += x w^T.
+    {
+      Tensor rc = put(*p.cpu, res, 1, m), rg = put(*p.gpu, res, 1, m);
+      Tensor scratch = p.cpu->alloc_activation(1, m, DType::f32);
+      p.cpu->project_add(xc, wc, rc, scratch);
+      cuda::GemvArgs a = args(xg, cuda::GemvEpilogue::accumulate);
+      a.seg[0] = seg(wg, nullptr, nullptr, rg);
+      ASSERT_TRUE(cuda::gemv_bulk_fits(a));
+      cuda::gemv_bulk(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_LT(rel_error(get(*p.gpu, rg), get(*p.cpu, rc)), kBf16Tol) << "accumulate";
+    }
+  }
+}
+
 // The fused groups of a decoder layer (norm + Q/K/V with a bias, norm + SwiGLU gate/up,
 // product + residual add) against the CPU backend's composed ops: at 1-2 rows (one fused
 // GEMV launch each) and at 5 and 40 rows (rmsnorm + cuBLASLt, residual by beta = 1).
@@ -211,16 +336,6 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
   const int64_t d = 576, qd = 576, kvd = 192, f = 1536;
-  auto upload = [&](Backend& b, const std::vector<uint16_t>& w16, int64_t rows, int64_t cols) {
-    auto w = b.upload_weight(w16.data(), DType::f16, rows, cols);
-    EXPECT_TRUE(w.ok());
-    return *w;
-  };
-  auto upload_f32 = [&](Backend& b, const std::vector<float>& v) {
-    auto w = b.upload_weight(v.data(), DType::f32, 1, (int64_t)v.size());
-    EXPECT_TRUE(w.ok());
-    return *w;
-  };
   const auto wq = to_f16(randn((size_t)(qd * d), 0.05f)),
              wk = to_f16(randn((size_t)(kvd * d), 0.05f)),
              wv = to_f16(randn((size_t)(kvd * d), 0.05f)),
@@ -231,9 +346,9 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
     Weight wq, wk, wv, wg, wu, wd, norm, bk, none;
   };
   auto side = [&](Backend& b) {
-    return Side{upload(b, wq, qd, d), upload(b, wk, kvd, d), upload(b, wv, kvd, d),
-                upload(b, wg, f, d),  upload(b, wu, f, d),   upload(b, wd, d, f),
-                upload_f32(b, norm),  upload_f32(b, bk),     Weight{}};
+    return Side{upload_f16(b, wq, qd, d), upload_f16(b, wk, kvd, d), upload_f16(b, wv, kvd, d),
+                upload_f16(b, wg, f, d),  upload_f16(b, wu, f, d),   upload_f16(b, wd, d, f),
+                upload_f32(b, norm),      upload_f32(b, bk),         Weight{}};
   };
   const Side c = side(*p.cpu), g = side(*p.gpu);
   for (int64_t n : {1, 2, 5, 40}) {

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/switches.h"
@@ -33,6 +36,35 @@ bool gemv_stage_x() {
 bool gemv_preload() {
   static const bool v = env_switch("INFERCEPT_GEMV_PRELOAD", true);
   return v;
+}
+
+// INFERCEPT_GEMV_BULK: which epilogues take gemv_bulk at one input row: a list of "store",
+// "gated", "accumulate", or "1" (all); unset or "0", none. Off: in the engine's batch-1 steps
+// only the gated form (the FFN's gate/up, the layer's largest product) gained, 2.3-2.9% on the
+// 7B, and it lost 1.2% on the 13B, while Q/K/V (+2.4%), the down projection (+3.3%) and all
+// of them (+5.8%) got slower on the 7B: a bulk block (136 KB of ring) cannot become resident
+// beside the GEMV blocks before it, which hold the whole register file, so it loses the
+// overlap a programmatic launch gives (docs/PERF.md 4.5n). INFERCEPT_GEMV_BULK_MIN_K raises
+// the smallest k that takes it (kGemvBulkMinK).
+bool gemv_bulk_on(const GemvArgs& a) {
+  static const int mask = [] {
+    const char* v = std::getenv("INFERCEPT_GEMV_BULK");
+    if (v == nullptr || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return 7;
+    const std::string s = v;
+    return (s.find("store") != std::string::npos ? 1 : 0) |
+           (s.find("gated") != std::string::npos ? 2 : 0) |
+           (s.find("accumulate") != std::string::npos ? 4 : 0);
+  }();
+  static const int min_k = [] {
+    const char* v = std::getenv("INFERCEPT_GEMV_BULK_MIN_K");
+    return v != nullptr ? std::max(kGemvBulkMinK, std::atoi(v)) : kGemvBulkMinK;
+  }();
+  const int bit = a.epilogue == GemvEpilogue::store        ? 1
+                  : a.epilogue == GemvEpilogue::gated      ? 2
+                  : a.epilogue == GemvEpilogue::accumulate ? 4
+                                                           : 0;
+  return (mask & bit) != 0 && a.k >= min_k;
 }
 
 int multiprocessors() {
@@ -507,6 +539,7 @@ bool gemv_fits(const GemvArgs& a) {
 
 void gemv(const GemvArgs& a, cudaStream_t s) {
   CHECK(gemv_fits(a));
+  if (a.n == 1 && gemv_bulk_on(a) && gemv_bulk_fits(a)) return gemv_bulk(a, s);
   if (a.in_dtype == DType::bf16)
     launch_typed<__nv_bfloat16>(a, s);
   else

@@ -78,6 +78,14 @@ struct GemvArgs {
 bool gemv_fits(const GemvArgs& a);
 void gemv(const GemvArgs& a, cudaStream_t s);
 
+// The same product streamed through shared memory by bulk copies (gemv_bulk.cu): one input
+// row, any epilogue but rope_store, sm_90 and later. gemv() takes this form for one row and
+// k >= kGemvBulkMinK with the epilogues INFERCEPT_GEMV_BULK names (none by default: slower
+// than gemv's own kernel in most of a step's places, docs/PERF.md 4.5n).
+constexpr int kGemvBulkMinK = 2048;  // below, tiles are too small to pay for their barriers
+bool gemv_bulk_fits(const GemvArgs& a);
+void gemv_bulk(const GemvArgs& a, cudaStream_t s);
+
 // The plain product of one weight (store epilogue, no norm, no bias).
 bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w, DType in_dtype,
                DType out_dtype);

@@ -1,0 +1,377 @@
+#include <cuda/ptx>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/switches.h"
+#include "core/check.h"
+
+namespace infercept::cuda {
+namespace {
+
+namespace ptx = ::cuda::ptx;
+
+constexpr int kConsumerWarps = 8;  // compute from the ring; one more warp issues the copies
+constexpr int kConsumers = kConsumerWarps * 32;
+constexpr int kXPerLane = 16;  // input pieces a lane holds: a warp's share of a row <= 512
+constexpr int kMaxStages = 8;
+// A tile is at most this many bytes (gate and up rows together when gated): 64 KB measured
+// faster than 32 KB and 16 KB (docs/PERF.md 4.5n: a fixed cost per tile).
+constexpr uint32_t kTileBytes = 64u << 10;
+// The ring: two 64 KB tiles in flight a multiprocessor (three measured the same).
+constexpr uint32_t kRingBytes = 136u << 10;
+// The ring and the staged input row (k <= 32768, as the input registers allow) at most.
+constexpr size_t kMaxShared = kRingBytes + (64u << 10);
+
+struct BulkSegment {
+  const void* w;
+  const void* w2;  // gated: the up weight
+  const float* bias;
+  void* out;
+  int m;
+  int first_tile;  // tiles [first_tile, next segment's) are this segment's rows
+};
+
+struct BulkArgs {
+  const void* x;
+  int k;
+  const float* norm;
+  float eps;
+  BulkSegment seg[kGemvMaxSegments];
+  int n_segments;
+  int total_tiles;
+  int rows_per_tile;  // R: kConsumerWarps / R warps share a row
+  int stages;
+  uint32_t slot_bytes;  // R rows (2R when gated)
+};
+
+// The device code exists for sm_90 and later only (bulk copies, mbarriers); the PTX built for
+// older cards has empty kernels that gemv_bulk_fits() never lets launch.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x);
+template <>
+__device__ __forceinline__ float dot8<__nv_bfloat16>(const uint4& w, const uint4& x) {
+  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // bf16 is the top half of an f32
+    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
+    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
+  }
+  return s;
+}
+template <>
+__device__ __forceinline__ float dot8<__half>(const uint4& w, const uint4& x) {
+  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&a[i]));
+    const float2 q = __half22float2(*reinterpret_cast<const __half2*>(&b[i]));
+    s = fmaf(p.x, q.x, s);
+    s = fmaf(p.y, q.y, s);
+  }
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& v, float f[8]) {
+  const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_f32(e[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  uint4 v;
+  T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(f[i]);
+  return v;
+}
+
+// The consumer warps' own barrier (the producer warp has left by then).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+}
+
+__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+// The input row normalized into shared memory as gemv.cu's stage_normalized does it (the same
+// sums in the same order, so the same bits): h = T((x * inv_rms) * norm).
+template <typename T>
+__device__ void stage_normalized(const BulkArgs& a, uint4* xs) {
+  __shared__ float partial[kConsumerWarps];
+  __shared__ float inv_rms;
+  const int nv = a.k / 8, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+  const uint4* x = static_cast<const uint4*>(a.x);
+  float ss = 0.0f;
+  for (int c = (int)threadIdx.x; c < nv; c += kConsumers) {
+    const uint4 v = __ldg(x + c);
+    xs[c] = v;
+    float f[8];
+    unpack8<T>(v, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (lane == 0) partial[warp] = ss;
+  consumers_sync();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) s += partial[w];
+    inv_rms = rsqrtf(s / (float)a.k + a.eps);
+  }
+  consumers_sync();
+  const float inv = inv_rms;
+  for (int c = (int)threadIdx.x; c < nv; c += kConsumers) {
+    float f[8];
+    unpack8<T>(xs[c], f);  // this thread's own store above
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c);
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c + 1);
+    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
+    xs[c] = pack8<T>(f);
+  }
+  consumers_sync();
+}
+#endif
+
+// One input row (decode at batch 1) times the weights of up to three segments, the weight
+// streamed through shared memory: one block a multiprocessor; its last warp's first lane
+// issues bulk copies (cp.async.bulk, the multiprocessor's copy engine) of tiles of R whole
+// rows (contiguous in a row-major weight; R gate rows then R up rows when gated) into a ring
+// of `stages` slots, each with a "full" barrier the copy completes and an "empty" barrier the
+// eight consumer warps arrive at once they have read it. Weights depend on nothing, so the
+// ring fills before pdl_wait(): a block that becomes resident while the previous kernel
+// drains streams its weight meanwhile. A consumer warp owns one row of a tile (R = 8) or a
+// 1/split share of one (split = 8 / R, its input pieces held in registers); the shares meet
+// in shared memory and the tile's first R threads apply the epilogue, rounded as gemv.cu's.
+template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
+__global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const BulkArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kGated = kEpi == GemvEpilogue::gated;
+  extern __shared__ __align__(128) unsigned char smem[];  // the ring, then the staged input
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  __shared__ float red[2][kConsumerWarps], red2[2][kConsumerWarps];
+  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+  const int R = a.rows_per_tile, k = a.k, nv = k / 8;
+  const size_t row_bytes = (size_t)k * sizeof(T);
+  auto locate = [&](int t) {
+    int s = 0;
+    while (s + 1 < a.n_segments && t >= a.seg[s + 1].first_tile) ++s;
+    return s;
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < a.stages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+  }
+  __syncthreads();
+  pdl_launch_dependents();  // the next kernel may become resident as our blocks retire
+  if (warp == kConsumerWarps) {
+    if (lane != 0) return;
+    int i = 0;
+    for (int t = (int)blockIdx.x; t < a.total_tiles; t += (int)gridDim.x, ++i) {
+      const BulkSegment& g = a.seg[locate(t)];
+      const int row0 = (t - g.first_tile) * R, rows = min(R, g.m - row0);
+      const uint32_t bytes = (uint32_t)(rows * row_bytes);
+      const int s = i % a.stages;
+      if (i >= a.stages) wait_parity(&empty[s], ((i / a.stages) - 1) & 1);
+      unsigned char* slot = smem + (size_t)s * a.slot_bytes;
+      ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &full[s],
+                                     kGated ? 2 * bytes : bytes);
+      ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, slot,
+                         static_cast<const T*>(g.w) + (size_t)row0 * k, bytes, &full[s]);
+      if constexpr (kGated)
+        ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, slot + R * row_bytes,
+                           static_cast<const T*>(g.w2) + (size_t)row0 * k, bytes, &full[s]);
+    }
+    return;
+  }
+  pdl_wait();  // the input is the previous kernel's output
+  const uint4* xin = static_cast<const uint4*>(a.x);
+  if constexpr (kNorm) {
+    uint4* xs = reinterpret_cast<uint4*>(smem + (size_t)a.stages * a.slot_bytes);
+    stage_normalized<T>(a, xs);
+    xin = xs;
+  }
+  const int split = kConsumerWarps / R, r = warp / split, part = warp % split;
+  const int chunk = (nv + split - 1) / split, c_begin = part * chunk,
+            c_end = min(nv, c_begin + chunk);
+  uint4 xr[kXPerLane];
+#pragma unroll
+  for (int j = 0; j < kXPerLane; ++j) {
+    const int c = c_begin + lane + 32 * j;
+    xr[j] = c < c_end ? xin[c] : make_uint4(0, 0, 0, 0);
+  }
+  int i = 0;
+  for (int t = (int)blockIdx.x; t < a.total_tiles; t += (int)gridDim.x, ++i) {
+    const int s = i % a.stages;
+    wait_parity(&full[s], (i / a.stages) & 1);
+    const unsigned char* slot = smem + (size_t)s * a.slot_bytes;
+    const uint4* wrow = reinterpret_cast<const uint4*>(slot + r * row_bytes);
+    const uint4* urow = reinterpret_cast<const uint4*>(slot + (R + r) * row_bytes);
+    const BulkSegment& g = a.seg[locate(t)];
+    const int row0 = (t - g.first_tile) * R, rows = min(R, g.m - row0);
+    float acc = 0.0f, acc2 = 0.0f;
+    if (r < rows) {  // a short last tile leaves the slot's other rows unwritten
+#pragma unroll
+      for (int j = 0; j < kXPerLane; ++j) {
+        const int c = c_begin + lane + 32 * j;
+        if (c < c_end) {
+          acc += dot8<T>(wrow[c], xr[j]);
+          if constexpr (kGated) acc2 += dot8<T>(urow[c], xr[j]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);  // the slot may refill
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if constexpr (kGated) acc2 += __shfl_xor_sync(0xffffffffu, acc2, off);
+    }
+    if (lane == 0) {
+      red[i & 1][warp] = acc;
+      red2[i & 1][warp] = acc2;
+    }
+    consumers_sync();  // (red[i & 1] is written again two tiles on, after the next sync)
+    if ((int)threadIdx.x >= rows) continue;
+    float v = 0.0f, v2 = 0.0f;
+    for (int j = 0; j < split; ++j) {
+      v += red[i & 1][threadIdx.x * split + j];
+      v2 += red2[i & 1][threadIdx.x * split + j];
+    }
+    const int row = row0 + (int)threadIdx.x;
+    OutT* out = static_cast<OutT*>(g.out) + row;
+    if constexpr (kEpi == GemvEpilogue::store) {
+      if (g.bias != nullptr) v += g.bias[row];
+      *out = from_f32<OutT>(v);
+    } else if constexpr (kEpi == GemvEpilogue::accumulate) {
+      // Rounded as the unfused product (to T) and residual add (to T) would be.
+      *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
+    } else {
+      const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
+      *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+    }
+  }
+#endif
+}
+
+int multiprocessors_and_arch(int* major) {
+  static int count = 0, arch = 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&arch, cudaDevAttrComputeCapabilityMajor, device));
+  });
+  *major = arch;
+  return count;
+}
+
+// Rows a tile takes for these arguments: the most (a power of two up to 8) within the tile
+// size whose warp shares fit the lanes' input registers; 0 when none does.
+int rows_per_tile(const GemvArgs& a) {
+  const size_t row_bytes = (size_t)a.k * 2 * (a.epilogue == GemvEpilogue::gated ? 2 : 1);
+  const int nv = a.k / 8;
+  for (int R = 8; R >= 1; R /= 2) {
+    const int split = kConsumerWarps / R;
+    if (R * row_bytes <= kTileBytes && (nv + split - 1) / split <= 32 * kXPerLane) return R;
+  }
+  return 0;
+}
+
+BulkArgs bulk_args(const GemvArgs& a, int R) {
+  BulkArgs b{};
+  b.x = a.x;
+  b.k = a.k;
+  b.norm = a.norm;
+  b.eps = a.eps;
+  b.n_segments = a.n_segments;
+  int tiles = 0;
+  for (int i = 0; i < a.n_segments; ++i) {
+    const GemvSegment& g = a.seg[i];
+    b.seg[i] = BulkSegment{g.w, g.w2, g.bias, g.out, g.m, tiles};
+    tiles += (g.m + R - 1) / R;
+  }
+  b.total_tiles = tiles;
+  b.rows_per_tile = R;
+  b.slot_bytes = (uint32_t)(R * (size_t)a.k * 2 * (a.epilogue == GemvEpilogue::gated ? 2 : 1));
+  b.stages = std::clamp((int)(kRingBytes / b.slot_bytes), 2, kMaxStages);
+  return b;
+}
+
+size_t shared_bytes(const BulkArgs& b, bool norm) {
+  return (size_t)b.stages * b.slot_bytes + (norm ? (size_t)b.k * 2 : 0);
+}
+
+template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
+void launch(const BulkArgs& b, cudaStream_t s) {
+  auto* kernel = gemv_bulk_kernel<T, OutT, kNorm, kEpi>;
+  static std::once_flag opted_in;  // per instance: the most any arguments ask
+  std::call_once(opted_in, [&] {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxShared));
+  });
+  int major = 0;
+  const int sms = multiprocessors_and_arch(&major);
+  launch_kernel(kernel, dim3((unsigned)std::min(b.total_tiles, sms)), dim3(kConsumers + 32),
+                shared_bytes(b, kNorm), s, programmatic_launch(), b);
+}
+
+template <typename T>
+void launch_typed(const GemvArgs& a, const BulkArgs& b, cudaStream_t s) {
+  const bool norm = a.norm != nullptr;
+  switch (a.epilogue) {
+    case GemvEpilogue::store:
+      if (norm) return launch<T, T, true, GemvEpilogue::store>(b, s);
+      if (a.out_dtype == DType::f32) return launch<T, float, false, GemvEpilogue::store>(b, s);
+      return launch<T, T, false, GemvEpilogue::store>(b, s);
+    case GemvEpilogue::accumulate:
+      return launch<T, T, false, GemvEpilogue::accumulate>(b, s);
+    case GemvEpilogue::gated:
+      return launch<T, T, true, GemvEpilogue::gated>(b, s);
+    case GemvEpilogue::rope_store:
+      break;
+  }
+  CHECK_MSG(false, "gemv_bulk: the rope_store epilogue is not taken");
+}
+
+}  // namespace
+
+bool gemv_bulk_fits(const GemvArgs& a) {
+  int major = 0;
+  multiprocessors_and_arch(&major);
+  if (major < 9 || a.n != 1 || a.epilogue == GemvEpilogue::rope_store || !gemv_fits(a))
+    return false;
+  const int R = rows_per_tile(a);
+  if (R == 0) return false;
+  const BulkArgs b = bulk_args(a, R);
+  return shared_bytes(b, a.norm != nullptr) <= kMaxShared;
+}
+
+void gemv_bulk(const GemvArgs& a, cudaStream_t s) {
+  CHECK(gemv_bulk_fits(a));
+  const BulkArgs b = bulk_args(a, rows_per_tile(a));
+  if (a.in_dtype == DType::bf16)
+    launch_typed<__nv_bfloat16>(a, b, s);
+  else
+    launch_typed<__half>(a, b, s);
+}
+
+}  // namespace infercept::cuda
