@@ -1,6 +1,8 @@
 // chain_lab.cu: would one persistent kernel per decoder layer close the batch-1 gap?
 // (docs/PERF.md 4.5l-4.5m: a plain read of one product's weight in one kernel reaches only
 // 3.3-4.3 TB/s, each kernel's start and drain costing ~2-3 us, and a 7B layer runs ~7 kernels.)
+// Answered in 4.5n: no; programmatic launches recover as much, and the bulk-copy GEMV that
+// came out of it is src/backend/cuda/gemv_bulk.cu.
 //
 // The four weight products of one decoder layer at batch 1 (Q/K/V, O, gate+up, down), each
 // product's input standing for what the one before it produced, so product p + 1 may start
@@ -8,8 +10,8 @@
 //   read all    one streaming read of the layer's weight bytes (one allocation): the floor
 //               of what any schedule of these products can reach;
 //   read x4     the same bytes as four read kernels, one a product;
-//   engine x4   infercept::cuda::gemv four times (the engine's product, its preload and
-//               programmatic launch as configured);
+//   engine x4   infercept::cuda::gemv four times (the engine's product and its preload),
+//               without and with programmatic launches;
 //   rowwarp x4  four launches of the persistent loop below, one product each;
 //   chain       one persistent kernel (grid = the resident blocks) running the four
 //               products with a grid-wide barrier between them;
