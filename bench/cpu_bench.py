@@ -132,6 +132,27 @@ def fmt(res, key):
     return "n/a" if v is None else f"{v:.1f}"
 
 
+def cpu_model():
+    """The host CPU as /proc/cpuinfo names it, with its family and model numbers: the shared
+    development machine has been an Intel Xeon and an AMD EPYC on different days, and the
+    figures (batch 1 above all) differ between them (docs/PERF.md 1.2)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = (x.strip() for x in line.split(":", 1))
+                    fields.setdefault(k, v)
+                elif fields:
+                    break
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=os.path.join(ROOT, "models",
@@ -204,7 +225,7 @@ def main():
     w = max(len(r[0]) for r in rows) + 2
     print()
     print(f"model {os.path.relpath(model, ROOT)}, {args.threads} threads, "
-          f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+          f"{os.cpu_count()} CPUs, {cpu_model()}")
     print(f"{'':{w}}{'llama.cpp':>12}{'infercept':>12}{'ratio':>8}")
     for label, key, field in rows:
         a, b = fmt(lc.get(key), field), fmt(ic.get(key), field)
@@ -215,6 +236,13 @@ def main():
             pass
         print(f"{label:{w}}{a:>12}{b:>12}{ratio:>8}")
     print("ratio = infercept / llama.cpp (for RSS, lower is better)")
+    one, many = ic.get("decode_b1"), ic.get(f"decode_b{max(batches)}")
+    if one and many and len(batches) > 1:
+        try:
+            print(f"infercept decode, batch {max(batches)} over batch 1: "
+                  f"{float(fmt(many, 'decode_tokens_per_s')) / float(fmt(one, 'decode_tokens_per_s')):.2f}x")
+        except ValueError:
+            pass
     loads = [r.get("loadavg_1m_before", 0) for e in results.values() for r in e.values()]
     if loads and max(loads) > args.threads:
         print(f"WARNING: 1-minute load average reached {max(loads):.1f} on {os.cpu_count()} "
@@ -224,7 +252,7 @@ def main():
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": os.path.relpath(model, ROOT), "threads": args.threads,
-        "cpus": os.cpu_count(), "prompt_tokens": args.prompt_tokens,
+        "cpus": os.cpu_count(), "cpu_model": cpu_model(), "prompt_tokens": args.prompt_tokens,
         "decode_prompt_tokens": P, "decode_tokens": N, "flash_attn": args.flash_attn,
         "results": results,
     }
