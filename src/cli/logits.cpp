@@ -62,39 +62,31 @@ int run_logits(int argc, char** argv) {
   if (!kv.ok()) return fail(kv.error());
   std::vector<float> all;
   std::vector<float> row((size_t)mc.vocab_size);
-  const bool one_token_steps = args->flag("one-token-steps");
-  for (auto& s : seqs) {
-    const int32_t n = (int32_t)s.size();
-    if (one_token_steps) {
-      for (int32_t p = 0; p < n; ++p) {
-        StepInput in;
-        in.tokens = {s[(size_t)p]};
-        in.positions = {p};
-        in.slots = {p};
-        in.q_start = {0};
-        in.q_len = {1};
-        in.ctx_len = {p + 1};
-        in.max_blocks = (int32_t)g.n_blocks;
-        for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
-        if (p == n - 1) in.logit_rows = {0};
-        (*model)->forward(in, **kv, p == n - 1 ? row.data() : nullptr);
-      }
-      all.insert(all.end(), row.begin(), row.end());
-      continue;
-    }
+  // One step of tokens [p0, p0 + len) of a sequence over the cache so far (positions and
+  // slots equal: one sequence at a time, its blocks in order); the last row's logits into
+  // `row` when `last`.
+  auto step = [&](const std::vector<int32_t>& s, int32_t p0, int32_t len, bool last) {
     StepInput in;
-    in.tokens = s;
-    for (int32_t p = 0; p < n; ++p) {
+    in.tokens.assign(s.begin() + p0, s.begin() + p0 + len);
+    for (int32_t p = p0; p < p0 + len; ++p) {
       in.positions.push_back(p);
       in.slots.push_back(p);
     }
     in.q_start = {0};
-    in.q_len = {n};
-    in.ctx_len = {n};
+    in.q_len = {len};
+    in.ctx_len = {p0 + len};
     in.max_blocks = (int32_t)g.n_blocks;
     for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
-    in.logit_rows = {n - 1};
-    (*model)->forward(in, **kv, row.data());
+    if (last) in.logit_rows = {len - 1};
+    (*model)->forward(in, **kv, last ? row.data() : nullptr);
+  };
+  const bool one_token_steps = args->flag("one-token-steps");
+  for (auto& s : seqs) {
+    const int32_t n = (int32_t)s.size();
+    if (one_token_steps)
+      for (int32_t p = 0; p < n; ++p) step(s, p, 1, p == n - 1);
+    else
+      step(s, 0, n, true);
     all.insert(all.end(), row.begin(), row.end());
   }
   // .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, then data.

@@ -1,7 +1,9 @@
+// The one-row GEMV whose weight streams through shared memory by bulk copies (gemv.h's
+// gemv_bulk): the fastest product form in bench/cuda/chain_lab.cu, off in the engine's steps
+// where it loses the programmatic-launch overlap (docs/PERF.md 4.5n).
 #include <cuda/ptx>
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
 
 #include "backend/cuda/cuda_util.h"
