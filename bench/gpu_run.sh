@@ -74,6 +74,7 @@ for stage in "$@"; do
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     abl-*)  # abl-SHAPE: logits of one checkpoint with the switch AB (e.g. INFERCEPT_GEMV_BULK) =0 and =1
       shape=${stage#abl-}; dir=models/$shape
+      [ -n "${AB:-}" ] || { echo "abl-$shape: set AB to the switch to compare"; continue; }
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
       echo "$PROMPTS" >models/prompts.json
       log "logits with $AB=0 and =1: $shape"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemv_pieces.cuh"
 #include "backend/cuda/switches.h"
 #include "core/check.h"
 
@@ -79,40 +80,6 @@ int multiprocessors() {
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4& v, float f[8]);
-template <>
-__device__ __forceinline__ void unpack8<__nv_bfloat16>(const uint4& v, float f[8]) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {  // bf16 is the top half of an f32
-    f[2 * i] = __uint_as_float(u[i] << 16);
-    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-  }
-}
-template <>
-__device__ __forceinline__ void unpack8<__half>(const uint4& v, float f[8]) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 pack8(const float f[8]) {
-  uint32_t u[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const T lo = from_f32<T>(f[2 * i]), hi = from_f32<T>(f[2 * i + 1]);
-    u[i] = (uint32_t) * reinterpret_cast<const uint16_t*>(&lo) |
-           ((uint32_t) * reinterpret_cast<const uint16_t*>(&hi) << 16);
-  }
-  return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
 struct KernelSegment {

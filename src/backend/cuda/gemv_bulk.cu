@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_pieces.cuh"
 #include "backend/cuda/switches.h"
 #include "core/check.h"
 
@@ -53,49 +54,6 @@ struct BulkArgs {
 // The device code exists for sm_90 and later only (bulk copies, mbarriers); the PTX built for
 // older cards has empty kernels that gemv_bulk_fits() never lets launch.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <typename T>
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x);
-template <>
-__device__ __forceinline__ float dot8<__nv_bfloat16>(const uint4& w, const uint4& x) {
-  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {  // bf16 is the top half of an f32
-    s = fmaf(__uint_as_float(a[i] << 16), __uint_as_float(b[i] << 16), s);
-    s = fmaf(__uint_as_float(a[i] & 0xffff0000u), __uint_as_float(b[i] & 0xffff0000u), s);
-  }
-  return s;
-}
-template <>
-__device__ __forceinline__ float dot8<__half>(const uint4& w, const uint4& x) {
-  const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&a[i]));
-    const float2 q = __half22float2(*reinterpret_cast<const __half2*>(&b[i]));
-    s = fmaf(p.x, q.x, s);
-    s = fmaf(p.y, q.y, s);
-  }
-  return s;
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4& v, float f[8]) {
-  const T* e = reinterpret_cast<const T*>(&v);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = to_f32(e[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 pack8(const float f[8]) {
-  uint4 v;
-  T* e = reinterpret_cast<T*>(&v);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(f[i]);
-  return v;
-}
-
 // The consumer warps' own barrier (the producer warp has left by then).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
