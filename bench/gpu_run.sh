@@ -191,7 +191,9 @@ for stage in "$@"; do
       done
       cp "$dir".profile-* "$OUT/probe-$shape/" 2>/dev/null
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
-    set:*) kv=${stage#set:}; export "${kv?}"; TAGS="${TAGS:-}${TAGS:+,}$kv"; log "from here on: $kv" ;;
+    set:*) kv=${stage#set:}; export "${kv?}"  # a NAME set again replaces its tag; a value's commas tag as '+'
+      TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^${kv%%=*}=" | paste -sd, -)
+      TAGS="${TAGS:-}${TAGS:+,}${kv//,/+}"; log "from here on: $kv" ;;
     unset:*) name=${stage#unset:}; unset "$name"; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^$name=" | paste -sd, -); log "unset $name" ;;
     keep) KEEP=1 ;;
     batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;

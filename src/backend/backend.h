@@ -194,6 +194,18 @@ class Backend {
     norm_project(x, norm, eps, h, qkv);
     rope_store_kv(qkv[0].out, qkv[1].out, qkv[2].out, positions, p, kv, layer, slots);
   }
+  // norm_project_rope_store, then attention of q (qkv[0].out) over `layer`'s cache into out: a
+  // layer's attention from its input. A device backend may fold the RoPE and the store into
+  // the attention instead (one kernel fewer between the products at batch 1); q and k are
+  // then left unrotated, so after this call they are scratch.
+  virtual void self_attention(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                              std::span<const Projection> qkv, std::span<const int32_t> positions,
+                              const RopeParams& p, KvStorage& kv, int64_t layer,
+                              std::span<const int32_t> slots, const AttentionBatch& batch,
+                              int64_t n_heads, float scale, Tensor out) {
+    norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
+    attention(qkv[0].out, kv, layer, batch, n_heads, scale, out);
+  }
   // gate = silu(h @ w_gate^T) * (h @ w_up^T) with h = rmsnorm(x) * norm (SwiGLU's first
   // half). h and up are scratch.
   virtual void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,

@@ -471,6 +471,117 @@ TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
   }
 }
 
+// self_attention at a step of decode rows alone takes decode_rope_attention (sm_90): the Q/K/V
+// product, then one kernel that rotates q and the new key, stores K and V, attends with each
+// row's partitions merged inside a thread-block cluster. Against the CPU backend's composition
+// and the GPU's composed ops (INFERCEPT_ATTN_FUSED=0), over two steps (the second attends over
+// the key the first stored), up to 16 partitions a row, MHA and GQA, both RoPE layouts; a
+// second launch of the same step repeats the first's bits.
+void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
+                         std::vector<int> ctx_lens) {
+  SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
+               std::to_string(hd) + ", neox " + std::to_string(neox) + ", rows " +
+               std::to_string(ctx_lens.size()) + ", first ctx " + std::to_string(ctx_lens[0]));
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "0", 1), 0);
+  auto composed = make_cuda_backend({});
+  unsetenv("INFERCEPT_ATTN_FUSED");
+  ASSERT_TRUE(composed.ok());
+  Backend* bk[3] = {p.cpu.get(), p.gpu.get(), composed->get()};  // oracle, fused, composed
+  const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
+  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
+             wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
+             wv = to_f16(randn((size_t)(nkv * hd * d), 0.06f));
+  const auto norm = randn((size_t)d, 1.0f);
+  std::vector<float> ff;
+  for (int i = 0; i < hd / 2; ++i) ff.push_back(i > hd / 4 ? 8.0f : 1.0f);
+  const RopeParams rp{hd, hd, neox, neox ? 500000.0f : 10000.0f,
+                      neox ? std::span<const float>(ff) : std::span<const float>()};
+  // Room for two steps a row; block ids interleaved across the rows.
+  int max_blocks = 0;
+  for (int c : ctx_lens) max_blocks = std::max(max_blocks, (c + 1 + (int)bs - 1) / (int)bs);
+  std::vector<int32_t> tables((size_t)(n * max_blocks));
+  for (int64_t s = 0; s < n; ++s)
+    for (int b = 0; b < max_blocks; ++b) tables[(size_t)(s * max_blocks + b)] = b * (int)n + (int)s;
+  auto slot_of = [&](int64_t s, int t) {
+    return tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
+  };
+  std::vector<int32_t> hist_pos, hist_slot;
+  for (int64_t s = 0; s < n; ++s)
+    for (int t = 0; t + 1 < ctx_lens[(size_t)s]; ++t) {
+      hist_pos.push_back(t);
+      hist_slot.push_back(slot_of(s, t));
+    }
+  const int64_t nh_rows = (int64_t)hist_pos.size();
+  const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
+             hv = randn((size_t)(nh_rows * nkv * hd));
+  const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
+  std::vector<float> outs[3][2];
+  for (int i = 0; i < 3; ++i) {
+    Backend& b = *bk[i];
+    const DType act = b.activation_dtype();
+    auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
+      auto r = b.upload_weight(w.data(), DType::f16, rows, d);
+      EXPECT_TRUE(r.ok());
+      return *r;
+    };
+    const Weight Wq = up(wq, nh * hd), Wk = up(wk, nkv * hd), Wv = up(wv, nkv * hd);
+    const Weight Wn = b.upload_weight(norm.data(), DType::f32, 1, d).value();
+    KvGeometry g{1, n * max_blocks, bs, nkv, hd, i == 0 ? DType::f16 : act};
+    auto kv = b.create_kv_storage(g).value();
+    if (nh_rows > 0) {
+      b.begin_step();
+      Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
+             tv = put(b, hv, nh_rows, nkv * hd);
+      b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
+    }
+    Tensor h = b.alloc_activation(n, d, act), q = b.alloc_activation(n, nh * hd, act),
+           k = b.alloc_activation(n, nkv * hd, act), v = b.alloc_activation(n, nkv * hd, act),
+           o = b.alloc_activation(n, nh * hd, act);
+    const Projection qkv[] = {{&Wq, nullptr, q}, {&Wk, nullptr, k}, {&Wv, nullptr, v}};
+    for (int step = 0; step < 2; ++step) {
+      std::vector<int32_t> pos, slot, ctx, q_start, q_len((size_t)n, 1);
+      for (int64_t s = 0; s < n; ++s) {
+        const int c = ctx_lens[(size_t)s] + step;
+        pos.push_back(c - 1);
+        slot.push_back(slot_of(s, c - 1));
+        ctx.push_back(c);
+        q_start.push_back((int32_t)s);
+      }
+      const AttentionBatch batch{(int)n, q_start, q_len, ctx, tables, max_blocks};
+      Tensor xt = put(b, step == 0 ? x1 : x2, n, d);
+      b.begin_step();
+      b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
+                       1.0f / std::sqrt((float)hd), o);
+      outs[i][step] = get(b, o);
+      if (i == 1 && step == 0) {  // again: nothing uploaded now, so the prewait form
+        b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
+                         1.0f / std::sqrt((float)hd), o);
+        EXPECT_EQ(get(b, o), outs[1][0]) << "second launch";
+      }
+    }
+  }
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_LT(rel_error(outs[1][step], outs[0][step]), kBf16Tol) << "fused vs CPU";
+    EXPECT_LT(rel_error(outs[2][step], outs[0][step]), kBf16Tol) << "composed vs CPU";
+    // The same bf16 inputs and the same partitions; only the merges' order differs.
+    EXPECT_LT(rel_error(outs[1][step], outs[2][step]), 5e-3) << "fused vs composed";
+  }
+}
+
+TEST(CudaOps, SelfAttentionFoldsRopeAndStoreIntoTheDecodeKernel) {
+  self_attention_case(32, 32, 128, true, {1025});      // llama2-7b at batch 1: 9 parts
+  self_attention_case(32, 8, 128, true, {700, 2100});  // GQA, two rows of mixed lengths
+  self_attention_case(8, 2, 64, false, {5000});        // 16 parts (the most)
+  self_attention_case(9, 3, 64, false, {1, 300});      // a row with no history
+  self_attention_case(8, 4, 32, true, {50, 3});        // the tiny shape
+  // Past kFusedDecodeMaxRows (2): the composed ops on both GPU backends.
+  self_attention_case(8, 4, 32, true, {50, 3, 700, 33, 16, 17, 200, 1000});
+}
+
 TEST(CudaOps, NormsElementwiseEmbedGather) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);

@@ -1,5 +1,7 @@
 #include "backend/cuda/attention.h"
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
 
@@ -278,88 +280,53 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
   }
 }
 
-template <typename T, typename KV, int HD, int GMAX>
-__global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
-  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
-  if (a.prefetch != nullptr) {
-    // This block's share of the next product's weight, into L2 (kept over streaming lines):
-    // the kernel is latency-bound at a small batch and leaves most of the bandwidth idle.
-    const int64_t lines = (a.prefetch_bytes + 127) / 128;
-    const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
-    const int64_t per = (lines + blocks - 1) / blocks;
-    const int64_t first = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * per;
-    const int64_t end = min(lines, first + per);
-    const char* base = static_cast<const char*>(a.prefetch);
-    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x)
-      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + i * 128));
+// The stage of the chunk of a row's keys from c0 (32 keys, one warp's), K and V rows by
+// cp.async, all issued at once. Past kend a lane takes the last key's slot (a valid row) and
+// gets p = 0 in decode_warp_chunks, so no load needs a guard.
+template <typename KV, int HD>
+__device__ __forceinline__ void issue_decode_chunk(const AttnArgs& a, const int32_t* bt, int kvh,
+                                                   int kend, int c0, uint4* my_stage) {
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kPieces = Stage::kPieces;
+  const int lane = threadIdx.x % 32;
+  const int kv_width = a.n_kv_heads * HD;
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const int t = c0 + lane;
+  const int tt = t < kend ? t : kend - 1;
+  const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
+  // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
+  const int sub = lane / kPieces, v = lane % kPieces;
+#pragma unroll
+  for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+    const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
+    cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
+               true);
+    cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
+               reinterpret_cast<const uint4*>(vc + off) + v, true);
   }
+  cp_async_commit();
+}
+
+// One warp's chunks of keys [first_c0, kend), every kWarps-th chunk, scored against the
+// group's query heads in qs (scaled), folded into the warp's softmax state (m, l, acc: per
+// head, lane i owning output dims [i * HD/32, ...)). The first chunk's loads were issued
+// already when first_issued.
+template <typename KV, int HD, int GMAX>
+__device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int32_t* bt, int kvh,
+                                                   int kend, int first_c0, bool first_issued,
+                                                   const float (*qs)[HD], uint4* my_stage,
+                                                   float (&m)[GMAX], float (&l)[GMAX],
+                                                   float (&acc)[GMAX][HD / 32]) {
   using Stage = DecodeStage<KV, HD>;
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kVecElems = Stage::kVecElems;
   constexpr int kPieces = Stage::kPieces;
-  extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
-  __shared__ float qs[GMAX][HD];
-  __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
-  __shared__ int ticket;
-  // Without prewait everything waits for the previous kernel (a no-op when not launched as
-  // its programmatic dependent).
-  if (!a.prewait) pdl_wait();
-  const AttnItem it = a.items[blockIdx.x];
-  const int kvh = blockIdx.y;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kv_width = a.n_kv_heads * HD;
-  const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
-
-  float m[GMAX], l[GMAX], acc[GMAX][kPer];
-#pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
-    m[g] = -FLT_MAX;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
-  }
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
-  uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
+  const int lane = threadIdx.x % 32;
   const uint4* k_stage = my_stage;
   const KV* v_stage = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
-  // The stage of the chunk from key c0: K and V rows by cp.async, all issued at once. Past the
-  // item's end a lane takes the last key's slot (a valid row) and gets p = 0 below, so no load
-  // needs a guard.
-  auto issue_chunk = [&](int c0) {
-    const int t = c0 + lane;
-    const int tt = t < it.kend ? t : it.kend - 1;
-    const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
-    // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
-    const int sub = lane / kPieces, v = lane % kPieces;
-#pragma unroll
-    for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
-      const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
-      cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
-                 true);
-      cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
-                 reinterpret_cast<const uint4*>(vc + off) + v, true);
-    }
-    cp_async_commit();
-  };
-  // With prewait, this warp's first chunk goes out before the wait when every key it reads
-  // (up to the item's last, which padding lanes repeat) is older than this step's rows: the
-  // kernel before (RoPE + store) writes only those.
-  const int first_c0 = it.kbeg + warp * 32;
-  bool first_issued = false;
-  if (a.prewait && first_c0 < it.kend &&
-      min(first_c0 + 31, it.kend - 1) < a.ctx_len[it.seq] - a.q_len[it.seq]) {
-    issue_chunk(first_c0);
-    first_issued = true;
-  }
-  pdl_wait();
-  const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
-  for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
-    qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
-  __syncthreads();  // qs
-  for (int c0 = first_c0; c0 < it.kend; c0 += kWarps * 32) {
-    const bool valid = c0 + lane < it.kend;
-    if (c0 != first_c0 || !first_issued) issue_chunk(c0);
+  for (int c0 = first_c0; c0 < kend; c0 += kWarps * 32) {
+    const bool valid = c0 + lane < kend;
+    if (c0 != first_c0 || !first_issued) issue_decode_chunk<KV, HD>(a, bt, kvh, kend, c0, my_stage);
     cp_async_wait<0>();
     __syncwarp();
     float s[GMAX];
@@ -393,7 +360,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
       for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
     }
     const KV* vs = v_stage;
-    const int n_keys = min(32, it.kend - c0);
+    const int n_keys = min(32, kend - c0);
     const int my_piece = lane * kPer / kVecElems, my_off = lane * kPer % kVecElems;
     for (int j = 0; j < n_keys; ++j) {
       const KV* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
@@ -421,6 +388,18 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     }
     __syncwarp();  // every lane is done with the stage before the next chunk refills it
   }
+}
+
+// The block's softmax state over its warps' states: for each (query head g < group, dim d)
+// of the block, emit(g, d, num, den, mx) with num = sum_w e^(m_w - mx) acc_w[d] and den the
+// same sum of l_w (0 when no warp saw a key). The warps' stages become the merge buffer.
+template <int HD, int GMAX, int kWarps, typename Emit>
+__device__ __forceinline__ void decode_block_state(uint4* stage_raw, int group,
+                                                   const float (&m)[GMAX], const float (&l)[GMAX],
+                                                   const float (&acc)[GMAX][HD / 32], Emit&& emit) {
+  constexpr int kPer = HD / 32;
+  __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // every warp is done with its stages: they become the merge buffer
   float* wacc = reinterpret_cast<float*>(stage_raw);  // [kWarps][GMAX][HD]
 #pragma unroll
@@ -433,7 +412,6 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     for (int i = 0; i < kPer; ++i) wacc[(warp * GMAX + g) * HD + lane * kPer + i] = acc[g][i];
   }
   __syncthreads();
-  T* out = static_cast<T*>(a.out);
   for (int idx = threadIdx.x; idx < group * HD; idx += blockDim.x) {
     const int g = idx / HD, d = idx % HD;
     float mx = -FLT_MAX;
@@ -446,20 +424,90 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
       num += f * wacc[(w * GMAX + g) * HD + d];
       den += f * wl[w][g];
     }
-    const int head = kvh * group + g;
-    if (it.partial < 0) {
-      out[(int64_t)it.row0 * a.out_stride + head * HD + d] =
-          from_f32<T>(den > 0.0f ? num / den : 0.0f);
-    } else {
-      const int64_t pair = it.partial + head;
-      a.partial_acc[pair * HD + d] = num;
-      if (d == 0) {
-        a.partial_ml[pair * 2] = den > 0.0f ? mx : -FLT_MAX;
-        a.partial_ml[pair * 2 + 1] = den;
-      }
-    }
+    emit(g, d, num, den, mx);
   }
-  if (it.combine < 0) return;
+}
+
+template <typename T, typename KV, int HD, int GMAX>
+__global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
+  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
+  if (a.prefetch != nullptr) {
+    // This block's share of the next product's weight, into L2 (kept over streaming lines):
+    // the kernel is latency-bound at a small batch and leaves most of the bandwidth idle.
+    const int64_t lines = (a.prefetch_bytes + 127) / 128;
+    const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
+    const int64_t per = (lines + blocks - 1) / blocks;
+    const int64_t first = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * per;
+    const int64_t end = min(lines, first + per);
+    const char* base = static_cast<const char*>(a.prefetch);
+    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x)
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + i * 128));
+  }
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kWarps = Stage::kWarps, kPer = HD / 32;
+  extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
+  __shared__ float qs[GMAX][HD];
+  __shared__ int ticket;
+  if (a.lab_mode == 1) {
+    pdl_wait();
+    return;
+  }
+  // Without prewait everything waits for the previous kernel (a no-op when not launched as
+  // its programmatic dependent).
+  if (!a.prewait) pdl_wait();
+  const AttnItem it = a.items[blockIdx.x];
+  const int kvh = blockIdx.y;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int warp = threadIdx.x / 32;
+  const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
+
+  float m[GMAX], l[GMAX], acc[GMAX][kPer];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
+  }
+  uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
+  // With prewait, this warp's first chunk goes out before the wait when every key it reads
+  // (up to the item's last, which padding lanes repeat) is older than this step's rows: the
+  // kernel before (RoPE + store) writes only those.
+  const int first_c0 = it.kbeg + warp * 32;
+  bool first_issued = false;
+  if (a.prewait && first_c0 < it.kend &&
+      min(first_c0 + 31, it.kend - 1) < a.ctx_len[it.seq] - a.q_len[it.seq]) {
+    issue_decode_chunk<KV, HD>(a, bt, kvh, it.kend, first_c0, my_stage);
+    first_issued = true;
+  }
+  pdl_wait();
+  if (a.lab_mode == 2) {
+    cp_async_wait<0>();
+    return;
+  }
+  const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
+  for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
+    qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
+  __syncthreads();  // qs
+  decode_warp_chunks<KV, HD, GMAX>(a, bt, kvh, it.kend, first_c0, first_issued, qs, my_stage, m, l,
+                                   acc);
+  T* out = static_cast<T*>(a.out);
+  decode_block_state<HD, GMAX, kWarps>(stage_raw, group, m, l, acc,
+                                       [&](int g, int d, float num, float den, float mx) {
+                                         const int head = kvh * group + g;
+                                         if (it.partial < 0) {
+                                           out[(int64_t)it.row0 * a.out_stride + head * HD + d] =
+                                               from_f32<T>(den > 0.0f ? num / den : 0.0f);
+                                         } else {
+                                           const int64_t pair = it.partial + head;
+                                           a.partial_acc[pair * HD + d] = num;
+                                           if (d == 0) {
+                                             a.partial_ml[pair * 2] = den > 0.0f ? mx : -FLT_MAX;
+                                             a.partial_ml[pair * 2 + 1] = den;
+                                           }
+                                         }
+                                       });
+  if (it.combine < 0 || a.lab_mode == 3) return;
   // Split row: publish this partition's state, then count it in; the partition that counts
   // last sees every other's state (fence before the count, L2 reads after) and merges them.
   // It resets the counter, so the counters are zero again for the next launch (and graph).
@@ -473,6 +521,130 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   __threadfence();
   combine_decode_row<T, HD>(a, c, kvh, group);
   if (threadIdx.x == 0) *counter = 0;
+}
+
+// decode_rope_attention(): block (row * parts + rank, kvh) takes partition `rank` of the row's
+// keys for KV head kvh. The row's `parts` blocks form one thread-block cluster, so their
+// softmax states meet in distributed shared memory (sm_90) instead of through global memory,
+// a fence and a counter as in decode_kernel; and the RoPE of q and of the new key, and the
+// new key's store, happen here rather than in a kernel of their own (PERF 4.5o: at batch 1
+// that kernel's boundary and the global merge cost ~7 us a layer).
+template <typename T, typename KV, int HD, int GMAX>
+__global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRopeArgs r) {
+  pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kHalf = HD / 2;
+  extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
+  __shared__ float qs[GMAX][HD];
+  __shared__ float part_num[GMAX][HD], part_mx[GMAX], part_den[GMAX];  // read by the cluster
+  const int parts = r.parts, rank = (int)cluster.block_rank();
+  const int row = (int)blockIdx.x / parts, kvh = blockIdx.y;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int warp = threadIdx.x / 32;
+  const int32_t* bt = a.block_tables + (int64_t)row * a.max_blocks;
+  // With prewait the lengths and tables were on the device before the kernel before started.
+  const int ctx = a.ctx_len[row];
+  const int new_key = ctx - 1;  // this step's one row of the sequence
+  const int span = ((ctx + parts - 1) / parts + 31) / 32 * 32;
+  const int kbeg = rank * span, kend = min(ctx, kbeg + span);
+
+  float m[GMAX], l[GMAX], acc[GMAX][kPer];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
+  }
+  uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
+  const int first_c0 = kbeg + warp * 32;
+  bool first_issued = false;
+  if (a.prewait && first_c0 < kend && min(first_c0 + 31, kend - 1) < new_key) {
+    issue_decode_chunk<KV, HD>(a, bt, kvh, kend, first_c0, my_stage);
+    first_issued = true;
+  }
+  pdl_wait();  // q, k and v of this step, from the Q/K/V product
+  // q rotated as rope_store_kernel rotates it and rounded to T as it stores it, then scaled as
+  // decode_kernel reads it.
+  const float pos = (float)r.positions[row];
+  const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + kvh * group * HD;
+  for (int j = threadIdx.x; j < GMAX * kHalf; j += blockDim.x) {
+    const int g = j / kHalf, i = j % kHalf;
+    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
+    float y0 = 0.0f, y1 = 0.0f;
+    if (g < group)
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(q[g * HD + i0]),
+                  to_f32(q[g * HD + i1]), y0, y1);
+    qs[g][i0] = to_f32(from_f32<T>(y0)) * a.scale;
+    qs[g][i1] = to_f32(from_f32<T>(y1)) * a.scale;
+  }
+  // The partition holding the new key rotates it and stores K and V of this KV head.
+  if (kbeg <= new_key && new_key < kend) {
+    const int kv_width = a.n_kv_heads * HD;
+    const T* k = static_cast<const T*>(r.k_new) + (int64_t)row * r.k_stride + kvh * HD;
+    const T* v = static_cast<const T*>(r.v_new) + (int64_t)row * r.v_stride + kvh * HD;
+    const int64_t at = (int64_t)r.slots[row] * kv_width + kvh * HD;
+    KV* kc = static_cast<KV*>(r.k_cache) + at;
+    KV* vc = static_cast<KV*>(r.v_cache) + at;
+    for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
+      const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
+      float y0, y1;
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(k[i0]), to_f32(k[i1]), y0, y1);
+      kc[i0] = from_f32<KV>(to_f32(from_f32<T>(y0)));
+      kc[i1] = from_f32<KV>(to_f32(from_f32<T>(y1)));
+    }
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) vc[i] = from_f32<KV>(to_f32(v[i]));
+    __threadfence_block();
+  }
+  __syncthreads();  // qs, and the new key in the cache before a chunk holding it is loaded
+  decode_warp_chunks<KV, HD, GMAX>(a, bt, kvh, kend, first_c0, first_issued, qs, my_stage, m, l,
+                                   acc);
+  decode_block_state<HD, GMAX, kWarps>(stage_raw, group, m, l, acc,
+                                       [&](int g, int d, float num, float den, float mx) {
+                                         part_num[g][d] = num;
+                                         if (d == 0) {
+                                           part_mx[g] = den > 0.0f ? mx : -FLT_MAX;
+                                           part_den[g] = den;
+                                         }
+                                       });
+  cluster.sync();  // every partition's state is in its shared memory
+  // Each block merges its share of the row's outputs over all partitions (as
+  // combine_decode_row does), reading the others' shared memory; loads before any use.
+  constexpr int kMax = kDecodeClusterMaxParts;
+  T* out = static_cast<T*>(a.out) + (int64_t)row * a.out_stride + kvh * group * HD;
+  const int n_out = group * HD, share = (n_out + parts - 1) / parts;
+  const int o1 = min(n_out, (rank + 1) * share);
+  for (int idx = rank * share + (int)threadIdx.x; idx < o1; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float pm[kMax], pl[kMax], pa[kMax];
+#pragma unroll
+    for (int p = 0; p < kMax; ++p) {
+      const bool in = p < parts;
+      pm[p] = in ? *cluster.map_shared_rank(&part_mx[g], p) : -FLT_MAX;
+      pl[p] = in ? *cluster.map_shared_rank(&part_den[g], p) : 0.0f;
+      pa[p] = in ? *cluster.map_shared_rank(&part_num[g][d], p) : 0.0f;
+    }
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int p = 0; p < kMax; ++p)
+      if (pl[p] > 0.0f) mx = fmaxf(mx, pm[p]);
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kMax; ++p) {
+      if (pl[p] == 0.0f) continue;
+      const float w = __expf(pm[p] - mx);
+      num += w * pa[p];
+      den += w * pl[p];
+    }
+    out[idx] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#else
+  __trap();  // launched only on sm_90 and later (decode_rope_max_parts)
+#endif
 }
 
 // One block per (combine, head, row of the combine); thread d owns one output dimension.
@@ -535,6 +707,64 @@ void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
                 s, a.prewait != 0 && programmatic_launch(), a);
 }
 
+template <typename T, typename KV, int HD, int GMAX>
+void configure_decode_rope() {
+  static bool configured = false;  // per instantiation
+  if (configured) return;
+  auto* k = decode_rope_kernel<T, KV, HD, GMAX>;
+  CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)DecodeStage<KV, HD>::kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  configured = true;
+}
+
+template <typename T, typename KV, int HD, int GMAX>
+void launch_decode_rope(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
+  configure_decode_rope<T, KV, HD, GMAX>();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3((unsigned)(rows * r.parts), (unsigned)a.n_kv_heads);
+  cfg.blockDim = dim3(32 * DecodeStage<KV, HD>::kWarps);
+  cfg.dynamicSmemBytes = DecodeStage<KV, HD>::kBytes;
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = (unsigned)r.parts;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = a.prewait != 0 && programmatic_launch() ? 2 : 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_rope_kernel<T, KV, HD, GMAX>, a, r));
+}
+
+template <typename T, typename KV, int HD>
+void decode_rope_group(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
+  const int group = a.n_heads / a.n_kv_heads;
+  if (group <= 1)
+    launch_decode_rope<T, KV, HD, 1>(a, r, rows, s);
+  else if (group <= 2)
+    launch_decode_rope<T, KV, HD, 2>(a, r, rows, s);
+  else if (group <= 4)
+    launch_decode_rope<T, KV, HD, 4>(a, r, rows, s);
+  else
+    launch_decode_rope<T, KV, HD, 8>(a, r, rows, s);
+}
+
+template <typename T, typename KV>
+void decode_rope_hd(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 32:
+      return decode_rope_group<T, KV, 32>(a, r, rows, s);
+    case 64:
+      return decode_rope_group<T, KV, 64>(a, r, rows, s);
+    case 128:
+      return decode_rope_group<T, KV, 128>(a, r, rows, s);
+    default:
+      CHECK_MSG(false, "the fused decode attention supports head_dim 32, 64 and 128");
+  }
+}
+
 template <typename T, typename KV, int HD>
 void launch(const AttnArgs& a, cudaStream_t s) {
   if (a.n_items > 0) {
@@ -594,6 +824,66 @@ void attention_combine(const AttnArgs& a, const AttnCombine* d_combines, int n_c
     launch_combine<__nv_bfloat16>(a, d_combines, n_combines, max_rows, s);
   else
     launch_combine<__half>(a, d_combines, n_combines, max_rows, s);
+}
+
+int decode_rope_max_parts() {
+  static const int parts = [] {
+    int device = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major < 9) return 0;
+    // The widest form (head_dim 128, 8 query heads a KV head) asks the most of a cluster.
+    using BF = __nv_bfloat16;
+    configure_decode_rope<BF, BF, 128, 8>();
+    for (int p : {kDecodeClusterMaxParts, 8}) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3((unsigned)p, 1);
+      cfg.blockDim = dim3(32 * DecodeStage<BF, 128>::kWarps);
+      cfg.dynamicSmemBytes = DecodeStage<BF, 128>::kBytes;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = (unsigned)p;
+      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, decode_rope_kernel<BF, BF, 128, 8>, &cfg) ==
+              cudaSuccess &&
+          clusters > 0)
+        return p;
+      (void)cudaGetLastError();  // a refused size is not an error of the next call
+    }
+    return 0;
+  }();
+  return parts;
+}
+
+int decode_rope_parts(std::span<const int32_t> ctx_len, int n_kv_heads, int target_ctas,
+                      int min_partition, int max_parts) {
+  CHECK(!ctx_len.empty() && n_kv_heads > 0 && min_partition > 0 && max_parts >= 1);
+  const int64_t base = (int64_t)ctx_len.size() * n_kv_heads;
+  const int want = (int)std::max<int64_t>(1, (target_ctas + base - 1) / base);
+  int parts = 1;
+  for (int32_t c : ctx_len)
+    parts = std::max(parts, std::clamp(ceil_div(c, min_partition), 1, want));
+  return std::min(parts, max_parts);
+}
+
+void decode_rope_attention(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
+  CHECK(rows > 0 && r.parts >= 1 && r.parts <= kDecodeClusterMaxParts);
+  CHECK(a.n_heads % a.n_kv_heads == 0 && a.n_heads / a.n_kv_heads <= 8);
+  const bool bf = a.act_dtype == DType::bf16;
+  CHECK(bf || a.act_dtype == DType::f16);
+  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
+  if (bf && a.kv_dtype == DType::bf16)
+    decode_rope_hd<__nv_bfloat16, __nv_bfloat16>(a, r, rows, s);
+  else if (bf)
+    decode_rope_hd<__nv_bfloat16, __half>(a, r, rows, s);
+  else if (a.kv_dtype == DType::bf16)
+    decode_rope_hd<__half, __nv_bfloat16>(a, r, rows, s);
+  else
+    decode_rope_hd<__half, __half>(a, r, rows, s);
+  CUDA_CHECK_LAUNCH();
 }
 
 void attention(const AttnArgs& a, cudaStream_t s) {

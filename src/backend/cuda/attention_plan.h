@@ -39,6 +39,8 @@ class AttentionPlanner {
 
   // Blocks that fill the chip for the paged kernels.
   int target_ctas() const { return target_ctas_; }
+  // The fewest keys a split row's partition gets (INFERCEPT_ATTN_MIN_PARTITION).
+  int min_partition() const { return min_partition_; }
   // Partial (row, head) pairs any step's plan may need on a pool with `n_kv_heads`.
   int64_t scratch_pairs(int n_kv_heads) const;
 

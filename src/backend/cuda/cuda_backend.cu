@@ -20,6 +20,7 @@
 // one runs eagerly on the second pass (one-off shapes are not worth a capture). Steps that
 // must wait for a swap copy in flight run eagerly.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -57,6 +58,11 @@ RowsView view(const Tensor& t) {
 using cuda::CudaKvStorage;
 using cuda::Staging;
 
+// Decode steps of at most this many rows take decode_rope_attention (self_attention), those
+// whose products are GEMVs too. Measured on the H200 (PERF 4.5o): llama2-7b batch 1 -1..-2.5%,
+// batch 2 -3%, but batch 4 +5% (after cuBLASLt products) and batch 8 even.
+constexpr int64_t kFusedDecodeMaxRows = 2;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, DType act, bool graphs)
@@ -78,6 +84,11 @@ class CudaBackend final : public Backend {
     cuda::set_programmatic_launch(sw_.programmatic);
     // prefetch_hint's budget: at most 60% of L2, the rest stays for the KV the attention streams.
     if (sw_.l2_prefetch) l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
+    if (sw_.attn_fused) max_parts_ = cuda::decode_rope_max_parts();
+    if (sw_.lab_omit != 0 || sw_.lab_attn != 0)
+      std::fprintf(stderr,
+                   "infercept: INFERCEPT_LAB_OMIT or _ATTN is set: some ops do not run and the "
+                   "model's outputs are wrong (a timing experiment)\n");
     return ok_status();
   }
 
@@ -297,7 +308,7 @@ class CudaBackend final : public Backend {
                   has_bias ? static_cast<const float*>(p.bias->data) : nullptr, p.out, p.w->rows);
     }
     if (!fits || !fused_fits(a)) return Backend::norm_project(x, norm, eps, h, projections);
-    if (skip_launch(16, bytes_of(a))) return;  // 11 is an upload's tag
+    if (skip_launch(16, bytes_of(a)) || omitted(Sw::kOmitQkv)) return;  // 11 is an upload's tag
     cuda::gemv(a, compute_);
   }
 
@@ -345,8 +356,80 @@ class CudaBackend final : public Backend {
     r.kv_width = (int)(g.n_kv_heads * g.head_dim);
     if (!fused_fits(a)) return composed();
     wait_before_store(layer, slots, g.block_size);
-    if (skip_launch(14, bytes_of(a))) return;
+    if (skip_launch(14, bytes_of(a)) || omitted(Sw::kOmitQkv)) return;
     cuda::gemv(a, compute_);
+  }
+
+  // A step of decode rows alone (up to kFusedDecodeMaxRows, sm_90): the Q/K/V product, then
+  // one decode_rope_attention launch that rotates q and the new keys, stores them and attends,
+  // its partitions merged within a thread-block cluster: no RoPE store kernel and no merge
+  // through global memory on the path to the output projection. Otherwise the composed ops.
+  void self_attention(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                      std::span<const Projection> qkv, std::span<const int32_t> positions,
+                      const RopeParams& p, KvStorage& kv, int64_t layer,
+                      std::span<const int32_t> slots, const AttentionBatch& b, int64_t n_heads,
+                      float scale, Tensor out) override {
+    CHECK(qkv.size() == 3);
+    auto& s = static_cast<CudaKvStorage&>(kv);
+    const KvGeometry& g = s.geometry();
+    const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
+    const int64_t n = x.rows;
+    bool fits = sw_.attn_fused && sw_.lab_omit == 0 && sw_.lab_attn == 0 && max_parts_ > 0 &&
+                n <= kFusedDecodeMaxRows && b.n_seqs == n && (int64_t)positions.size() == n &&
+                (int64_t)slots.size() == n && p.rot_dim == p.head_dim && p.head_dim == g.head_dim &&
+                q.dtype == act_ && k.dtype == act_ && v.dtype == act_ &&
+                (g.dtype == DType::bf16 || g.dtype == DType::f16) &&
+                (g.head_dim == 32 || g.head_dim == 64 || g.head_dim == 128) &&
+                n_heads % g.n_kv_heads == 0 && n_heads / g.n_kv_heads <= 8 &&
+                q.cols == n_heads * g.head_dim && k.cols == g.n_kv_heads * g.head_dim &&
+                v.cols == k.cols && out.dtype == act_ && out.cols == q.cols;
+    for (int64_t i = 0; fits && i < n; ++i) fits = b.q_len[i] == 1 && b.q_start[i] == i;
+    if (!fits)
+      return Backend::self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b,
+                                     n_heads, scale, out);
+    norm_project(x, norm, eps, h, qkv);
+    hint_ = Weight{};  // the fused kernel fetches nothing ahead
+    const bool store_waited = wait_before_store(layer, slots, g.block_size);
+    const bool waited = wait_before_attention(layer, b, g.block_size);
+    const size_t staged_before = step_.used;  // grows with every upload below
+    cuda::AttnArgs a;
+    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
+    a.q = q.data;
+    a.q_stride = q.stride;
+    a.k_cache = s.k(layer);
+    a.v_cache = s.v(layer);
+    a.out = out.data;
+    a.out_stride = out.stride;
+    a.act_dtype = act_;
+    a.kv_dtype = g.dtype;
+    a.ctx_len = dev(b.ctx_len);
+    a.block_tables = dev(b.block_tables);
+    a.max_blocks = b.max_blocks;
+    a.block_size = (int)g.block_size;
+    a.n_heads = (int)n_heads;
+    a.n_kv_heads = (int)g.n_kv_heads;
+    a.head_dim = (int)g.head_dim;
+    a.scale = scale;
+    cuda::DecodeRopeArgs r;
+    std::memset(&r, 0, sizeof r);
+    r.k_new = k.data;
+    r.k_stride = k.stride;
+    r.v_new = v.data;
+    r.v_stride = v.stride;
+    r.k_cache = s.k(layer);
+    r.v_cache = s.v(layer);
+    r.positions = dev(positions);
+    r.slots = dev(slots);
+    r.freq_factors = freq_factors(p.freq_factors);
+    r.theta_base = p.theta_base;
+    r.neox = p.neox ? 1 : 0;
+    r.parts = cuda::decode_rope_parts(b.ctx_len, (int)g.n_kv_heads, attn_planner_.target_ctas(),
+                                      attn_planner_.min_partition(), max_parts_);
+    // As for the decode kernel (attention()): the first chunk's loads may go out before the
+    // Q/K/V product ends only if this call enqueued no upload and no swap wait.
+    a.prewait = sw_.attn_prewait && !waited && !store_waited && step_.used == staged_before;
+    if (skip_launch(17, bytes_of(a), bytes_of(r))) return;
+    cuda::decode_rope_attention(a, r, (int)n, compute_);
   }
 
   void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
@@ -361,7 +444,7 @@ class CudaBackend final : public Backend {
                       w_up.dtype == act_ && gate.dtype == act_;
     if (!fits || !fused_fits(a))
       return Backend::norm_gated_ffn(x, norm, eps, h, w_gate, w_up, gate, up);
-    if (skip_launch(12, bytes_of(a))) return;
+    if (skip_launch(12, bytes_of(a)) || omitted(Sw::kOmitGateUp)) return;
     cuda::gemv(a, compute_);
   }
 
@@ -371,7 +454,8 @@ class CudaBackend final : public Backend {
     cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::accumulate);
     set_segment(a.seg[0], w.data, nullptr, nullptr, residual, w.rows);
     if (!sw_.fused) return Backend::project_add(x, w, residual, scratch);
-    if (skip_launch(13, bytes_of(a))) return;
+    if (skip_launch(13, bytes_of(a)) || omitted(w.rows == w.cols ? Sw::kOmitO : Sw::kOmitDown))
+      return;
     if (fused_fits(a))
       cuda::gemv(a, compute_);
     else
@@ -477,8 +561,10 @@ class CudaBackend final : public Backend {
     // product that does it, norm_project_rope_store), which writes only this step's keys.
     a.prewait = sw_.attn_prewait && !waited && step_.used == staged_before && plan.items.empty() &&
                 prefill.tiles.empty() && !plan.decode_items.empty();
+    a.lab_mode = sw_.lab_attn;
     if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
-                    prefill.combines.size()))
+                    prefill.combines.size()) ||
+        omitted(Sw::kOmitAttn))
       return;
     cuda::attention(a, compute_);
     if (!prefill.tiles.empty())
@@ -588,11 +674,13 @@ class CudaBackend final : public Backend {
 
   // The compute stream waits for a layer's swap copies only where this step touches blocks
   // they move (SwapEngine decides, once per step).
-  void wait_before_store(int64_t layer, std::span<const int32_t> slots, int64_t block_size) {
+  // True when it put a wait on the stream.
+  bool wait_before_store(int64_t layer, std::span<const int32_t> slots, int64_t block_size) {
     const cuda::SwapEngine::StoreWaits w = swap_.store_waits(step_no_, slots, block_size);
-    if ((w.out || w.in) && !must_wait()) return;
+    if ((w.out || w.in) && !must_wait()) return false;
     if (w.out) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.out_event(layer)));
     if (w.in) CUDA_CHECK(cudaStreamWaitEvent(compute_, swap_.in_event(layer)));
+    return w.out || w.in;
   }
   // True when it put a wait on the stream.
   bool wait_before_attention(int64_t layer, const AttentionBatch& b, int64_t block_size) {
@@ -644,6 +732,10 @@ class CudaBackend final : public Backend {
 
   // Appends an op's launch parameters to the step's signature while recording (probe or
   // capture) and says whether to skip the launch (the probe launches nothing).
+  // INFERCEPT_LAB_OMIT (BackendSwitches::lab_omit): this op launches nothing.
+  using Sw = cuda::BackendSwitches;
+  bool omitted(unsigned op) const { return (sw_.lab_omit & op) != 0; }
+
   template <class... A>
   bool skip_launch(const A&... args) {
     if (pass_ == Pass::eager) return false;
@@ -700,7 +792,7 @@ class CudaBackend final : public Backend {
     CHECK((int64_t)positions.size() == q.rows && q.rows == k.rows);
     if (kv != nullptr) CHECK((int64_t)slots.size() == k.rows);
     const cuda::RopeStoreArgs a = rope_args(q, k, v, positions, p, kv, layer, slots);
-    if (skip_launch(9, bytes_of(a))) return;
+    if (skip_launch(9, bytes_of(a)) || omitted(Sw::kOmitRope)) return;
     cuda::rope_store_kv(a, compute_);
   }
 
@@ -735,6 +827,8 @@ class CudaBackend final : public Backend {
   // prefetch_hint: the most bytes a decode attention asks L2 to fetch (0: off), and the hint
   // the next attention() takes (cleared by it).
   int64_t l2_prefetch_bytes_ = 0;
+  // The largest cluster decode_rope_attention may form here (0: the fused path is off).
+  int max_parts_ = 0;
   size_t probe_staged_ = 0;  // staging bytes of the last probe that led to a capture
   Weight hint_{};
   cudaDeviceProp props_{};

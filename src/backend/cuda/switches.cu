@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "backend/cuda/gemv.h"
 
@@ -27,11 +29,24 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.fused = env_switch("INFERCEPT_FUSED", true);
   s.programmatic = compute_major >= 9 && env_switch("INFERCEPT_PDL", true);
   s.attn_prewait = env_switch("INFERCEPT_ATTN_PREWAIT", true);
+  s.attn_fused = compute_major >= 9 && env_switch("INFERCEPT_ATTN_FUSED", true);
   const char* rope = std::getenv("INFERCEPT_GEMV_ROPE");
   s.rope_fold_required = rope != nullptr && std::strcmp(rope, "require") == 0;
   s.rope_fold = s.rope_fold_required || env_switch("INFERCEPT_GEMV_ROPE", false);
   s.one_upload = env_switch("INFERCEPT_GRAPH_ONE_UPLOAD", false);
   s.l2_prefetch = env_switch("INFERCEPT_L2_PREFETCH", false);
+  if (const char* m = std::getenv("INFERCEPT_LAB_ATTN"); m != nullptr) {
+    const std::string v = m;
+    s.lab_attn = v == "wait" ? 1 : v == "loads" ? 2 : v == "nomerge" ? 3 : 0;
+  }
+  if (const char* o = std::getenv("INFERCEPT_LAB_OMIT"); o != nullptr) {
+    const std::string list = std::string(",") + o + ",";
+    const std::pair<const char*, unsigned> names[] = {
+        {",qkv,", kOmitQkv}, {",rope,", kOmitRope},     {",attn,", kOmitAttn},
+        {",o,", kOmitO},     {",gateup,", kOmitGateUp}, {",down,", kOmitDown}};
+    for (const auto& [name, bit] : names)
+      if (list.find(name) != std::string::npos) s.lab_omit |= bit;
+  }
   return s;
 }
 

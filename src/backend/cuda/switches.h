@@ -23,6 +23,10 @@ struct BackendSwitches {
   // INFERCEPT_ATTN_PREWAIT=0: the decode attention waits for the RoPE store before its first
   // loads (AttnArgs::prewait; PERF 4.5k).
   bool attn_prewait = true;
+  // INFERCEPT_ATTN_FUSED=0: a step of 1-2 decode rows alone keeps the RoPE store kernel and
+  // the decode kernel's merge through global memory instead of decode_rope_attention (sm_90;
+  // 1-3% faster a step, PERF 4.5o).
+  bool attn_fused = true;
   // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
   // (norm_project_rope_store); correct and no faster on the H200 (PERF 4.5l), so off.
   // "require": as 1, and a step the fold cannot take is an error (tests and measurements that
@@ -34,6 +38,17 @@ struct BackendSwitches {
   // INFERCEPT_L2_PREFETCH=1: a decode attention at a small batch fetches the output
   // projection's weight into L2 while it runs (prefetch_hint; measured slower, PERF 4.5i).
   bool l2_prefetch = false;
+  // INFERCEPT_LAB_OMIT: a measurement switch that breaks the model's output. A comma list of
+  // qkv, rope, attn, o, gateup, down: those ops of a layer launch nothing, so a timed step
+  // shows what each kernel (with its boundaries) costs on the step's critical path, which
+  // the sum of per-kernel times cannot (programmatic launches overlap them). Warned about on
+  // stderr when a backend is made; never set by the engine, the server or a test.
+  unsigned lab_omit = 0;
+  // INFERCEPT_LAB_ATTN=wait|loads|nomerge: AttnArgs::lab_mode 1|2|3 (the same kind of
+  // measurement switch, for the decode attention's parts).
+  int lab_attn = 0;
+  static constexpr unsigned kOmitQkv = 1, kOmitRope = 2, kOmitAttn = 4, kOmitO = 8,
+                            kOmitGateUp = 16, kOmitDown = 32;
 
   static BackendSwitches from_env(int compute_major);
 };
