@@ -308,6 +308,19 @@ __device__ __forceinline__ void issue_decode_chunk(const AttnArgs& a, const int3
   cp_async_commit();
 }
 
+// A softmax state that has seen no key: every head's max -inf, sum and accumulators 0.
+template <int GMAX, int KPER>
+__device__ __forceinline__ void clear_softmax_state(float (&m)[GMAX], float (&l)[GMAX],
+                                                    float (&acc)[GMAX][KPER]) {
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KPER; ++i) acc[g][i] = 0.0f;
+  }
+}
+
 // One warp's chunks of keys [first_c0, kend), every kWarps-th chunk, scored against the
 // group's query heads in qs (scaled), folded into the warp's softmax state (m, l, acc: per
 // head, lane i owning output dims [i * HD/32, ...)). The first chunk's loads were issued
@@ -462,13 +475,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
   const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
 
   float m[GMAX], l[GMAX], acc[GMAX][kPer];
-#pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
-    m[g] = -FLT_MAX;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
-  }
+  clear_softmax_state(m, l, acc);
   uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
   // With prewait, this warp's first chunk goes out before the wait when every key it reads
   // (up to the item's last, which padding lanes repeat) is older than this step's rows: the
@@ -552,13 +559,7 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   const int kbeg = rank * span, kend = min(ctx, kbeg + span);
 
   float m[GMAX], l[GMAX], acc[GMAX][kPer];
-#pragma unroll
-  for (int g = 0; g < GMAX; ++g) {
-    m[g] = -FLT_MAX;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[g][i] = 0.0f;
-  }
+  clear_softmax_state(m, l, acc);
   uint4* my_stage = stage_raw + warp * Stage::kWarpPieces;
   const int first_c0 = kbeg + warp * 32;
   bool first_issued = false;

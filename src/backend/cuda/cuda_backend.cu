@@ -392,16 +392,7 @@ class CudaBackend final : public Backend {
     const bool store_waited = wait_before_store(layer, slots, g.block_size);
     const bool waited = wait_before_attention(layer, b, g.block_size);
     const size_t staged_before = step_.used;  // grows with every upload below
-    cuda::AttnArgs a;
-    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
-    a.q = q.data;
-    a.q_stride = q.stride;
-    a.k_cache = s.k(layer);
-    a.v_cache = s.v(layer);
-    a.out = out.data;
-    a.out_stride = out.stride;
-    a.act_dtype = act_;
-    a.kv_dtype = g.dtype;
+    cuda::AttnArgs a = attn_args(q, s, layer, out);
     a.ctx_len = dev(b.ctx_len);
     a.block_tables = dev(b.block_tables);
     a.max_blocks = b.max_blocks;
@@ -515,16 +506,7 @@ class CudaBackend final : public Backend {
     }
     const cuda::AttnPlan& plan = attn_.paged;
     const cuda::PrefillPlan& prefill = attn_.prefill;
-    cuda::AttnArgs a;
-    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
-    a.q = q.data;
-    a.q_stride = q.stride;
-    a.k_cache = s.k(layer);
-    a.v_cache = s.v(layer);
-    a.out = out.data;
-    a.out_stride = out.stride;
-    a.act_dtype = q.dtype;
-    a.kv_dtype = g.dtype;
+    cuda::AttnArgs a = attn_args(q, s, layer, out);
     a.items = d_items_;
     a.n_items = (int)plan.items.size();
     a.decode_items = d_decode_items_;
@@ -732,6 +714,22 @@ class CudaBackend final : public Backend {
 
   // Appends an op's launch parameters to the step's signature while recording (probe or
   // capture) and says whether to skip the launch (the probe launches nothing).
+  // The attention arguments every form shares: q, out and `layer`'s cache; the rest zero.
+  static cuda::AttnArgs attn_args(const Tensor& q, const CudaKvStorage& s, int64_t layer,
+                                  const Tensor& out) {
+    cuda::AttnArgs a;
+    std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
+    a.q = q.data;
+    a.q_stride = q.stride;
+    a.k_cache = s.k(layer);
+    a.v_cache = s.v(layer);
+    a.out = out.data;
+    a.out_stride = out.stride;
+    a.act_dtype = q.dtype;
+    a.kv_dtype = s.geometry().dtype;
+    return a;
+  }
+
   // INFERCEPT_LAB_OMIT (BackendSwitches::lab_omit): this op launches nothing.
   using Sw = cuda::BackendSwitches;
   bool omitted(unsigned op) const { return (sw_.lab_omit & op) != 0; }
