@@ -329,6 +329,67 @@ TEST(CudaOps, GemvBulkEveryEpilogueMatchesTheCpuBackend) {
   }
 }
 
+// The Q/K/V product that signals per KV head (GemvHeadSignal): the same bits as the product
+// in segment order, and every head's counter at its rows (Q rows + 2 x K rows) afterwards.
+// MHA and GQA, 1 and 2 input rows, more virtual blocks than the grid holds (k = 4096, 32
+// heads: 1,536 blocks of 8 rows).
+TEST(CudaOps, GemvHeadSignalCountsEveryHeadsRowsWithTheSameBits) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  const DType act = p.gpu->activation_dtype();
+  struct Shape {
+    int nh, nkv, hd, k, n;
+  };
+  for (const Shape sh :
+       {Shape{32, 32, 128, 4096, 1}, Shape{32, 8, 128, 1024, 2}, Shape{8, 4, 32, 256, 1}}) {
+    SCOPED_TRACE(std::to_string(sh.nh) + "/" + std::to_string(sh.nkv) + " heads, k " +
+                 std::to_string(sh.k) + ", rows " + std::to_string(sh.n));
+    const int mq = sh.nh * sh.hd, mkv = sh.nkv * sh.hd;
+    const Weight wq = upload_f16(*p.gpu, to_f16(randn((size_t)mq * sh.k, 0.03f)), mq, sh.k);
+    const Weight wk = upload_f16(*p.gpu, to_f16(randn((size_t)mkv * sh.k, 0.03f)), mkv, sh.k);
+    const Weight wv = upload_f16(*p.gpu, to_f16(randn((size_t)mkv * sh.k, 0.03f)), mkv, sh.k);
+    const Weight ng = upload_f32(*p.gpu, randn((size_t)sh.k, 1.0f));
+    Tensor xg = put(*p.gpu, randn((size_t)sh.n * sh.k), sh.n, sh.k);
+    int* ready = nullptr;
+    ASSERT_EQ(cudaMalloc(&ready, (size_t)sh.nkv * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(ready, 0, (size_t)sh.nkv * sizeof(int)), cudaSuccess);
+    std::vector<float> outs[2][3];
+    for (int signal = 0; signal < 2; ++signal) {
+      Tensor o[3] = {p.gpu->alloc_activation(sh.n, mq, act),
+                     p.gpu->alloc_activation(sh.n, mkv, act),
+                     p.gpu->alloc_activation(sh.n, mkv, act)};
+      cuda::GemvArgs a;
+      a.x = xg.data;
+      a.x_stride = xg.stride;
+      a.n = sh.n;
+      a.k = sh.k;
+      a.in_dtype = a.out_dtype = act;
+      a.norm = static_cast<const float*>(ng.data);
+      a.eps = 1e-5f;
+      a.n_segments = 3;
+      const Weight* w[3] = {&wq, &wk, &wv};
+      for (int i = 0; i < 3; ++i)
+        a.seg[i] = cuda::GemvSegment{w[i]->data, nullptr,     nullptr,
+                                     o[i].data,  o[i].stride, (int)w[i]->rows};
+      if (signal) {
+        a.signal.ready = ready;
+        a.signal.q_rows = sh.nh / sh.nkv * sh.hd;
+        a.signal.kv_rows = sh.hd;
+      }
+      ASSERT_TRUE(cuda::gemv_fits(a));
+      cuda::gemv(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int i = 0; i < 3; ++i) outs[signal][i] = get(*p.gpu, o[i]);
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[1][i], outs[0][i]) << "segment " << i;
+    std::vector<int> counts((size_t)sh.nkv);
+    ASSERT_EQ(cudaMemcpy(counts.data(), ready, counts.size() * sizeof(int), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(counts, std::vector<int>((size_t)sh.nkv, (sh.nh / sh.nkv + 2) * sh.hd));
+    cudaFree(ready);
+  }
+}
+
 // The fused groups of a decoder layer (norm + Q/K/V with a bias, norm + SwiGLU gate/up,
 // product + residual add) against the CPU backend's composed ops: at 1-2 rows (one fused
 // GEMV launch each) and at 5 and 40 rows (rmsnorm + cuBLASLt, residual by beta = 1).
@@ -476,7 +537,9 @@ TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
 // row's partitions merged inside a thread-block cluster. Against the CPU backend's composition
 // and the GPU's composed ops (INFERCEPT_ATTN_FUSED=0), over two steps (the second attends over
 // the key the first stored), up to 16 partitions a row, MHA and GQA, both RoPE layouts; a
-// second launch of the same step repeats the first's bits.
+// second launch of the same step repeats the first's bits. The fused path's attention waits
+// per KV head on the Q/K/V product's counters (GemvHeadSignal); with INFERCEPT_ATTN_SIGNAL=0
+// it waits for the whole product, and the outputs are the same bits.
 void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
                          std::vector<int> ctx_lens) {
   SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
@@ -487,9 +550,15 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   ASSERT_TRUE(p.gpu);
   ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "0", 1), 0);
   auto composed = make_cuda_backend({});
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_SIGNAL", "0", 1), 0);
+  auto unsignalled = make_cuda_backend({});
   unsetenv("INFERCEPT_ATTN_FUSED");
+  unsetenv("INFERCEPT_ATTN_SIGNAL");
   ASSERT_TRUE(composed.ok());
-  Backend* bk[3] = {p.cpu.get(), p.gpu.get(), composed->get()};  // oracle, fused, composed
+  ASSERT_TRUE(unsignalled.ok());
+  // oracle, fused (waiting per KV head), composed, fused waiting for the whole product
+  Backend* bk[4] = {p.cpu.get(), p.gpu.get(), composed->get(), unsignalled->get()};
   const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
   const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
              wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
@@ -518,8 +587,8 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
              hv = randn((size_t)(nh_rows * nkv * hd));
   const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
-  std::vector<float> outs[3][2];
-  for (int i = 0; i < 3; ++i) {
+  std::vector<float> outs[4][2];
+  for (int i = 0; i < 4; ++i) {
     Backend& b = *bk[i];
     const DType act = b.activation_dtype();
     auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
@@ -556,10 +625,12 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
       b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
                        1.0f / std::sqrt((float)hd), o);
       outs[i][step] = get(b, o);
-      if (i == 1 && step == 0) {  // again: nothing uploaded now, so the prewait form
-        b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
-                         1.0f / std::sqrt((float)hd), o);
-        EXPECT_EQ(get(b, o), outs[1][0]) << "second launch";
+      if (i == 1) {  // again, twice: nothing uploaded now, so the prewait form
+        for (int again = 0; again < 2; ++again) {
+          b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
+                           1.0f / std::sqrt((float)hd), o);
+          EXPECT_EQ(get(b, o), outs[1][step]) << "launch " << again + 2;
+        }
       }
     }
   }
@@ -569,6 +640,7 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
     EXPECT_LT(rel_error(outs[2][step], outs[0][step]), kBf16Tol) << "composed vs CPU";
     // The same bf16 inputs and the same partitions; only the merges' order differs.
     EXPECT_LT(rel_error(outs[1][step], outs[2][step]), 5e-3) << "fused vs composed";
+    EXPECT_EQ(outs[1][step], outs[3][step]) << "waiting per KV head vs for the whole product";
   }
 }
 

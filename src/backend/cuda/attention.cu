@@ -567,9 +567,21 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
     issue_decode_chunk<KV, HD>(a, bt, kvh, kend, first_c0, my_stage);
     first_issued = true;
   }
-  pdl_wait();  // q, k and v of this step, from the Q/K/V product
+  if (r.ready != nullptr) {  // this KV head's q, k and v rows, counted by the Q/K/V product
+    if (threadIdx.x == 0) {
+      while (load_acquire(r.ready + kvh) < r.ready_count) __nanosleep(32);
+      if (atomicAdd(r.passed + kvh, 1) == (int)gridDim.x - 1) {  // the head's last block
+        atomicExch(r.ready + kvh, 0);
+        atomicExch(r.passed + kvh, 0);
+      }
+    }
+    __syncthreads();
+  } else {
+    pdl_wait();  // q, k and v of this step, from the Q/K/V product
+  }
   // q rotated as rope_store_kernel rotates it and rounded to T as it stores it, then scaled as
-  // decode_kernel reads it.
+  // decode_kernel reads it. q, k and v are read from L2 (__ldcg): with `ready` the product is
+  // still running, and L1 is not coherent with its stores.
   const float pos = (float)r.positions[row];
   const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + kvh * group * HD;
   for (int j = threadIdx.x; j < GMAX * kHalf; j += blockDim.x) {
@@ -577,8 +589,8 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
     const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
     float y0 = 0.0f, y1 = 0.0f;
     if (g < group)
-      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(q[g * HD + i0]),
-                  to_f32(q[g * HD + i1]), y0, y1);
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(q + g * HD + i0)),
+                  to_f32(__ldcg(q + g * HD + i1)), y0, y1);
     qs[g][i0] = to_f32(from_f32<T>(y0)) * a.scale;
     qs[g][i1] = to_f32(from_f32<T>(y1)) * a.scale;
   }
@@ -593,11 +605,12 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
     for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
       const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
       float y0, y1;
-      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(k[i0]), to_f32(k[i1]), y0, y1);
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(k + i0)),
+                  to_f32(__ldcg(k + i1)), y0, y1);
       kc[i0] = from_f32<KV>(to_f32(from_f32<T>(y0)));
       kc[i1] = from_f32<KV>(to_f32(from_f32<T>(y1)));
     }
-    for (int i = threadIdx.x; i < HD; i += blockDim.x) vc[i] = from_f32<KV>(to_f32(v[i]));
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) vc[i] = from_f32<KV>(to_f32(__ldcg(v + i)));
     __threadfence_block();
   }
   __syncthreads();  // qs, and the new key in the cache before a chunk holding it is loaded

@@ -113,6 +113,14 @@ struct DecodeRopeArgs {
   float theta_base;
   int neox;
   int parts;  // partitions (blocks, the cluster's size) a row and KV head
+  // Null, or the Q/K/V product's per-KV-head counters (GemvHeadSignal::ready): a block then
+  // waits for its KV head's counter to reach ready_count (that head's q, k and v rows are
+  // written) instead of for the whole product, so the attention of the first heads runs while
+  // the product streams the weights of the later ones. The last of a KV head's rows x parts
+  // blocks to pass sets the counter and `passed[kvh]` back to zero for the next launch.
+  int* ready;
+  int* passed;  // [KV heads], zero before the launch
+  int ready_count;
 };
 void decode_rope_attention(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s);
 // The most partitions a cluster of decode_rope_attention() may have on this device: 16 (or 8

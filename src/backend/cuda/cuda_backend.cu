@@ -62,6 +62,9 @@ using cuda::Staging;
 // whose products are GEMVs too. Measured on the H200 (PERF 4.5o): llama2-7b batch 1 -1..-2.5%,
 // batch 2 -3%, but batch 4 +5% (after cuBLASLt products) and batch 8 even.
 constexpr int64_t kFusedDecodeMaxRows = 2;
+// The Q/K/V product's counters per KV head (GemvHeadSignal) for layers below kSignalLayers of
+// models with at most kSignalHeads KV heads: a counter and a "passed" count each, per layer.
+constexpr int64_t kSignalLayers = 256, kSignalHeads = 128;
 
 class CudaBackend final : public Backend {
  public:
@@ -85,6 +88,11 @@ class CudaBackend final : public Backend {
     // prefetch_hint's budget: at most 60% of L2, the rest stays for the KV the attention streams.
     if (sw_.l2_prefetch) l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
     if (sw_.attn_fused) max_parts_ = cuda::decode_rope_max_parts();
+    if (max_parts_ > 0 && sw_.attn_signal) {
+      const size_t bytes = (size_t)(kSignalLayers * kSignalHeads * 2) * sizeof(int);
+      signal_counters_ = static_cast<int*>(device_alloc(bytes));
+      CUDA_CHECK(cudaMemset(signal_counters_, 0, bytes));
+    }
     if (sw_.lab_omit != 0 || sw_.lab_attn != 0)
       std::fprintf(stderr,
                    "infercept: INFERCEPT_LAB_OMIT or _ATTN is set: some ops do not run and the "
@@ -312,6 +320,40 @@ class CudaBackend final : public Backend {
     cuda::gemv(a, compute_);
   }
 
+  // self_attention's Q/K/V product: as norm_project, but where the GEMV kernel takes it, its
+  // rows go in the order of the KV heads and each head's counter (this layer's, in
+  // signal_counters_) counts them (GemvHeadSignal), so the attention of a head may start
+  // before the product ends. Returns the counters the attention must wait on, or null when the
+  // product does not signal (norm_project ran it; the attention waits for the launch).
+  int* project_qkv_signalled(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                             std::span<const Projection> qkv, int64_t layer, int64_t n_heads,
+                             const KvGeometry& g) {
+    bool fits = signal_counters_ != nullptr && layer < kSignalLayers &&
+                g.n_kv_heads <= kSignalHeads && norm.dtype == DType::f32 && norm.cols == x.cols;
+    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
+    a.norm = static_cast<const float*>(norm.data);
+    a.eps = eps;
+    a.n_segments = 3;
+    for (int i = 0; fits && i < 3; ++i) {
+      const Projection& p = qkv[(size_t)i];
+      fits = p.w->cols == x.cols && p.w->dtype == act_ && p.out.dtype == act_ &&
+             p.out.rows == x.rows && p.out.cols == p.w->rows &&
+             (p.bias == nullptr || !p.bias->present());
+      set_segment(a.seg[i], p.w->data, nullptr, nullptr, p.out, p.w->rows);
+    }
+    int* ready = signal_counters_ + layer * kSignalHeads * 2;
+    a.signal.ready = ready;
+    a.signal.q_rows = (int)(n_heads / g.n_kv_heads * g.head_dim);
+    a.signal.kv_rows = (int)g.head_dim;
+    if (!fits || !fused_fits(a)) {
+      norm_project(x, norm, eps, h, qkv);
+      return nullptr;
+    }
+    if (skip_launch(16, bytes_of(a))) return ready;
+    cuda::gemv(a, compute_);
+    return ready;
+  }
+
   // With INFERCEPT_GEMV_ROPE=1 (off until measured on the device) and 1-2 rows: Q, K and V,
   // RoPE and the store in one GEMV launch (GemvEpilogue::rope_store), one kernel a layer less
   // on the path from the norm to the attention. Otherwise the two group ops.
@@ -387,7 +429,7 @@ class CudaBackend final : public Backend {
     if (!fits)
       return Backend::self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b,
                                      n_heads, scale, out);
-    norm_project(x, norm, eps, h, qkv);
+    int* ready = project_qkv_signalled(x, norm, eps, h, qkv, layer, n_heads, g);
     hint_ = Weight{};  // the fused kernel fetches nothing ahead
     const bool store_waited = wait_before_store(layer, slots, g.block_size);
     const bool waited = wait_before_attention(layer, b, g.block_size);
@@ -416,6 +458,11 @@ class CudaBackend final : public Backend {
     r.neox = p.neox ? 1 : 0;
     r.parts = cuda::decode_rope_parts(b.ctx_len, (int)g.n_kv_heads, attn_planner_.target_ctas(),
                                       attn_planner_.min_partition(), max_parts_);
+    if (ready != nullptr) {
+      r.ready = ready;
+      r.passed = ready + g.n_kv_heads;
+      r.ready_count = (int)((n_heads / g.n_kv_heads + 2) * g.head_dim);
+    }
     // As for the decode kernel (attention()): the first chunk's loads may go out before the
     // Q/K/V product ends only if this call enqueued no upload and no swap wait.
     a.prewait = sw_.attn_prewait && !waited && !store_waited && step_.used == staged_before;
@@ -848,6 +895,10 @@ class CudaBackend final : public Backend {
   const cuda::AttnCombine* d_combines_ = nullptr;
   const cuda::AttnCombine* d_decode_combines_ = nullptr;
   int* combine_counters_ = nullptr;  // zero between attention launches (the kernel resets them)
+  // kSignalLayers x 2 x kSignalHeads ints: a layer's KV heads' counters, then (from
+  // n_kv_heads on) their passed counts (project_qkv_signalled, DecodeRopeArgs); zero between
+  // steps (decode_rope_attention resets them).
+  int* signal_counters_ = nullptr;
   float* partial_acc_ = nullptr;
   float* partial_ml_ = nullptr;
   int64_t scratch_pairs_ = 0;

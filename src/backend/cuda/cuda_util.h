@@ -95,6 +95,31 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
+// A counter another block (or kernel) publishes with a fence and an atomic: a load that no
+// later load of this thread may pass, from L2 (gpu scope).
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+  v = *(volatile const int*)p;
+  __threadfence();
+#endif
+  return v;
+}
+
+// Adds v to a counter that publishes this thread's earlier writes (and those ordered before
+// them, e.g. by a __syncwarp): a release, lighter than __threadfence() (a sequentially
+// consistent fence) followed by an atomic.
+__device__ __forceinline__ void red_release_add(int* p, int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __threadfence();
+  atomicAdd(p, v);
+#endif
+}
+
 // RoPE's rotation of the pair (x0, x1) at frequency i of a head_dim-wide head at position
 // pos: theta = pos * base^(-2i/d) / freq_factors[i] (llama3's divisors, or none). The one
 // definition the RoPE store kernel and the Q/K/V GEMV's rope_store epilogue share, so the

@@ -111,6 +111,10 @@ struct KernelArgs {
   // took 3% of the step less (docs/PERF.md 4.5k). INFERCEPT_GEMV_STAGE_X=0: the old way.
   int stage_x;
   GemvRope rope;  // rope_store only
+  // GemvHeadSignal: null, or the KV heads' counters; the virtual blocks then go head by head,
+  // head_vbs_q of Q rows, then head_vbs_kv of K and of V rows each.
+  int* ready;
+  int head_vbs_q, head_vbs_kv;
 };
 
 // Input rows copied into shared memory as they are (KernelArgs::stage_x).
@@ -245,13 +249,27 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
   // b, b + gridDim.x, ... (kWarps output features each), so the input rows are staged and
   // normalized once per resident block rather than once per 8 features (1,536 times for a
   // 7B layer's Q, K and V: as many bytes from L2 as half the weights).
-  // The segment of virtual block vb and this warp's rows in it; -1 past a segment's last row.
+  // The segment of virtual block vb and this warp's row in it (loc_row; loc_head, its KV head
+  // when signalling); -1 past a segment's last row.
   const uint4 *wr = nullptr, *ur = nullptr;
+  int loc_row = 0, loc_head = 0;
   auto locate = [&](int vb) {
-    int s = 0;
-    while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
+    int s = 0, row;
+    if (kEpi == GemvEpilogue::store && kNorm && a.ready != nullptr) {
+      const int per_head = a.head_vbs_q + 2 * a.head_vbs_kv, w = vb % per_head;
+      loc_head = vb / per_head;
+      if (w < a.head_vbs_q) {
+        row = (loc_head * a.head_vbs_q + w) * kWarps + warp;
+      } else {
+        s = 1 + (w - a.head_vbs_q) / a.head_vbs_kv;
+        row = (loc_head * a.head_vbs_kv + (w - a.head_vbs_q) % a.head_vbs_kv) * kWarps + warp;
+      }
+    } else {
+      while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
+      row = (vb - a.seg[s].first_block) * kWarps + warp;
+    }
     const KernelSegment& g = a.seg[s];
-    const int row = (vb - g.first_block) * kWarps + warp;
+    loc_row = row;
     if constexpr (kRope) {  // `row` is a pair of features; g.m counts pairs here
       const int r1 = rope_first(a.rope, row);
       wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)r1 * a.k);
@@ -343,7 +361,7 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
       }
     }
     const KernelSegment& g = a.seg[seg];
-    const int row = (vb - g.first_block) * kWarps + warp;
+    const int row = loc_row, head = loc_head;
     float v = acc[0], v2 = acc2[0];
 #pragma unroll
     for (int r = 1; r < NR; ++r)
@@ -357,18 +375,28 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     vb = next_row(vb + (int)gridDim.x);
     round = 0;
     if (vb < a.total_blocks) load_round(0);
-    if (lane >= NR) continue;
-    if constexpr (kRope) {
-      rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2, out_row);
-    } else if constexpr (kEpi == GemvEpilogue::store) {
-      if (bias != nullptr) v += bias[row];
-      *out = from_f32<OutT>(v);
-    } else if constexpr (kEpi == GemvEpilogue::accumulate) {
-      // Rounded as the unfused product (to T) and residual add (to T) would be.
-      *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
-    } else {
-      const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
-      *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+    if (lane < NR) {
+      if constexpr (kRope) {
+        rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2, out_row);
+      } else if constexpr (kEpi == GemvEpilogue::store) {
+        if (bias != nullptr) v += bias[row];
+        *out = from_f32<OutT>(v);
+      } else if constexpr (kEpi == GemvEpilogue::accumulate) {
+        // Rounded as the unfused product (to T) and residual add (to T) would be.
+        *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
+      } else {
+        const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
+        *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+      }
+    }
+    if constexpr (kEpi == GemvEpilogue::store && kNorm) {
+      // The block's kWarps rows of this virtual block count for their KV head (the same for
+      // every warp: in head order every warp has a row in every virtual block) once all are
+      // out: one release a block rather than one a warp (each waits for its warp's loads).
+      if (a.ready != nullptr) {
+        __syncthreads();
+        if (threadIdx.x == 0) red_release_add(a.ready + head, kWarps);
+      }
     }
   }
 }
@@ -398,6 +426,11 @@ void launch(const GemvArgs& a, cudaStream_t s) {
     blocks += ceil_div(rows, kWarps);
   }
   k.rope = a.rope;
+  k.ready = a.signal.ready;
+  if (k.ready != nullptr) {
+    k.head_vbs_q = a.signal.q_rows / kWarps;
+    k.head_vbs_kv = a.signal.kv_rows / kWarps;
+  }
   k.total_blocks = blocks;
   k.preload = gemv_preload() ? 1 : 0;
   k.stage_x = stages_x(a) ? 1 : 0;
@@ -492,6 +525,16 @@ bool gemv_fits(const GemvArgs& a) {
     if (a.seg[1].m != r.kv_width || a.seg[2].m != r.kv_width) return false;
   }
   if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
+  if (a.signal.ready != nullptr) {
+    const GemvHeadSignal& h = a.signal;
+    if (a.epilogue != GemvEpilogue::store || a.norm == nullptr || a.n_segments != 3 ||
+        a.n > kFusedMaxRows || h.q_rows < kWarps || h.kv_rows < kWarps || h.q_rows % kWarps != 0 ||
+        h.kv_rows % kWarps != 0 || a.seg[0].m % h.q_rows != 0 ||
+        a.seg[1].m != a.seg[0].m / h.q_rows * h.kv_rows || a.seg[2].m != a.seg[1].m)
+      return false;
+    for (int i = 0; i < 3; ++i)
+      if (a.seg[i].bias != nullptr) return false;
+  }
   if (a.k % 8 != 0 || a.x_stride % 8 != 0 || !aligned16(a.x) || a.k / 8 >= (1 << 30)) return false;
   if (a.norm != nullptr && (!aligned16(a.norm) || staged_bytes(a) > kMaxStagedBytes)) return false;
   for (int i = 0; i < a.n_segments; ++i) {
@@ -506,7 +549,9 @@ bool gemv_fits(const GemvArgs& a) {
 
 void gemv(const GemvArgs& a, cudaStream_t s) {
   CHECK(gemv_fits(a));
-  if (a.n == 1 && gemv_bulk_on(a) && gemv_bulk_fits(a)) return gemv_bulk(a, s);
+  // The bulk form does not signal (GemvHeadSignal): a waiting attention would never start.
+  if (a.n == 1 && a.signal.ready == nullptr && gemv_bulk_on(a) && gemv_bulk_fits(a))
+    return gemv_bulk(a, s);
   if (a.in_dtype == DType::bf16)
     launch_typed<__nv_bfloat16>(a, s);
   else

@@ -48,6 +48,19 @@ struct GemvRope {
   int kv_width = 0;  // n_kv_heads * head_dim
 };
 
+// A Q/K/V product (store epilogue, norm, three segments, no bias) that computes its rows in
+// the order of the KV heads (head 0's Q rows, K rows and V rows, then head 1's, ...) and counts
+// each finished virtual block's rows into its head's counter, so that decode_rope_attention
+// (DecodeRopeArgs::ready) can start on a head while the product still streams the weights of
+// the later ones, instead of waiting for the whole launch (PERF 4.5p). The attention's blocks
+// find room as the product's blocks retire (leaving them room from the start made the
+// product slower by more than it gained).
+struct GemvHeadSignal {
+  int* ready = nullptr;  // [KV heads], zero before the launch; head h's ends at q_rows + 2 kv_rows
+  int q_rows = 0;        // Q rows a KV head: query heads a KV head x head_dim
+  int kv_rows = 0;       // K (and V) rows a KV head: head_dim
+};
+
 // One weight of a launch; all segments share the input rows and the epilogue.
 struct GemvSegment {
   const void* w = nullptr;      // [m, k], the input type
@@ -68,7 +81,8 @@ struct GemvArgs {
   GemvEpilogue epilogue = GemvEpilogue::store;
   GemvSegment seg[kGemvMaxSegments];
   int n_segments = 1;
-  GemvRope rope;  // rope_store only
+  GemvRope rope;          // rope_store only
+  GemvHeadSignal signal;  // store only, see GemvHeadSignal; none when signal.ready is null
 };
 
 // Whether gemv() takes these arguments: 1 <= n <= kGemvMaxRows, bf16/f16 inputs, f32 or

@@ -30,6 +30,7 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.programmatic = compute_major >= 9 && env_switch("INFERCEPT_PDL", true);
   s.attn_prewait = env_switch("INFERCEPT_ATTN_PREWAIT", true);
   s.attn_fused = compute_major >= 9 && env_switch("INFERCEPT_ATTN_FUSED", true);
+  s.attn_signal = env_switch("INFERCEPT_ATTN_SIGNAL", true);
   const char* rope = std::getenv("INFERCEPT_GEMV_ROPE");
   s.rope_fold_required = rope != nullptr && std::strcmp(rope, "require") == 0;
   s.rope_fold = s.rope_fold_required || env_switch("INFERCEPT_GEMV_ROPE", false);

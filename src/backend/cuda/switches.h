@@ -27,6 +27,9 @@ struct BackendSwitches {
   // the decode kernel's merge through global memory instead of decode_rope_attention (sm_90;
   // 1-3% faster a step, PERF 4.5o).
   bool attn_fused = true;
+  // INFERCEPT_ATTN_SIGNAL=0: with attn_fused, the attention waits for the whole Q/K/V product
+  // (pdl_wait) instead of for its KV head's rows (GemvHeadSignal, PERF 4.5p).
+  bool attn_signal = true;
   // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
   // (norm_project_rope_store); correct and no faster on the H200 (PERF 4.5l), so off.
   // "require": as 1, and a step the fold cannot take is an error (tests and measurements that
