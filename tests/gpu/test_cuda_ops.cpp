@@ -949,33 +949,46 @@ TEST(CudaOps, PlanPrefillSplitsFewTilesAcrossTheirKeys) {
 
 // Greedy sampling on the device picks what the host would: the largest logit, and among
 // equal largest values the lowest id.
+// Vocabularies of whole 16-byte pieces (the vector scan, llama3's 128,256 among them) and not
+// (the scalar one); ties across pieces, inside one piece, and in the row's last element.
 TEST(CudaOps, ArgmaxRowsMatchesTheHostRule) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
-  const int64_t rows = 37, vocab = 50000;
-  auto v = randn((size_t)(rows * vocab));
-  for (int64_t r = 0; r < rows; r += 3) {  // ties: the same maximum at two places
-    const float m = 100.0f + (float)r;
-    v[(size_t)(r * vocab + 4000 + r)] = m;
-    v[(size_t)(r * vocab + 123 + r)] = m;
+  const int64_t rows = 37;
+  for (const int64_t vocab : {int64_t{50000}, int64_t{50001}, int64_t{128256}}) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab));
+    auto v = randn((size_t)(rows * vocab));
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = v.data() + r * vocab;
+      const float m = 100.0f + (float)r;
+      if (r % 3 == 0) {  // the same maximum at two places in different pieces
+        row[4000 + r] = m;
+        row[123 + r] = m;
+      } else if (r % 3 == 1) {  // twice inside one piece
+        row[(vocab / 2) / 4 * 4 + 2] = m;
+        row[(vocab / 2) / 4 * 4 + 1] = m;
+      } else if (r % 6 == 2) {  // at the very end
+        row[vocab - 1] = m;
+      }
+    }
+    Tensor t = p.gpu->alloc_activation(rows, vocab, DType::f32);
+    ASSERT_EQ(cudaMemcpy(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<int32_t> got((size_t)rows, -1);
+    ASSERT_TRUE(p.gpu->argmax_rows(t, got.data()));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = v.data() + r * vocab;
+      const int32_t want = (int32_t)(std::max_element(row, row + vocab) - row);  // first maximum
+      EXPECT_EQ(got[(size_t)r], want) << "row " << r;
+    }
+    // The CPU backend arg-maxes greedy rows itself too (split across threads): same rule.
+    Tensor tc = p.cpu->alloc_activation(rows, vocab, DType::f32);
+    std::copy(v.begin(), v.end(), static_cast<float*>(tc.data));
+    std::vector<int32_t> got_cpu((size_t)rows, -1);
+    ASSERT_TRUE(p.cpu->greedy_on_device());
+    ASSERT_TRUE(p.cpu->argmax_rows(tc, got_cpu.data()));
+    EXPECT_EQ(got_cpu, got);
   }
-  Tensor t = p.gpu->alloc_activation(rows, vocab, DType::f32);
-  ASSERT_EQ(cudaMemcpy(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<int32_t> got((size_t)rows, -1);
-  ASSERT_TRUE(p.gpu->argmax_rows(t, got.data()));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = v.data() + r * vocab;
-    const int32_t want = (int32_t)(std::max_element(row, row + vocab) - row);  // first maximum
-    EXPECT_EQ(got[(size_t)r], want) << "row " << r;
-  }
-  // The CPU backend arg-maxes greedy rows itself too (split across threads): same rule.
-  Tensor tc = p.cpu->alloc_activation(rows, vocab, DType::f32);
-  std::copy(v.begin(), v.end(), static_cast<float*>(tc.data));
-  std::vector<int32_t> got_cpu((size_t)rows, -1);
-  ASSERT_TRUE(p.cpu->greedy_on_device());
-  ASSERT_TRUE(p.cpu->argmax_rows(tc, got_cpu.data()));
-  EXPECT_EQ(got_cpu, got);
 }
 
 // Device sampling against the exact filtered distribution: N copies of one logit row drawn
