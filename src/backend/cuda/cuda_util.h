@@ -109,7 +109,7 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 }
 
 // Adds v to a counter that publishes this thread's earlier writes (and those ordered before
-// them, e.g. by a __syncwarp): a release, lighter than __threadfence() (a sequentially
+// them, e.g. by a block barrier): a release, lighter than __threadfence() (a sequentially
 // consistent fence) followed by an atomic.
 __device__ __forceinline__ void red_release_add(int* p, int v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
