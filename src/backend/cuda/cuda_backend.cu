@@ -32,6 +32,7 @@
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/decode_rope_attention.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
@@ -300,6 +301,15 @@ class CudaBackend final : public Backend {
   // cuBLASLt's beta = 1 instead of a kernel of its own.
   void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
                     std::span<const Projection> projections) override {
+    if (!launch_norm_project(x, norm, eps, projections, cuda::GemvHeadSignal{}))
+      Backend::norm_project(x, norm, eps, h, projections);
+  }
+
+  // norm_project as one GEMV launch, with `signal`'s per-KV-head counters when it names them
+  // (GemvHeadSignal); false, launching nothing, when the GEMV kernel cannot take it.
+  bool launch_norm_project(const Tensor& x, const Weight& norm, float eps,
+                           std::span<const Projection> projections,
+                           const cuda::GemvHeadSignal& signal) {
     cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
     a.norm = static_cast<const float*>(norm.data);
     a.eps = eps;
@@ -315,43 +325,32 @@ class CudaBackend final : public Backend {
       set_segment(a.seg[i], p.w->data, nullptr,
                   has_bias ? static_cast<const float*>(p.bias->data) : nullptr, p.out, p.w->rows);
     }
-    if (!fits || !fused_fits(a)) return Backend::norm_project(x, norm, eps, h, projections);
-    if (skip_launch(16, bytes_of(a)) || omitted(Sw::kOmitQkv)) return;  // 11 is an upload's tag
+    a.signal.ready = signal.ready;
+    a.signal.q_rows = signal.q_rows;
+    a.signal.kv_rows = signal.kv_rows;
+    if (!fits || !fused_fits(a)) return false;
+    if (skip_launch(16, bytes_of(a)) || omitted(Sw::kOmitQkv)) return true;  // 11: an upload's
     cuda::gemv(a, compute_);
+    return true;
   }
 
-  // self_attention's Q/K/V product: as norm_project, but where the GEMV kernel takes it, its
-  // rows go in the order of the KV heads and each head's counter (this layer's, in
-  // signal_counters_) counts them (GemvHeadSignal), so the attention of a head may start
-  // before the product ends. Returns the counters the attention must wait on, or null when the
-  // product does not signal (norm_project ran it; the attention waits for the launch).
+  // self_attention's Q/K/V product: where the GEMV kernel takes it with this layer's counters
+  // (in signal_counters_), its rows go in the order of the KV heads and each head's counter
+  // counts them (GemvHeadSignal), so the attention of a head may start before the product
+  // ends. Returns the counters the attention must wait on, or null when the product does not
+  // signal (the attention then waits for the launch).
   int* project_qkv_signalled(const Tensor& x, const Weight& norm, float eps, Tensor h,
                              std::span<const Projection> qkv, int64_t layer, int64_t n_heads,
                              const KvGeometry& g) {
-    bool fits = signal_counters_ != nullptr && layer < kSignalLayers &&
-                g.n_kv_heads <= kSignalHeads && norm.dtype == DType::f32 && norm.cols == x.cols;
-    cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
-    a.norm = static_cast<const float*>(norm.data);
-    a.eps = eps;
-    a.n_segments = 3;
-    for (int i = 0; fits && i < 3; ++i) {
-      const Projection& p = qkv[(size_t)i];
-      fits = p.w->cols == x.cols && p.w->dtype == act_ && p.out.dtype == act_ &&
-             p.out.rows == x.rows && p.out.cols == p.w->rows &&
-             (p.bias == nullptr || !p.bias->present());
-      set_segment(a.seg[i], p.w->data, nullptr, nullptr, p.out, p.w->rows);
+    if (signal_counters_ != nullptr && layer < kSignalLayers && g.n_kv_heads <= kSignalHeads) {
+      cuda::GemvHeadSignal signal;
+      signal.ready = signal_counters_ + layer * kSignalHeads * 2;
+      signal.q_rows = (int)(n_heads / g.n_kv_heads * g.head_dim);
+      signal.kv_rows = (int)g.head_dim;
+      if (launch_norm_project(x, norm, eps, qkv, signal)) return signal.ready;
     }
-    int* ready = signal_counters_ + layer * kSignalHeads * 2;
-    a.signal.ready = ready;
-    a.signal.q_rows = (int)(n_heads / g.n_kv_heads * g.head_dim);
-    a.signal.kv_rows = (int)g.head_dim;
-    if (!fits || !fused_fits(a)) {
-      norm_project(x, norm, eps, h, qkv);
-      return nullptr;
-    }
-    if (skip_launch(16, bytes_of(a))) return ready;
-    cuda::gemv(a, compute_);
-    return ready;
+    norm_project(x, norm, eps, h, qkv);
+    return nullptr;
   }
 
   // With INFERCEPT_GEMV_ROPE=1 (off until measured on the device) and 1-2 rows: Q, K and V,
@@ -434,15 +433,7 @@ class CudaBackend final : public Backend {
     const bool store_waited = wait_before_store(layer, slots, g.block_size);
     const bool waited = wait_before_attention(layer, b, g.block_size);
     const size_t staged_before = step_.used;  // grows with every upload below
-    cuda::AttnArgs a = attn_args(q, s, layer, out);
-    a.ctx_len = dev(b.ctx_len);
-    a.block_tables = dev(b.block_tables);
-    a.max_blocks = b.max_blocks;
-    a.block_size = (int)g.block_size;
-    a.n_heads = (int)n_heads;
-    a.n_kv_heads = (int)g.n_kv_heads;
-    a.head_dim = (int)g.head_dim;
-    a.scale = scale;
+    cuda::AttnArgs a = attn_args(q, s, layer, out, b, n_heads, scale);
     cuda::DecodeRopeArgs r;
     std::memset(&r, 0, sizeof r);
     r.k_new = k.data;
@@ -553,7 +544,7 @@ class CudaBackend final : public Backend {
     }
     const cuda::AttnPlan& plan = attn_.paged;
     const cuda::PrefillPlan& prefill = attn_.prefill;
-    cuda::AttnArgs a = attn_args(q, s, layer, out);
+    cuda::AttnArgs a = attn_args(q, s, layer, out, b, n_heads, scale);
     a.items = d_items_;
     a.n_items = (int)plan.items.size();
     a.decode_items = d_decode_items_;
@@ -564,15 +555,7 @@ class CudaBackend final : public Backend {
     a.combine_counters = combine_counters_;
     a.q_start = dev(b.q_start);
     a.q_len = dev(b.q_len);
-    a.ctx_len = dev(b.ctx_len);
-    a.block_tables = dev(b.block_tables);
-    a.max_blocks = b.max_blocks;
-    a.block_size = (int)g.block_size;
-    a.n_heads = (int)n_heads;
-    a.n_kv_heads = (int)g.n_kv_heads;
-    a.head_dim = (int)g.head_dim;
     a.max_pairs = plan.max_pairs;
-    a.scale = scale;
     a.partial_acc = partial_acc_;
     a.partial_ml = partial_ml_;
     // Only a step of a few decode rows alone leaves the bandwidth idle; the hint is this
@@ -759,11 +742,12 @@ class CudaBackend final : public Backend {
     return sw_.fused && a.n <= sw_.gemv_max_rows && cuda::gemv_fits(a);
   }
 
-  // Appends an op's launch parameters to the step's signature while recording (probe or
-  // capture) and says whether to skip the launch (the probe launches nothing).
-  // The attention arguments every form shares: q, out and `layer`'s cache; the rest zero.
-  static cuda::AttnArgs attn_args(const Tensor& q, const CudaKvStorage& s, int64_t layer,
-                                  const Tensor& out) {
+  // The attention arguments every form shares: q, out, `layer`'s cache and the batch's
+  // context lengths, block tables and sizes (uploaded, dev); the rest zero.
+  cuda::AttnArgs attn_args(const Tensor& q, const CudaKvStorage& s, int64_t layer,
+                           const Tensor& out, const AttentionBatch& b, int64_t n_heads,
+                           float scale) {
+    const KvGeometry& g = s.geometry();
     cuda::AttnArgs a;
     std::memset(&a, 0, sizeof a);  // hashed as bytes by skip_launch: no stray padding
     a.q = q.data;
@@ -773,7 +757,15 @@ class CudaBackend final : public Backend {
     a.out = out.data;
     a.out_stride = out.stride;
     a.act_dtype = q.dtype;
-    a.kv_dtype = s.geometry().dtype;
+    a.kv_dtype = g.dtype;
+    a.ctx_len = dev(b.ctx_len);
+    a.block_tables = dev(b.block_tables);
+    a.max_blocks = b.max_blocks;
+    a.block_size = (int)g.block_size;
+    a.n_heads = (int)n_heads;
+    a.n_kv_heads = (int)g.n_kv_heads;
+    a.head_dim = (int)g.head_dim;
+    a.scale = scale;
     return a;
   }
 
@@ -781,6 +773,8 @@ class CudaBackend final : public Backend {
   using Sw = cuda::BackendSwitches;
   bool omitted(unsigned op) const { return (sw_.lab_omit & op) != 0; }
 
+  // Appends an op's launch parameters to the step's signature while recording (probe or
+  // capture) and says whether to skip the launch (the probe launches nothing).
   template <class... A>
   bool skip_launch(const A&... args) {
     if (pass_ == Pass::eager) return false;

@@ -1,0 +1,199 @@
+// The pieces of a decode attention shared by decode_kernel (attention.cu) and
+// decode_rope_kernel (decode_rope_attention.cu): one warp's 32-key chunks staged by cp.async,
+// scored and folded into the warp's softmax state, and the block's state over its warps.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_util.h"
+
+namespace infercept::cuda {
+
+// Decode rows (one query row per item, all G query heads of one KV head): memory-bound, so
+// everything serves the loads. 4 warps take 32-key chunks in turn. A chunk's 32 K rows and
+// 32 V rows go to the warp's shared stage by cp.async, all issued at once and coalesced
+// (32 / kPieces rows an instruction), so the warp waits out one memory latency per chunk
+// (before: one for K and four for V batches, 22 us a layer at batch 1, context 1,024, with
+// the separate combine). Loading K per lane and row (lane j reads key j's row, 32 cache
+// lines an instruction) was slower: the load unit serializes the lines, and with the stage
+// taking most of the unified L1 the row's sectors were evicted between its 16-byte loads.
+// Then lane j scores key j from the stage, and the values are read back by output dimension
+// (lane i owns dims [i * HD/32, ...)). Rows are XOR-swizzled by 16-byte piece so that the
+// copies, lane-per-row reads and row reads all spread over the banks. The warps' partial
+// softmax states meet in shared memory at the end, and for a split row the last partition
+// to finish merges every partition's state (combine_decode_row).
+template <typename KV, int HD>
+struct DecodeStage {
+  static constexpr int kVecElems = 16 / sizeof(KV);  // elements per 16-byte piece
+  static constexpr int kPieces = HD / kVecElems;     // pieces per row
+  static constexpr int kRowsPerCopy = 32 / kPieces;  // rows one warp-wide cp.async covers
+  static constexpr int kWarps = 4;
+  static constexpr int kWarpPieces = 2 * 32 * kPieces;  // K rows, then V rows
+  static constexpr size_t kBytes = 16 * kWarps * kWarpPieces;
+  __device__ static int piece(int row, int v) { return row * kPieces + (v ^ (row % kPieces)); }
+};
+
+// The stage of the chunk of a row's keys from c0 (32 keys, one warp's), K and V rows by
+// cp.async, all issued at once. Past kend a lane takes the last key's slot (a valid row) and
+// gets p = 0 in decode_warp_chunks, so no load needs a guard.
+template <typename KV, int HD>
+__device__ __forceinline__ void issue_decode_chunk(const AttnArgs& a, const int32_t* bt, int kvh,
+                                                   int kend, int c0, uint4* my_stage) {
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kPieces = Stage::kPieces;
+  const int lane = threadIdx.x % 32;
+  const int kv_width = a.n_kv_heads * HD;
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const int t = c0 + lane;
+  const int tt = t < kend ? t : kend - 1;
+  const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
+  // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
+  const int sub = lane / kPieces, v = lane % kPieces;
+#pragma unroll
+  for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+    const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
+    cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
+               true);
+    cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
+               reinterpret_cast<const uint4*>(vc + off) + v, true);
+  }
+  cp_async_commit();
+}
+
+// A softmax state that has seen no key: every head's max -inf, sum and accumulators 0.
+template <int GMAX, int KPER>
+__device__ __forceinline__ void clear_softmax_state(float (&m)[GMAX], float (&l)[GMAX],
+                                                    float (&acc)[GMAX][KPER]) {
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KPER; ++i) acc[g][i] = 0.0f;
+  }
+}
+
+// One warp's chunks of keys [first_c0, kend), every kWarps-th chunk, scored against the
+// group's query heads in qs (scaled), folded into the warp's softmax state (m, l, acc: per
+// head, lane i owning output dims [i * HD/32, ...)). The first chunk's loads were issued
+// already when first_issued.
+template <typename KV, int HD, int GMAX>
+__device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int32_t* bt, int kvh,
+                                                   int kend, int first_c0, bool first_issued,
+                                                   const float (*qs)[HD], uint4* my_stage,
+                                                   float (&m)[GMAX], float (&l)[GMAX],
+                                                   float (&acc)[GMAX][HD / 32]) {
+  using Stage = DecodeStage<KV, HD>;
+  constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kVecElems = Stage::kVecElems;
+  constexpr int kPieces = Stage::kPieces;
+  const int lane = threadIdx.x % 32;
+  const uint4* k_stage = my_stage;
+  const KV* v_stage = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
+  for (int c0 = first_c0; c0 < kend; c0 += kWarps * 32) {
+    const bool valid = c0 + lane < kend;
+    if (c0 != first_c0 || !first_issued) issue_decode_chunk<KV, HD>(a, bt, kvh, kend, c0, my_stage);
+    cp_async_wait<0>();
+    __syncwarp();
+    float s[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) s[g] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kPieces; ++v) {
+      const uint4 kw = k_stage[Stage::piece(lane, v)];
+      const KV* e = reinterpret_cast<const KV*>(&kw);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) {
+        const float kf = to_f32(e[i]);
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) s[g] += qs[g][v * kVecElems + i] * kf;
+      }
+    }
+    float p[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      const float sv = valid ? s[g] : -FLT_MAX;
+      float mx = sv;
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+      const float m_new = fmaxf(m[g], mx);
+      p[g] = valid ? __expf(sv - m_new) : 0.0f;
+      float sum = p[g];
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
+      const float corr = __expf(m[g] - m_new);
+      l[g] = l[g] * corr + sum;
+      m[g] = m_new;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
+    }
+    const KV* vs = v_stage;
+    const int n_keys = min(32, kend - c0);
+    const int my_piece = lane * kPer / kVecElems, my_off = lane * kPer % kVecElems;
+    for (int j = 0; j < n_keys; ++j) {
+      const KV* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
+      float vf[kPer];
+      if constexpr (kPer == 4) {
+        const uint2 w = *reinterpret_cast<const uint2*>(e);
+        const KV* x = reinterpret_cast<const KV*>(&w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) vf[i] = to_f32(x[i]);
+      } else if constexpr (kPer == 2) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(e);
+        const KV* x = reinterpret_cast<const KV*>(&w);
+        vf[0] = to_f32(x[0]);
+        vf[1] = to_f32(x[1]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) vf[i] = to_f32(e[i]);
+      }
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        const float pj = __shfl_sync(0xffffffff, p[g], j);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+      }
+    }
+    __syncwarp();  // every lane is done with the stage before the next chunk refills it
+  }
+}
+
+// The block's softmax state over its warps' states: for each (query head g < group, dim d)
+// of the block, emit(g, d, num, den, mx) with num = sum_w e^(m_w - mx) acc_w[d] and den the
+// same sum of l_w (0 when no warp saw a key). The warps' stages become the merge buffer.
+template <int HD, int GMAX, int kWarps, typename Emit>
+__device__ __forceinline__ void decode_block_state(uint4* stage_raw, int group,
+                                                   const float (&m)[GMAX], const float (&l)[GMAX],
+                                                   const float (&acc)[GMAX][HD / 32], Emit&& emit) {
+  constexpr int kPer = HD / 32;
+  __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // every warp is done with its stages: they become the merge buffer
+  float* wacc = reinterpret_cast<float*>(stage_raw);  // [kWarps][GMAX][HD]
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    if (lane == 0) {
+      wm[warp][g] = m[g];
+      wl[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) wacc[(warp * GMAX + g) * HD + lane * kPer + i] = acc[g][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float mx = -FLT_MAX;
+    for (int w = 0; w < kWarps; ++w)
+      if (wl[w][g] > 0.0f) mx = fmaxf(mx, wm[w][g]);
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      if (wl[w][g] == 0.0f) continue;
+      const float f = __expf(wm[w][g] - mx);
+      num += f * wacc[(w * GMAX + g) * HD + d];
+      den += f * wl[w][g];
+    }
+    emit(g, d, num, den, mx);
+  }
+}
+
+}  // namespace infercept::cuda
