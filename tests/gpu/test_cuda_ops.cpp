@@ -553,12 +553,23 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
   ASSERT_EQ(setenv("INFERCEPT_ATTN_SIGNAL", "0", 1), 0);
   auto unsignalled = make_cuda_backend({});
-  unsetenv("INFERCEPT_ATTN_FUSED");
   unsetenv("INFERCEPT_ATTN_SIGNAL");
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_GROUP_SPLIT", "1", 1), 0);
+  auto unsplit = make_cuda_backend({});
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_GROUP_SPLIT", "8", 1), 0);
+  auto split_all = make_cuda_backend({});
+  unsetenv("INFERCEPT_ATTN_GROUP_SPLIT");
+  unsetenv("INFERCEPT_ATTN_FUSED");
   ASSERT_TRUE(composed.ok());
   ASSERT_TRUE(unsignalled.ok());
-  // oracle, fused (waiting per KV head), composed, fused waiting for the whole product
-  Backend* bk[4] = {p.cpu.get(), p.gpu.get(), composed->get(), unsignalled->get()};
+  ASSERT_TRUE(unsplit.ok());
+  ASSERT_TRUE(split_all.ok());
+  // oracle, fused (waiting per KV head; a KV head's query group cut into blocks of at most 2
+  // heads), composed, fused waiting for the whole product, fused with each group in one
+  // block, and cut into a block a query head
+  constexpr int kBackends = 6;
+  Backend* bk[kBackends] = {p.cpu.get(),        p.gpu.get(),    composed->get(),
+                            unsignalled->get(), unsplit->get(), split_all->get()};
   const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
   const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
              wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
@@ -587,8 +598,8 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
              hv = randn((size_t)(nh_rows * nkv * hd));
   const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
-  std::vector<float> outs[4][2];
-  for (int i = 0; i < 4; ++i) {
+  std::vector<float> outs[kBackends][2];
+  for (int i = 0; i < kBackends; ++i) {
     Backend& b = *bk[i];
     const DType act = b.activation_dtype();
     auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
@@ -641,6 +652,9 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
     // The same bf16 inputs and the same partitions; only the merges' order differs.
     EXPECT_LT(rel_error(outs[1][step], outs[2][step]), 5e-3) << "fused vs composed";
     EXPECT_EQ(outs[1][step], outs[3][step]) << "waiting per KV head vs for the whole product";
+    // Each query head's sums run in the same order whichever block holds it.
+    EXPECT_EQ(outs[1][step], outs[4][step]) << "the group in one block";
+    EXPECT_EQ(outs[1][step], outs[5][step]) << "the group cut across a block a query head";
   }
 }
 

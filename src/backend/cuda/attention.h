@@ -85,7 +85,9 @@ struct AttnArgs {
   int prewait;
   // INFERCEPT_LAB_ATTN (a timing experiment that breaks the output; 0 otherwise): the decode
   // kernel stops early: 1 right after waiting for the kernel before, 2 once its first
-  // chunk's loads are in, 3 before the cross-block merge of split rows.
+  // chunk's loads are in, 3 before the cross-block merge of split rows. decode_rope_attention
+  // stops 1 after its wait, 4 after rotating q and storing the new key, 2 after its chunks'
+  // math, 3 before the cluster's merge.
   int lab_mode;
 };
 void attention(const AttnArgs& a, cudaStream_t s);

@@ -415,10 +415,10 @@ class CudaBackend final : public Backend {
     const KvGeometry& g = s.geometry();
     const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
     const int64_t n = x.rows;
-    bool fits = sw_.attn_fused && sw_.lab_omit == 0 && sw_.lab_attn == 0 && max_parts_ > 0 &&
-                n <= kFusedDecodeMaxRows && b.n_seqs == n && (int64_t)positions.size() == n &&
-                (int64_t)slots.size() == n && p.rot_dim == p.head_dim && p.head_dim == g.head_dim &&
-                q.dtype == act_ && k.dtype == act_ && v.dtype == act_ &&
+    bool fits = sw_.attn_fused && max_parts_ > 0 && n <= kFusedDecodeMaxRows && b.n_seqs == n &&
+                (int64_t)positions.size() == n && (int64_t)slots.size() == n &&
+                p.rot_dim == p.head_dim && p.head_dim == g.head_dim && q.dtype == act_ &&
+                k.dtype == act_ && v.dtype == act_ &&
                 (g.dtype == DType::bf16 || g.dtype == DType::f16) &&
                 (g.head_dim == 32 || g.head_dim == 64 || g.head_dim == 128) &&
                 n_heads % g.n_kv_heads == 0 && n_heads / g.n_kv_heads <= 8 &&
@@ -428,7 +428,11 @@ class CudaBackend final : public Backend {
     if (!fits)
       return Backend::self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b,
                                      n_heads, scale, out);
-    int* ready = project_qkv_signalled(x, norm, eps, h, qkv, layer, n_heads, g);
+    // (INFERCEPT_LAB_OMIT=qkv: no product, so nothing to count; =attn: counters that nobody
+    // resets, harmless in a measurement.)
+    int* ready = omitted(Sw::kOmitQkv)
+                     ? (norm_project(x, norm, eps, h, qkv), nullptr)
+                     : project_qkv_signalled(x, norm, eps, h, qkv, layer, n_heads, g);
     hint_ = Weight{};  // the fused kernel fetches nothing ahead
     const bool store_waited = wait_before_store(layer, slots, g.block_size);
     const bool waited = wait_before_attention(layer, b, g.block_size);
@@ -449,6 +453,12 @@ class CudaBackend final : public Backend {
     r.neox = p.neox ? 1 : 0;
     r.parts = cuda::decode_rope_parts(b.ctx_len, (int)g.n_kv_heads, attn_planner_.target_ctas(),
                                       attn_planner_.min_partition(), max_parts_);
+    // The partitions do not depend on the split, so a split changes no bit of the output.
+    const int group = (int)(n_heads / g.n_kv_heads);
+    const int split_max = sw_.attn_group_split > 0 ? sw_.attn_group_split : group / 2;
+    r.group_split = 1;
+    for (int d = 1; d <= split_max; ++d)
+      if (group % d == 0) r.group_split = d;
     if (ready != nullptr) {
       r.ready = ready;
       r.passed = ready + g.n_kv_heads;
@@ -457,7 +467,8 @@ class CudaBackend final : public Backend {
     // As for the decode kernel (attention()): the first chunk's loads may go out before the
     // Q/K/V product ends only if this call enqueued no upload and no swap wait.
     a.prewait = sw_.attn_prewait && !waited && !store_waited && step_.used == staged_before;
-    if (skip_launch(17, bytes_of(a), bytes_of(r))) return;
+    a.lab_mode = sw_.lab_attn;
+    if (skip_launch(17, bytes_of(a), bytes_of(r)) || omitted(Sw::kOmitAttn)) return;
     cuda::decode_rope_attention(a, r, (int)n, compute_);
   }
 

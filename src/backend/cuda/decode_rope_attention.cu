@@ -31,8 +31,11 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   __shared__ float qs[GMAX][HD];
   __shared__ float part_num[GMAX][HD], part_mx[GMAX], part_den[GMAX];  // read by the cluster
   const int parts = r.parts, rank = (int)cluster.block_rank();
-  const int row = (int)blockIdx.x / parts, kvh = blockIdx.y;
-  const int group = a.n_heads / a.n_kv_heads;
+  const int row = (int)blockIdx.x / parts;
+  // blockIdx.y: KV head kvh's query heads [slice * heads, (slice + 1) * heads) of its group.
+  const int kvh = blockIdx.y / r.group_split, slice = blockIdx.y % r.group_split;
+  const int group = a.n_heads / a.n_kv_heads, heads = group / r.group_split;
+  const int head0 = kvh * group + slice * heads;  // this block's first query head
   const int warp = threadIdx.x / 32;
   const int32_t* bt = a.block_tables + (int64_t)row * a.max_blocks;
   // With prewait the lengths and tables were on the device before the kernel before started.
@@ -53,7 +56,8 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   if (r.ready != nullptr) {  // this KV head's q, k and v rows, counted by the Q/K/V product
     if (threadIdx.x == 0) {
       while (load_acquire(r.ready + kvh) < r.ready_count) __nanosleep(32);
-      if (atomicAdd(r.passed + kvh, 1) == (int)gridDim.x - 1) {  // the head's last block
+      // The last of the head's blocks (rows x parts x group_split) to pass resets both.
+      if (atomicAdd(r.passed + kvh, 1) == (int)gridDim.x * r.group_split - 1) {
         atomicExch(r.ready + kvh, 0);
         atomicExch(r.passed + kvh, 0);
       }
@@ -62,22 +66,25 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   } else {
     pdl_wait();  // q, k and v of this step, from the Q/K/V product
   }
+  if (a.lab_mode == 1) return;
   // q rotated as rope_store_kernel rotates it and rounded to T as it stores it, then scaled as
   // decode_kernel reads it. q, k and v are read from L2 (__ldcg): with `ready` the product is
   // still running, and L1 is not coherent with its stores.
   const float pos = (float)r.positions[row];
-  const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + kvh * group * HD;
+  const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + head0 * HD;
   for (int j = threadIdx.x; j < GMAX * kHalf; j += blockDim.x) {
     const int g = j / kHalf, i = j % kHalf;
     const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
     float y0 = 0.0f, y1 = 0.0f;
-    if (g < group)
+    if (g < heads)
       rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(q + g * HD + i0)),
                   to_f32(__ldcg(q + g * HD + i1)), y0, y1);
     qs[g][i0] = to_f32(from_f32<T>(y0)) * a.scale;
     qs[g][i1] = to_f32(from_f32<T>(y1)) * a.scale;
   }
-  // The partition holding the new key rotates it and stores K and V of this KV head.
+  // The partition holding the new key rotates it and stores K and V of this KV head. With the
+  // group split, each slice's block of that partition stores the same bits: it loads the
+  // chunk holding the key next, and must not depend on another block's store.
   if (kbeg <= new_key && new_key < kend) {
     const int kv_width = a.n_kv_heads * HD;
     const T* k = static_cast<const T*>(r.k_new) + (int64_t)row * r.k_stride + kvh * HD;
@@ -97,9 +104,11 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
     __threadfence_block();
   }
   __syncthreads();  // qs, and the new key in the cache before a chunk holding it is loaded
+  if (a.lab_mode == 4) return;
   decode_warp_chunks<KV, HD, GMAX>(a, bt, kvh, kend, first_c0, first_issued, qs, my_stage, m, l,
                                    acc);
-  decode_block_state<HD, GMAX, kWarps>(stage_raw, group, m, l, acc,
+  if (a.lab_mode == 2) return;
+  decode_block_state<HD, GMAX, kWarps>(stage_raw, heads, m, l, acc,
                                        [&](int g, int d, float num, float den, float mx) {
                                          part_num[g][d] = num;
                                          if (d == 0) {
@@ -107,12 +116,13 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
                                            part_den[g] = den;
                                          }
                                        });
-  cluster.sync();  // every partition's state is in its shared memory
+  if (a.lab_mode == 3) return;  // (every block of the cluster returns: no barrier is left)
+  cluster.sync();               // every partition's state is in its shared memory
   // Each block merges its share of the row's outputs over all partitions (as
   // combine_decode_row does), reading the others' shared memory; loads before any use.
   constexpr int kMax = kDecodeClusterMaxParts;
-  T* out = static_cast<T*>(a.out) + (int64_t)row * a.out_stride + kvh * group * HD;
-  const int n_out = group * HD, share = (n_out + parts - 1) / parts;
+  T* out = static_cast<T*>(a.out) + (int64_t)row * a.out_stride + head0 * HD;
+  const int n_out = heads * HD, share = (n_out + parts - 1) / parts;
   const int o1 = min(n_out, (rank + 1) * share);
   for (int idx = rank * share + (int)threadIdx.x; idx < o1; idx += blockDim.x) {
     const int g = idx / HD, d = idx % HD;
@@ -159,7 +169,7 @@ template <typename T, typename KV, int HD, int GMAX>
 void launch_decode_rope(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
   configure_decode_rope<T, KV, HD, GMAX>();
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((unsigned)(rows * r.parts), (unsigned)a.n_kv_heads);
+  cfg.gridDim = dim3((unsigned)(rows * r.parts), (unsigned)(a.n_kv_heads * r.group_split));
   cfg.blockDim = dim3(32 * DecodeStage<KV, HD>::kWarps);
   cfg.dynamicSmemBytes = DecodeStage<KV, HD>::kBytes;
   cfg.stream = s;
@@ -177,7 +187,7 @@ void launch_decode_rope(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cu
 
 template <typename T, typename KV, int HD>
 void decode_rope_group(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
-  const int group = a.n_heads / a.n_kv_heads;
+  const int group = a.n_heads / a.n_kv_heads / r.group_split;  // query heads a block
   if (group <= 1)
     launch_decode_rope<T, KV, HD, 1>(a, r, rows, s);
   else if (group <= 2)
@@ -250,6 +260,7 @@ int decode_rope_parts(std::span<const int32_t> ctx_len, int n_kv_heads, int targ
 void decode_rope_attention(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaStream_t s) {
   CHECK(rows > 0 && r.parts >= 1 && r.parts <= kDecodeClusterMaxParts);
   CHECK(a.n_heads % a.n_kv_heads == 0 && a.n_heads / a.n_kv_heads <= 8);
+  CHECK(r.group_split >= 1 && (a.n_heads / a.n_kv_heads) % r.group_split == 0);
   const bool bf = a.act_dtype == DType::bf16;
   CHECK(bf || a.act_dtype == DType::f16);
   CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);

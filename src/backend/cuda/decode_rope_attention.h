@@ -35,11 +35,16 @@ struct DecodeRopeArgs {
   float theta_base;
   int neox;
   int parts;  // partitions (blocks, the cluster's size) a row and KV head
+  // Blocks a KV head's query group is cut across (a divisor of the group, >= 1): each reads
+  // the head's keys for its share of the query heads. At batch 1 a GQA model has few KV heads
+  // (8 on llama3-8b: 64 blocks of 4 query heads), and each block's chain of dependent steps
+  // grows with its query heads; more, narrower blocks shorten it (the keys come again from L2).
+  int group_split;
   // Null, or the Q/K/V product's per-KV-head counters (GemvHeadSignal::ready): a block then
   // waits for its KV head's counter to reach ready_count (that head's q, k and v rows are
   // written) instead of for the whole product, so the attention of the first heads runs while
-  // the product streams the weights of the later ones. The last of a KV head's rows x parts
-  // blocks to pass sets the counter and `passed[kvh]` back to zero for the next launch.
+  // the product streams the weights of the later ones. The last of a KV head's rows x parts x
+  // group_split blocks to pass sets the counter and `passed[kvh]` back to zero for the next launch.
   int* ready;
   int* passed;  // [KV heads], zero before the launch
   int ready_count;

@@ -31,6 +31,8 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.attn_prewait = env_switch("INFERCEPT_ATTN_PREWAIT", true);
   s.attn_fused = compute_major >= 9 && env_switch("INFERCEPT_ATTN_FUSED", true);
   s.attn_signal = env_switch("INFERCEPT_ATTN_SIGNAL", true);
+  if (const char* g = std::getenv("INFERCEPT_ATTN_GROUP_SPLIT"); g != nullptr)
+    s.attn_group_split = std::clamp(std::atoi(g), 0, 8);
   const char* rope = std::getenv("INFERCEPT_GEMV_ROPE");
   s.rope_fold_required = rope != nullptr && std::strcmp(rope, "require") == 0;
   s.rope_fold = s.rope_fold_required || env_switch("INFERCEPT_GEMV_ROPE", false);
@@ -38,7 +40,7 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.l2_prefetch = env_switch("INFERCEPT_L2_PREFETCH", false);
   if (const char* m = std::getenv("INFERCEPT_LAB_ATTN"); m != nullptr) {
     const std::string v = m;
-    s.lab_attn = v == "wait" ? 1 : v == "loads" ? 2 : v == "nomerge" ? 3 : 0;
+    s.lab_attn = v == "wait" ? 1 : v == "loads" ? 2 : v == "nomerge" ? 3 : v == "rope" ? 4 : 0;
   }
   if (const char* o = std::getenv("INFERCEPT_LAB_OMIT"); o != nullptr) {
     const std::string list = std::string(",") + o + ",";

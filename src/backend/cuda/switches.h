@@ -30,6 +30,11 @@ struct BackendSwitches {
   // INFERCEPT_ATTN_SIGNAL=0: with attn_fused, the attention waits for the whole Q/K/V product
   // (pdl_wait) instead of for its KV head's rows (GemvHeadSignal, PERF 4.5p).
   bool attn_signal = true;
+  // INFERCEPT_ATTN_GROUP_SPLIT=N: with attn_fused, a KV head's query heads are cut across the
+  // largest divisor of the group up to N blocks (DecodeRopeArgs::group_split). 0 (the
+  // default): blocks of at most 2 query heads (llama3-8b: 2 blocks a KV head, -4% a step at
+  // batch 1; 4 blocks of 1 head were as fast at batch 1 and slower at 2; PERF 4.5q).
+  int attn_group_split = 0;
   // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
   // (norm_project_rope_store); correct and no faster on the H200 (PERF 4.5l), so off.
   // "require": as 1, and a step the fold cannot take is an error (tests and measurements that
@@ -47,7 +52,7 @@ struct BackendSwitches {
   // the sum of per-kernel times cannot (programmatic launches overlap them). Warned about on
   // stderr when a backend is made; never set by the engine, the server or a test.
   unsigned lab_omit = 0;
-  // INFERCEPT_LAB_ATTN=wait|loads|nomerge: AttnArgs::lab_mode 1|2|3 (the same kind of
+  // INFERCEPT_LAB_ATTN=wait|loads|nomerge|rope: AttnArgs::lab_mode 1|2|3|4 (the same kind of
   // measurement switch, for the decode attention's parts).
   int lab_attn = 0;
   static constexpr unsigned kOmitQkv = 1, kOmitRope = 2, kOmitAttn = 4, kOmitO = 8,
