@@ -206,6 +206,20 @@ class Backend {
     norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
     attention(qkv[0].out, kv, layer, batch, n_heads, scale, out);
   }
+  // self_attention into out, then residual += out @ wo^T (project_add): a layer's whole
+  // attention half. A device backend may run the output projection in the attention's own
+  // launch, its blocks streaming wo while the last heads' attention finishes.
+  virtual void self_attention_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                                      std::span<const Projection> qkv,
+                                      std::span<const int32_t> positions, const RopeParams& p,
+                                      KvStorage& kv, int64_t layer, std::span<const int32_t> slots,
+                                      const AttentionBatch& batch, int64_t n_heads, float scale,
+                                      Tensor out, const Weight& wo, Tensor residual,
+                                      Tensor scratch) {
+    self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, batch, n_heads, scale,
+                   out);
+    project_add(out, wo, residual, scratch);
+  }
   // gate = silu(h @ w_gate^T) * (h @ w_up^T) with h = rmsnorm(x) * norm (SwiGLU's first
   // half). h and up are scratch.
   virtual void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,

@@ -104,9 +104,8 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
       const LayerWeights& w = weights_.layers[(size_t)l];
       const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
       b.prefetch_hint(w.wo);
-      b.self_attention(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l, in.slots,
-                       batch, c.n_heads, scale, attn);
-      b.project_add(attn, w.wo, x, o);
+      b.self_attention_project(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l,
+                               in.slots, batch, c.n_heads, scale, attn, w.wo, x, o);
       b.norm_gated_ffn(x, w.ffn_norm, c.rms_eps, h, w.w_gate, w.w_up, gate, up);
       b.project_add(gate, w.w_down, x, o);
     }

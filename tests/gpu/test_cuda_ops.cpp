@@ -658,6 +658,123 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   }
 }
 
+// self_attention_project: the attention and the output projection added into the residual,
+// on the CPU backend (the composition, the oracle), the GPU's one launch (attend_project) and
+// the GPU with INFERCEPT_ATTN_PROJECT=0 (the fused attention, then project_add); two steps a
+// row, and the one-launch step twice more with the same inputs, which must give the same bits
+// (its counters are back at zero after each launch).
+void self_attention_project_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
+                                 std::vector<int> ctx_lens) {
+  SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
+               std::to_string(hd) + ", rows " + std::to_string(ctx_lens.size()) + ", first ctx " +
+               std::to_string(ctx_lens[0]));
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_PROJECT", "0", 1), 0);
+  auto apart = make_cuda_backend({});
+  unsetenv("INFERCEPT_ATTN_PROJECT");
+  ASSERT_TRUE(apart.ok());
+  constexpr int kBackends = 3;
+  Backend* bk[kBackends] = {p.cpu.get(), p.gpu.get(), apart->get()};
+  const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
+  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
+             wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
+             wv = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
+             wo = to_f16(randn((size_t)(d * nh * hd), 0.06f));
+  const auto norm = randn((size_t)d, 1.0f);
+  const RopeParams rp{hd, hd, neox, 10000.0f, {}};
+  int max_blocks = 0;
+  for (int c : ctx_lens) max_blocks = std::max(max_blocks, (c + 1 + (int)bs - 1) / (int)bs);
+  std::vector<int32_t> tables((size_t)(n * max_blocks));
+  for (int64_t s = 0; s < n; ++s)
+    for (int b = 0; b < max_blocks; ++b) tables[(size_t)(s * max_blocks + b)] = b * (int)n + (int)s;
+  auto slot_of = [&](int64_t s, int t) {
+    return tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
+  };
+  std::vector<int32_t> hist_pos, hist_slot;
+  for (int64_t s = 0; s < n; ++s)
+    for (int t = 0; t + 1 < ctx_lens[(size_t)s]; ++t) {
+      hist_pos.push_back(t);
+      hist_slot.push_back(slot_of(s, t));
+    }
+  const int64_t nh_rows = (int64_t)hist_pos.size();
+  const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
+             hv = randn((size_t)(nh_rows * nkv * hd));
+  const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
+  std::vector<float> outs[kBackends][2], residuals[kBackends][2];
+  for (int i = 0; i < kBackends; ++i) {
+    Backend& b = *bk[i];
+    const DType act = b.activation_dtype();
+    auto up = [&](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
+      auto r = b.upload_weight(w.data(), DType::f16, rows, cols);
+      EXPECT_TRUE(r.ok());
+      return *r;
+    };
+    const Weight Wq = up(wq, nh * hd, d), Wk = up(wk, nkv * hd, d), Wv = up(wv, nkv * hd, d),
+                 Wo = up(wo, d, nh * hd);
+    const Weight Wn = b.upload_weight(norm.data(), DType::f32, 1, d).value();
+    KvGeometry g{1, n * max_blocks, bs, nkv, hd, i == 0 ? DType::f16 : act};
+    auto kv = b.create_kv_storage(g).value();
+    if (nh_rows > 0) {
+      b.begin_step();
+      Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
+             tv = put(b, hv, nh_rows, nkv * hd);
+      b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
+    }
+    Tensor h = b.alloc_activation(n, d, act), q = b.alloc_activation(n, nh * hd, act),
+           k = b.alloc_activation(n, nkv * hd, act), v = b.alloc_activation(n, nkv * hd, act),
+           o = b.alloc_activation(n, nh * hd, act), scratch = b.alloc_activation(n, d, act);
+    const Projection qkv[] = {{&Wq, nullptr, q}, {&Wk, nullptr, k}, {&Wv, nullptr, v}};
+    for (int step = 0; step < 2; ++step) {
+      std::vector<int32_t> pos, slot, ctx, q_start, q_len((size_t)n, 1);
+      for (int64_t s = 0; s < n; ++s) {
+        const int c = ctx_lens[(size_t)s] + step;
+        pos.push_back(c - 1);
+        slot.push_back(slot_of(s, c - 1));
+        ctx.push_back(c);
+        q_start.push_back((int32_t)s);
+      }
+      const AttentionBatch batch{(int)n, q_start, q_len, ctx, tables, max_blocks};
+      const auto& xin = step == 0 ? x1 : x2;
+      // The residual is the layer's input, as in the model: normalized for Q/K/V, then added to.
+      for (int again = 0; again < (i == 1 ? 3 : 1); ++again) {
+        Tensor xt = put(b, xin, n, d);
+        b.begin_step();
+        b.self_attention_project(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
+                                 1.0f / std::sqrt((float)hd), o, Wo, xt, scratch);
+        if (again == 0) {
+          outs[i][step] = get(b, o);
+          residuals[i][step] = get(b, xt);
+        } else {
+          EXPECT_EQ(get(b, o), outs[1][step]) << "launch " << again + 1;
+          EXPECT_EQ(get(b, xt), residuals[1][step]) << "launch " << again + 1;
+        }
+      }
+    }
+  }
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_LT(rel_error(outs[1][step], outs[0][step]), kBf16Tol) << "one launch vs CPU";
+    EXPECT_LT(rel_error(outs[2][step], outs[0][step]), kBf16Tol) << "apart vs CPU";
+    // The same partitions; two warps an item instead of four sum the keys in another order.
+    EXPECT_LT(rel_error(outs[1][step], outs[2][step]), 5e-3) << "one launch vs apart";
+    EXPECT_LT(rel_error(residuals[1][step], residuals[0][step]), kBf16Tol) << "residual vs CPU";
+    EXPECT_LT(rel_error(residuals[1][step], residuals[2][step]), 5e-3) << "residual vs apart";
+  }
+}
+
+TEST(CudaOps, SelfAttentionProjectRunsTheOutputProjectionInTheAttentionsLaunch) {
+  self_attention_project_case(32, 32, 128, true, {1025});  // llama2-7b at batch 1
+  self_attention_project_case(32, 8, 128, true, {2100});   // GQA: groups cut in two
+  self_attention_project_case(8, 2, 64, false, {5000});    // 32 partitions, 3 chunks a warp
+  self_attention_project_case(9, 3, 64, false, {1});       // no history; 3 heads an item
+  self_attention_project_case(8, 4, 32, true, {50});       // the tiny shape
+  // Two rows: 32 groups (8 KV heads cut in two), one launch; 2 x 40 groups leave too few
+  // partitions a row on an H200's grid, so both GPU backends take them apart.
+  self_attention_project_case(32, 8, 128, true, {700, 2100});
+  self_attention_project_case(40, 40, 128, true, {1025, 1025});
+}
+
 TEST(CudaOps, SelfAttentionFoldsRopeAndStoreIntoTheDecodeKernel) {
   self_attention_case(32, 32, 128, true, {1025});      // llama2-7b at batch 1: 9 parts
   self_attention_case(32, 8, 128, true, {700, 2100});  // GQA, two rows of mixed lengths

@@ -24,12 +24,14 @@ namespace infercept::cuda {
 // copies, lane-per-row reads and row reads all spread over the banks. The warps' partial
 // softmax states meet in shared memory at the end, and for a split row the last partition
 // to finish merges every partition's state (combine_decode_row).
-template <typename KV, int HD>
+// (attend_project runs an item on W = 2 warps of its blocks, to keep four blocks a
+// multiprocessor.)
+template <typename KV, int HD, int W = 4>
 struct DecodeStage {
   static constexpr int kVecElems = 16 / sizeof(KV);  // elements per 16-byte piece
   static constexpr int kPieces = HD / kVecElems;     // pieces per row
   static constexpr int kRowsPerCopy = 32 / kPieces;  // rows one warp-wide cp.async covers
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = W;
   static constexpr int kWarpPieces = 2 * 32 * kPieces;  // K rows, then V rows
   static constexpr size_t kBytes = 16 * kWarps * kWarpPieces;
   __device__ static int piece(int row, int v) { return row * kPieces + (v ^ (row % kPieces)); }
@@ -76,17 +78,17 @@ __device__ __forceinline__ void clear_softmax_state(float (&m)[GMAX], float (&l)
   }
 }
 
-// One warp's chunks of keys [first_c0, kend), every kWarps-th chunk, scored against the
-// group's query heads in qs (scaled), folded into the warp's softmax state (m, l, acc: per
-// head, lane i owning output dims [i * HD/32, ...)). The first chunk's loads were issued
-// already when first_issued.
-template <typename KV, int HD, int GMAX>
+// One warp's chunks of keys [first_c0, kend), every W-th chunk (W warps share the keys),
+// scored against the group's query heads in qs (scaled), folded into the warp's softmax state
+// (m, l, acc: per head, lane i owning output dims [i * HD/32, ...)). The first chunk's loads
+// were issued already when first_issued.
+template <typename KV, int HD, int GMAX, int W = 4>
 __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int32_t* bt, int kvh,
                                                    int kend, int first_c0, bool first_issued,
                                                    const float (*qs)[HD], uint4* my_stage,
                                                    float (&m)[GMAX], float (&l)[GMAX],
                                                    float (&acc)[GMAX][HD / 32]) {
-  using Stage = DecodeStage<KV, HD>;
+  using Stage = DecodeStage<KV, HD, W>;
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32, kVecElems = Stage::kVecElems;
   constexpr int kPieces = Stage::kPieces;
   const int lane = threadIdx.x % 32;
@@ -161,6 +163,7 @@ __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int3
 // The block's softmax state over its warps' states: for each (query head g < group, dim d)
 // of the block, emit(g, d, num, den, mx) with num = sum_w e^(m_w - mx) acc_w[d] and den the
 // same sum of l_w (0 when no warp saw a key). The warps' stages become the merge buffer.
+// Every thread of the block calls it; warps from kWarps on bring no state, only their hands.
 template <int HD, int GMAX, int kWarps, typename Emit>
 __device__ __forceinline__ void decode_block_state(uint4* stage_raw, int group,
                                                    const float (&m)[GMAX], const float (&l)[GMAX],
@@ -172,6 +175,7 @@ __device__ __forceinline__ void decode_block_state(uint4* stage_raw, int group,
   float* wacc = reinterpret_cast<float*>(stage_raw);  // [kWarps][GMAX][HD]
 #pragma unroll
   for (int g = 0; g < GMAX; ++g) {
+    if (warp >= kWarps) break;
     if (lane == 0) {
       wm[warp][g] = m[g];
       wl[warp][g] = l[g];

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attend_project.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_prefill.h"
@@ -93,6 +94,11 @@ class CudaBackend final : public Backend {
       const size_t bytes = (size_t)(kSignalLayers * kSignalHeads * 2) * sizeof(int);
       signal_counters_ = static_cast<int*>(device_alloc(bytes));
       CUDA_CHECK(cudaMemset(signal_counters_, 0, bytes));
+    }
+    if (max_parts_ > 0 && sw_.attn_project) {
+      const size_t bytes = (size_t)(kSignalLayers * cuda::kAttendProjectCounters) * sizeof(int);
+      project_counters_ = static_cast<int*>(device_alloc(bytes));
+      CUDA_CHECK(cudaMemset(project_counters_, 0, bytes));
     }
     if (sw_.lab_omit != 0 || sw_.lab_attn != 0)
       std::fprintf(stderr,
@@ -410,9 +416,89 @@ class CudaBackend final : public Backend {
                       const RopeParams& p, KvStorage& kv, int64_t layer,
                       std::span<const int32_t> slots, const AttentionBatch& b, int64_t n_heads,
                       float scale, Tensor out) override {
+    cuda::AttnArgs a;
+    cuda::DecodeRopeArgs r;
+    if (!fused_attention_fits(x, qkv, positions, p, kv, slots, b, n_heads, out))
+      return Backend::self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b,
+                                     n_heads, scale, out);
+    project_for_fused_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b, n_heads,
+                                scale, out, a, r);
+    if (skip_launch(17, bytes_of(a), bytes_of(r)) || omitted(Sw::kOmitAttn)) return;
+    cuda::decode_rope_attention(a, r, (int)x.rows, compute_);
+  }
+
+  // Where the fused attention fits and INFERCEPT_ATTN_PROJECT is not 0: the Q/K/V product, then
+  // one attend_project launch whose blocks do the attention (as decode_rope_attention, its
+  // partitions merged through L2) and then the output projection added into the residual
+  // (PERF 4.5q). Otherwise self_attention and project_add.
+  void self_attention_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                              std::span<const Projection> qkv, std::span<const int32_t> positions,
+                              const RopeParams& p, KvStorage& kv, int64_t layer,
+                              std::span<const int32_t> slots, const AttentionBatch& b,
+                              int64_t n_heads, float scale, Tensor out, const Weight& wo,
+                              Tensor residual, Tensor scratch) override {
+    cuda::AttendProjectArgs pa;
+    std::memset(&pa, 0, sizeof pa);  // hashed as bytes by skip_launch: no stray padding
+    pa.wo = wo.data;
+    pa.m = (int)wo.rows;
+    pa.k = (int)wo.cols;
+    pa.residual = residual.data;
+    pa.residual_stride = residual.stride;
+    pa.prefetch = sw_.attn_project_prefetch ? 1 : 0;
+    const int64_t n = x.rows;
+    // Up to two decode rows (INFERCEPT_ATTN_PROJECT_ROWS=1: one); two only where the grid
+    // leaves each row's groups at least kProjectMinParts partitions of one item a block
+    // (llama2-7b, llama3-8b: 2-2.5% faster at batch 2; llama2-13b's 2 x 40 groups got 6
+    // partitions of three chunks a warp and were 1% slower; PERF 4.5q).
+    bool fits = sw_.attn_project && sw_.fused && project_counters_ != nullptr &&
+                n <= sw_.attn_project_rows && sw_.lab_omit == 0 && sw_.lab_attn == 0 &&
+                layer < kSignalLayers && wo.dtype == act_ && residual.dtype == act_ &&
+                wo.cols == out.cols && residual.cols == wo.rows && residual.rows == n &&
+                fused_attention_fits(x, qkv, positions, p, kv, slots, b, n_heads, out);
+    cuda::AttnArgs a;
+    cuda::DecodeRopeArgs r;
+    if (fits) {
+      // The same group split and partitions as the launch would take; the Q/K/V product has
+      // not been enqueued yet, so a shape the kernel does not take still has both forms.
+      std::memset(&a, 0, sizeof a);
+      std::memset(&r, 0, sizeof r);
+      const KvGeometry& g = static_cast<CudaKvStorage&>(kv).geometry();
+      a.n_heads = (int)n_heads;
+      a.n_kv_heads = (int)g.n_kv_heads;
+      a.head_dim = (int)g.head_dim;
+      a.act_dtype = out.dtype;
+      a.kv_dtype = g.dtype;
+      a.out = out.data;
+      a.out_stride = out.stride;
+      r.group_split = group_split(n_heads, g);
+      const int n_groups = (int)n * a.n_kv_heads * r.group_split;
+      r.parts = project_parts(b, n_groups);
+      fits = n * n_heads * r.parts <= scratch_pairs_ &&
+             (n == 1 || n_groups * kProjectMinParts <= project_blocks()) &&
+             cuda::attend_project_fits(a, r, pa, (int)n);
+    }
+    if (!fits) {
+      self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b, n_heads, scale, out);
+      return project_add(out, wo, residual, scratch);
+    }
+    project_for_fused_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b, n_heads,
+                                scale, out, a, r);
+    r.parts = project_parts(b, (int)n * a.n_kv_heads * r.group_split);
+    a.partial_acc = partial_acc_;
+    a.partial_ml = partial_ml_;
+    pa.counters = project_counters_ + layer * cuda::kAttendProjectCounters;
+    if (skip_launch(18, bytes_of(a), bytes_of(r), bytes_of(pa))) return;
+    cuda::attend_project(a, r, pa, (int)n, compute_);
+  }
+
+  // Whether a step's attention takes the fused forms (decode rows alone, shapes the kernels
+  // take).
+  bool fused_attention_fits(const Tensor& x, std::span<const Projection> qkv,
+                            std::span<const int32_t> positions, const RopeParams& p,
+                            const KvStorage& kv, std::span<const int32_t> slots,
+                            const AttentionBatch& b, int64_t n_heads, const Tensor& out) const {
     CHECK(qkv.size() == 3);
-    auto& s = static_cast<CudaKvStorage&>(kv);
-    const KvGeometry& g = s.geometry();
+    const KvGeometry& g = static_cast<const CudaKvStorage&>(kv).geometry();
     const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
     const int64_t n = x.rows;
     bool fits = sw_.attn_fused && max_parts_ > 0 && n <= kFusedDecodeMaxRows && b.n_seqs == n &&
@@ -425,9 +511,39 @@ class CudaBackend final : public Backend {
                 q.cols == n_heads * g.head_dim && k.cols == g.n_kv_heads * g.head_dim &&
                 v.cols == k.cols && out.dtype == act_ && out.cols == q.cols;
     for (int64_t i = 0; fits && i < n; ++i) fits = b.q_len[i] == 1 && b.q_start[i] == i;
-    if (!fits)
-      return Backend::self_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b,
-                                     n_heads, scale, out);
+    return fits;
+  }
+
+  // attend_project's partitions a row (attend_project_parts), for its grid of four blocks a
+  // multiprocessor.
+  int project_parts(const AttentionBatch& b, int n_groups) const {
+    return cuda::attend_project_parts(b.ctx_len, sw_.attn_project_keys, n_groups, project_blocks());
+  }
+  int project_blocks() const { return 4 * props_.multiProcessorCount; }
+  static constexpr int kProjectMinParts = 8;
+
+  // Blocks a KV head's query group is cut across (DecodeRopeArgs::group_split): the largest
+  // divisor of the group up to INFERCEPT_ATTN_GROUP_SPLIT, by default up to half the group.
+  int group_split(int64_t n_heads, const KvGeometry& g) const {
+    const int group = (int)(n_heads / g.n_kv_heads);
+    const int split_max = sw_.attn_group_split > 0 ? sw_.attn_group_split : group / 2;
+    int split = 1;
+    for (int d = 1; d <= split_max; ++d)
+      if (group % d == 0) split = d;
+    return split;
+  }
+
+  // The fused attention's Q/K/V product (counting each KV head's rows where it can), the
+  // step's waits and uploads, and the attention's arguments: what both fused forms share.
+  void project_for_fused_attention(const Tensor& x, const Weight& norm, float eps, Tensor h,
+                                   std::span<const Projection> qkv,
+                                   std::span<const int32_t> positions, const RopeParams& p,
+                                   KvStorage& kv, int64_t layer, std::span<const int32_t> slots,
+                                   const AttentionBatch& b, int64_t n_heads, float scale,
+                                   const Tensor& out, cuda::AttnArgs& a, cuda::DecodeRopeArgs& r) {
+    auto& s = static_cast<CudaKvStorage&>(kv);
+    const KvGeometry& g = s.geometry();
+    const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
     // (INFERCEPT_LAB_OMIT=qkv: no product, so nothing to count; =attn: counters that nobody
     // resets, harmless in a measurement.)
     int* ready = omitted(Sw::kOmitQkv)
@@ -437,8 +553,7 @@ class CudaBackend final : public Backend {
     const bool store_waited = wait_before_store(layer, slots, g.block_size);
     const bool waited = wait_before_attention(layer, b, g.block_size);
     const size_t staged_before = step_.used;  // grows with every upload below
-    cuda::AttnArgs a = attn_args(q, s, layer, out, b, n_heads, scale);
-    cuda::DecodeRopeArgs r;
+    a = attn_args(q, s, layer, out, b, n_heads, scale);
     std::memset(&r, 0, sizeof r);
     r.k_new = k.data;
     r.k_stride = k.stride;
@@ -454,11 +569,7 @@ class CudaBackend final : public Backend {
     r.parts = cuda::decode_rope_parts(b.ctx_len, (int)g.n_kv_heads, attn_planner_.target_ctas(),
                                       attn_planner_.min_partition(), max_parts_);
     // The partitions do not depend on the split, so a split changes no bit of the output.
-    const int group = (int)(n_heads / g.n_kv_heads);
-    const int split_max = sw_.attn_group_split > 0 ? sw_.attn_group_split : group / 2;
-    r.group_split = 1;
-    for (int d = 1; d <= split_max; ++d)
-      if (group % d == 0) r.group_split = d;
+    r.group_split = group_split(n_heads, g);
     if (ready != nullptr) {
       r.ready = ready;
       r.passed = ready + g.n_kv_heads;
@@ -468,8 +579,6 @@ class CudaBackend final : public Backend {
     // Q/K/V product ends only if this call enqueued no upload and no swap wait.
     a.prewait = sw_.attn_prewait && !waited && !store_waited && step_.used == staged_before;
     a.lab_mode = sw_.lab_attn;
-    if (skip_launch(17, bytes_of(a), bytes_of(r)) || omitted(Sw::kOmitAttn)) return;
-    cuda::decode_rope_attention(a, r, (int)n, compute_);
   }
 
   void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
@@ -904,6 +1013,9 @@ class CudaBackend final : public Backend {
   // n_kv_heads on) their passed counts (project_qkv_signalled, DecodeRopeArgs); zero between
   // steps (decode_rope_attention resets them).
   int* signal_counters_ = nullptr;
+  // kSignalLayers x kAttendProjectCounters ints, a layer's attend_project counters; zero
+  // between steps (the kernel resets them).
+  int* project_counters_ = nullptr;
   float* partial_acc_ = nullptr;
   float* partial_ml_ = nullptr;
   int64_t scratch_pairs_ = 0;

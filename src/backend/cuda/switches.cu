@@ -31,6 +31,12 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.attn_prewait = env_switch("INFERCEPT_ATTN_PREWAIT", true);
   s.attn_fused = compute_major >= 9 && env_switch("INFERCEPT_ATTN_FUSED", true);
   s.attn_signal = env_switch("INFERCEPT_ATTN_SIGNAL", true);
+  s.attn_project = env_switch("INFERCEPT_ATTN_PROJECT", true);
+  if (const char* k = std::getenv("INFERCEPT_ATTN_PROJECT_KEYS"); k != nullptr)
+    s.attn_project_keys = std::clamp(std::atoi(k) / 64 * 64, 64, 4096);
+  s.attn_project_prefetch = env_switch("INFERCEPT_ATTN_PROJECT_PREFETCH", false);
+  if (const char* r = std::getenv("INFERCEPT_ATTN_PROJECT_ROWS"); r != nullptr)
+    s.attn_project_rows = std::clamp(std::atoi(r), 1, 2);
   if (const char* g = std::getenv("INFERCEPT_ATTN_GROUP_SPLIT"); g != nullptr)
     s.attn_group_split = std::clamp(std::atoi(g), 0, 8);
   const char* rope = std::getenv("INFERCEPT_GEMV_ROPE");
