@@ -532,6 +532,119 @@ TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
   }
 }
 
+// What both decode-layer cases below share: a layer's Q, K, V and O weights and its norm, each
+// row's paged table with room for two steps (block ids interleaved across the rows), the
+// history before each row's first step (stored once per backend), and each step's inputs.
+class DecodeLayerCase {
+ public:
+  static constexpr int64_t d = 256, bs = 16;
+  const int64_t nh, nkv, hd, n;
+
+  DecodeLayerCase(int64_t nh_, int64_t nkv_, int64_t hd_, bool neox, std::vector<int> ctx)
+      : nh(nh_), nkv(nkv_), hd(hd_), n((int64_t)ctx.size()), ctx_lens_(std::move(ctx)) {
+    wq_ = to_f16(randn((size_t)(nh * hd * d), 0.06f));
+    wk_ = to_f16(randn((size_t)(nkv * hd * d), 0.06f));
+    wv_ = to_f16(randn((size_t)(nkv * hd * d), 0.06f));
+    wo_ = to_f16(randn((size_t)(d * nh * hd), 0.06f));
+    norm_ = randn((size_t)d, 1.0f);
+    for (int i = 0; i < hd / 2; ++i) ff_.push_back(i > hd / 4 ? 8.0f : 1.0f);
+    rope = RopeParams{hd, hd, neox, neox ? 500000.0f : 10000.0f,
+                      neox ? std::span<const float>(ff_) : std::span<const float>()};
+    for (int c : ctx_lens_) max_blocks_ = std::max(max_blocks_, (c + 1 + (int)bs - 1) / (int)bs);
+    tables_.resize((size_t)(n * max_blocks_));
+    for (int64_t s = 0; s < n; ++s)
+      for (int b = 0; b < max_blocks_; ++b)
+        tables_[(size_t)(s * max_blocks_ + b)] = b * (int)n + (int)s;
+    for (int64_t s = 0; s < n; ++s)
+      for (int t = 0; t + 1 < ctx_lens_[(size_t)s]; ++t) {
+        hist_pos_.push_back(t);
+        hist_slot_.push_back(slot_of(s, t));
+      }
+    const int64_t rows = (int64_t)hist_pos_.size();
+    hq_ = randn((size_t)(rows * nh * hd));
+    hk_ = randn((size_t)(rows * nkv * hd));
+    hv_ = randn((size_t)(rows * nkv * hd));
+    x_[0] = randn((size_t)(n * d));
+    x_[1] = randn((size_t)(n * d));
+  }
+  DecodeLayerCase(const DecodeLayerCase&) = delete;  // rope points into ff_
+
+  // One backend's copy of the layer: weights, a KV cache holding the history (f16 on the CPU
+  // oracle, the activation type on a GPU), scratch activations.
+  struct On {
+    Weight wq, wk, wv, wo, norm;
+    std::unique_ptr<KvStorage> kv;
+    Tensor h, q, k, v, o, scratch;
+  };
+  On on(Backend& b) const {
+    const DType act = b.activation_dtype();
+    auto up = [&](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
+      auto r = b.upload_weight(w.data(), DType::f16, rows, cols);
+      EXPECT_TRUE(r.ok());
+      return *r;
+    };
+    On o;
+    o.wq = up(wq_, nh * hd, d);
+    o.wk = up(wk_, nkv * hd, d);
+    o.wv = up(wv_, nkv * hd, d);
+    o.wo = up(wo_, d, nh * hd);
+    o.norm = b.upload_weight(norm_.data(), DType::f32, 1, d).value();
+    const KvGeometry g{1, n * max_blocks_, bs, nkv, hd, act == DType::f32 ? DType::f16 : act};
+    o.kv = b.create_kv_storage(g).value();
+    const int64_t rows = (int64_t)hist_pos_.size();
+    if (rows > 0) {
+      b.begin_step();
+      Tensor tq = put(b, hq_, rows, nh * hd), tk = put(b, hk_, rows, nkv * hd),
+             tv = put(b, hv_, rows, nkv * hd);
+      b.rope_store_kv(tq, tk, tv, hist_pos_, rope, *o.kv, 0, hist_slot_);
+    }
+    o.h = b.alloc_activation(n, d, act);
+    o.q = b.alloc_activation(n, nh * hd, act);
+    o.k = b.alloc_activation(n, nkv * hd, act);
+    o.v = b.alloc_activation(n, nkv * hd, act);
+    o.o = b.alloc_activation(n, nh * hd, act);
+    o.scratch = b.alloc_activation(n, d, act);
+    return o;
+  }
+
+  // Step `step` (0 or 1) of every row: one query row at the row's next position.
+  struct Step {
+    std::vector<int32_t> pos, slot, ctx, q_start, q_len;
+    const std::vector<float>* x;
+  };
+  Step step(int step) const {
+    Step st{{}, {}, {}, {}, std::vector<int32_t>((size_t)n, 1), &x_[step]};
+    for (int64_t s = 0; s < n; ++s) {
+      const int c = ctx_lens_[(size_t)s] + step;
+      st.pos.push_back(c - 1);
+      st.slot.push_back(slot_of(s, c - 1));
+      st.ctx.push_back(c);
+      st.q_start.push_back((int32_t)s);
+    }
+    return st;
+  }
+  AttentionBatch batch(const Step& st) const {
+    return AttentionBatch{(int)n, st.q_start, st.q_len, st.ctx, tables_, max_blocks_};
+  }
+  std::string trace() const {
+    return "heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
+           std::to_string(hd) + ", neox " + std::to_string(rope.neox) + ", rows " +
+           std::to_string(n) + ", first ctx " + std::to_string(ctx_lens_[0]);
+  }
+
+  RopeParams rope;
+
+ private:
+  int32_t slot_of(int64_t s, int t) const {
+    return tables_[(size_t)(s * max_blocks_ + t / bs)] * (int)bs + t % (int)bs;
+  }
+  std::vector<int> ctx_lens_;
+  std::vector<uint16_t> wq_, wk_, wv_, wo_;
+  std::vector<float> norm_, ff_, hq_, hk_, hv_, x_[2];
+  int max_blocks_ = 0;
+  std::vector<int32_t> tables_, hist_pos_, hist_slot_;
+};
+
 // self_attention at a step of decode rows alone takes decode_rope_attention (sm_90): the Q/K/V
 // product, then one kernel that rotates q and the new key, stores K and V, attends with each
 // row's partitions merged inside a thread-block cluster. Against the CPU backend's composition
@@ -542,9 +655,8 @@ TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
 // it waits for the whole product, and the outputs are the same bits.
 void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
                          std::vector<int> ctx_lens) {
-  SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
-               std::to_string(hd) + ", neox " + std::to_string(neox) + ", rows " +
-               std::to_string(ctx_lens.size()) + ", first ctx " + std::to_string(ctx_lens[0]));
+  const DecodeLayerCase c(nh, nkv, hd, neox, std::move(ctx_lens));
+  SCOPED_TRACE(c.trace());
   ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
@@ -570,77 +682,24 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   constexpr int kBackends = 6;
   Backend* bk[kBackends] = {p.cpu.get(),        p.gpu.get(),    composed->get(),
                             unsignalled->get(), unsplit->get(), split_all->get()};
-  const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
-  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
-             wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
-             wv = to_f16(randn((size_t)(nkv * hd * d), 0.06f));
-  const auto norm = randn((size_t)d, 1.0f);
-  std::vector<float> ff;
-  for (int i = 0; i < hd / 2; ++i) ff.push_back(i > hd / 4 ? 8.0f : 1.0f);
-  const RopeParams rp{hd, hd, neox, neox ? 500000.0f : 10000.0f,
-                      neox ? std::span<const float>(ff) : std::span<const float>()};
-  // Room for two steps a row; block ids interleaved across the rows.
-  int max_blocks = 0;
-  for (int c : ctx_lens) max_blocks = std::max(max_blocks, (c + 1 + (int)bs - 1) / (int)bs);
-  std::vector<int32_t> tables((size_t)(n * max_blocks));
-  for (int64_t s = 0; s < n; ++s)
-    for (int b = 0; b < max_blocks; ++b) tables[(size_t)(s * max_blocks + b)] = b * (int)n + (int)s;
-  auto slot_of = [&](int64_t s, int t) {
-    return tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
-  };
-  std::vector<int32_t> hist_pos, hist_slot;
-  for (int64_t s = 0; s < n; ++s)
-    for (int t = 0; t + 1 < ctx_lens[(size_t)s]; ++t) {
-      hist_pos.push_back(t);
-      hist_slot.push_back(slot_of(s, t));
-    }
-  const int64_t nh_rows = (int64_t)hist_pos.size();
-  const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
-             hv = randn((size_t)(nh_rows * nkv * hd));
-  const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
   std::vector<float> outs[kBackends][2];
   for (int i = 0; i < kBackends; ++i) {
     Backend& b = *bk[i];
-    const DType act = b.activation_dtype();
-    auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
-      auto r = b.upload_weight(w.data(), DType::f16, rows, d);
-      EXPECT_TRUE(r.ok());
-      return *r;
-    };
-    const Weight Wq = up(wq, nh * hd), Wk = up(wk, nkv * hd), Wv = up(wv, nkv * hd);
-    const Weight Wn = b.upload_weight(norm.data(), DType::f32, 1, d).value();
-    KvGeometry g{1, n * max_blocks, bs, nkv, hd, i == 0 ? DType::f16 : act};
-    auto kv = b.create_kv_storage(g).value();
-    if (nh_rows > 0) {
-      b.begin_step();
-      Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
-             tv = put(b, hv, nh_rows, nkv * hd);
-      b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
-    }
-    Tensor h = b.alloc_activation(n, d, act), q = b.alloc_activation(n, nh * hd, act),
-           k = b.alloc_activation(n, nkv * hd, act), v = b.alloc_activation(n, nkv * hd, act),
-           o = b.alloc_activation(n, nh * hd, act);
-    const Projection qkv[] = {{&Wq, nullptr, q}, {&Wk, nullptr, k}, {&Wv, nullptr, v}};
+    DecodeLayerCase::On l = c.on(b);
+    const Projection qkv[] = {{&l.wq, nullptr, l.q}, {&l.wk, nullptr, l.k}, {&l.wv, nullptr, l.v}};
     for (int step = 0; step < 2; ++step) {
-      std::vector<int32_t> pos, slot, ctx, q_start, q_len((size_t)n, 1);
-      for (int64_t s = 0; s < n; ++s) {
-        const int c = ctx_lens[(size_t)s] + step;
-        pos.push_back(c - 1);
-        slot.push_back(slot_of(s, c - 1));
-        ctx.push_back(c);
-        q_start.push_back((int32_t)s);
-      }
-      const AttentionBatch batch{(int)n, q_start, q_len, ctx, tables, max_blocks};
-      Tensor xt = put(b, step == 0 ? x1 : x2, n, d);
+      const DecodeLayerCase::Step st = c.step(step);
+      const AttentionBatch batch = c.batch(st);
+      Tensor xt = put(b, *st.x, c.n, c.d);
       b.begin_step();
-      b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
-                       1.0f / std::sqrt((float)hd), o);
-      outs[i][step] = get(b, o);
+      b.self_attention(xt, l.norm, 1e-5f, l.h, qkv, st.pos, c.rope, *l.kv, 0, st.slot, batch, nh,
+                       1.0f / std::sqrt((float)hd), l.o);
+      outs[i][step] = get(b, l.o);
       if (i == 1) {  // again, twice: nothing uploaded now, so the prewait form
         for (int again = 0; again < 2; ++again) {
-          b.self_attention(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
-                           1.0f / std::sqrt((float)hd), o);
-          EXPECT_EQ(get(b, o), outs[1][step]) << "launch " << again + 2;
+          b.self_attention(xt, l.norm, 1e-5f, l.h, qkv, st.pos, c.rope, *l.kv, 0, st.slot, batch,
+                           nh, 1.0f / std::sqrt((float)hd), l.o);
+          EXPECT_EQ(get(b, l.o), outs[1][step]) << "launch " << again + 2;
         }
       }
     }
@@ -665,9 +724,8 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
 // (its counters are back at zero after each launch).
 void self_attention_project_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
                                  std::vector<int> ctx_lens) {
-  SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + ", hd " +
-               std::to_string(hd) + ", rows " + std::to_string(ctx_lens.size()) + ", first ctx " +
-               std::to_string(ctx_lens[0]));
+  const DecodeLayerCase c(nh, nkv, hd, neox, std::move(ctx_lens));
+  SCOPED_TRACE(c.trace());
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
   ASSERT_EQ(setenv("INFERCEPT_ATTN_PROJECT", "0", 1), 0);
@@ -676,77 +734,25 @@ void self_attention_project_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
   ASSERT_TRUE(apart.ok());
   constexpr int kBackends = 3;
   Backend* bk[kBackends] = {p.cpu.get(), p.gpu.get(), apart->get()};
-  const int64_t d = 256, bs = 16, n = (int64_t)ctx_lens.size();
-  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.06f)),
-             wk = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
-             wv = to_f16(randn((size_t)(nkv * hd * d), 0.06f)),
-             wo = to_f16(randn((size_t)(d * nh * hd), 0.06f));
-  const auto norm = randn((size_t)d, 1.0f);
-  const RopeParams rp{hd, hd, neox, 10000.0f, {}};
-  int max_blocks = 0;
-  for (int c : ctx_lens) max_blocks = std::max(max_blocks, (c + 1 + (int)bs - 1) / (int)bs);
-  std::vector<int32_t> tables((size_t)(n * max_blocks));
-  for (int64_t s = 0; s < n; ++s)
-    for (int b = 0; b < max_blocks; ++b) tables[(size_t)(s * max_blocks + b)] = b * (int)n + (int)s;
-  auto slot_of = [&](int64_t s, int t) {
-    return tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
-  };
-  std::vector<int32_t> hist_pos, hist_slot;
-  for (int64_t s = 0; s < n; ++s)
-    for (int t = 0; t + 1 < ctx_lens[(size_t)s]; ++t) {
-      hist_pos.push_back(t);
-      hist_slot.push_back(slot_of(s, t));
-    }
-  const int64_t nh_rows = (int64_t)hist_pos.size();
-  const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
-             hv = randn((size_t)(nh_rows * nkv * hd));
-  const auto x1 = randn((size_t)(n * d)), x2 = randn((size_t)(n * d));
   std::vector<float> outs[kBackends][2], residuals[kBackends][2];
   for (int i = 0; i < kBackends; ++i) {
     Backend& b = *bk[i];
-    const DType act = b.activation_dtype();
-    auto up = [&](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
-      auto r = b.upload_weight(w.data(), DType::f16, rows, cols);
-      EXPECT_TRUE(r.ok());
-      return *r;
-    };
-    const Weight Wq = up(wq, nh * hd, d), Wk = up(wk, nkv * hd, d), Wv = up(wv, nkv * hd, d),
-                 Wo = up(wo, d, nh * hd);
-    const Weight Wn = b.upload_weight(norm.data(), DType::f32, 1, d).value();
-    KvGeometry g{1, n * max_blocks, bs, nkv, hd, i == 0 ? DType::f16 : act};
-    auto kv = b.create_kv_storage(g).value();
-    if (nh_rows > 0) {
-      b.begin_step();
-      Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
-             tv = put(b, hv, nh_rows, nkv * hd);
-      b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
-    }
-    Tensor h = b.alloc_activation(n, d, act), q = b.alloc_activation(n, nh * hd, act),
-           k = b.alloc_activation(n, nkv * hd, act), v = b.alloc_activation(n, nkv * hd, act),
-           o = b.alloc_activation(n, nh * hd, act), scratch = b.alloc_activation(n, d, act);
-    const Projection qkv[] = {{&Wq, nullptr, q}, {&Wk, nullptr, k}, {&Wv, nullptr, v}};
+    DecodeLayerCase::On l = c.on(b);
+    const Projection qkv[] = {{&l.wq, nullptr, l.q}, {&l.wk, nullptr, l.k}, {&l.wv, nullptr, l.v}};
     for (int step = 0; step < 2; ++step) {
-      std::vector<int32_t> pos, slot, ctx, q_start, q_len((size_t)n, 1);
-      for (int64_t s = 0; s < n; ++s) {
-        const int c = ctx_lens[(size_t)s] + step;
-        pos.push_back(c - 1);
-        slot.push_back(slot_of(s, c - 1));
-        ctx.push_back(c);
-        q_start.push_back((int32_t)s);
-      }
-      const AttentionBatch batch{(int)n, q_start, q_len, ctx, tables, max_blocks};
-      const auto& xin = step == 0 ? x1 : x2;
+      const DecodeLayerCase::Step st = c.step(step);
+      const AttentionBatch batch = c.batch(st);
       // The residual is the layer's input, as in the model: normalized for Q/K/V, then added to.
       for (int again = 0; again < (i == 1 ? 3 : 1); ++again) {
-        Tensor xt = put(b, xin, n, d);
+        Tensor xt = put(b, *st.x, c.n, c.d);
         b.begin_step();
-        b.self_attention_project(xt, Wn, 1e-5f, h, qkv, pos, rp, *kv, 0, slot, batch, nh,
-                                 1.0f / std::sqrt((float)hd), o, Wo, xt, scratch);
+        b.self_attention_project(xt, l.norm, 1e-5f, l.h, qkv, st.pos, c.rope, *l.kv, 0, st.slot,
+                                 batch, nh, 1.0f / std::sqrt((float)hd), l.o, l.wo, xt, l.scratch);
         if (again == 0) {
-          outs[i][step] = get(b, o);
+          outs[i][step] = get(b, l.o);
           residuals[i][step] = get(b, xt);
         } else {
-          EXPECT_EQ(get(b, o), outs[1][step]) << "launch " << again + 1;
+          EXPECT_EQ(get(b, l.o), outs[1][step]) << "launch " << again + 1;
           EXPECT_EQ(get(b, xt), residuals[1][step]) << "launch " << again + 1;
         }
       }

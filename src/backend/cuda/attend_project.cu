@@ -31,7 +31,7 @@ template <typename T, typename KV, int HD, int GMAX>
 __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows, int item,
                             int* counters, uint4* stage_raw, float (*qs)[HD]) {
   using Stage = DecodeStage<KV, HD, kAttnWarps>;
-  constexpr int kPer = HD / 32, kHalf = HD / 2;
+  constexpr int kPer = HD / 32;
   __shared__ int last;
   const int parts = r.parts, grp = item / parts, rank = item % parts;
   const int row = grp % rows, kvh_slice = grp / rows;
@@ -55,50 +55,11 @@ __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows
     issue_decode_chunk<KV, HD>(a, bt, kvh, kend, first_c0, my_stage);
     first_issued = true;
   }
-  if (r.ready != nullptr) {  // this KV head's q, k and v rows, counted by the Q/K/V product
-    if (threadIdx.x == 0) {
-      while (load_acquire(r.ready + kvh) < r.ready_count) __nanosleep(32);
-      // The last of the head's items (rows x parts x group_split) to pass resets both.
-      if (atomicAdd(r.passed + kvh, 1) == rows * parts * r.group_split - 1) {
-        atomicExch(r.ready + kvh, 0);
-        atomicExch(r.passed + kvh, 0);
-      }
-    }
-    __syncthreads();
-  }
-  // q rotated and rounded as decode_rope_kernel does it (the same bits), read past L1.
-  const float pos = (float)r.positions[row];
-  const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + head0 * HD;
-  for (int j = threadIdx.x; j < GMAX * kHalf; j += blockDim.x) {
-    const int g = j / kHalf, i = j % kHalf;
-    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
-    float y0 = 0.0f, y1 = 0.0f;
-    if (g < heads)
-      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(q + g * HD + i0)),
-                  to_f32(__ldcg(q + g * HD + i1)), y0, y1);
-    qs[g][i0] = to_f32(from_f32<T>(y0)) * a.scale;
-    qs[g][i1] = to_f32(from_f32<T>(y1)) * a.scale;
-  }
-  // The partition holding the new key rotates it and stores K and V (every slice's item of
-  // it the same bits, as in decode_rope_kernel).
-  if (kbeg <= new_key && new_key < kend) {
-    const int kv_width = a.n_kv_heads * HD;
-    const T* k = static_cast<const T*>(r.k_new) + (int64_t)row * r.k_stride + kvh * HD;
-    const T* v = static_cast<const T*>(r.v_new) + (int64_t)row * r.v_stride + kvh * HD;
-    const int64_t at = (int64_t)r.slots[row] * kv_width + kvh * HD;
-    KV* kc = static_cast<KV*>(r.k_cache) + at;
-    KV* vc = static_cast<KV*>(r.v_cache) + at;
-    for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
-      const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
-      float y0, y1;
-      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(k + i0)),
-                  to_f32(__ldcg(k + i1)), y0, y1);
-      kc[i0] = from_f32<KV>(to_f32(from_f32<T>(y0)));
-      kc[i1] = from_f32<KV>(to_f32(from_f32<T>(y1)));
-    }
-    for (int i = threadIdx.x; i < HD; i += blockDim.x) vc[i] = from_f32<KV>(to_f32(__ldcg(v + i)));
-    __threadfence_block();
-  }
+  // The head's items: rows x parts x group_split. (Without counters the kernel waited for
+  // the whole product at its start.)
+  if (r.ready != nullptr) wait_for_head_rows(r, kvh, rows * parts * r.group_split);
+  rotate_q_and_store_new_key<T, KV, HD, GMAX>(a, r, row, kvh, head0, heads, kbeg, kend, new_key,
+                                              qs);
   __syncthreads();  // qs, and the new key in the cache before a chunk holding it is loaded
   if (warp < kAttnWarps)
     decode_warp_chunks<KV, HD, GMAX, kAttnWarps>(a, bt, kvh, kend, first_c0, first_issued, qs,

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/decode_rope_attention.h"
 
 namespace infercept::cuda {
 
@@ -63,6 +64,68 @@ __device__ __forceinline__ void issue_decode_chunk(const AttnArgs& a, const int3
                reinterpret_cast<const uint4*>(vc + off) + v, true);
   }
   cp_async_commit();
+}
+
+// Returns once KV head kvh's q, k and v rows are written, as the Q/K/V product counts them
+// (GemvHeadSignal, r.ready): thread 0 spins, then a block barrier. The last of the head's
+// `passers` blocks (or items) to pass sets the counter and its passed count back to zero for
+// the next launch.
+__device__ __forceinline__ void wait_for_head_rows(const DecodeRopeArgs& r, int kvh, int passers) {
+  if (threadIdx.x == 0) {
+    while (load_acquire(r.ready + kvh) < r.ready_count) __nanosleep(32);
+    if (atomicAdd(r.passed + kvh, 1) == passers - 1) {
+      atomicExch(r.ready + kvh, 0);
+      atomicExch(r.passed + kvh, 0);
+    }
+  }
+  __syncthreads();
+}
+
+// decode_rope_attention's and attend_project's start on a decode row: its query heads
+// [head0, head0 + heads) rotated as rope_store_kernel rotates them and rounded to T as it
+// stores them, then scaled as decode_kernel reads them, into qs (zeros up to GMAX); and where
+// this partition [kbeg, kend) holds the row's new key, that key rotated and stored with its
+// value to the row's slot for KV head kvh. With the group split every share's block of that
+// partition stores the same bits, since it loads the chunk holding the key next and must not
+// depend on another block's store. q, k and v are read from L2 (__ldcg): the Q/K/V product
+// may still be running, and L1 is not coherent with its stores. Every thread of the block
+// calls it; the caller's barrier then publishes qs and the stored key.
+template <typename T, typename KV, int HD, int GMAX>
+__device__ __forceinline__ void rotate_q_and_store_new_key(const AttnArgs& a,
+                                                           const DecodeRopeArgs& r, int row,
+                                                           int kvh, int head0, int heads, int kbeg,
+                                                           int kend, int new_key, float (*qs)[HD]) {
+  constexpr int kHalf = HD / 2;
+  const float pos = (float)r.positions[row];
+  const T* q = static_cast<const T*>(a.q) + (int64_t)row * a.q_stride + head0 * HD;
+  for (int j = threadIdx.x; j < GMAX * kHalf; j += blockDim.x) {
+    const int g = j / kHalf, i = j % kHalf;
+    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
+    float y0 = 0.0f, y1 = 0.0f;
+    if (g < heads)
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(q + g * HD + i0)),
+                  to_f32(__ldcg(q + g * HD + i1)), y0, y1);
+    qs[g][i0] = to_f32(from_f32<T>(y0)) * a.scale;
+    qs[g][i1] = to_f32(from_f32<T>(y1)) * a.scale;
+  }
+  if (kbeg <= new_key && new_key < kend) {
+    const int kv_width = a.n_kv_heads * HD;
+    const T* k = static_cast<const T*>(r.k_new) + (int64_t)row * r.k_stride + kvh * HD;
+    const T* v = static_cast<const T*>(r.v_new) + (int64_t)row * r.v_stride + kvh * HD;
+    const int64_t at = (int64_t)r.slots[row] * kv_width + kvh * HD;
+    KV* kc = static_cast<KV*>(r.k_cache) + at;
+    KV* vc = static_cast<KV*>(r.v_cache) + at;
+    for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
+      const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + kHalf : 2 * i + 1;
+      float y0, y1;
+      rope_rotate(pos, i, HD, r.theta_base, r.freq_factors, to_f32(__ldcg(k + i0)),
+                  to_f32(__ldcg(k + i1)), y0, y1);
+      kc[i0] = from_f32<KV>(to_f32(from_f32<T>(y0)));
+      kc[i1] = from_f32<KV>(to_f32(from_f32<T>(y1)));
+    }
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) vc[i] = from_f32<KV>(to_f32(__ldcg(v + i)));
+    __threadfence_block();
+  }
 }
 
 // A softmax state that has seen no key: every head's max -inf, sum and accumulators 0.
