@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/attend_project.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/gemm.h"
@@ -1030,6 +1031,20 @@ TEST(CudaOps, PlanAttentionBalancesMixedLengths) {
 // The split of a lone decode row across its context (host-side plan): partitions of at least
 // the minimum (a multiple of the 32-key tile), at most as many as fill the chip, covering
 // every key once, merged by one combine.
+// attend_project's partitions: the row's keys in partition_keys pieces, no more than give each
+// block of the grid one item over all groups, at least 1, at most kAttendProjectMaxParts.
+TEST(CudaOps, AttendProjectPartsFitTheGrid) {
+  using cuda::attend_project_parts;
+  const std::vector<int32_t> ctx_1025{1025}, long_row{5000}, fresh{1}, two{300, 1025};
+  EXPECT_EQ(attend_project_parts(ctx_1025, 64, 16, 528), 17);  // llama3-8b: 8 KV heads x 2
+  EXPECT_EQ(attend_project_parts(ctx_1025, 64, 32, 528), 16);  // llama2-7b: the grid's share
+  EXPECT_EQ(attend_project_parts(ctx_1025, 128, 32, 528), 9);
+  EXPECT_EQ(attend_project_parts(long_row, 64, 4, 528), cuda::kAttendProjectMaxParts);
+  EXPECT_EQ(attend_project_parts(fresh, 64, 32, 528), 1);
+  EXPECT_EQ(attend_project_parts(two, 64, 64, 528), 8);  // the longer row decides, the grid caps
+  EXPECT_EQ(attend_project_parts(ctx_1025, 64, 1000, 528), 1);  // more groups than blocks
+}
+
 TEST(CudaOps, PlanAttentionSplitsAtTheMinimumPartition) {
   const std::vector<int32_t> q_start{0}, q_len{1}, ctx{1024};
   // {min partition, target blocks, partitions}: 32 heads of one row are 32 blocks, so the
