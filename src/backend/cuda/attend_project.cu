@@ -18,10 +18,6 @@ constexpr int kAttnWarps = 2;  // the warps that load and score an item's keys
 constexpr int kUnroll = 8;     // 16-byte weight loads in flight a lane, as gemv_kernel
 constexpr int kRoundPieces = 32 * kUnroll;
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // One work item: partition `rank` of group `grp`'s keys (a row, a KV head and a share of its
 // query heads), as decode_rope_kernel's block computes it but on kAttnWarps warps (the stage
 // of four would leave room for three blocks a multiprocessor, and the product needs four);
@@ -141,7 +137,7 @@ __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows
 
 template <typename T, typename KV, int HD, int GMAX, int NR>
 __global__ void __launch_bounds__(kWarps * 32, 4)
-    attend_project_kernel(AttnArgs a, DecodeRopeArgs r, AttendProjectArgs p, int rows) {
+    attend_project_kernel(AttnArgs a, DecodeRopeArgs r, AttendProjectArgs p) {
   pdl_launch_dependents();  // the FFN's product may be placed as these blocks retire
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 smem_raw[];  // an item's stage; then the product's input rows
@@ -154,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   int vb = blockIdx.x;
   const T* wo = static_cast<const T*>(p.wo);
   // The attention's items, taken by ticket until none is left.
-  const int n_groups = rows * a.n_kv_heads * r.group_split, n_items = n_groups * r.parts;
+  const int n_groups = NR * a.n_kv_heads * r.group_split, n_items = n_groups * r.parts;
   if (r.ready == nullptr) pdl_wait();  // no per-head counters: the whole Q/K/V product
   for (;;) {
     if (threadIdx.x == 0) claimed = atomicAdd(counters + kAttendProjectTickets, 1);
@@ -162,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     const int item = claimed;
     __syncthreads();  // every thread has read it before the next ticket overwrites it
     if (item >= n_items) break;
-    attend_item<T, KV, HD, GMAX>(a, r, rows, item, counters, smem_raw, qs);
+    attend_item<T, KV, HD, GMAX>(a, r, NR, item, counters, smem_raw, qs);
     __syncthreads();  // the stage is free again
   }
   // The product, as gemv_kernel's accumulate epilogue computes it (the same order of sums,
@@ -190,11 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   // its items, so their loads went first: fetching wo from the start held the attention's KV
   // reads behind 33 MB of weight traffic, PERF 4.5q).
   vb = locate(vb);
-  if (vb < total_blocks) {
-    load_round(0);
-    if (p.prefetch)  // and the rest of the row into L2
-      for (int c = kRoundPieces + lane * 8; c < nv; c += 32 * 8) prefetch_l2(wr + c);
-  }
+  if (vb < total_blocks) load_round(0);
   // Every group's output, then the product. The last block past the wait resets the
   // launch's counters: by then every block has taken its last ticket and read the count.
   if (threadIdx.x == 0) {
@@ -288,7 +280,7 @@ void launch(const AttnArgs& a, const DecodeRopeArgs& r, const AttendProjectArgs&
     }
   }
   launch_kernel(kernel, dim3((unsigned)grid), dim3(kWarps * 32), smem, s, programmatic_launch(), a,
-                r, p, NR);
+                r, p);
 }
 
 template <typename T, typename KV, int HD, int GMAX>

@@ -50,9 +50,6 @@ struct AttendProjectArgs {
   void* residual;  // [rows, m]: += attention output @ wo^T, rounded as project_add rounds it
   int64_t residual_stride;
   int* counters;  // kAttendProjectCounters, this layer's
-  // 1 (INFERCEPT_ATTN_PROJECT_PREFETCH=1): a block done with its items loads its first round
-  // of wo into registers and asks L2 for the rest of that row; 0: the first round only.
-  int prefetch;
 };
 
 // `a` and `r` as for decode_rope_attention (r.parts partitions a row, attend_project_parts;

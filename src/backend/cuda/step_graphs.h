@@ -1,4 +1,4 @@
-// CUDA graphs of whole decode steps (cuda_backend.cu says how a step is probed, recorded and
+// CUDA graphs of whole decode steps (cuda_backend_impl.h says how a step is probed, recorded and
 // replayed). Here: the launch signature a step is looked up by, and the bounded cache of
 // recorded steps.
 #pragma once

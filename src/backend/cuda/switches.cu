@@ -34,7 +34,6 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.attn_project = env_switch("INFERCEPT_ATTN_PROJECT", true);
   if (const char* k = std::getenv("INFERCEPT_ATTN_PROJECT_KEYS"); k != nullptr)
     s.attn_project_keys = std::clamp(std::atoi(k) / 64 * 64, 64, 4096);
-  s.attn_project_prefetch = env_switch("INFERCEPT_ATTN_PROJECT_PREFETCH", false);
   if (const char* r = std::getenv("INFERCEPT_ATTN_PROJECT_ROWS"); r != nullptr)
     s.attn_project_rows = std::clamp(std::atoi(r), 1, 2);
   if (const char* g = std::getenv("INFERCEPT_ATTN_GROUP_SPLIT"); g != nullptr)

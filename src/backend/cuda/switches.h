@@ -38,14 +38,11 @@ struct BackendSwitches {
   // INFERCEPT_ATTN_PROJECT=0: with attn_fused, the O projection is a launch of its own after
   // the attention instead of running in the attention's launch (attend_project, PERF 4.5q).
   bool attn_project = true;
-  // INFERCEPT_ATTN_PROJECT_KEYS=N (a multiple of 64): attend_project's partitions of N keys;
-  // INFERCEPT_ATTN_PROJECT_PREFETCH=1: its blocks fetch the rest of their first row of wo
-  // into L2 (AttendProjectArgs::prefetch).
+  // INFERCEPT_ATTN_PROJECT_KEYS=N (a multiple of 64): attend_project's partitions of N keys.
   int attn_project_keys = 64;
   // INFERCEPT_ATTN_PROJECT_ROWS=1: attend_project for steps of one decode row only (by
   // default up to 2, where the grid leaves a row enough partitions; self_attention_project).
   int attn_project_rows = 2;
-  bool attn_project_prefetch = false;
   // INFERCEPT_GEMV_ROPE=1: Q/K/V, RoPE and the KV store in one launch at 1-2 rows
   // (norm_project_rope_store); correct and no faster on the H200 (PERF 4.5l), so off.
   // "require": as 1, and a step the fold cannot take is an error (tests and measurements that
