@@ -303,8 +303,18 @@ void CudaBackend::set_segment(cuda::GemvSegment& g, const void* w, const void* w
   g.m = (int)m;
 }
 
+// The GEMV kernel up to gemv_max_rows, the tensor-core form beyond up to gemv_mma_max_rows.
 bool CudaBackend::fused_fits(const cuda::GemvArgs& a) const {
-  return sw_.fused && a.n <= sw_.gemv_max_rows && cuda::gemv_fits(a);
+  if (!sw_.fused) return false;
+  if (a.n <= sw_.gemv_max_rows) return cuda::gemv_fits(a);
+  return a.n <= sw_.gemv_mma_max_rows && cuda::gemv_mma_fits(a);
+}
+
+void CudaBackend::run_gemv(const cuda::GemvArgs& a) {
+  if (a.n <= sw_.gemv_max_rows)
+    cuda::gemv(a, compute_);
+  else
+    cuda::gemv_mma(a, compute_);
 }
 
 // The attention arguments every form shares but the batch's: q, out, `layer`'s cache and the

@@ -221,6 +221,7 @@ class CudaBackend final : public Backend {
   static void set_segment(cuda::GemvSegment& g, const void* w, const void* w2, const float* bias,
                           const Tensor& out, int64_t m);
   bool fused_fits(const cuda::GemvArgs& a) const;
+  void run_gemv(const cuda::GemvArgs& a);  // a product fused_fits() took
 
   cuda::AttnArgs attn_geometry(const Tensor& q, const CudaKvStorage& s, int64_t layer,
                                const Tensor& out, int64_t n_heads, float scale) const;

@@ -31,10 +31,15 @@ void CudaBackend::matmul(const Tensor& x, const Weight& w, const Weight* bias, T
   CHECK(x.dtype == act_ && w.dtype == act_);
   const void* b = bias != nullptr && bias->present() ? bias->data : nullptr;
   if (skip_launch(4, x, w.data, w.rows, w.cols, b, out)) return;
+  cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
+  a.out_dtype = out.dtype;
+  set_segment(a.seg[0], w.data, nullptr, nullptr, out, w.rows);
   if (x.rows <= sw_.gemv_max_rows &&
       cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
     cuda::gemv(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
                out.dtype, compute_);
+  else if (x.rows > sw_.gemv_max_rows && x.rows <= sw_.gemv_mma_max_rows && cuda::gemv_mma_fits(a))
+    cuda::gemv_mma(a, compute_);
   else
     gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
                out.dtype, compute_);
@@ -78,7 +83,7 @@ bool CudaBackend::launch_norm_project(const Tensor& x, const Weight& norm, float
   a.signal.kv_rows = signal.kv_rows;
   if (!fits || !fused_fits(a)) return false;
   if (skip_launch(16, bytes_of(a)) || omitted(Sw::kOmitQkv)) return true;  // 11: an upload's
-  cuda::gemv(a, compute_);
+  run_gemv(a);
   return true;
 }
 
@@ -146,7 +151,7 @@ void CudaBackend::norm_project_rope_store(const Tensor& x, const Weight& norm, f
   if (!fused_fits(a)) return composed();
   wait_before_store(layer, slots, g.block_size);
   if (skip_launch(14, bytes_of(a)) || omitted(Sw::kOmitQkv)) return;
-  cuda::gemv(a, compute_);
+  run_gemv(a);
 }
 
 // A step of decode rows alone (up to kFusedDecodeMaxRows, sm_90): the Q/K/V product, then
@@ -330,7 +335,7 @@ void CudaBackend::norm_gated_ffn(const Tensor& x, const Weight& norm, float eps,
   if (!fits || !fused_fits(a))
     return Backend::norm_gated_ffn(x, norm, eps, h, w_gate, w_up, gate, up);
   if (skip_launch(12, bytes_of(a)) || omitted(Sw::kOmitGateUp)) return;
-  cuda::gemv(a, compute_);
+  run_gemv(a);
 }
 
 void CudaBackend::project_add(const Tensor& x, const Weight& w, Tensor residual, Tensor scratch) {
@@ -342,7 +347,7 @@ void CudaBackend::project_add(const Tensor& x, const Weight& w, Tensor residual,
   if (skip_launch(13, bytes_of(a)) || omitted(w.rows == w.cols ? Sw::kOmitO : Sw::kOmitDown))
     return;
   if (fused_fits(a))
-    cuda::gemv(a, compute_);
+    run_gemv(a);
   else
     gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, residual.data,
                residual.stride, act_, compute_, /*accumulate=*/true);

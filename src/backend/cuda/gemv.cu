@@ -117,69 +117,6 @@ struct KernelArgs {
   int head_vbs_q, head_vbs_kv;
 };
 
-// Input rows copied into shared memory as they are (KernelArgs::stage_x).
-template <typename T, int NR>
-__device__ void stage_rows(const KernelArgs& a, T* xs_sh) {
-  const int nv = a.k / 8;
-  const T* x = static_cast<const T*>(a.x);
-  uint4* sh = reinterpret_cast<uint4*>(xs_sh);
-#pragma unroll
-  for (int r = 0; r < NR; ++r)
-    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32)
-      sh[r * nv + c] = __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
-  __syncthreads();
-}
-
-// Input rows normalized into shared memory (the unfused path's rmsnorm, same rounding:
-// h = T((x * inv_rms) * w)); every thread of the block takes part. x is read from global
-// memory once (into shared memory, summing squares on the way) and normalized in place.
-template <typename T, int NR>
-__device__ void stage_normalized(const KernelArgs& a, T* xs_sh) {
-  __shared__ float partial[kWarps][NR];
-  __shared__ float inv_rms[NR];
-  const int nv = a.k / 8, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  const T* x = static_cast<const T*>(a.x);
-  uint4* sh = reinterpret_cast<uint4*>(xs_sh);
-#pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    float ss = 0.0f;
-    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride) + c);
-      sh[r * nv + c] = v;
-      float f[8];
-      unpack8<T>(v, f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) partial[warp][r] = ss;
-  }
-  __syncthreads();
-  if (threadIdx.x < NR) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) ss += partial[w][threadIdx.x];
-    inv_rms[threadIdx.x] = rsqrtf(ss / (float)a.k + a.eps);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < NR; ++r) {
-    const float inv = inv_rms[r];
-    for (int c = (int)threadIdx.x; c < nv; c += kWarps * 32) {
-      float f[8];
-      unpack8<T>(sh[r * nv + c], f);  // this thread's own store above: no barrier needed
-      const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c);
-      const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c + 1);
-      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
-      sh[r * nv + c] = pack8<T>(f);
-    }
-  }
-  __syncthreads();
-}
-
 // The features RoPE rotates together, for pair p of a projection: in head h = p / (hd/2),
 // frequency i = p % (hd/2), features (i, i + hd/2) (neox) or (2i, 2i + 1).
 __device__ __forceinline__ int rope_first(const GemvRope& r, int p) {
@@ -309,13 +246,14 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     }
   }
   pdl_wait();
+  // Input rows in shared memory (KernelArgs::stage_x; always when normalized).
+  const T* x = static_cast<const T*>(a.x);
   if constexpr (kNorm)
-    stage_normalized<T, NR>(a, xs_sh);
+    stage_normalized<T, kWarps * 32, NR>(x, a.x_stride, NR, a.k, a.norm, a.eps, staged_raw, nv);
   else if (a.stage_x)
-    stage_rows<T, NR>(a, xs_sh);
+    stage_rows<T, kWarps * 32>(x, a.x_stride, NR, a.k, staged_raw, nv);
   if (vb < a.total_blocks && !a.preload) load_round(0);
 
-  const T* x = static_cast<const T*>(a.x);
   const bool x_staged = kNorm || a.stage_x;
   auto load_x = [&](int r, int c) {
     if (x_staged) return reinterpret_cast<const uint4*>(xs_sh)[r * nv + c];

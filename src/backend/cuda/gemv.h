@@ -100,6 +100,14 @@ constexpr int kGemvBulkMinK = 2048;  // below, tiles are too small to pay for th
 bool gemv_bulk_fits(const GemvArgs& a);
 void gemv_bulk(const GemvArgs& a, cudaStream_t s);
 
+// The same products on tensor cores (gemv_mma.cu), for a few more rows: up to
+// kGemvMmaMaxRows, any epilogue but rope_store, no GemvHeadSignal, k a multiple of 32, sm_80
+// and later. Its cost hardly grows with the rows where gemv()'s does (every weight piece times
+// every row on the CUDA cores); the backend takes it past gemv_max_rows (PERF 4.5r).
+constexpr int kGemvMmaMaxRows = 16;
+bool gemv_mma_fits(const GemvArgs& a);
+void gemv_mma(const GemvArgs& a, cudaStream_t s);
+
 // The plain product of one weight (store epilogue, no norm, no bias).
 bool gemv_fits(int64_t n, int64_t k, const void* x, int64_t x_stride, const void* w, DType in_dtype,
                DType out_dtype);

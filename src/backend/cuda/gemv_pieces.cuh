@@ -1,6 +1,6 @@
-// The 16-byte pieces the GEMV kernels (gemv.cu, gemv_bulk.cu) stream: eight bf16 or f16
-// values unpacked to f32, packed back (rounded as from_f32), and the dot product of two pieces
-// summed in element order.
+// The 16-byte pieces the GEMV kernels (gemv.cu, gemv_bulk.cu, gemv_mma.cu) stream: eight bf16
+// or f16 values unpacked to f32, packed back (rounded as from_f32), and the dot product of two
+// pieces summed in element order; and the input rows staged in shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,6 +54,70 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
   return s;
+}
+
+// Input rows into shared memory, `row_pieces` 16-byte pieces apart (a stride wider than a row
+// lets the MMA GEMV read a column of rows without bank conflicts), by all kThreads threads of
+// the block: as they are (stage_rows), or RMS-normalized as the unfused rmsnorm does it,
+// h = T((x * inv_rms) * w) (stage_normalized: x read from global memory once, the squares
+// summed on the way in, then normalized in place). n <= kMaxRows; a constant n unrolls.
+template <typename T, int kThreads>
+__device__ __forceinline__ void stage_rows(const T* x, int64_t x_stride, int n, int k, uint4* sh,
+                                           int row_pieces) {
+  const int nv = k / 8;
+#pragma unroll
+  for (int r = 0; r < n; ++r)
+    for (int c = (int)threadIdx.x; c < nv; c += kThreads)
+      sh[r * row_pieces + c] = __ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + c);
+  __syncthreads();
+}
+
+template <typename T, int kThreads, int kMaxRows>
+__device__ __forceinline__ void stage_normalized(const T* x, int64_t x_stride, int n, int k,
+                                                 const float* norm, float eps, uint4* sh,
+                                                 int row_pieces) {
+  constexpr int kWarpsHere = kThreads / 32;
+  __shared__ float partial[kWarpsHere][kMaxRows];
+  __shared__ float inv_rms[kMaxRows];
+  const int nv = k / 8, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < n; ++r) {
+    float ss = 0.0f;
+    for (int c = (int)threadIdx.x; c < nv; c += kThreads) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + c);
+      sh[r * row_pieces + c] = v;
+      float f[8];
+      unpack8<T>(v, f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) partial[warp][r] = ss;
+  }
+  __syncthreads();
+  if ((int)threadIdx.x < n) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsHere; ++w) ss += partial[w][threadIdx.x];
+    inv_rms[threadIdx.x] = rsqrtf(ss / (float)k + eps);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < n; ++r) {
+    const float inv = inv_rms[r];
+    for (int c = (int)threadIdx.x; c < nv; c += kThreads) {
+      float f[8];
+      unpack8<T>(sh[r * row_pieces + c], f);  // this thread's own store above: no barrier needed
+      const float4 w0 = __ldg(reinterpret_cast<const float4*>(norm) + 2 * c);
+      const float4 w1 = __ldg(reinterpret_cast<const float4*>(norm) + 2 * c + 1);
+      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
+      sh[r * row_pieces + c] = pack8<T>(f);
+    }
+  }
+  __syncthreads();
 }
 
 }  // namespace infercept::cuda

@@ -16,6 +16,12 @@ struct BackendSwitches {
   // always cuBLASLt). Two: at four rows the kernel lost to cuBLASLt on the 13B shape
   // (T_fwd(4) 13.2 ms against 11.0 at 8 rows, H200, 2026-12-01).
   int gemv_max_rows = 2;
+  // Products of gemv_max_rows + 1 up to this many rows go to the tensor-core GEMV (gemv_mma;
+  // INFERCEPT_GEMV_MMA_MAX_ROWS, up to 16; 0 = none: cuBLASLt and the composed ops as
+  // before). Eight, one mma fragment of rows: decode at batch 3-8 took 1-16% less a step on
+  // every shape; at 12 and 16 rows the 7B and 8B still gained 1-5% but the 13B lost 4-11%
+  // (PERF 4.5r).
+  int gemv_mma_max_rows = 8;
   bool graphs = true;  // INFERCEPT_CUDA_GRAPHS=0: every step eager
   bool fused = true;   // INFERCEPT_FUSED=0: the group ops composed of the plain ones
   // Programmatic dependent launch (sm_90 and later; INFERCEPT_PDL=0 off).
