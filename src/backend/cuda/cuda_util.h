@@ -7,8 +7,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #define CUDA_CHECK(expr)                                                       \
@@ -156,6 +160,45 @@ __device__ __forceinline__ void cp_async_wait() {
 
 inline int ceil_div(long long a, long long b) {
   return (int)((a + b - 1) / b);
+}
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The current device's multiprocessor count (asked once).
+inline int device_multiprocessors() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return n;
+}
+
+// The grid of a persistent kernel: as many blocks of `threads` as are resident at once with
+// `smem` bytes of dynamic shared memory, remembered per kernel and size (a kernel staging rows
+// of different widths would otherwise ask at every launch of an eager step). A kernel is let
+// use up to `max_dynamic` bytes at its first launch, whatever that launch needs: the 48 KB
+// one gets without opting in bounds its static buffers and the dynamic bytes together.
+inline int resident_grid(const void* kernel, int threads, size_t smem, size_t max_dynamic) {
+  static std::mutex mu;  // engines on other threads may launch too
+  static std::map<const void*, std::map<size_t, int>> grids;
+  std::lock_guard<std::mutex> lock(mu);
+  auto kit = grids.find(kernel);
+  if (kit == grids.end()) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)max_dynamic));
+    kit = grids.emplace(kernel, std::map<size_t, int>{}).first;
+  }
+  auto it = kit->second.find(smem);
+  if (it == kit->second.end()) {
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    it = kit->second.emplace(smem, std::max(1, per_sm) * device_multiprocessors()).first;
+  }
+  return it->second;
 }
 
 }  // namespace infercept::cuda

@@ -1,11 +1,8 @@
 #include "backend/cuda/gemv.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
@@ -66,16 +63,6 @@ bool gemv_bulk_on(const GemvArgs& a) {
                   : a.epilogue == GemvEpilogue::accumulate ? 4
                                                            : 0;
   return (mask & bit) != 0 && a.k >= min_k;
-}
-
-int multiprocessors() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return n;
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -374,26 +361,9 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.stage_x = stages_x(a) ? 1 : 0;
   auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
-  // Above 48 KB a kernel must opt in to dynamic shared memory; once per instance.
-  static std::atomic<bool> opted_in{false};
-  if (smem > (48u << 10) && !opted_in.load()) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)kMaxStagedBytes));
-    opted_in.store(true);
-  }
-  // As many blocks as are resident at once: the occupancy for this shared-memory size,
-  // remembered per size (the O and down projections share an instance but stage rows of
-  // different widths, so one remembered size was asked again at every launch of an eager step).
-  static std::mutex mu;  // engines on other threads may launch too
-  static std::map<size_t, int> resident_blocks;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = resident_blocks.find(smem);
-  if (it == resident_blocks.end()) {
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
-    it = resident_blocks.emplace(smem, std::max(1, per_sm) * multiprocessors()).first;
-  }
-  launch_kernel(kernel, dim3((unsigned)std::min(blocks, it->second)), dim3(kWarps * 32), smem, s,
+  const int grid =
+      resident_grid(reinterpret_cast<const void*>(kernel), kWarps * 32, smem, kMaxStagedBytes);
+  launch_kernel(kernel, dim3((unsigned)std::min(blocks, grid)), dim3(kWarps * 32), smem, s,
                 programmatic_launch(), k);
 }
 
@@ -435,10 +405,6 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
     case GemvEpilogue::rope_store:
       return launch_rows<T, T, true, GemvEpilogue::rope_store, kRopeMaxRows>(a, s);
   }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace

@@ -17,9 +17,6 @@
 // gemv.cu it is launched as a plain kernel and lets a programmatic dependent launch only at its
 // end (launch(), MmaArgs::early_trigger: both measured, docs/PERF.md 4.5r).
 #include <algorithm>
-#include <atomic>
-#include <map>
-#include <mutex>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
@@ -254,16 +251,6 @@ template <typename T, typename OutT, int NT, bool kNorm, GemvEpilogue kEpi>
 __global__ void gemv_mma_kernel(const MmaArgs) {}
 #endif
 
-int multiprocessors() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return n;
-}
-
 template <typename T, typename OutT, int NT, bool kNorm, GemvEpilogue kEpi>
 void launch(const GemvArgs& a, cudaStream_t s) {
   MmaArgs k{};
@@ -290,26 +277,9 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.early_trigger = early ? 1 : 0;
   auto* kernel = gemv_mma_kernel<T, OutT, NT, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
-  // Opted in at the first launch whatever its size: the 48 KB default bounds the static
-  // buffers plus the staged rows (4 normalized rows of 5,120 and the reduction's 8 KB are over).
-  static std::atomic<bool> opted_in{false};
-  if (!opted_in.load()) {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxStaged));
-    opted_in.store(true);
-  }
-  // As many blocks as are resident at once, remembered per shared-memory size.
-  static std::mutex mu;
-  static std::map<size_t, int> resident_blocks;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = resident_blocks.find(smem);
-  if (it == resident_blocks.end()) {
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    it = resident_blocks.emplace(smem, std::max(1, per_sm) * multiprocessors()).first;
-  }
-  launch_kernel(kernel, dim3((unsigned)std::min(ceil_div(tiles, kTeams), it->second)),
-                dim3(kThreads), smem, s, pdl && programmatic_launch(), k);
+  const int grid = resident_grid(reinterpret_cast<const void*>(kernel), kThreads, smem, kMaxStaged);
+  launch_kernel(kernel, dim3((unsigned)std::min(ceil_div(tiles, kTeams), grid)), dim3(kThreads),
+                smem, s, pdl && programmatic_launch(), k);
 }
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
@@ -334,10 +304,6 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
       break;
   }
   CHECK_MSG(false, "gemv_mma: unsupported epilogue");
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 int compute_major() {
