@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call: checks and times the CUDA backend on the lent GPU, everything under $OUT.
 #
-# Binaries are built on the development machine (cmake -B build-cuda -DINFERCEPT_NATIVE=OFF,
-# nvcc present) and carried in .carry/bin; the default model (98 MB) is over one call's
-# carry limit, so it travels in two halves (.carry/m1 in a first call, .carry/m2 in the
-# next while the machine is warm) and is put together here.
+# Binaries are built on the development machine (bench/gpu_pack.sh: cmake -B build-cuda
+# -DINFERCEPT_NATIVE=OFF, nvcc present) and carried packed in .carry/binpack (or as
+# .carry/bin); the default model (98 MB) is over one call's carry limit, so it travels in
+# two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
+# is put together here.
 #
 #   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
@@ -18,6 +19,14 @@ RES=/tmp/infercept-results
 OUT=$RES
 mkdir -p "$OUT" "$FINAL_OUT" models
 BIN=${BIN:-.carry/bin}  # another build for an A/B: BIN=.carry/old bash bench/gpu_run.sh set:OLD=1 ...
+# bench/gpu_pack.sh's archive (carried as .carry/binpack), unpacked when it differs from the
+# last one unpacked (a warm machine keeps ignored files between calls).
+if [ -f .carry/binpack/bin.tgz ]; then
+  sum=$(md5sum <.carry/binpack/bin.tgz)
+  if [ "$(cat .carry/.unpacked 2>/dev/null)" != "$sum" ]; then
+    tar xzf .carry/binpack/bin.tgz -C .carry && echo "$sum" >.carry/.unpacked
+  fi
+fi
 export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Test binaries name the repository by the absolute path they were built in.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
