@@ -13,11 +13,15 @@
 //   span        the block's 8 warps read one contiguous stretch of the weight together (rows
 //               in order), partial sums of a row met in shared memory;
 //   cpasync S   one warp per row, the weight streamed through a ring of S stages of shared
-//               memory by cp.async: bytes in flight beyond what registers hold.
+//               memory by cp.async: bytes in flight beyond what registers hold;
+//   engine N / mma N   (--rows, N > 1 input rows, all the same row) the engine's GEMV and its
+//               tensor-core form (gemv_mma.cu, docs/PERF.md 4.5r) at N rows: how far a few-row
+//               product is from the read.
 // Every product is checked against an fp32 reference (relative error, no NaN).
 //
 // Build: with everything else when CUDA is on (target gemv_lab); run on the device:
 //   .carry/bin/gemv_lab [--reps 50] [--copies 0 (auto)] [--shapes 4096x4096,4096x11008,22016x4096]
+//                       [--rows 4,8]
 // (shapes: rows x k, i.e. m x k of out[m] = W[m, k] x[k]). Exit code 0 when every check passed.
 
 #include <cuda_bf16.h>
@@ -207,6 +211,7 @@ int resident(const void* kernel, int threads, size_t smem, int sms) {
 int main(int argc, char** argv) {
   int reps = 50, copies = 0;
   std::string shapes_arg = "4096x4096,4096x11008,11008x4096,22016x4096";
+  std::vector<int> rows_list;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc)
@@ -215,8 +220,20 @@ int main(int argc, char** argv) {
       copies = std::atoi(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc)
       shapes_arg = argv[++i];
+    else if (a == "--rows" && i + 1 < argc)
+      for (std::string r = argv[++i]; !r.empty();) {
+        const size_t c = r.find(',');
+        const int n = std::atoi(r.substr(0, c).c_str());
+        if (n < 2 || n > infercept::cuda::kGemvMmaMaxRows) {
+          std::fprintf(stderr, "--rows: 2..%d\n", infercept::cuda::kGemvMmaMaxRows);
+          return 2;
+        }
+        rows_list.push_back(n);
+        r = c == std::string::npos ? "" : r.substr(c + 1);
+      }
     else {
-      std::fprintf(stderr, "usage: gemv_lab [--reps N] [--copies N] [--shapes MxK,...]\n");
+      std::fprintf(stderr,
+                   "usage: gemv_lab [--reps N] [--copies N] [--shapes MxK,...] [--rows N,...]\n");
       return 2;
     }
   }
@@ -243,12 +260,15 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&w[c], bytes));
       fill_kernel<<<1024, 256, 0, s>>>(w[c], n, 12345u);  // same values in every copy
     }
+    // Up to kGemvMmaMaxRows input rows, all the same (every output row must equal row 0's).
+    constexpr int kMaxRows = infercept::cuda::kGemvMmaMaxRows;
     __nv_bfloat16* x;
     float *out, *ref;
-    CK(cudaMalloc(&x, (size_t)sh.k * 2));
-    CK(cudaMalloc(&out, (size_t)sh.m * 4));
+    CK(cudaMalloc(&x, (size_t)kMaxRows * sh.k * 2));
+    CK(cudaMalloc(&out, (size_t)kMaxRows * sh.m * 4));
     CK(cudaMalloc(&ref, (size_t)sh.m * 4));
-    fill_kernel<<<64, 256, 0, s>>>(x, sh.k, 777u);
+    for (int r = 0; r < kMaxRows; ++r)
+      fill_kernel<<<64, 256, 0, s>>>(x + (size_t)r * sh.k, sh.k, 777u);
     reference_kernel<<<sh.m, 256, 0, s>>>(w[0], x, ref, sh.k);
     CK(cudaStreamSynchronize(s));
     std::vector<float> h_ref(sh.m), h_out(sh.m);
@@ -340,6 +360,40 @@ int main(int argc, char** argv) {
     cpasync(cpasync_kernel<2>, 2, "cpasync 2");
     cpasync(cpasync_kernel<3>, 3, "cpasync 3");
     cpasync(cpasync_kernel<4>, 4, "cpasync 4");
+    for (const int nr : rows_list) {
+      infercept::cuda::GemvArgs a;
+      a.x = x;
+      a.x_stride = sh.k;
+      a.n = nr;
+      a.k = sh.k;
+      a.in_dtype = infercept::DType::bf16;
+      a.out_dtype = infercept::DType::f32;
+      a.seg[0] = infercept::cuda::GemvSegment{nullptr, nullptr, nullptr, out, sh.m, sh.m};
+      const std::string e = "engine " + std::to_string(nr), m = "mma " + std::to_string(nr);
+      auto with = [&](const __nv_bfloat16* p) {
+        infercept::cuda::GemvArgs b = a;
+        b.seg[0].w = p;
+        return b;
+      };
+      // Checked on row 0, and the last row against row 0 below.
+      if (infercept::cuda::gemv_fits(with(w[0])))
+        time_it(
+            e.c_str(), 0, [&](const __nv_bfloat16* p) { infercept::cuda::gemv(with(p), s); }, true);
+      if (infercept::cuda::gemv_mma_fits(with(w[0]))) {
+        time_it(
+            m.c_str(), 0, [&](const __nv_bfloat16* p) { infercept::cuda::gemv_mma(with(p), s); },
+            true);
+        std::vector<float> last(sh.m);
+        CK(cudaMemcpy(last.data(), out + (size_t)(nr - 1) * sh.m, (size_t)sh.m * 4,
+                      cudaMemcpyDeviceToHost));
+        int nans = 0;
+        if (!(rel_error(last, h_out, &nans) < 1e-6) || nans > 0) {
+          std::printf("| %dx%d | | %s: row %d differs from row 0 | | | | | |\n", sh.m, sh.k,
+                      m.c_str(), nr - 1);
+          ok = false;
+        }
+      }
+    }
     for (auto* p : w) CK(cudaFree(p));
     CK(cudaFree(x));
     CK(cudaFree(out));
