@@ -26,10 +26,13 @@ struct Pair {
   std::unique_ptr<Backend> cpu, gpu;
 };
 
-Pair backends() {
+// The GPU backend computes in `act` (bf16 or f16).
+Pair backends(DType act = DType::bf16) {
   Pair p;
   p.cpu = make_cpu_backend(4);
-  auto g = make_cuda_backend({});
+  CudaBackendOptions o;
+  o.activation_dtype = act;
+  auto g = make_cuda_backend(o);
   EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
   if (g.ok()) p.gpu = std::move(*g);
   return p;
@@ -47,14 +50,15 @@ std::vector<float> randn(size_t n, float scale = 1.0f) {
   return v;
 }
 
-// Host floats into a backend activation (bf16 on the GPU, f32 on the CPU).
+// Host floats into a backend activation (bf16 or f16 on the GPU, f32 on the CPU).
 Tensor put(Backend& b, const std::vector<float>& v, int64_t rows, int64_t cols) {
   Tensor t = b.alloc_activation(rows, cols, b.activation_dtype());
   if (b.activation_dtype() == DType::f32) {
     std::memcpy(t.data, v.data(), v.size() * 4);
   } else {
+    const bool f16 = b.activation_dtype() == DType::f16;
     std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = fp32_to_bf16(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
     EXPECT_EQ(cudaMemcpy(t.data, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
@@ -360,7 +364,8 @@ TEST(CudaOps, GemvBulkEveryEpilogueMatchesTheCpuBackend) {
 // The tensor-core GEMV at every fragment boundary of the rows (1, 4, 7, 8, 9, 16): feature
 // counts that leave a short last tile of 16, k split unevenly over the warps (11008 = 344
 // steps of 32; 5120: every warp 20; 96: warps without steps). The input rows must fit the
-// shared memory (180 KB): 9 and 16 rows of 11008 do not, the only refusals allowed.
+// shared memory (180 KB): 9 and 16 rows of 11008 do not, the only refusals allowed. Then 3 and
+// 9 rows with f16 activations.
 TEST(CudaOps, GemvMmaEveryEpilogueMatchesTheCpuBackend) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
@@ -372,6 +377,13 @@ TEST(CudaOps, GemvMmaEveryEpilogueMatchesTheCpuBackend) {
   for (int n : {4, 1, 7, 8, 9, 16})
     check_every_epilogue(p, n, cuda::gemv_mma_fits, cuda::gemv_mma,
                          {{517, 5120}, {1027, 4096}, {333, 11008}, {40, 96}}, too_wide);
+  // f16 activations: the other mma instruction and conversions.
+  Pair h = backends(DType::f16);
+  ASSERT_TRUE(h.gpu);
+  ASSERT_EQ(h.gpu->activation_dtype(), DType::f16);
+  for (int n : {3, 9})
+    check_every_epilogue(h, n, cuda::gemv_mma_fits, cuda::gemv_mma, {{517, 5120}, {40, 96}},
+                         too_wide);
 }
 
 // The Q/K/V product that signals per KV head (GemvHeadSignal): the same bits as the product
