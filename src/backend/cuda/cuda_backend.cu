@@ -303,11 +303,15 @@ void CudaBackend::set_segment(cuda::GemvSegment& g, const void* w, const void* w
   g.m = (int)m;
 }
 
-// The GEMV kernel up to gemv_max_rows, the tensor-core form beyond up to gemv_mma_max_rows.
-bool CudaBackend::fused_fits(const cuda::GemvArgs& a) const {
-  if (!sw_.fused) return false;
+// The GEMV kernel up to gemv_max_rows, the tensor-core form beyond up to gemv_mma_max_rows;
+// false: cuBLASLt (and, for a group op, the composed ops).
+bool CudaBackend::gemv_takes(const cuda::GemvArgs& a) const {
   if (a.n <= sw_.gemv_max_rows) return cuda::gemv_fits(a);
   return a.n <= sw_.gemv_mma_max_rows && cuda::gemv_mma_fits(a);
+}
+
+bool CudaBackend::fused_fits(const cuda::GemvArgs& a) const {
+  return sw_.fused && gemv_takes(a);
 }
 
 void CudaBackend::run_gemv(const cuda::GemvArgs& a) {

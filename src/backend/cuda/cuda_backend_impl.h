@@ -220,8 +220,9 @@ class CudaBackend final : public Backend {
   cuda::GemvArgs gemv_args(const Tensor& x, cuda::GemvEpilogue epilogue) const;
   static void set_segment(cuda::GemvSegment& g, const void* w, const void* w2, const float* bias,
                           const Tensor& out, int64_t m);
-  bool fused_fits(const cuda::GemvArgs& a) const;
-  void run_gemv(const cuda::GemvArgs& a);  // a product fused_fits() took
+  bool gemv_takes(const cuda::GemvArgs& a) const;
+  bool fused_fits(const cuda::GemvArgs& a) const;  // gemv_takes, unless INFERCEPT_FUSED=0
+  void run_gemv(const cuda::GemvArgs& a);          // a product gemv_takes() took
 
   cuda::AttnArgs attn_geometry(const Tensor& q, const CudaKvStorage& s, int64_t layer,
                                const Tensor& out, int64_t n_heads, float scale) const;

@@ -34,12 +34,8 @@ void CudaBackend::matmul(const Tensor& x, const Weight& w, const Weight* bias, T
   cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::store);
   a.out_dtype = out.dtype;
   set_segment(a.seg[0], w.data, nullptr, nullptr, out, w.rows);
-  if (x.rows <= sw_.gemv_max_rows &&
-      cuda::gemv_fits(x.rows, x.cols, x.data, x.stride, w.data, act_, out.dtype))
-    cuda::gemv(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
-               out.dtype, compute_);
-  else if (x.rows > sw_.gemv_max_rows && x.rows <= sw_.gemv_mma_max_rows && cuda::gemv_mma_fits(a))
-    cuda::gemv_mma(a, compute_);
+  if (gemv_takes(a))
+    run_gemv(a);
   else
     gemm_->run(x.data, x.stride, act_, w.data, x.rows, w.rows, w.cols, out.data, out.stride,
                out.dtype, compute_);

@@ -166,15 +166,22 @@ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The current device's multiprocessor count (asked once).
+// An attribute of the current device.
+inline int device_attribute(cudaDeviceAttr attr) {
+  int device = 0, v = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
+  return v;
+}
+
+// The current device's multiprocessor count and compute capability major (asked once).
 inline int device_multiprocessors() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+  static const int n = device_attribute(cudaDevAttrMultiProcessorCount);
   return n;
+}
+inline int device_compute_major() {
+  static const int v = device_attribute(cudaDevAttrComputeCapabilityMajor);
+  return v;
 }
 
 // The grid of a persistent kernel: as many blocks of `threads` as are resident at once with

@@ -409,14 +409,31 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-bool gemv_fits(const GemvArgs& a) {
+bool gemv_args_valid(const GemvArgs& a) {
   const bool half = a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
   const bool plain = a.norm == nullptr && a.epilogue == GemvEpilogue::store;
-  if (!half || a.n < 1 || a.n > (plain ? kGemvMaxRows : kFusedMaxRows)) return false;
+  if (!half || a.n < 1) return false;
   if (a.out_dtype != a.in_dtype && !(plain && a.out_dtype == DType::f32)) return false;
   // The gated form always normalizes (it is the FFN's first half); accumulate never does.
   if (a.epilogue == GemvEpilogue::gated && a.norm == nullptr) return false;
   if (a.epilogue == GemvEpilogue::accumulate && a.norm != nullptr) return false;
+  if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
+  if (a.k % 8 != 0 || a.x_stride % 8 != 0 || !aligned16(a.x) || a.k / 8 >= (1 << 30)) return false;
+  if (a.norm != nullptr && !aligned16(a.norm)) return false;
+  for (int i = 0; i < a.n_segments; ++i) {
+    const GemvSegment& g = a.seg[i];
+    if (g.w == nullptr || !aligned16(g.w) || g.out == nullptr || g.m < 1) return false;
+    if ((a.epilogue == GemvEpilogue::gated) != (g.w2 != nullptr)) return false;
+    if (g.w2 != nullptr && !aligned16(g.w2)) return false;
+    if (g.bias != nullptr && a.epilogue != GemvEpilogue::store) return false;
+  }
+  return true;
+}
+
+bool gemv_fits(const GemvArgs& a) {
+  if (!gemv_args_valid(a)) return false;
+  const bool plain = a.norm == nullptr && a.epilogue == GemvEpilogue::store;
+  if (a.n > (plain ? kGemvMaxRows : kFusedMaxRows)) return false;
   if (a.epilogue == GemvEpilogue::rope_store) {
     const GemvRope& r = a.rope;
     if (a.norm == nullptr || a.n > kRopeMaxRows || a.n_segments != 3 || a.out_dtype != a.in_dtype)
@@ -428,7 +445,6 @@ bool gemv_fits(const GemvArgs& a) {
       if (a.seg[i].m % r.head_dim != 0) return false;
     if (a.seg[1].m != r.kv_width || a.seg[2].m != r.kv_width) return false;
   }
-  if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
   if (a.signal.ready != nullptr) {
     const GemvHeadSignal& h = a.signal;
     if (a.epilogue != GemvEpilogue::store || a.norm == nullptr || a.n_segments != 3 ||
@@ -439,16 +455,7 @@ bool gemv_fits(const GemvArgs& a) {
     for (int i = 0; i < 3; ++i)
       if (a.seg[i].bias != nullptr) return false;
   }
-  if (a.k % 8 != 0 || a.x_stride % 8 != 0 || !aligned16(a.x) || a.k / 8 >= (1 << 30)) return false;
-  if (a.norm != nullptr && (!aligned16(a.norm) || staged_bytes(a) > kMaxStagedBytes)) return false;
-  for (int i = 0; i < a.n_segments; ++i) {
-    const GemvSegment& g = a.seg[i];
-    if (g.w == nullptr || !aligned16(g.w) || g.out == nullptr || g.m < 1) return false;
-    if ((a.epilogue == GemvEpilogue::gated) != (g.w2 != nullptr)) return false;
-    if (g.w2 != nullptr && !aligned16(g.w2)) return false;
-    if (g.bias != nullptr && a.epilogue != GemvEpilogue::store) return false;
-  }
-  return true;
+  return a.norm == nullptr || staged_bytes(a) <= kMaxStagedBytes;
 }
 
 void gemv(const GemvArgs& a, cudaStream_t s) {

@@ -85,6 +85,13 @@ struct GemvArgs {
   GemvHeadSignal signal;  // store only, see GemvHeadSignal; none when signal.ready is null
 };
 
+// Whether the arguments are well formed for any of the GEMV kernels: bf16/f16 inputs, f32
+// or input-type output (input type for accumulate/gated/norm), gated with a norm and a second
+// weight, accumulate without a norm, biases on store only, 1-3 segments, k and the row stride
+// multiples of 8, x, the norm and every weight 16-byte aligned. Each kernel's fits adds its own
+// limits (rows, shared memory, epilogues it takes).
+bool gemv_args_valid(const GemvArgs& a);
+
 // Whether gemv() takes these arguments: 1 <= n <= kGemvMaxRows, bf16/f16 inputs, f32 or
 // input-type output (input type for accumulate/gated/norm), k and the row stride multiples
 // of 8, x and every weight 16-byte aligned (whole vector loads), the normalized rows fit the

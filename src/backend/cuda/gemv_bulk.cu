@@ -231,19 +231,6 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
 #endif
 }
 
-int multiprocessors_and_arch(int* major) {
-  static int count = 0, arch = 0;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&arch, cudaDevAttrComputeCapabilityMajor, device));
-  });
-  *major = arch;
-  return count;
-}
-
 // Rows a tile takes for these arguments: the most (a power of two up to 8) within the tile
 // size whose warp shares fit the lanes' input registers; 0 when none does.
 int rows_per_tile(const GemvArgs& a) {
@@ -288,10 +275,8 @@ void launch(const BulkArgs& b, cudaStream_t s) {
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxShared));
   });
-  int major = 0;
-  const int sms = multiprocessors_and_arch(&major);
-  launch_kernel(kernel, dim3((unsigned)std::min(b.total_tiles, sms)), dim3(kConsumers + 32),
-                shared_bytes(b, kNorm), s, programmatic_launch(), b);
+  launch_kernel(kernel, dim3((unsigned)std::min(b.total_tiles, device_multiprocessors())),
+                dim3(kConsumers + 32), shared_bytes(b, kNorm), s, programmatic_launch(), b);
 }
 
 template <typename T>
@@ -315,9 +300,8 @@ void launch_typed(const GemvArgs& a, const BulkArgs& b, cudaStream_t s) {
 }  // namespace
 
 bool gemv_bulk_fits(const GemvArgs& a) {
-  int major = 0;
-  multiprocessors_and_arch(&major);
-  if (major < 9 || a.n != 1 || a.epilogue == GemvEpilogue::rope_store || !gemv_fits(a))
+  if (device_compute_major() < 9 || a.n != 1 || a.epilogue == GemvEpilogue::rope_store ||
+      !gemv_fits(a))
     return false;
   const int R = rows_per_tile(a);
   if (R == 0) return false;

@@ -306,37 +306,14 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
   CHECK_MSG(false, "gemv_mma: unsupported epilogue");
 }
 
-int compute_major() {
-  static const int major = [] {
-    int device = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
-    return v;
-  }();
-  return major;
-}
-
 }  // namespace
 
 bool gemv_mma_fits(const GemvArgs& a) {
-  const bool half = a.in_dtype == DType::bf16 || a.in_dtype == DType::f16;
-  if (!half || a.n < 1 || a.n > kGemvMmaMaxRows || a.k < kStepK || a.k % kStepK != 0) return false;
+  if (!gemv_args_valid(a) || a.n > kGemvMmaMaxRows || a.k < kStepK || a.k % kStepK != 0)
+    return false;
   if (a.epilogue == GemvEpilogue::rope_store || a.signal.ready != nullptr) return false;
-  const bool plain = a.norm == nullptr && a.epilogue == GemvEpilogue::store;
-  if (a.out_dtype != a.in_dtype && !(plain && a.out_dtype == DType::f32)) return false;
-  if (a.epilogue == GemvEpilogue::gated && a.norm == nullptr) return false;
-  if (a.epilogue == GemvEpilogue::accumulate && a.norm != nullptr) return false;
-  if (a.n_segments < 1 || a.n_segments > kGemvMaxSegments) return false;
-  if (a.x_stride % 8 != 0 || !aligned16(a.x)) return false;
-  if (staged_bytes(a) > kMaxStaged || (a.norm != nullptr && !aligned16(a.norm))) return false;
-  for (int i = 0; i < a.n_segments; ++i) {
-    const GemvSegment& g = a.seg[i];
-    if (g.w == nullptr || !aligned16(g.w) || g.out == nullptr || g.m < 1) return false;
-    if ((a.epilogue == GemvEpilogue::gated) != (g.w2 != nullptr)) return false;
-    if (g.w2 != nullptr && !aligned16(g.w2)) return false;
-    if (g.bias != nullptr && a.epilogue != GemvEpilogue::store) return false;
-  }
-  return compute_major() >= 8;  // mma.sync on bf16/f16 (PTX for older cards has empty kernels)
+  // mma.sync on bf16/f16 (the PTX for older cards has empty kernels).
+  return staged_bytes(a) <= kMaxStaged && device_compute_major() >= 8;
 }
 
 void gemv_mma(const GemvArgs& a, cudaStream_t s) {

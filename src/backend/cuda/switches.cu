@@ -27,7 +27,6 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
     s.gemv_max_rows = std::clamp(std::atoi(r), 0, kGemvMaxRows);
   if (const char* r = std::getenv("INFERCEPT_GEMV_MMA_MAX_ROWS"); r != nullptr)
     s.gemv_mma_max_rows = std::clamp(std::atoi(r), 0, kGemvMmaMaxRows);
-  if (compute_major < 8) s.gemv_mma_max_rows = 0;
   s.graphs = env_switch("INFERCEPT_CUDA_GRAPHS", true);
   s.fused = env_switch("INFERCEPT_FUSED", true);
   s.programmatic = compute_major >= 9 && env_switch("INFERCEPT_PDL", true);
