@@ -303,15 +303,8 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     if (lane < NR) {
       if constexpr (kRope) {
         rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2, out_row);
-      } else if constexpr (kEpi == GemvEpilogue::store) {
-        if (bias != nullptr) v += bias[row];
-        *out = from_f32<OutT>(v);
-      } else if constexpr (kEpi == GemvEpilogue::accumulate) {
-        // Rounded as the unfused product (to T) and residual add (to T) would be.
-        *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
       } else {
-        const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
-        *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+        write_output<kEpi>(out, v, v2, bias != nullptr ? bias + row : nullptr);
       }
     }
     if constexpr (kEpi == GemvEpilogue::store && kNorm) {

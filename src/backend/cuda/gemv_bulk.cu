@@ -217,16 +217,7 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
     }
     const int row = row0 + (int)threadIdx.x;
     OutT* out = static_cast<OutT*>(g.out) + row;
-    if constexpr (kEpi == GemvEpilogue::store) {
-      if (g.bias != nullptr) v += g.bias[row];
-      *out = from_f32<OutT>(v);
-    } else if constexpr (kEpi == GemvEpilogue::accumulate) {
-      // Rounded as the unfused product (to T) and residual add (to T) would be.
-      *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
-    } else {
-      const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
-      *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
-    }
+    write_output<kEpi>(out, v, v2, g.bias != nullptr ? g.bias + row : nullptr);
   }
 #endif
 }

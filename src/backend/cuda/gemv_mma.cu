@@ -231,16 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_kernel(const MmaArgs a) 
         if constexpr (kGated) v2 += red[team][w][(NT + frag) * 4 + reg][src_lane];
       }
       OutT* out = static_cast<OutT*>(sg.out) + (int64_t)col * sg.out_stride + row0 + f;
-      if constexpr (kEpi == GemvEpilogue::store) {
-        if (sg.bias != nullptr) v += sg.bias[row0 + f];
-        *out = from_f32<OutT>(v);
-      } else if constexpr (kEpi == GemvEpilogue::accumulate) {
-        // Rounded as the unfused product (to T) and residual add (to T) would be.
-        *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
-      } else {
-        const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
-        *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
-      }
+      write_output<kEpi>(out, v, v2, sg.bias != nullptr ? sg.bias + row0 + f : nullptr);
     }
     team_sync();  // `red` is written again for the next tile
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/gemv.h"
 
 namespace infercept::cuda {
 
@@ -54,6 +55,24 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
   return s;
+}
+
+// One output of a product with epilogue kEpi (store, accumulate or gated), the same in every
+// GEMV kernel: v plus *bias (when not null) stored; v added to *out, rounded as the unfused
+// product (to OutT) and residual add (to OutT) would be; or silu(gate) * up of the gate and up
+// products v and v2, each rounded to OutT first as the unfused products store them.
+template <GemvEpilogue kEpi, typename OutT>
+__device__ __forceinline__ void write_output(OutT* out, float v, float v2, const float* bias) {
+  if constexpr (kEpi == GemvEpilogue::store) {
+    if (bias != nullptr) v += *bias;
+    *out = from_f32<OutT>(v);
+  } else if constexpr (kEpi == GemvEpilogue::accumulate) {
+    *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
+  } else {
+    static_assert(kEpi == GemvEpilogue::gated, "rope_store writes its pairs itself");
+    const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
+    *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
+  }
 }
 
 // Input rows into shared memory, `row_pieces` 16-byte pieces apart (a stride wider than a row
