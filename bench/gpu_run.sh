@@ -10,7 +10,8 @@
 #   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
-#     unset:NAME       removes it again; keep: fwd-SHAPE keeps big checkpoints for later stages
+#     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
+#     keep: fwd-SHAPE keeps big checkpoints for later stages
 # (run `pack` last, outside any timeout, so that what finished comes back)
 set -u
 # At most 8 files come back from a call: results go to $RES, packed into one archive at the end.
@@ -42,6 +43,9 @@ PROMPTS='[[1,504,3575,282,4649,314],[1,1489,28264,24,94,725],[1,5723,2056,253,65
 for stage in "$@"; do
   case $stage in
     part1) cp .carry/m1/* models/.part.aa && log "model part 1 stored" ;;
+    bin:*)  # bin:DIR runs the stages after it with the binaries in DIR (another build for an A/B)
+      BIN=${stage#bin:}; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v '^bin_' | paste -sd, -)
+      TAGS="${TAGS:-}${TAGS:+,}bin_$(basename "$BIN")"; log "binaries: $BIN" ;;
     model)
       cat models/.part.aa .carry/m2/* >"$MODEL"
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;

@@ -14,7 +14,15 @@
 //               in order), partial sums of a row met in shared memory;
 //   cpasync S   one warp per row, the weight streamed through a ring of S stages of shared
 //               memory by cp.async: bytes in flight beyond what registers hold;
-//   engine N / mma N   (--rows, N > 1 input rows, all the same row) the engine's GEMV and its
+//   read 8 hH / rowwarp 8 hH   the same with load_stream's L2 hint H (cuda_util.h: 1 256-byte
+//               prefetch, 2 evict-first, 3 both); h0 is no hint, whatever the build's default.
+//   parts       rowwarp 8 with one piece of its math at a time (see parts_kernel)
+//   pipe 2xU    rowwarp with two rounds of U in flight a warp: one consumed while the other
+//               streams (the math off the warp's memory path)
+//   readrows U  the GEMV's access pattern (warp per row) without its math
+//   tiled       the weight stored so the GEMV's warps sweep memory as a read does (see
+//               tile_kernel), with and without the math
+//   engine N / mma N   (--rows, N input rows, all the same row) the engine's GEMV and its
 //               tensor-core form (gemv_mma.cu, docs/PERF.md 4.5r) at N rows: how far a few-row
 //               product is from the read.
 // Every product is checked against an fp32 reference (relative error, no NaN).
@@ -55,7 +63,7 @@ __device__ void stage_x(const __nv_bfloat16* x, int k, uint4* xs) {
 }
 
 // --- rowwarp U: warp per row, rounds of U pieces a lane ---
-template <int U, int kMinBlocks>
+template <int U, int kMinBlocks, int Hint = 0>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     rowwarp_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
                    float* __restrict__ out, int m, int k) {
@@ -64,9 +72,227 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
   for (int row = blockIdx.x * kWarps + warp; row < m; row += gridDim.x * kWarps) {
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * k);
-    const float acc = lab::warp_sum(lab::warp_row_partial<U>(wr, xs, nv, 0, lane));
+    const float acc = lab::warp_sum(lab::warp_row_partial<U, Hint>(wr, xs, nv, 0, lane));
     if (lane == 0) out[row] = acc;
   }
+}
+
+// --- parts: rowwarp 8 with one piece of its math at a time, to find what costs the 12% it
+// is behind readrows (same rows, same rounds, same occupancy). Mode 0: the weights XORed
+// with x from shared memory (the LDS, no arithmetic); 1: dot8 with a constant x in registers
+// (the arithmetic, no LDS); 2: x staged as f32 (two LDS a piece, no unpacking of x); 3: two
+// accumulators (half the FMA chain). Modes 0 and 1 compute nothing useful. ---
+template <int kMode>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    parts_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
+                 float* __restrict__ out, int m, int k) {
+  extern __shared__ uint4 xs[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  float4* xf = reinterpret_cast<float4*>(xs);  // mode 2: 2 float4 a piece
+  if constexpr (kMode == 2) {
+    for (int c = threadIdx.x; c < nv; c += blockDim.x) {
+      const uint4 v = reinterpret_cast<const uint4*>(x)[c];
+      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+      float f[8];
+      for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+      }
+      xf[2 * c] = make_float4(f[0], f[1], f[2], f[3]);
+      xf[2 * c + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+    __syncthreads();
+  } else {
+    stage_x(x, k, xs);
+  }
+  const uint4 xc = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
+  for (int row = blockIdx.x * kWarps + warp; row < m; row += gridDim.x * kWarps) {
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * k);
+    float acc = 0.0f, acc2 = 0.0f;
+    uint32_t bits = 0;
+    for (int c0 = 0; c0 < nv; c0 += 32 * 8) {
+      uint4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = c0 + lane + 32 * i;
+        v[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = c0 + lane + 32 * i;
+        if (c >= nv) continue;
+        if constexpr (kMode == 0) {
+          const uint4 q = xs[c];
+          bits ^= (v[i].x ^ q.x) ^ (v[i].y ^ q.y) ^ (v[i].z ^ q.z) ^ (v[i].w ^ q.w);
+        } else if constexpr (kMode == 1) {
+          acc += dot8(v[i], xc);
+        } else if constexpr (kMode == 2) {
+          const float4 p0 = xf[2 * c], p1 = xf[2 * c + 1];
+          const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+          const uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc = fmaf(__uint_as_float(u[j] << 16), xv[2 * j], acc);
+            acc = fmaf(__uint_as_float(u[j] & 0xffff0000u), xv[2 * j + 1], acc);
+          }
+        } else {
+          const uint4 q = xs[c];
+          const uint32_t a[4] = {v[i].x, v[i].y, v[i].z, v[i].w}, b[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc = fmaf(__uint_as_float(a[j] << 16), __uint_as_float(b[j] << 16), acc);
+            acc2 = fmaf(__uint_as_float(a[j] & 0xffff0000u), __uint_as_float(b[j] & 0xffff0000u),
+                        acc2);
+          }
+        }
+      }
+    }
+    acc = lab::warp_sum(acc + acc2);
+    if (lane == 0) out[row] = kMode == 0 ? __uint_as_float(bits) : acc;
+  }
+}
+
+// --- pipe U: warp per row as rowwarp, the warp's (row, round) sequence flattened and two
+// rounds of U pieces in flight: a round is consumed while the next one's loads are out, and
+// its buffer is refilled (round t + 2) right after. Against rowwarp, whose warp has nothing in
+// flight while it computes a round: does the math's time on the warp's path cost bandwidth? ---
+template <int U, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    pipe_kernel(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ x,
+                float* __restrict__ out, int m, int k) {
+  extern __shared__ uint4 xs[];
+  stage_x(x, k, xs);
+  constexpr int kRound = 32 * U;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  const int rounds = (nv + kRound - 1) / kRound;
+  const int first_row = blockIdx.x * kWarps + warp, row_step = gridDim.x * kWarps;
+  const int rows_mine = first_row < m ? (m - 1 - first_row) / row_step + 1 : 0;
+  const int total = rows_mine * rounds;
+  const uint4* wp = reinterpret_cast<const uint4*>(w);
+  auto load = [&](int t, uint4(&v)[U]) {
+    if (t >= total) return;
+    const size_t row = first_row + (size_t)(t / rounds) * row_step;
+    const int r = t % rounds;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = r * kRound + lane + 32 * i;
+      v[i] = c < nv ? load_stream(wp + row * nv + c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  float acc = 0.0f;
+  auto consume = [&](int t, const uint4(&v)[U]) {
+    const int r = t % rounds;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = r * kRound + lane + 32 * i;
+      if (c < nv) acc += dot8(v[i], xs[c]);
+    }
+    if (r == rounds - 1) {
+      acc = lab::warp_sum(acc);
+      if (lane == 0) out[first_row + (t / rounds) * row_step] = acc;
+      acc = 0.0f;
+    }
+  };
+  uint4 a[U], b[U];
+  load(0, a);
+  load(1, b);
+  for (int t = 0; t < total; t += 2) {
+    consume(t, a);
+    load(t + 2, a);
+    if (t + 1 < total) {
+      consume(t + 1, b);
+      load(t + 3, b);
+    }
+  }
+}
+
+// --- readrows U: the GEMV's access pattern without its math: warp per row (rows of the same
+// pass side by side), rounds of U pieces a lane ---
+template <int U, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    readrows_kernel(const uint4* __restrict__ w, int m, int nv, uint32_t* sink) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t acc = 0;
+  for (int row = blockIdx.x * kWarps + warp; row < m; row += gridDim.x * kWarps) {
+    const uint4* wr = w + (size_t)row * nv;
+    for (int c0 = 0; c0 < nv; c0 += 32 * U) {
+      uint4 v[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + lane + 32 * i;
+        v[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// --- tiled: the weight stored so that the GEMV's warps sweep memory as the read kernel does.
+// With G warps in the grid (warp w of the grid takes rows w, w + G, ...) and rounds of
+// kTileRound pieces, piece c of row `row` lives at
+//   ((g * R + r) * G + w) * kTileRound + j,   g = row / G, w = row % G, r = c / kTileRound,
+//                                             j = c % kTileRound, R = rounds a row,
+// i.e. at any round every warp's chunk is next to its neighbours' (a row's last round is
+// padded). The question: is the engine's GEMV behind the read because of what it computes or
+// because of where its 4,224 concurrent row streams fall in memory?
+constexpr int kTileRound = 32 * 8;
+
+__global__ void tile_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int m, int nv,
+                            int g_warps) {
+  const int rounds = (nv + kTileRound - 1) / kTileRound;
+  const size_t n = (size_t)m * nv;
+  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < n;
+       p += (size_t)gridDim.x * blockDim.x) {
+    const int row = (int)(p / nv), c = (int)(p % nv);
+    const int g = row / g_warps, w = row % g_warps, r = c / kTileRound, j = c % kTileRound;
+    dst[(((size_t)g * rounds + r) * g_warps + w) * kTileRound + j] = src[p];
+  }
+}
+
+size_t tiled_pieces(int m, int nv, int g_warps) {
+  const size_t groups = (m + g_warps - 1) / g_warps, rounds = (nv + kTileRound - 1) / kTileRound;
+  return groups * rounds * g_warps * kTileRound;
+}
+
+// kMath false: the same sweep without the products (a read in the GEMV's order and shape).
+template <bool kMath>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    tiled_kernel(const uint4* __restrict__ wt, const __nv_bfloat16* __restrict__ x,
+                 float* __restrict__ out, int m, int k, uint32_t* sink) {
+  extern __shared__ uint4 xs[];
+  if constexpr (kMath) stage_x(x, k, xs);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nv = k / 8;
+  const int rounds = (nv + kTileRound - 1) / kTileRound;
+  const int g_warps = gridDim.x * kWarps, w = blockIdx.x * kWarps + warp;
+  uint32_t bits = 0;
+  for (int g = 0; g * g_warps + w < m; ++g) {
+    float acc = 0.0f;
+    for (int r = 0; r < rounds; ++r) {
+      const uint4* chunk = wt + (((size_t)g * rounds + r) * g_warps + w) * kTileRound;
+      uint4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = r * kTileRound + lane + 32 * i;
+        v[i] = c < nv ? load_stream(chunk + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = r * kTileRound + lane + 32 * i;
+        if constexpr (kMath) {
+          if (c < nv) acc += dot8(v[i], xs[c]);
+        } else {
+          bits ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+        }
+      }
+    }
+    if constexpr (kMath) {
+      acc = lab::warp_sum(acc);
+      if (lane == 0) out[g * g_warps + w] = acc;
+    }
+  }
+  if (!kMath && bits == 0x9e3779b9u) *sink = bits;
 }
 
 // --- span: block b reads rows [b m / grid, (b + 1) m / grid) as one contiguous stretch ---
@@ -224,8 +450,8 @@ int main(int argc, char** argv) {
       for (std::string r = argv[++i]; !r.empty();) {
         const size_t c = r.find(',');
         const int n = std::atoi(r.substr(0, c).c_str());
-        if (n < 2 || n > infercept::cuda::kGemvMmaMaxRows) {
-          std::fprintf(stderr, "--rows: 2..%d\n", infercept::cuda::kGemvMmaMaxRows);
+        if (n < 1 || n > infercept::cuda::kGemvMmaMaxRows) {
+          std::fprintf(stderr, "--rows: 1..%d\n", infercept::cuda::kGemvMmaMaxRows);
           return 2;
         }
         rows_list.push_back(n);
@@ -305,6 +531,12 @@ int main(int argc, char** argv) {
     read_case(read_kernel<1>, "read 1");
     read_case(read_kernel<4>, "read 4");
     read_case(read_kernel<8>, "read 8");
+    // load_stream's L2 hints (cuda_util.h): 256-byte prefetch, evict-first, both.
+    read_case(read_kernel<8, 0>, "read 8 h0");
+    read_case(read_kernel<8, 1>, "read 8 h1 (256B)");
+    read_case(read_kernel<8, 2>, "read 8 h2 (evict first)");
+    read_case(read_kernel<8, 3>, "read 8 h3 (both)");
+    read_case(read_kernel<4, 1>, "read 4 h1 (256B)");
     time_it(
         "engine", 0,
         [&](const __nv_bfloat16* p) {
@@ -313,7 +545,7 @@ int main(int argc, char** argv) {
         },
         true);
     const size_t xs_bytes = (size_t)sh.k * 2;
-    auto rowwarp = [&](auto kernel, const char* name) {
+    auto rowwarp = [&](auto kernel, const char* name, bool check = true) {
       if (xs_bytes > 48 * 1024)
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)xs_bytes));
@@ -324,12 +556,83 @@ int main(int argc, char** argv) {
           [&](const __nv_bfloat16* p) {
             kernel<<<g, kWarps * 32, xs_bytes, s>>>(p, x, out, sh.m, sh.k);
           },
-          true);
+          check);
     };
     rowwarp(rowwarp_kernel<4, 4>, "rowwarp 4");
     rowwarp(rowwarp_kernel<8, 4>, "rowwarp 8");
     rowwarp(rowwarp_kernel<12, 3>, "rowwarp 12");
     rowwarp(rowwarp_kernel<16, 2>, "rowwarp 16");
+    rowwarp(rowwarp_kernel<8, 4, 0>, "rowwarp 8 h0");
+    rowwarp(rowwarp_kernel<8, 4, 1>, "rowwarp 8 h1 (256B)");
+    rowwarp(rowwarp_kernel<8, 4, 2>, "rowwarp 8 h2 (evict first)");
+    rowwarp(rowwarp_kernel<8, 4, 3>, "rowwarp 8 h3 (both)");
+    auto readrows = [&](auto kernel, const char* name) {
+      const int g = std::min(resident((const void*)kernel, kWarps * 32, 0, sms),
+                             (sh.m + kWarps - 1) / kWarps);
+      time_it(
+          name, g,
+          [&](const __nv_bfloat16* p) {
+            kernel<<<g, kWarps * 32, 0, s>>>(reinterpret_cast<const uint4*>(p), sh.m, sh.k / 8,
+                                             sink);
+          },
+          false);
+    };
+    rowwarp(parts_kernel<0>, "parts: x LDS + XOR, no math", false);
+    rowwarp(parts_kernel<1>, "parts: math, x constant (no LDS)", false);
+    rowwarp(parts_kernel<3>, "parts: two accumulators");
+    {  // mode 2 stages x as f32: twice the shared memory
+      const size_t xf_bytes = xs_bytes * 2;
+      CK(cudaFuncSetAttribute(parts_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              (int)xf_bytes));
+      const int g = std::min(resident((const void*)parts_kernel<2>, kWarps * 32, xf_bytes, sms),
+                             (sh.m + kWarps - 1) / kWarps);
+      time_it(
+          "parts: x staged as f32", g,
+          [&](const __nv_bfloat16* p) {
+            parts_kernel<2><<<g, kWarps * 32, xf_bytes, s>>>(p, x, out, sh.m, sh.k);
+          },
+          true);
+    }
+    rowwarp(pipe_kernel<4, 4>, "pipe 2x4 (4 blocks/SM)");
+    rowwarp(pipe_kernel<8, 2>, "pipe 2x8 (2 blocks/SM)");
+    rowwarp(pipe_kernel<8, 3>, "pipe 2x8 (3 blocks/SM)");
+    readrows(readrows_kernel<8, 4>, "readrows 8 (4 blocks/SM)");
+    readrows(readrows_kernel<8, 8>, "readrows 8 (8 blocks/SM)");
+    readrows(readrows_kernel<16, 2>, "readrows 16 (2 blocks/SM)");
+    {
+      // The tiled copies (as many as the plain ones), for the grid the tiled GEMV runs.
+      if (xs_bytes > 48 * 1024)
+        CK(cudaFuncSetAttribute(tiled_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)xs_bytes));
+      const int g = std::min(resident((const void*)tiled_kernel<true>, kWarps * 32, xs_bytes, sms),
+                             (sh.m + kWarps - 1) / kWarps);
+      const size_t tp = tiled_pieces(sh.m, sh.k / 8, g * kWarps);
+      std::vector<uint4*> wt(nc);
+      for (int c = 0; c < nc; ++c) {
+        CK(cudaMalloc(&wt[c], tp * 16));
+        CK(cudaMemsetAsync(wt[c], 0, tp * 16, s));
+        tile_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<const uint4*>(w[0]), wt[c], sh.m,
+                                         sh.k / 8, g * kWarps);
+      }
+      CK(cudaStreamSynchronize(s));
+      int next = 0;  // the launches take the tiled copies in turn, as time_it does the plain ones
+      auto pick = [&](const __nv_bfloat16* p) {
+        return p == w[0] ? wt[0] : wt[1 + (next++ % (nc - 1))];
+      };
+      time_it(
+          "tiled (GEMV)", g,
+          [&](const __nv_bfloat16* p) {
+            tiled_kernel<true><<<g, kWarps * 32, xs_bytes, s>>>(pick(p), x, out, sh.m, sh.k, sink);
+          },
+          true);
+      time_it(
+          "tiled read (no math)", g,
+          [&](const __nv_bfloat16* p) {
+            tiled_kernel<false><<<g, kWarps * 32, 0, s>>>(pick(p), x, out, sh.m, sh.k, sink);
+          },
+          false);
+      for (auto* p : wt) CK(cudaFree(p));
+    }
     {
       if (xs_bytes > 48 * 1024)
         CK(cudaFuncSetAttribute(span_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -43,7 +43,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 
 // One warp's partial dot product of a weight row (nv 16-byte pieces) with xs (the input in
 // shared memory) from piece c_begin on, in rounds of U loads a lane: the lane's share.
-template <int U>
+template <int U, int Hint = 0>
 __device__ __forceinline__ float warp_row_partial(const uint4* __restrict__ wr, const uint4* xs,
                                                   int nv, int c_begin, int lane) {
   float acc = 0.0f;
@@ -52,7 +52,7 @@ __device__ __forceinline__ float warp_row_partial(const uint4* __restrict__ wr, 
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + lane + 32 * i;
-      v[i] = c < nv ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+      v[i] = c < nv ? load_stream<Hint>(wr + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) {
@@ -69,8 +69,8 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// --- read U: every byte of [p, p + n pieces) once ---
-template <int U>
+// --- read U: every byte of [p, p + n pieces) once (Hint: load_stream's L2 hint) ---
+template <int U, int Hint = 0>
 __global__ void __launch_bounds__(256)
     read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
   uint32_t acc = 0;
@@ -79,12 +79,12 @@ __global__ void __launch_bounds__(256)
   for (; i + (U - 1) * stride < n; i += U * stride) {
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = load_stream(p + i + u * stride);
+    for (int u = 0; u < U; ++u) v[u] = load_stream<Hint>(p + i + u * stride);
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < n; i += stride) {
-    const uint4 v = load_stream(p + i);
+    const uint4 v = load_stream<Hint>(p + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never true

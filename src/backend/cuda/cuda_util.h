@@ -89,13 +89,39 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// How load_stream asks L2 for the bytes (Hint; measured in gemv_lab and the engine, docs/PERF.md
+// 4.5s: neither hint helps, so the engine uses 0): 0 none; 1 the 256-byte L2 prefetch size (the
+// L2 fetches the whole 256-byte stretch at the first miss: reads 4-5% slower, the 7B step 4%);
+// 2 evict-first (the stream leaves L2 to what is reused: no change); 3 both.
+//
 // 16 bytes read once (weights streamed by a product): past L1, which keeps what is reused
 // (a GEMV's staged input rows).
+template <int Hint = 0>
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  static_assert(Hint >= 0 && Hint <= 3, "load_stream: hint 0..3");
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if constexpr (Hint == 0) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  } else if constexpr (Hint == 1) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  } else {
+    uint64_t policy;  // not volatile: the same policy for every load, created once
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    if constexpr (Hint == 2)
+      asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p), "l"(policy));
+    else
+      asm volatile(
+          "ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], "
+          "%5;"
+          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+          : "l"(p), "l"(policy));
+  }
   return v;
 }
 
