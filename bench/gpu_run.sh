@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
@@ -67,7 +67,8 @@ for stage in "$@"; do
       echo "$PROMPTS" >models/prompts.json
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
-      timing="--no-timing"; [ "$shape" = llama2-7b ] && timing="--prefill-len 4096 --decode-batches 1,32,128"
+      # Timings beside ours (PERF 4.2/4.3) for the benchmark shapes; none for the tiny one.
+      timing="--prefill-len 4096 --decode-batches 1,32,128"; [ "$shape" = tiny ] && timing="--no-timing"
       timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
         --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
       # fp32 transformers as the higher-precision reference both bf16 engines are held to.
@@ -111,6 +112,19 @@ for stage in "$@"; do
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
         --prefill 1024 --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
+      # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one
+      # timed, so each kernel appears four times); where a prefill's time goes (PERF 4.3).
+      shape=${stage#ncup-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      log "ncu kernel times: $shape prefill of ${NCUP_TOKENS:-4096} tokens"
+      timeout 400 ncu --clock-control none --cache-control ${NCU_CACHE:-none} --metrics gpu__time_duration.sum --csv \
+        --launch-count ${NCU_COUNT:-3000} \
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --prefill-only --batches 1 \
+        --tfwd 1 --prefill ${NCUP_TOKENS:-4096} --repeats 1 --swap-blocks 1 --swap-batch 1 \
+        >"$OUT/ncup-$shape-$(tag).csv" 2>"$OUT/ncup-$shape-$(tag).err"
+      python3 bench/ncu_summary.py "$OUT/ncup-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     nsys-*)  # nsys-SHAPE: a GPU timeline of decode at batch 1 (graphs traced per node): the gaps between kernels
       shape=${stage#nsys-}; dir=models/$shape

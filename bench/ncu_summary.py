@@ -12,7 +12,8 @@ from collections import defaultdict
 
 
 def short(name: str) -> str:
-    name = name.replace("(anonymous namespace)::", "")
+    # Anonymous namespaces: "(anonymous namespace)::" or, in newer Nsight Compute, "<unnamed>::".
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     name = re.sub(r"<.*", "", name)  # template arguments
     name = re.sub(r"\(.*", "", name)  # parameters
     return name.split("::")[-1].split()[-1] if name.strip() else "?"

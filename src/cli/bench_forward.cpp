@@ -9,6 +9,8 @@
 //   - swap throughput (device <-> host pool) each way and both at once, and decode step time
 //     while swapping at the engine's per-step budget and at both directions' full rate.
 // Floors come from bench/cuda/floors (--floors FILE, JSON) measured in the same device call.
+// --prefill-only times the prefill alone (no decode contexts, nothing after it): a run short
+// enough to profile kernel by kernel (bench/gpu_run.sh ncup-SHAPE).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -116,8 +118,9 @@ int run_bench_forward(int argc, char** argv) {
                           merge({kEngineFlags,
                                  {"batches", "context", "prefill", "tfwd", "repeats", "swap-blocks",
                                   "floors", "json-out", "swap-batch", "chunks", "mixed"}}),
-                          {});
+                          {"prefill-only"});
   if (!args.ok()) return fail(args.error());
+  const bool prefill_only = args->flag("prefill-only");
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());
   auto batches = int_list(*args, "batches", "1,32,128");
@@ -192,9 +195,9 @@ int run_bench_forward(int argc, char** argv) {
                    {"d2h_gbps", floors.d2h_gbps},       {"both_gbps", floors.both_gbps}};
 
   // Fill the decode contexts: sequence s owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks).
-  std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch,
-               (long long)*context);
-  {
+  if (!prefill_only) {
+    std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch,
+                 (long long)*context);
     StepInput in;
     auto flush = [&] {
       if (in.tokens.empty()) return;
@@ -272,69 +275,73 @@ int run_bench_forward(int argc, char** argv) {
   };
   const bool can_argmax = be.greedy_on_device();
 
-  // ---- decode ----
-  std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)*context,
-              cfg->model_path.c_str(), be.name().c_str());
-  std::printf(
-      "| batch | step ms (no logits) | step ms (with logits to host) | with greedy on device | "
-      "with top-p on device | bytes floor ms | x floor (whole step) | x floor at copy bandwidth "
-      "| tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (int64_t b : *batches) {
-    StepInput in = decode_input(b);
-    const double t_nolog = time_forward(in, false);
-    in = decode_input(b);
-    const double t_log = time_forward(in, true);
-    in = decode_input(b);
-    const double t_dev = can_argmax ? time_forward(in, false, true) : 0.0;
-    in = decode_input(b);
-    const double t_topp = be.samples_on_device() ? time_forward(in, false, false, true) : 0.0;
-    const double bytes =
-        step_weight_elems(mc, b) * 2.0 + (double)b * (double)(*context + 1) * kv_per_token;
-    const double floor_ms = bytes_floor_ms(bytes);
-    // The whole step (the next token picked, on the device where it can be) against the floor:
-    // the "no logits" column skips the output projection, which the floor counts.
-    const double t_best = can_argmax ? t_dev : t_log;
-    const double copy_floor_ms = floors.copy_gbps > 0 ? bytes / (floors.copy_gbps * 1e9) * 1e3 : 0;
-    std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.3f | %.0f |\n", (long long)b,
-                t_nolog * 1e3, t_log * 1e3, t_dev * 1e3, t_topp * 1e3, floor_ms,
-                floor_ms > 0 ? t_best * 1e3 / floor_ms : 0.0,
-                copy_floor_ms > 0 ? t_best * 1e3 / copy_floor_ms : 0.0, (double)b / t_best);
-    out["decode"].push_back(
-        {{"batch", b},
-         {"context", *context},
-         {"ms", t_nolog * 1e3},
-         {"ms_with_logits", t_log * 1e3},
-         {"ms_greedy_on_device", t_dev * 1e3},
-         {"ms_top_p_on_device", t_topp * 1e3},
-         {"floor_ms", floor_ms},
-         {"x_floor_whole_step", floor_ms > 0 ? t_best * 1e3 / floor_ms : 0.0},
-         {"copy_floor_ms", copy_floor_ms},
-         {"x_copy_floor_whole_step", copy_floor_ms > 0 ? t_best * 1e3 / copy_floor_ms : 0.0},
-         {"bytes", bytes}});
-  }
-
-  // ---- decode of mixed lengths ----
-  // One sequence over --context tokens beside batch - 1 over an eighth of it: the attention
-  // planner's balance (PERF 4.5h; INFERCEPT_ATTN_BALANCE=0 for the old split).
-  if (!mixed->empty()) {
-    const int64_t short_context = std::max<int64_t>(1, *context / 8);
+  if (!prefill_only) {
+    // ---- decode ----
+    std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)*context,
+                cfg->model_path.c_str(), be.name().c_str());
     std::printf(
-        "\n### Decode step, one sequence over %lld tokens and the rest over %lld\n\n| batch | "
-        "step ms (greedy on device) | bytes floor ms | x floor |\n|---:|---:|---:|---:|\n",
-        (long long)*context, (long long)short_context);
-    for (int64_t b : *mixed) {
-      StepInput in = decode_input(b, short_context);
-      const double t = time_forward(in, !can_argmax, can_argmax);
-      const double tokens = (double)(*context + 1) + (double)(b - 1) * (double)(short_context + 1);
-      const double bytes = step_weight_elems(mc, b) * 2.0 + tokens * kv_per_token;
+        "| batch | step ms (no logits) | step ms (with logits to host) | with greedy on device | "
+        "with top-p on device | bytes floor ms | x floor (whole step) | x floor at copy bandwidth "
+        "| tokens/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int64_t b : *batches) {
+      StepInput in = decode_input(b);
+      const double t_nolog = time_forward(in, false);
+      in = decode_input(b);
+      const double t_log = time_forward(in, true);
+      in = decode_input(b);
+      const double t_dev = can_argmax ? time_forward(in, false, true) : 0.0;
+      in = decode_input(b);
+      const double t_topp = be.samples_on_device() ? time_forward(in, false, false, true) : 0.0;
+      const double bytes =
+          step_weight_elems(mc, b) * 2.0 + (double)b * (double)(*context + 1) * kv_per_token;
       const double floor_ms = bytes_floor_ms(bytes);
-      std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)b, t * 1e3, floor_ms,
-                  floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
-      out["decode_mixed"].push_back({{"batch", b},
-                                     {"context", *context},
-                                     {"short_context", short_context},
-                                     {"ms", t * 1e3},
-                                     {"floor_ms", floor_ms}});
+      // The whole step (the next token picked, on the device where it can be) against the floor:
+      // the "no logits" column skips the output projection, which the floor counts.
+      const double t_best = can_argmax ? t_dev : t_log;
+      const double copy_floor_ms =
+          floors.copy_gbps > 0 ? bytes / (floors.copy_gbps * 1e9) * 1e3 : 0;
+      std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.3f | %.0f |\n",
+                  (long long)b, t_nolog * 1e3, t_log * 1e3, t_dev * 1e3, t_topp * 1e3, floor_ms,
+                  floor_ms > 0 ? t_best * 1e3 / floor_ms : 0.0,
+                  copy_floor_ms > 0 ? t_best * 1e3 / copy_floor_ms : 0.0, (double)b / t_best);
+      out["decode"].push_back(
+          {{"batch", b},
+           {"context", *context},
+           {"ms", t_nolog * 1e3},
+           {"ms_with_logits", t_log * 1e3},
+           {"ms_greedy_on_device", t_dev * 1e3},
+           {"ms_top_p_on_device", t_topp * 1e3},
+           {"floor_ms", floor_ms},
+           {"x_floor_whole_step", floor_ms > 0 ? t_best * 1e3 / floor_ms : 0.0},
+           {"copy_floor_ms", copy_floor_ms},
+           {"x_copy_floor_whole_step", copy_floor_ms > 0 ? t_best * 1e3 / copy_floor_ms : 0.0},
+           {"bytes", bytes}});
+    }
+
+    // ---- decode of mixed lengths ----
+    // One sequence over --context tokens beside batch - 1 over an eighth of it: the attention
+    // planner's balance (PERF 4.5h; INFERCEPT_ATTN_BALANCE=0 for the old split).
+    if (!mixed->empty()) {
+      const int64_t short_context = std::max<int64_t>(1, *context / 8);
+      std::printf(
+          "\n### Decode step, one sequence over %lld tokens and the rest over %lld\n\n| batch | "
+          "step ms (greedy on device) | bytes floor ms | x floor |\n|---:|---:|---:|---:|\n",
+          (long long)*context, (long long)short_context);
+      for (int64_t b : *mixed) {
+        StepInput in = decode_input(b, short_context);
+        const double t = time_forward(in, !can_argmax, can_argmax);
+        const double tokens =
+            (double)(*context + 1) + (double)(b - 1) * (double)(short_context + 1);
+        const double bytes = step_weight_elems(mc, b) * 2.0 + tokens * kv_per_token;
+        const double floor_ms = bytes_floor_ms(bytes);
+        std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)b, t * 1e3, floor_ms,
+                    floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
+        out["decode_mixed"].push_back({{"batch", b},
+                                       {"context", *context},
+                                       {"short_context", short_context},
+                                       {"ms", t * 1e3},
+                                       {"floor_ms", floor_ms}});
+      }
     }
   }
 
@@ -370,6 +377,17 @@ int run_bench_forward(int argc, char** argv) {
                       {"tflops", flops / t / 1e12},
                       {"floor_ms", floor_ms},
                       {"flops", flops}};
+  }
+
+  auto write_json = [&] {
+    const std::string jpath = args->get("json-out", "");
+    if (jpath.empty()) return;
+    std::ofstream f(jpath);
+    f << out.dump(2) << "\n";
+  };
+  if (prefill_only) {
+    write_json();
+    return 0;
   }
 
   // ---- T_fwd(x) ----
@@ -533,11 +551,7 @@ int run_bench_forward(int argc, char** argv) {
                                            {"ms_queueing_copies", median(enqueue) * 1e3}});
     }
   }
-  const std::string jpath = args->get("json-out", "");
-  if (!jpath.empty()) {
-    std::ofstream f(jpath);
-    f << out.dump(2) << "\n";
-  }
+  write_json();
   return 0;
 }
 

@@ -848,30 +848,95 @@ TEST(CudaOps, SelfAttentionFoldsRopeAndStoreIntoTheDecodeKernel) {
   self_attention_case(8, 4, 32, true, {50, 3, 700, 33, 16, 17, 200, 1000});
 }
 
+// RoPE + KV store of many rows (a prefill: 16 heads a block) and of few (4 a block), in
+// 16-byte pieces where the head size allows (neox: head_dim % 16, else % 8) and element by
+// element where it does not (24 neox, 20 interleaved), MHA and GQA: the rotated q and k
+// against the CPU backend, and the stored K and V through an attention over them (where the
+// CUDA attention takes the head size: 32, 64, 128).
+TEST(CudaOps, RopeStoreInPiecesAndElementwiseMatchesTheCpuBackend) {
+  struct Shape {
+    int nh, nkv, hd;
+    bool neox;
+  };
+  for (const Shape sh : {Shape{8, 8, 128, true}, Shape{8, 2, 64, false}, Shape{4, 2, 24, true},
+                         Shape{4, 4, 20, false}})
+    for (const int64_t n : {int64_t{5}, int64_t{100}}) {
+      Pair p = backends();
+      ASSERT_TRUE(p.gpu);
+      const int bs = 16;
+      const int blocks = (int)((n + bs - 1) / bs);
+      KvGeometry g{1, blocks, bs, sh.nkv, sh.hd, DType::f16};
+      auto kvc = p.cpu->create_kv_storage(g).value();
+      auto kvg = p.gpu->create_kv_storage(g).value();
+      std::vector<int32_t> pos, slot;
+      for (int64_t t = 0; t < n; ++t) {
+        pos.push_back((int32_t)(t * 37 % 4096));  // far-apart positions: large angles too
+        slot.push_back((int32_t)t);
+      }
+      const RopeParams rp{sh.hd, sh.hd, sh.neox, 10000.0f, {}};
+      const auto q = randn((size_t)(n * sh.nh * sh.hd)), k = randn((size_t)(n * sh.nkv * sh.hd)),
+                 v = randn((size_t)(n * sh.nkv * sh.hd));
+      Tensor out[2];
+      Backend* bk[2] = {p.cpu.get(), p.gpu.get()};
+      KvStorage* kv[2] = {kvc.get(), kvg.get()};
+      std::vector<float> qr[2], kr[2];
+      for (int i = 0; i < 2; ++i) {
+        Backend& b = *bk[i];
+        Tensor qt = put(b, q, n, sh.nh * sh.hd), kt = put(b, k, n, sh.nkv * sh.hd),
+               vt = put(b, v, n, sh.nkv * sh.hd);
+        b.begin_step();
+        b.rope_store_kv(qt, kt, vt, pos, rp, *kv[i], 0, slot);
+        qr[i] = get(b, qt);
+        kr[i] = get(b, kt);
+        if (sh.hd % 32 != 0) continue;
+        // Causal attention of the rows over themselves reads every stored K and V.
+        const std::vector<int32_t> q_start = {0}, q_len = {(int32_t)n}, ctx = {(int32_t)n};
+        std::vector<int32_t> table((size_t)blocks);
+        std::iota(table.begin(), table.end(), 0);
+        const AttentionBatch batch{1, q_start, q_len, ctx, table, blocks};
+        out[i] = b.alloc_activation(n, sh.nh * sh.hd, i == 0 ? DType::f32 : b.activation_dtype());
+        b.attention(qt, *kv[i], 0, batch, sh.nh, 1.0f / std::sqrt((float)sh.hd), out[i]);
+      }
+      const std::string what =
+          "hd " + std::to_string(sh.hd) + (sh.neox ? " neox" : "") + ", rows " + std::to_string(n);
+      EXPECT_LT(rel_error(qr[1], qr[0]), kBf16Tol) << "rotated q, " << what;
+      EXPECT_LT(rel_error(kr[1], kr[0]), kBf16Tol) << "rotated k, " << what;
+      if (sh.hd % 32 == 0)
+        EXPECT_LT(rel_error(get(*p.gpu, out[1]), get(*p.cpu, out[0])), kBf16Tol)
+            << "attention over the stored K and V, " << what;
+    }
+}
+
 TEST(CudaOps, NormsElementwiseEmbedGather) {
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
-  const int64_t n = 37, d = 576;
-  auto x = randn((size_t)(n * d)), y = randn((size_t)(n * d)), w = randn((size_t)d);
-  auto wc = *p.cpu->upload_weight(w.data(), DType::f32, 1, d);
-  auto wg = *p.gpu->upload_weight(w.data(), DType::f32, 1, d);
+  const int64_t n = 37;
+  // A width of whole 16-byte pieces (the kernels in pieces) and one that is not (element-wise).
+  for (const int64_t d : {int64_t{576}, int64_t{100}}) {
+    auto x = randn((size_t)(n * d)), y = randn((size_t)(n * d)), w = randn((size_t)d);
+    auto wc = *p.cpu->upload_weight(w.data(), DType::f32, 1, d);
+    auto wg = *p.gpu->upload_weight(w.data(), DType::f32, 1, d);
+    Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
+    Tensor yc = put(*p.cpu, y, n, d), yg = put(*p.gpu, y, n, d);
+    Tensor oc = p.cpu->alloc_activation(n, d, DType::f32);
+    Tensor og = p.gpu->alloc_activation(n, d, p.gpu->activation_dtype());
+    p.cpu->rmsnorm(xc, wc, 1e-5f, oc);
+    p.gpu->rmsnorm(xg, wg, 1e-5f, og);
+    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
+    p.cpu->add_rmsnorm(xc, yc, wc, 1e-5f, oc);
+    p.gpu->add_rmsnorm(xg, yg, wg, 1e-5f, og);
+    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
+    EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);  // the residual
+    p.cpu->silu_mul(xc, yc, oc);
+    p.gpu->silu_mul(xg, yg, og);
+    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
+    p.cpu->add(xc, yc);
+    p.gpu->add(xg, yg);
+    EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);
+  }
+  const int64_t d = 576;
+  auto x = randn((size_t)(n * d));
   Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
-  Tensor yc = put(*p.cpu, y, n, d), yg = put(*p.gpu, y, n, d);
-  Tensor oc = p.cpu->alloc_activation(n, d, DType::f32);
-  Tensor og = p.gpu->alloc_activation(n, d, p.gpu->activation_dtype());
-  p.cpu->rmsnorm(xc, wc, 1e-5f, oc);
-  p.gpu->rmsnorm(xg, wg, 1e-5f, og);
-  EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-  p.cpu->add_rmsnorm(xc, yc, wc, 1e-5f, oc);
-  p.gpu->add_rmsnorm(xg, yg, wg, 1e-5f, og);
-  EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-  EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);  // the residual
-  p.cpu->silu_mul(xc, yc, oc);
-  p.gpu->silu_mul(xg, yg, og);
-  EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-  p.cpu->add(xc, yc);
-  p.gpu->add(xg, yg);
-  EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);
   std::vector<int32_t> rows = {5, 0, 36, 5};
   Tensor gc = p.cpu->alloc_activation(4, d, DType::f32);
   Tensor gg = p.gpu->alloc_activation(4, d, p.gpu->activation_dtype());

@@ -154,15 +154,25 @@ __device__ __forceinline__ void red_release_add(int* p, int v) {
 // pos: theta = pos * base^(-2i/d) / freq_factors[i] (llama3's divisors, or none). The one
 // definition the RoPE store kernel and the Q/K/V GEMV's rope_store epilogue share, so the
 // fused and the unfused paths rotate alike.
+// rope_angle and rope_apply are its two halves, for kernels that rotate many heads of one
+// position and compute each frequency's sine and cosine once (rope_store_vec_kernel).
+__device__ __forceinline__ void rope_angle(float pos, int i, int head_dim, float theta_base,
+                                           const float* freq_factors, float& sn, float& cs) {
+  float inv_freq = powf(theta_base, -2.0f * (float)i / (float)head_dim);
+  if (freq_factors != nullptr) inv_freq /= freq_factors[i];
+  sincosf(pos * inv_freq, &sn, &cs);
+}
+__device__ __forceinline__ void rope_apply(float sn, float cs, float x0, float x1, float& y0,
+                                           float& y1) {
+  y0 = x0 * cs - x1 * sn;
+  y1 = x0 * sn + x1 * cs;
+}
 __device__ __forceinline__ void rope_rotate(float pos, int i, int head_dim, float theta_base,
                                             const float* freq_factors, float x0, float x1,
                                             float& y0, float& y1) {
-  float inv_freq = powf(theta_base, -2.0f * (float)i / (float)head_dim);
-  if (freq_factors != nullptr) inv_freq /= freq_factors[i];
   float sn, cs;
-  sincosf(pos * inv_freq, &sn, &cs);
-  y0 = x0 * cs - x1 * sn;
-  y1 = x0 * sn + x1 * cs;
+  rope_angle(pos, i, head_dim, theta_base, freq_factors, sn, cs);
+  rope_apply(sn, cs, x0, x1, y0, y1);
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
