@@ -901,9 +901,10 @@ TEST(CudaOps, RopeStoreInPiecesAndElementwiseMatchesTheCpuBackend) {
           "hd " + std::to_string(sh.hd) + (sh.neox ? " neox" : "") + ", rows " + std::to_string(n);
       EXPECT_LT(rel_error(qr[1], qr[0]), kBf16Tol) << "rotated q, " << what;
       EXPECT_LT(rel_error(kr[1], kr[0]), kBf16Tol) << "rotated k, " << what;
-      if (sh.hd % 32 == 0)
+      if (sh.hd % 32 == 0) {
         EXPECT_LT(rel_error(get(*p.gpu, out[1]), get(*p.cpu, out[0])), kBf16Tol)
             << "attention over the stored K and V, " << what;
+      }
     }
 }
 
