@@ -15,7 +15,7 @@
 //   cpasync S   one warp per row, the weight streamed through a ring of S stages of shared
 //               memory by cp.async: bytes in flight beyond what registers hold;
 //   read 8 hH / rowwarp 8 hH   the same with load_stream's L2 hint H (cuda_util.h: 1 256-byte
-//               prefetch, 2 evict-first, 3 both); h0 is no hint, whatever the build's default.
+//               prefetch, 2 evict-first, 3 both); read 8 / rowwarp 8 are the same without one.
 //   parts       rowwarp 8 with one piece of its math at a time (see parts_kernel)
 //   pipe 2xU    rowwarp with two rounds of U in flight a warp: one consumed while the other
 //               streams (the math off the warp's memory path)
@@ -532,7 +532,6 @@ int main(int argc, char** argv) {
     read_case(read_kernel<4>, "read 4");
     read_case(read_kernel<8>, "read 8");
     // load_stream's L2 hints (cuda_util.h): 256-byte prefetch, evict-first, both.
-    read_case(read_kernel<8, 0>, "read 8 h0");
     read_case(read_kernel<8, 1>, "read 8 h1 (256B)");
     read_case(read_kernel<8, 2>, "read 8 h2 (evict first)");
     read_case(read_kernel<8, 3>, "read 8 h3 (both)");
@@ -562,7 +561,6 @@ int main(int argc, char** argv) {
     rowwarp(rowwarp_kernel<8, 4>, "rowwarp 8");
     rowwarp(rowwarp_kernel<12, 3>, "rowwarp 12");
     rowwarp(rowwarp_kernel<16, 2>, "rowwarp 16");
-    rowwarp(rowwarp_kernel<8, 4, 0>, "rowwarp 8 h0");
     rowwarp(rowwarp_kernel<8, 4, 1>, "rowwarp 8 h1 (256B)");
     rowwarp(rowwarp_kernel<8, 4, 2>, "rowwarp 8 h2 (evict first)");
     rowwarp(rowwarp_kernel<8, 4, 3>, "rowwarp 8 h3 (both)");

@@ -69,23 +69,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-struct KernelSegment {
-  const void* w;
-  const void* w2;
-  const float* bias;
-  void* out;
-  int64_t out_stride;
-  int m;
-  int first_block;  // blocks [first_block, next segment's first_block) compute this segment
-};
-
 struct KernelArgs {
   const void* x;
   int64_t x_stride;
   int k;
   const float* norm;
   float eps;
-  KernelSegment seg[kGemvMaxSegments];
+  UnitSegment seg[kGemvMaxSegments];  // units: virtual blocks of kWarps rows
   int n_segments;
   int total_blocks;  // virtual blocks of kWarps features over all segments
   // 1 (the default): each warp loads its first round of weights into registers before
@@ -189,10 +179,10 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
         row = (loc_head * a.head_vbs_kv + (w - a.head_vbs_q) % a.head_vbs_kv) * kWarps + warp;
       }
     } else {
-      while (s + 1 < a.n_segments && vb >= a.seg[s + 1].first_block) ++s;
-      row = (vb - a.seg[s].first_block) * kWarps + warp;
+      s = segment_of(a.seg, a.n_segments, vb);
+      row = (vb - a.seg[s].first) * kWarps + warp;
     }
-    const KernelSegment& g = a.seg[s];
+    const UnitSegment& g = a.seg[s];
     loc_row = row;
     if constexpr (kRope) {  // `row` is a pair of features; g.m counts pairs here
       const int r1 = rope_first(a.rope, row);
@@ -285,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
         if constexpr (kGated) acc2[r] += __shfl_xor_sync(0xffffffffu, acc2[r], off);
       }
     }
-    const KernelSegment& g = a.seg[seg];
+    const UnitSegment& g = a.seg[seg];
     const int row = loc_row, head = loc_head;
     float v = acc[0], v2 = acc2[0];
 #pragma unroll
@@ -336,13 +326,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.norm = a.norm;
   k.eps = a.eps;
   k.n_segments = a.n_segments;
-  int blocks = 0;
-  for (int i = 0; i < a.n_segments; ++i) {
-    const GemvSegment& g = a.seg[i];
-    const int rows = kEpi == GemvEpilogue::rope_store ? g.m / 2 : g.m;  // pairs, for RoPE
-    k.seg[i] = KernelSegment{g.w, g.w2, g.bias, g.out, g.out_stride, rows, blocks};
-    blocks += ceil_div(rows, kWarps);
-  }
+  const int blocks = lay_out_segments(a, kWarps, kEpi == GemvEpilogue::rope_store, k.seg);
   k.rope = a.rope;
   k.ready = a.signal.ready;
   if (k.ready != nullptr) {

@@ -4,7 +4,6 @@
 #include <cuda/ptx>
 
 #include <algorithm>
-#include <mutex>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
@@ -29,21 +28,12 @@ constexpr uint32_t kRingBytes = 136u << 10;
 // The ring and the staged input row (k <= 32768, as the input registers allow) at most.
 constexpr size_t kMaxShared = kRingBytes + (64u << 10);
 
-struct BulkSegment {
-  const void* w;
-  const void* w2;  // gated: the up weight
-  const float* bias;
-  void* out;
-  int m;
-  int first_tile;  // tiles [first_tile, next segment's) are this segment's rows
-};
-
 struct BulkArgs {
   const void* x;
   int k;
   const float* norm;
   float eps;
-  BulkSegment seg[kGemvMaxSegments];
+  UnitSegment seg[kGemvMaxSegments];  // units: tiles of rows_per_tile rows
   int n_segments;
   int total_tiles;
   int rows_per_tile;  // R: kConsumerWarps / R warps share a row
@@ -64,47 +54,9 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// The input row normalized into shared memory as gemv.cu's stage_normalized does it (the same
-// sums in the same order, so the same bits): h = T((x * inv_rms) * norm).
-template <typename T>
-__device__ void stage_normalized(const BulkArgs& a, uint4* xs) {
-  __shared__ float partial[kConsumerWarps];
-  __shared__ float inv_rms;
-  const int nv = a.k / 8, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  const uint4* x = static_cast<const uint4*>(a.x);
-  float ss = 0.0f;
-  for (int c = (int)threadIdx.x; c < nv; c += kConsumers) {
-    const uint4 v = __ldg(x + c);
-    xs[c] = v;
-    float f[8];
-    unpack8<T>(v, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (lane == 0) partial[warp] = ss;
-  consumers_sync();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) s += partial[w];
-    inv_rms = rsqrtf(s / (float)a.k + a.eps);
-  }
-  consumers_sync();
-  const float inv = inv_rms;
-  for (int c = (int)threadIdx.x; c < nv; c += kConsumers) {
-    float f[8];
-    unpack8<T>(xs[c], f);  // this thread's own store above
-    const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c);
-    const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm) + 2 * c + 1);
-    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
-    xs[c] = pack8<T>(f);
-  }
-  consumers_sync();
-}
+struct ConsumersBarrier {
+  __device__ void operator()() const { consumers_sync(); }
+};
 #endif
 
 // One input row (decode at batch 1) times the weights of up to three segments, the weight
@@ -127,11 +79,6 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int R = a.rows_per_tile, k = a.k, nv = k / 8;
   const size_t row_bytes = (size_t)k * sizeof(T);
-  auto locate = [&](int t) {
-    int s = 0;
-    while (s + 1 < a.n_segments && t >= a.seg[s + 1].first_tile) ++s;
-    return s;
-  };
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.stages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
@@ -145,8 +92,8 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
     if (lane != 0) return;
     int i = 0;
     for (int t = (int)blockIdx.x; t < a.total_tiles; t += (int)gridDim.x, ++i) {
-      const BulkSegment& g = a.seg[locate(t)];
-      const int row0 = (t - g.first_tile) * R, rows = min(R, g.m - row0);
+      const UnitSegment& g = a.seg[segment_of(a.seg, a.n_segments, t)];
+      const int row0 = (t - g.first) * R, rows = min(R, g.m - row0);
       const uint32_t bytes = (uint32_t)(rows * row_bytes);
       const int s = i % a.stages;
       if (i >= a.stages) wait_parity(&empty[s], ((i / a.stages) - 1) & 1);
@@ -165,7 +112,9 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
   const uint4* xin = static_cast<const uint4*>(a.x);
   if constexpr (kNorm) {
     uint4* xs = reinterpret_cast<uint4*>(smem + (size_t)a.stages * a.slot_bytes);
-    stage_normalized<T>(a, xs);
+    // As gemv.cu's norm prologue (the same sums in the same order, so the same bits).
+    stage_normalized<T, kConsumers, 1>(static_cast<const T*>(a.x), 0, 1, a.k, a.norm, a.eps, xs,
+                                       a.k / 8, ConsumersBarrier{});
     xin = xs;
   }
   const int split = kConsumerWarps / R, r = warp / split, part = warp % split;
@@ -184,8 +133,8 @@ __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const Bul
     const unsigned char* slot = smem + (size_t)s * a.slot_bytes;
     const uint4* wrow = reinterpret_cast<const uint4*>(slot + r * row_bytes);
     const uint4* urow = reinterpret_cast<const uint4*>(slot + (R + r) * row_bytes);
-    const BulkSegment& g = a.seg[locate(t)];
-    const int row0 = (t - g.first_tile) * R, rows = min(R, g.m - row0);
+    const UnitSegment& g = a.seg[segment_of(a.seg, a.n_segments, t)];
+    const int row0 = (t - g.first) * R, rows = min(R, g.m - row0);
     float acc = 0.0f, acc2 = 0.0f;
     if (r < rows) {  // a short last tile leaves the slot's other rows unwritten
 #pragma unroll
@@ -241,13 +190,7 @@ BulkArgs bulk_args(const GemvArgs& a, int R) {
   b.norm = a.norm;
   b.eps = a.eps;
   b.n_segments = a.n_segments;
-  int tiles = 0;
-  for (int i = 0; i < a.n_segments; ++i) {
-    const GemvSegment& g = a.seg[i];
-    b.seg[i] = BulkSegment{g.w, g.w2, g.bias, g.out, g.m, tiles};
-    tiles += (g.m + R - 1) / R;
-  }
-  b.total_tiles = tiles;
+  b.total_tiles = lay_out_segments(a, R, false, b.seg);
   b.rows_per_tile = R;
   b.slot_bytes = (uint32_t)(R * (size_t)a.k * 2 * (a.epilogue == GemvEpilogue::gated ? 2 : 1));
   b.stages = std::clamp((int)(kRingBytes / b.slot_bytes), 2, kMaxStages);
@@ -261,13 +204,12 @@ size_t shared_bytes(const BulkArgs& b, bool norm) {
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
 void launch(const BulkArgs& b, cudaStream_t s) {
   auto* kernel = gemv_bulk_kernel<T, OutT, kNorm, kEpi>;
-  static std::once_flag opted_in;  // per instance: the most any arguments ask
-  std::call_once(opted_in, [&] {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxShared));
-  });
-  launch_kernel(kernel, dim3((unsigned)std::min(b.total_tiles, device_multiprocessors())),
-                dim3(kConsumers + 32), shared_bytes(b, kNorm), s, programmatic_launch(), b);
+  const size_t smem = shared_bytes(b, kNorm);
+  // One block a multiprocessor (the ring takes most of its shared memory).
+  const int grid =
+      resident_grid(reinterpret_cast<const void*>(kernel), kConsumers + 32, smem, kMaxShared);
+  launch_kernel(kernel, dim3((unsigned)std::min(b.total_tiles, grid)), dim3(kConsumers + 32), smem,
+                s, programmatic_launch(), b);
 }
 
 template <typename T>

@@ -47,23 +47,13 @@ constexpr int kRowPad = 4;
 // at 3 (docs/PERF.md 4.5r).
 constexpr size_t kMaxStaged = 180u << 10;  // + up to 33 KB of static buffers
 
-struct MmaSegment {
-  const void* w;
-  const void* w2;
-  const float* bias;
-  void* out;
-  int64_t out_stride;
-  int m;
-  int first_tile;  // tiles [first_tile, next segment's) are this segment's
-};
-
 struct MmaArgs {
   const void* x;
   int64_t x_stride;
   int n, k;
   const float* norm;
   float eps;
-  MmaSegment seg[kGemvMaxSegments];
+  UnitSegment seg[kGemvMaxSegments];  // units: tiles of kTileRows features
   int n_segments;
   int total_tiles;
   int steps_per_warp;  // of kStepK; the last warps may have fewer (or none)
@@ -112,11 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_kernel(const MmaArgs a) 
   const uint4* wr[kMats][2];
   int tile_seg = 0, tile_row0 = 0;
   auto locate = [&](int tile) {
-    int s = 0;
-    while (s + 1 < a.n_segments && tile >= a.seg[s + 1].first_tile) ++s;
-    const MmaSegment& sg = a.seg[s];
-    tile_seg = s;
-    tile_row0 = (tile - sg.first_tile) * kTileRows;
+    tile_seg = segment_of(a.seg, a.n_segments, tile);
+    const UnitSegment& sg = a.seg[tile_seg];
+    tile_row0 = (tile - sg.first) * kTileRows;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = tile_row0 + g + 8 * h;
@@ -209,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_kernel(const MmaArgs a) 
 #pragma unroll
         for (int c = 0; c < 4; ++c) red[team][warp][(m * NT + f) * 4 + c][lane] = acc[m][f][c];
     clear();
-    const MmaSegment& sg = a.seg[tile_seg];
+    const UnitSegment& sg = a.seg[tile_seg];
     const int row0 = tile_row0;
     tile += tile_step;
     round = 0;
@@ -252,12 +240,7 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.norm = a.norm;
   k.eps = a.eps;
   k.n_segments = a.n_segments;
-  int tiles = 0;
-  for (int i = 0; i < a.n_segments; ++i) {
-    const GemvSegment& g = a.seg[i];
-    k.seg[i] = MmaSegment{g.w, g.w2, g.bias, g.out, g.out_stride, g.m, tiles};
-    tiles += ceil_div(g.m, kTileRows);
-  }
+  const int tiles = lay_out_segments(a, kTileRows, false, k.seg);
   k.total_tiles = tiles;
   k.steps_per_warp = ceil_div(a.k / kStepK, kTeamWarps);
   static const bool early = env_switch("INFERCEPT_GEMV_MMA_EARLY_TRIGGER", false);

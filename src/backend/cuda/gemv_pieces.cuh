@@ -57,6 +57,39 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   return s;
 }
 
+// A segment of a fused product as a GEMV kernel walks it: the GemvSegment, and the first of the
+// units (gemv.cu's virtual blocks, the tiles of gemv_mma.cu and gemv_bulk.cu) that compute its
+// rows: units [first, the next segment's first) are its.
+struct UnitSegment {
+  const void* w;
+  const void* w2;  // gated: the up weight
+  const float* bias;
+  void* out;
+  int64_t out_stride;
+  int m;  // rows; pairs of rows for rope_store
+  int first;
+};
+
+// a's segments laid out in units of `rows_per_unit` rows (`pairs`: rows counted in pairs, as
+// the rope_store epilogue computes them), into seg[0 .. a.n_segments); the units in all.
+inline int lay_out_segments(const GemvArgs& a, int rows_per_unit, bool pairs, UnitSegment* seg) {
+  int units = 0;
+  for (int i = 0; i < a.n_segments; ++i) {
+    const GemvSegment& g = a.seg[i];
+    const int m = pairs ? g.m / 2 : g.m;
+    seg[i] = UnitSegment{g.w, g.w2, g.bias, g.out, g.out_stride, m, units};
+    units += ceil_div(m, rows_per_unit);
+  }
+  return units;
+}
+
+// The segment that unit `u` computes rows of.
+__device__ __forceinline__ int segment_of(const UnitSegment* seg, int n_segments, int u) {
+  int s = 0;
+  while (s + 1 < n_segments && u >= seg[s + 1].first) ++s;
+  return s;
+}
+
 // One output of a product with epilogue kEpi (store, accumulate or gated), the same in every
 // GEMV kernel: v plus *bias (when not null) stored; v added to *out, rounded as the unfused
 // product (to OutT) and residual add (to OutT) would be; or silu(gate) * up of the gate and up
@@ -91,10 +124,16 @@ __device__ __forceinline__ void stage_rows(const T* x, int64_t x_stride, int n, 
   __syncthreads();
 }
 
-template <typename T, int kThreads, int kMaxRows>
+// The barrier stage_normalized waits at: the block's, or (gemv_bulk.cu) one that only the
+// kThreads staging threads reach.
+struct BlockBarrier {
+  __device__ void operator()() const { __syncthreads(); }
+};
+
+template <typename T, int kThreads, int kMaxRows, typename Barrier = BlockBarrier>
 __device__ __forceinline__ void stage_normalized(const T* x, int64_t x_stride, int n, int k,
                                                  const float* norm, float eps, uint4* sh,
-                                                 int row_pieces) {
+                                                 int row_pieces, Barrier sync = {}) {
   constexpr int kWarpsHere = kThreads / 32;
   __shared__ float partial[kWarpsHere][kMaxRows];
   __shared__ float inv_rms[kMaxRows];
@@ -114,14 +153,14 @@ __device__ __forceinline__ void stage_normalized(const T* x, int64_t x_stride, i
     for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     if (lane == 0) partial[warp][r] = ss;
   }
-  __syncthreads();
+  sync();
   if ((int)threadIdx.x < n) {
     float ss = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarpsHere; ++w) ss += partial[w][threadIdx.x];
     inv_rms[threadIdx.x] = rsqrtf(ss / (float)k + eps);
   }
-  __syncthreads();
+  sync();
 #pragma unroll
   for (int r = 0; r < n; ++r) {
     const float inv = inv_rms[r];
@@ -136,7 +175,7 @@ __device__ __forceinline__ void stage_normalized(const T* x, int64_t x_stride, i
       sh[r * row_pieces + c] = pack8<T>(f);
     }
   }
-  __syncthreads();
+  sync();
 }
 
 }  // namespace infercept::cuda
