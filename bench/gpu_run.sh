@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncud-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
@@ -51,6 +51,7 @@ for stage in "$@"; do
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
     ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
     gemvlab) log "gemv lab (docs/PERF.md 4.5k)"; $BIN/gemv_lab ${GEMVLAB_ARGS:-} 2>&1 | tee "$OUT/gemv_lab.txt" | tail -60 ;;
+    kvlab) log "KV read lab (docs/PERF.md 4.5t)"; $BIN/kv_lab ${KVLAB_ARGS:-} 2>&1 | tee "$OUT/kv_lab.txt" | tail -12 ;;
     chainlab) log "chain lab (docs/PERF.md 4.5n)"
       for m in 7b 13b; do $BIN/chain_lab --model $m 2>&1 | tee "$OUT/chain_lab-$m.txt" | tail -12; done ;;
     floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
@@ -100,18 +101,34 @@ for stage in "$@"; do
       # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
       # The context is filled in one 1,024-row step first: NCU_SKIP skips its matching kernels
       # (32 RoPE stores and 64 norms with the default NCU_KERNELS on a 32-layer model).
+      # NCU_BATCH=B decodes B sequences instead; with NCU_PREFILL=B x 1,024 their context is
+      # filled in one step too, whose kernels the summary lists apart (other grids).
       shape=${stage#ncu-}; dir=models/$shape
       [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
-      log "ncu kernel times: $shape decode batch 1"
+      log "ncu kernel times: $shape decode batch ${NCU_BATCH:-1}"
       # NCU_CACHE=none keeps the caches warm between kernels (as a replayed step has them), so
       # the per-step sum against bench-forward's step is the share of gaps between kernels
       # (the device has no Nsight Systems); the default flushes them (each kernel's cold cost).
       timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} --metrics gpu__time_duration.sum --csv \
         --kernel-name regex:"${NCU_KERNELS:-gemv|decode_kernel|combine_kernel|rope_store|attention_kernel|rmsnorm|silu|add}" \
         --launch-skip ${NCU_SKIP:-32} --launch-count ${NCU_COUNT:-300} \
-        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
-        --prefill 1024 --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-1} --tfwd 1 \
+        --prefill ${NCU_PREFILL:-1024} --repeats 3 --swap-blocks 1 --swap-batch 1 >"$OUT/ncu-$shape-$(tag).csv" 2>"$OUT/ncu-$shape-$(tag).err"
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    ncud-*)  # ncud-SHAPE: Nsight Compute's sections and L2/DRAM counters for two launches of the decode
+      # attention kernel at batch NCU_BATCH (32), context 1,024 (PERF 4.5t: where its KV reads go).
+      shape=${stage#ncud-}; dir=models/$shape
+      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      log "ncu detail: $shape decode attention at batch ${NCU_BATCH:-32}"
+      m=dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
+      m=$m,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,gpu__time_duration.sum
+      for what in "--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats" "--metrics $m"; do
+        timeout 200 ncu --clock-control none $what --kernel-name regex:decode_kernel --launch-skip 40 --launch-count 2 \
+          $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-32} --tfwd 1 \
+          --prefill 128 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >>"$OUT/ncud-$shape-$(tag).txt"
+      done
+      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L2 Hit|sector|dram__" "$OUT/ncud-$shape-$(tag).txt" | tail -16
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
       # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one

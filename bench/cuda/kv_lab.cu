@@ -1,0 +1,177 @@
+// kv_lab.cu: how fast the decode attention's KV reads can go, by cache layout and grid order
+// (docs/PERF.md 4.5t).
+//
+// At a decode batch of 32-128 the attention reads more than the weights (a 7B step at
+// context 1,024: 17 GB of KV at batch 32 against 13 GB of weights), and the engine's decode
+// kernel (attention.cu) streams it at ~3.1-3.4 TB/s against the 4.5 a plain read gets. This
+// lab reads the same bytes in the kernel's pattern with no math: blocks of 4 warps, one a
+// (sequence, KV head) pair, each warp copying 32-key chunks of K and V rows (256 bytes a row
+// at head size 128) into its shared-memory stage by cp.async, all of a chunk at once, then
+// the next chunk. Variants:
+//   token-major, items fastest    the engine's cache ([slot][KV head][head dim]: a head's
+//                                 row every 8 KB on a 32-head model) and grid order
+//   token-major, heads fastest    the same, the grid's x the KV head: the blocks resident
+//                                 together read every head of the same rows
+//   head-major                    each 16-token block of the cache stored [KV head][token]
+//                                 [head dim]: a pair's 16 rows contiguous (4 KB)
+//   dense read                    the same bytes by a grid-stride read of 16-byte pieces
+// and the stage's layout: pieces in order, or XOR-swizzled by 16-byte piece (the engine's
+// DecodeStage) or by 32-byte pair of pieces (stage_piece).
+// Each case: the mean of --reps passes between two CUDA events after three warm-up passes
+// (lab_util.cuh's time_us); bytes over time.
+//
+//   .carry/bin/kv_lab [--seqs 32] [--ctx 1025] [--heads 32] [--reps 20]
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_util.h"
+#include "lab_util.cuh"
+
+namespace {
+
+constexpr int kHd = 128;                            // bf16 elements a row
+constexpr int kPieces = kHd * 2 / 16;               // 16-byte pieces a row (16)
+constexpr int kWarps = 4;                           // a block's warps, as DecodeStage
+constexpr int kChunk = 32;                          // keys a warp's chunk
+constexpr int kStagePieces = 2 * kChunk * kPieces;  // K and V rows of a chunk
+
+struct Shape {
+  int seqs, ctx, heads;
+};
+
+// The byte offset of (seq, token, head)'s row in a K (or V) cache of the layout.
+__device__ __forceinline__ int64_t row_offset(const Shape& s, int layout, int seq, int t, int h) {
+  if (layout == 0)  // token-major: [seq][token][head][hd]
+    return (((int64_t)seq * s.ctx + t) * s.heads + h) * (kHd * 2);
+  // head-major in 16-token blocks: [seq][token / 16][head][token % 16][hd]
+  const int64_t blocks_per_seq = (s.ctx + 15) / 16;
+  return ((((int64_t)seq * blocks_per_seq + t / 16) * s.heads + h) * 16 + t % 16) * (kHd * 2);
+}
+
+// Where a row's 16-byte piece goes in a warp's stage. 0: in order; 1: the engine's
+// DecodeStage::piece (XOR of the piece with the row, 16-byte granularity); 2: the XOR on
+// 32-byte pairs of pieces (the two halves of a global sector stay together), the row's
+// parity flipping the halves; 3: the XOR on pairs, halves in order.
+__device__ __forceinline__ int stage_piece(int swizzle, int row, int p) {
+  switch (swizzle) {
+    case 1:
+      return row * kPieces + (p ^ (row % kPieces));
+    case 2:
+      return row * kPieces + 2 * ((p / 2) ^ (row / 2 % (kPieces / 2))) + ((p % 2) ^ (row % 2));
+    case 3:
+      return row * kPieces + 2 * ((p / 2) ^ (row % (kPieces / 2))) + p % 2;
+    default:
+      return row * kPieces + p;
+  }
+}
+
+// One block a (seq, head) pair; its warps copy their chunks into their stages in turn.
+__global__ void __launch_bounds__(kWarps * 32)
+    chunk_read(const char* k, const char* v, Shape s, int layout, int heads_fastest, int swizzle,
+               unsigned* sink) {
+  extern __shared__ uint4 stage[];
+  const int seq = heads_fastest ? blockIdx.y : blockIdx.x;
+  const int h = heads_fastest ? blockIdx.x : blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint4* my = stage + warp * kStagePieces;
+  unsigned acc = 0;
+  for (int c0 = warp * kChunk; c0 < s.ctx; c0 += kWarps * kChunk) {
+    // 2 rows an instruction: lanes 0-15 row r, 16-31 row r + 1, a piece each.
+    for (int r0 = 0; r0 < kChunk; r0 += 2) {
+      const int r = r0 + lane / kPieces, p = lane % kPieces;
+      const int t = min(c0 + r, s.ctx - 1);
+      const int64_t off = row_offset(s, layout, seq, t, h);
+      infercept::cuda::cp_async16(my + stage_piece(swizzle, r, p), k + off + p * 16, true);
+      infercept::cuda::cp_async16(my + kChunk * kPieces + stage_piece(swizzle, r, p),
+                                  v + off + p * 16, true);
+    }
+    infercept::cuda::cp_async_commit();
+    infercept::cuda::cp_async_wait<0>();
+    __syncwarp();
+    acc ^= my[lane].x ^ my[kStagePieces - 1 - lane].w;  // touch the stage
+    __syncwarp();
+  }
+  if (acc == 0x12345678u) sink[0] = acc;  // keeps the copies from being dropped
+}
+
+__global__ void dense_read(const uint4* p, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint4 x = infercept::cuda::load_stream(p + i);
+    acc ^= x.x ^ x.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+int arg(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Shape s{arg(argc, argv, "--seqs", 32), arg(argc, argv, "--ctx", 1025),
+                arg(argc, argv, "--heads", 32)};
+  const int reps = arg(argc, argv, "--reps", 20);
+  const int64_t blocks_per_seq = (s.ctx + 15) / 16;
+  // Sized for the head-major layout's whole 16-token blocks; the token-major one uses less.
+  const int64_t bytes = (int64_t)s.seqs * blocks_per_seq * 16 * s.heads * kHd * 2;
+  const double read = 2.0 * s.seqs * s.ctx * s.heads * kHd * 2;  // K and V bytes a pass
+  char *k = nullptr, *v = nullptr;
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&k, bytes));
+  CK(cudaMalloc(&v, bytes));
+  CK(cudaMalloc(&sink, 4));
+  // Values that do not repeat, as a model's K and V do not (lab_util.cuh's hash).
+  lab::fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(k), bytes / 2, 1);
+  lab::fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(v), bytes / 2, 2);
+  CK(cudaDeviceSynchronize());
+  const size_t smem = sizeof(uint4) * kWarps * kStagePieces;
+  CK(cudaFuncSetAttribute(chunk_read, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  auto time = [&](auto&& launch) {  // ms a pass
+    return lab::time_us(0, reps, [&](int) { launch(); }) / 1e3;
+  };
+  std::printf(
+      "## kv_lab: %d sequences x %d keys x %d KV heads, head size %d, %.1f MB of K and V a "
+      "pass\n\n",
+      s.seqs, s.ctx, s.heads, kHd, read / 1e6);
+  std::printf("| variant | blocks | us | TB/s |\n|---|---:|---:|---:|\n");
+  struct Case {
+    const char* name;
+    int layout, heads_fastest, swizzle;
+  };
+  for (const Case c :
+       {Case{"token-major, items fastest, stage in order", 0, 0, 0},
+        Case{"token-major, heads fastest, stage in order", 0, 1, 0},
+        Case{"head-major, items fastest, stage in order", 1, 0, 0},
+        Case{"head-major, heads fastest, stage in order", 1, 1, 0},
+        Case{"token-major, items fastest, 16-byte XOR stage (the engine)", 0, 0, 1},
+        Case{"token-major, items fastest, 32-byte XOR stage, halves by row", 0, 0, 2},
+        Case{"token-major, items fastest, 32-byte XOR stage", 0, 0, 3}}) {
+    const dim3 grid = c.heads_fastest ? dim3(s.heads, s.seqs) : dim3(s.seqs, s.heads);
+    const float ms = time([&] {
+      chunk_read<<<grid, kWarps * 32, smem>>>(k, v, s, c.layout, c.heads_fastest, c.swizzle, sink);
+    });
+    CK(cudaGetLastError());
+    std::printf("| %s | %d | %.1f | %.2f |\n", c.name, s.seqs * s.heads, ms * 1e3,
+                read / (ms * 1e-3) / 1e12);
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t n = (int64_t)(read / 2) / 16;  // K's bytes, then V's, as one dense read each
+  const float ms = time([&] {
+    dense_read<<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(k), n, sink);
+    dense_read<<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(v), n, sink);
+  });
+  std::printf("| dense read (two grid-stride kernels) | %d | %.1f | %.2f |\n", sms * 8, ms * 1e3,
+              read / (ms * 1e-3) / 1e12);
+  return 0;
+}
