@@ -16,13 +16,16 @@
 //                                 [head dim]: a pair's 16 rows contiguous (4 KB)
 //   dense read                    the same bytes by a grid-stride read of 16-byte pieces
 // and the stage's layout: pieces in order, or XOR-swizzled by 16-byte piece (the engine's
-// DecodeStage) or by 32-byte pair of pieces (stage_piece).
+// DecodeStage) or by 32-byte pair of pieces (stage_piece); and with the engine's stage, a
+// number of 16-byte shared-memory reads a lane after each chunk (the math's stage traffic
+// without the math); and the chunks copied by bulk copies instead (bulk_read).
 // Each case: the mean of --reps passes between two CUDA events after three warm-up passes
 // (lab_util.cuh's time_us); bytes over time.
 //
 //   .carry/bin/kv_lab [--seqs 32] [--ctx 1025] [--heads 32] [--reps 20]
 
 #include <cuda_runtime.h>
+#include <cuda/ptx>
 
 #include <cstdint>
 #include <cstdio>
@@ -73,7 +76,7 @@ __device__ __forceinline__ int stage_piece(int swizzle, int row, int p) {
 // One block a (seq, head) pair; its warps copy their chunks into their stages in turn.
 __global__ void __launch_bounds__(kWarps * 32)
     chunk_read(const char* k, const char* v, Shape s, int layout, int heads_fastest, int swizzle,
-               unsigned* sink) {
+               int lds, unsigned* sink) {
   extern __shared__ uint4 stage[];
   const int seq = heads_fastest ? blockIdx.y : blockIdx.x;
   const int h = heads_fastest ? blockIdx.x : blockIdx.y;
@@ -94,9 +97,58 @@ __global__ void __launch_bounds__(kWarps * 32)
     infercept::cuda::cp_async_wait<0>();
     __syncwarp();
     acc ^= my[lane].x ^ my[kStagePieces - 1 - lane].w;  // touch the stage
+    // `lds` 16-byte reads of the stage a lane, as the kernel's scores and values make (about
+    // 50 a chunk at head size 128), while the other warps' copies are in flight.
+    for (int r = 0; r < lds; ++r) {
+      const uint4 q = my[(lane + 32 * r) % kStagePieces];
+      acc ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
     __syncwarp();
   }
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the copies from being dropped
+}
+
+// The same chunks copied by the multiprocessor's bulk-copy engine (cp.async.bulk, sm_90):
+// each lane its key's K row and V row (256 bytes each) into the stage in order, completion on
+// the warp's mbarrier; then `lds` stage reads a lane as chunk_read's.
+__global__ void __launch_bounds__(kWarps * 32)
+    bulk_read(const char* k, const char* v, Shape s, int lds, unsigned* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace ptx = ::cuda::ptx;
+  extern __shared__ __align__(128) uint4 stage[];
+  __shared__ uint64_t bar[kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    ptx::mbarrier_init(&bar[warp], 1);
+    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+  }
+  __syncwarp();
+  uint4* my = stage + warp * kStagePieces;
+  unsigned acc = 0;
+  uint32_t parity = 0;
+  for (int c0 = warp * kChunk; c0 < s.ctx; c0 += kWarps * kChunk) {
+    if (lane == 0)
+      ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared,
+                                     &bar[warp], 2u * kChunk * kHd * 2);
+    __syncwarp();
+    const int t = min(c0 + lane, s.ctx - 1);
+    const int64_t off = row_offset(s, 0, blockIdx.x, t, blockIdx.y);
+    ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, my + lane * kPieces, k + off, kHd * 2,
+                       &bar[warp]);
+    ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, my + (kChunk + lane) * kPieces,
+                       v + off, kHd * 2, &bar[warp]);
+    while (!ptx::mbarrier_try_wait_parity(&bar[warp], parity)) {
+    }
+    parity ^= 1;
+    acc ^= my[lane].x ^ my[kStagePieces - 1 - lane].w;
+    for (int r = 0; r < lds; ++r) {
+      const uint4 q = my[(lane + 32 * r) % kStagePieces];
+      acc ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
+    __syncwarp();  // every lane is done with the stage before the next chunk's copies
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+#endif
 }
 
 __global__ void dense_read(const uint4* p, int64_t n, unsigned* sink) {
@@ -146,7 +198,7 @@ int main(int argc, char** argv) {
   std::printf("| variant | blocks | us | TB/s |\n|---|---:|---:|---:|\n");
   struct Case {
     const char* name;
-    int layout, heads_fastest, swizzle;
+    int layout, heads_fastest, swizzle, lds = 0;
   };
   for (const Case c :
        {Case{"token-major, items fastest, stage in order", 0, 0, 0},
@@ -155,14 +207,28 @@ int main(int argc, char** argv) {
         Case{"head-major, heads fastest, stage in order", 1, 1, 0},
         Case{"token-major, items fastest, 16-byte XOR stage (the engine)", 0, 0, 1},
         Case{"token-major, items fastest, 32-byte XOR stage, halves by row", 0, 0, 2},
-        Case{"token-major, items fastest, 32-byte XOR stage", 0, 0, 3}}) {
+        Case{"token-major, items fastest, 32-byte XOR stage", 0, 0, 3},
+        Case{"the engine's, 16 stage reads a lane a chunk", 0, 0, 1, 16},
+        Case{"the engine's, 48 stage reads a lane a chunk", 0, 0, 1, 48},
+        Case{"the engine's, 96 stage reads a lane a chunk", 0, 0, 1, 96}}) {
     const dim3 grid = c.heads_fastest ? dim3(s.heads, s.seqs) : dim3(s.seqs, s.heads);
     const float ms = time([&] {
-      chunk_read<<<grid, kWarps * 32, smem>>>(k, v, s, c.layout, c.heads_fastest, c.swizzle, sink);
+      chunk_read<<<grid, kWarps * 32, smem>>>(k, v, s, c.layout, c.heads_fastest, c.swizzle, c.lds,
+                                              sink);
     });
     CK(cudaGetLastError());
     std::printf("| %s | %d | %.1f | %.2f |\n", c.name, s.seqs * s.heads, ms * 1e3,
                 read / (ms * 1e-3) / 1e12);
+  }
+  CK(cudaFuncSetAttribute(bulk_read, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  for (const int lds : {0, 48}) {
+    const float ms =
+        time([&] { bulk_read<<<dim3(s.seqs, s.heads), kWarps * 32, smem>>>(k, v, s, lds, sink); });
+    CK(cudaGetLastError());
+    std::printf(
+        "| token-major, bulk copies (cp.async.bulk), %d stage reads a lane a chunk | %d | %.1f | "
+        "%.2f |\n",
+        lds, s.seqs * s.heads, ms * 1e3, read / (ms * 1e-3) / 1e12);
   }
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
