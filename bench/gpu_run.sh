@@ -123,7 +123,7 @@ for stage in "$@"; do
       log "ncu detail: $shape decode attention at batch ${NCU_BATCH:-32}"
       m=dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
       m=$m,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,gpu__time_duration.sum
-      for what in "--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats" "--metrics $m"; do
+      for what in "--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats --section LaunchStats" "--metrics $m"; do
         timeout 200 ncu --clock-control none $what --kernel-name regex:decode_kernel --launch-skip 40 --launch-count 2 \
           $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-32} --tfwd 1 \
           --prefill 128 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >>"$OUT/ncud-$shape-$(tag).txt"

@@ -22,7 +22,8 @@
 // Each case: the mean of --reps passes between two CUDA events after three warm-up passes
 // (lab_util.cuh's time_us); bytes over time.
 //
-//   .carry/bin/kv_lab [--seqs 32] [--ctx 1025] [--heads 32] [--reps 20]
+//   .carry/bin/kv_lab [--seqs 32] [--ctx 1025] [--heads 32] [--reps 20] [--pool-layers L --layer l]
+//                       [--extra-smem N]
 
 #include <cuda_runtime.h>
 #include <cuda/ptx>
@@ -179,14 +180,34 @@ int main(int argc, char** argv) {
   const double read = 2.0 * s.seqs * s.ctx * s.heads * kHd * 2;  // K and V bytes a pass
   char *k = nullptr, *v = nullptr;
   unsigned* sink = nullptr;
-  CK(cudaMalloc(&k, bytes));
-  CK(cudaMalloc(&v, bytes));
+  // --pool-layers L: K and V as the engine's cache holds them, planes of one allocation (layer
+  // l's K plane 2l, its V plane 2l + 1; CudaKvStorage), the lab reading layer --layer's;
+  // otherwise an allocation each.
+  const int pool_layers = arg(argc, argv, "--pool-layers", 0);
+  const int layer = arg(argc, argv, "--layer", 0);
+  if (pool_layers > 0) {
+    const int64_t plane = (bytes + (128 << 10) - 1) / (128 << 10) * (128 << 10);
+    char* pool = nullptr;
+    CK(cudaMalloc(&pool, 2 * pool_layers * plane));
+    k = pool + 2 * (int64_t)(layer % pool_layers) * plane;
+    v = k + plane;
+    std::printf("(K and V: planes %d and %d of one %.1f GB allocation)\n",
+                2 * (layer % pool_layers), 2 * (layer % pool_layers) + 1,
+                2.0 * pool_layers * plane / 1e9);
+  } else {
+    CK(cudaMalloc(&k, bytes));
+    CK(cudaMalloc(&v, bytes));
+  }
   CK(cudaMalloc(&sink, 4));
   // Values that do not repeat, as a model's K and V do not (lab_util.cuh's hash).
   lab::fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(k), bytes / 2, 1);
   lab::fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(v), bytes / 2, 2);
   CK(cudaDeviceSynchronize());
-  const size_t smem = sizeof(uint4) * kWarps * kStagePieces;
+  // --extra-smem N: N more bytes of shared memory a block than its stages (the engine's
+  // decode kernel holds ~0.5 KB more: its scaled query, merge scalars), which moves the
+  // multiprocessor's split of L1 and shared memory for three blocks from 196 KB shared to 228.
+  const size_t smem =
+      sizeof(uint4) * kWarps * kStagePieces + (size_t)arg(argc, argv, "--extra-smem", 0);
   CK(cudaFuncSetAttribute(chunk_read, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   auto time = [&](auto&& launch) {  // ms a pass
     return lab::time_us(0, reps, [&](int) { launch(); }) / 1e3;

@@ -1078,6 +1078,15 @@ TEST(CudaOps, AttentionShortChunksOverLongContexts) {
 TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by the last one
   attention_case(32, 32, 128, true, {1}, {5000});
 }
+// The decode kernel with blocks of six warps (INFERCEPT_ATTN_DECODE_WARPS=6, PERF 4.5t): decode
+// rows of MHA, GQA and head size 64, one split across the context, against the CPU backend.
+TEST(CudaOps, AttentionDecodeKernelOfSixWarps) {
+  ASSERT_EQ(setenv("INFERCEPT_ATTN_DECODE_WARPS", "6", 1), 0);
+  attention_case(32, 32, 128, true, {1, 1, 1}, {1025, 40, 300});
+  attention_case(32, 8, 128, true, {1, 1}, {3000, 777});
+  attention_case(9, 3, 64, false, {1}, {5000});
+  unsetenv("INFERCEPT_ATTN_DECODE_WARPS");
+}
 
 // Decode rows of mixed lengths past the point where the rows alone fill the chip (12 x 32
 // heads), with and without the balanced split (INFERCEPT_ATTN_BALANCE, read when the backend

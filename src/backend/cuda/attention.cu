@@ -255,8 +255,8 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
   }
 }
 
-template <typename T, typename KV, int HD, int GMAX>
-__global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
+template <typename T, typename KV, int HD, int GMAX, int W>
+__global__ void __launch_bounds__(32 * W) decode_kernel(AttnArgs a) {
   pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
   if (a.prefetch != nullptr) {
     // This block's share of the next product's weight, into L2 (kept over streaming lines):
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x)
       asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + i * 128));
   }
-  using Stage = DecodeStage<KV, HD>;
+  using Stage = DecodeStage<KV, HD, W>;
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32;
   extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
   __shared__ float qs[GMAX][HD];
@@ -306,12 +306,21 @@ __global__ void __launch_bounds__(128) decode_kernel(AttnArgs a) {
     cp_async_wait<0>();
     return;
   }
+  if (a.lab_mode == 5) {
+    for (int c0 = first_c0; c0 < it.kend; c0 += Stage::kWarps * 32) {
+      if (c0 != first_c0 || !first_issued)
+        issue_decode_chunk<KV, HD>(a, bt, kvh, it.kend, c0, my_stage);
+      cp_async_wait<0>();
+      __syncwarp();
+    }
+    return;
+  }
   const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
   for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
     qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
   __syncthreads();  // qs
-  decode_warp_chunks<KV, HD, GMAX>(a, bt, kvh, it.kend, first_c0, first_issued, qs, my_stage, m, l,
-                                   acc);
+  decode_warp_chunks<KV, HD, GMAX, W>(a, bt, kvh, it.kend, first_c0, first_issued, qs, my_stage, m,
+                                      l, acc);
   T* out = static_cast<T*>(a.out);
   decode_block_state<HD, GMAX, kWarps>(stage_raw, group, m, l, acc,
                                        [&](int g, int d, float num, float den, float mx) {
@@ -389,19 +398,25 @@ void launch_combine(const AttnArgs& a, const AttnCombine* combines, int n, int m
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, typename KV, int HD, int GMAX>
-void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
-  constexpr size_t smem = DecodeStage<KV, HD>::kBytes;
-  static_assert(sizeof(float) * DecodeStage<KV, HD>::kWarps * GMAX * HD <= smem,
-                "the merge buffer reuses the value stages");
+template <typename T, typename KV, int HD, int GMAX, int W>
+void launch_decode_warps(const AttnArgs& a, dim3 grid, cudaStream_t s) {
+  constexpr size_t smem = DecodeStage<KV, HD, W>::kBytes;
+  static_assert(sizeof(float) * W * GMAX * HD <= smem, "the merge buffer reuses the value stages");
   static bool configured = false;  // per instantiation
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, KV, HD, GMAX>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, KV, HD, GMAX, W>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     configured = true;
   }
-  launch_kernel(decode_kernel<T, KV, HD, GMAX>, grid, dim3(32 * DecodeStage<KV, HD>::kWarps), smem,
-                s, a.prewait != 0 && programmatic_launch(), a);
+  launch_kernel(decode_kernel<T, KV, HD, GMAX, W>, grid, dim3(32 * W), smem, s,
+                a.prewait != 0 && programmatic_launch(), a);
+}
+
+// AttnArgs::decode_warps: 4 (three blocks a multiprocessor) or 6 (two).
+template <typename T, typename KV, int HD, int GMAX>
+void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
+  if (a.decode_warps == 6) return launch_decode_warps<T, KV, HD, GMAX, 6>(a, grid, s);
+  launch_decode_warps<T, KV, HD, GMAX, 4>(a, grid, s);
 }
 
 template <typename T, typename KV, int HD>

@@ -431,6 +431,7 @@ void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
   a.prewait = sw_.attn_prewait && !waited && step_.used == staged_before && plan.items.empty() &&
               prefill.tiles.empty() && !plan.decode_items.empty();
   a.lab_mode = sw_.lab_attn;
+  a.decode_warps = sw_.attn_decode_warps;
   if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
                   prefill.combines.size()) ||
       omitted(Sw::kOmitAttn))

@@ -34,6 +34,8 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.attn_fused = compute_major >= 9 && env_switch("INFERCEPT_ATTN_FUSED", true);
   s.attn_signal = env_switch("INFERCEPT_ATTN_SIGNAL", true);
   s.attn_project = env_switch("INFERCEPT_ATTN_PROJECT", true);
+  if (const char* w = std::getenv("INFERCEPT_ATTN_DECODE_WARPS"); w != nullptr)
+    s.attn_decode_warps = std::string(w) == "6" ? 6 : 4;
   if (const char* k = std::getenv("INFERCEPT_ATTN_PROJECT_KEYS"); k != nullptr)
     s.attn_project_keys = std::clamp(std::atoi(k) / 64 * 64, 64, 4096);
   if (const char* r = std::getenv("INFERCEPT_ATTN_PROJECT_ROWS"); r != nullptr)
@@ -47,7 +49,12 @@ BackendSwitches BackendSwitches::from_env(int compute_major) {
   s.l2_prefetch = env_switch("INFERCEPT_L2_PREFETCH", false);
   if (const char* m = std::getenv("INFERCEPT_LAB_ATTN"); m != nullptr) {
     const std::string v = m;
-    s.lab_attn = v == "wait" ? 1 : v == "loads" ? 2 : v == "nomerge" ? 3 : v == "rope" ? 4 : 0;
+    s.lab_attn = v == "wait"      ? 1
+                 : v == "loads"   ? 2
+                 : v == "nomerge" ? 3
+                 : v == "rope"    ? 4
+                 : v == "chunks"  ? 5
+                                  : 0;
   }
   if (const char* o = std::getenv("INFERCEPT_LAB_OMIT"); o != nullptr) {
     const std::string list = std::string(",") + o + ",";

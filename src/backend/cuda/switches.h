@@ -41,6 +41,9 @@ struct BackendSwitches {
   // default): blocks of at most 2 query heads (llama3-8b: 2 blocks a KV head, -4% a step at
   // batch 1; 4 blocks of 1 head were as fast at batch 1 and slower at 2; PERF 4.5q).
   int attn_group_split = 0;
+  // INFERCEPT_ATTN_DECODE_WARPS=6: the decode kernel's blocks of 6 warps, two a multiprocessor
+  // (AttnArgs::decode_warps; 4 otherwise).
+  int attn_decode_warps = 4;
   // INFERCEPT_ATTN_PROJECT=0: with attn_fused, the O projection is a launch of its own after
   // the attention instead of running in the attention's launch (attend_project, PERF 4.5q).
   bool attn_project = true;
@@ -66,8 +69,8 @@ struct BackendSwitches {
   // the sum of per-kernel times cannot (programmatic launches overlap them). Warned about on
   // stderr when a backend is made; never set by the engine, the server or a test.
   unsigned lab_omit = 0;
-  // INFERCEPT_LAB_ATTN=wait|loads|nomerge|rope: AttnArgs::lab_mode 1|2|3|4 (the same kind of
-  // measurement switch, for the decode attention's parts).
+  // INFERCEPT_LAB_ATTN=wait|loads|nomerge|rope|chunks: AttnArgs::lab_mode 1|2|3|4|5 (the same
+  // kind of measurement switch, for the decode attention's parts).
   int lab_attn = 0;
   static constexpr unsigned kOmitQkv = 1, kOmitRope = 2, kOmitAttn = 4, kOmitO = 8,
                             kOmitGateUp = 16, kOmitDown = 32;
