@@ -51,7 +51,7 @@ for stage in "$@"; do
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
     ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
     gemvlab) log "gemv lab (docs/PERF.md 4.5k)"; $BIN/gemv_lab ${GEMVLAB_ARGS:-} 2>&1 | tee "$OUT/gemv_lab.txt" | tail -60 ;;
-    kvlab) log "KV read lab (docs/PERF.md 4.5t)"; $BIN/kv_lab ${KVLAB_ARGS:-} 2>&1 | tee "$OUT/kv_lab.txt" | tail -12 ;;
+    kvlab) log "KV read lab (docs/PERF.md 4.5t)"; $BIN/kv_lab ${KVLAB_ARGS:-} 2>&1 | tee "$OUT/kv_lab.txt" | tail -20 ;;
     chainlab) log "chain lab (docs/PERF.md 4.5n)"
       for m in 7b 13b; do $BIN/chain_lab --model $m 2>&1 | tee "$OUT/chain_lab-$m.txt" | tail -12; done ;;
     floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
