@@ -16,7 +16,8 @@ namespace {
 constexpr int kWarps = 8;      // a block's warps; one output row of the product a warp
 constexpr int kAttnWarps = 2;  // the warps that load and score an item's keys
 constexpr int kUnroll = 8;     // 16-byte weight loads in flight a lane, as gemv_kernel
-constexpr int kRoundPieces = 32 * kUnroll;
+// (used only by the sm_90 kernel body: the older cards' pass compiles it empty)
+[[maybe_unused]] constexpr int kRoundPieces = 32 * kUnroll;
 
 // One work item: partition `rank` of group `grp`'s keys (a row, a KV head and a share of its
 // query heads), as decode_rope_kernel's block computes it but on kAttnWarps warps (the stage

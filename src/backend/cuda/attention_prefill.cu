@@ -77,9 +77,9 @@ PrefillPlan plan_prefill(std::span<const int32_t> q_start, std::span<const int32
     plan.max_combine_rows = std::max(plan.max_combine_rows, t.nrows);
   }
   // Longest partitions first again (a split tile's parts are shorter than a whole one).
-  std::stable_sort(plan.tiles.begin(), plan.tiles.end(), [](const PrefillTile& x, const PrefillTile& y) {
-    return x.kend - x.kbeg > y.kend - y.kbeg;
-  });
+  std::stable_sort(
+      plan.tiles.begin(), plan.tiles.end(),
+      [](const PrefillTile& x, const PrefillTile& y) { return x.kend - x.kbeg > y.kend - y.kbeg; });
   plan.partial_pairs = (int32_t)(next - partial_base);
   return plan;
 }
@@ -99,7 +99,9 @@ constexpr int kN = 64;             // keys per tile
 constexpr int kWarps = kM / 16;
 constexpr int kThreads = kWarps * 32;
 // Dynamic shared memory of a block: Q [kM][hd] and two stages of K and V [kN][hd], 16-bit.
-constexpr int smem_bytes(int hd) { return (kM + 4 * kN) * hd * 2; }
+constexpr int smem_bytes(int hd) {
+  return (kM + 4 * kN) * hd * 2;
+}
 static_assert(kM % 16 == 0 && kN % 16 == 0);
 
 // Shared-memory tiles are rows of HD/8 16-byte chunks; chunk c of row r is stored at
@@ -374,7 +376,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       float* dst = a.partial_acc + pair * HD;
 #pragma unroll
       for (int i = 0; i < ON; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8 + 2 * tq) = make_float2(acc[i][2 * h], acc[i][2 * h + 1]);
+        *reinterpret_cast<float2*>(dst + i * 8 + 2 * tq) =
+            make_float2(acc[i][2 * h], acc[i][2 * h + 1]);
       if (tq == 0) {
         a.partial_ml[pair * 2] = ls[h] > 0.0f ? ms[h] * a.scale : -FLT_MAX;
         a.partial_ml[pair * 2 + 1] = ls[h];
@@ -439,10 +442,10 @@ int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
   const bool bf = act == DType::bf16, kv_bf = kv == DType::bf16;
   auto per_sm = [&](auto kernel, int hd) {
     int n = 0;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_bytes(hd)));
     CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, (size_t)smem_bytes(hd)));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(hd)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
+                                                             (size_t)smem_bytes(hd)));
     return std::max(1, n);
   };
   auto by_hd = [&](auto t, auto k) {
