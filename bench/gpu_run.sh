@@ -33,6 +33,12 @@ export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# The checkpoint a model stage (PREFIX-SHAPE) runs on: sets shape and dir (models/SHAPE) and
+# writes it with make-model when it is not there yet.
+model_of() {
+  shape=${1#*-}; dir=models/$shape
+  [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -2; }
+}
 # The peer's llama.cpp sources (bench/peer_src_pack.sh) unpacked once into scratch/peer-cuda/src.
 peer_src() { [ -f scratch/peer-cuda/src/CMakeLists.txt ] ||
   { mkdir -p scratch/peer-cuda/src && tar xzf .carry/peer/llama-src.tar.gz -C scratch/peer-cuda/src; }; }
@@ -63,8 +69,7 @@ for stage in "$@"; do
         GTEST_FILTER=${GTEST_FILTER:--*DefaultModel*} $BIN/test_cuda_model 2>&1 | tee "$OUT/model.txt" |
         grep -E "OK|FAILED|identical for 32|segments identical|Failure|PASSED|error" | tail -40 ;;
     hf-*)  # hf-SHAPE: logits ours vs transformers on one checkpoint, plus transformers timings
-      shape=${stage#hf-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       echo "$PROMPTS" >models/prompts.json
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
@@ -81,8 +86,7 @@ for stage in "$@"; do
       } 2>&1 | tee "$OUT/compare-$shape.txt" ;;
     prefill-attn) log "prefill attention harness"; [ -x $BIN/prefill_attn_test ] && timeout 120 $BIN/prefill_attn_test 2>&1 | tee "$OUT/prefill_attn.txt" | tail -30 ;;
     fwd-*)  # fwd-SHAPE: bench-forward on a make-model checkpoint (deleted afterwards if big)
-      shape=${stage#fwd-}; dir=models/$shape
-      [ -d "$dir" ] || { log "make-model $shape"; /usr/bin/time -f "make-model %e s" $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -2; }
+      model_of "$stage"
       log "bench-forward $shape"
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
@@ -90,7 +94,7 @@ for stage in "$@"; do
     abl-*)  # abl-SHAPE: logits of one checkpoint with the switch AB (e.g. INFERCEPT_GEMV_BULK) =0 and =1
       shape=${stage#abl-}; dir=models/$shape
       [ -n "${AB:-}" ] || { echo "abl-$shape: set AB to the switch to compare"; continue; }
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       echo "$PROMPTS" >models/prompts.json
       log "logits with $AB=0 and =1: $shape"
       for v in 0 1; do env "$AB=$v" $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --one-token-steps \
@@ -103,8 +107,7 @@ for stage in "$@"; do
       # (32 RoPE stores and 64 norms with the default NCU_KERNELS on a 32-layer model).
       # NCU_BATCH=B decodes B sequences instead; with NCU_PREFILL=B x 1,024 their context is
       # filled in one step too, whose kernels the summary lists apart (other grids).
-      shape=${stage#ncu-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       log "ncu kernel times: $shape decode batch ${NCU_BATCH:-1}"
       # NCU_CACHE=none keeps the caches warm between kernels (as a replayed step has them), so
       # the per-step sum against bench-forward's step is the share of gaps between kernels
@@ -118,23 +121,21 @@ for stage in "$@"; do
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncud-*)  # ncud-SHAPE: Nsight Compute's sections and L2/DRAM counters for two launches of the decode
       # attention kernel at batch NCU_BATCH (32), context 1,024 (PERF 4.5t: where its KV reads go).
-      shape=${stage#ncud-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       log "ncu detail: $shape decode attention at batch ${NCU_BATCH:-32}"
       m=dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
       m=$m,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,gpu__time_duration.sum
-      for what in "--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats --section LaunchStats" "--metrics $m"; do
-        timeout 200 ncu --clock-control none $what --kernel-name regex:decode_kernel --launch-skip 40 --launch-count 2 \
-          $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-32} --tfwd 1 \
-          --prefill 128 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >>"$OUT/ncud-$shape-$(tag).txt"
-      done
+      timeout 300 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section Occupancy --section SchedulerStats --section LaunchStats --metrics "$m" \
+        --kernel-name regex:decode_kernel --launch-skip 40 --launch-count 2 \
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-32} --tfwd 1 \
+        --prefill 128 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >"$OUT/ncud-$shape-$(tag).txt"
       grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L2 Hit|sector|dram__" "$OUT/ncud-$shape-$(tag).txt" | tail -16
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
       # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one
       # timed, so each kernel appears four times); where a prefill's time goes (PERF 4.3).
-      shape=${stage#ncup-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       log "ncu kernel times: $shape prefill of ${NCUP_TOKENS:-4096} tokens"
       timeout 400 ncu --clock-control none --cache-control ${NCU_CACHE:-none} --metrics gpu__time_duration.sum --csv \
         --launch-count ${NCU_COUNT:-3000} \
@@ -147,7 +148,7 @@ for stage in "$@"; do
       shape=${stage#nsys-}; dir=models/$shape
       NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
       if [ -z "$NSYS" ]; then log "nsys: not on this machine"; continue; fi
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       log "nsys timeline: $shape decode batch 1 ($NSYS)"
       timeout 300 "$NSYS" profile -t cuda --cuda-graph-trace=node -f true -o "$OUT/nsys-$shape-$(tag)" \
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
@@ -198,7 +199,7 @@ for stage in "$@"; do
         log "peer: $lib ${found:-not found anywhere}"
       done
       [ -n "${PEER_SRC:-}" ] || peer_src
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       if [ ! -f "$dir.gguf" ]; then
         log "convert $shape to GGUF"
         python3 bench/convert_to_gguf.py --llama-cpp "${PEER_SRC:-$P/src}" --outtype "${PEER_OUTTYPE:-bf16}" \
@@ -226,8 +227,7 @@ for stage in "$@"; do
         2>&1 | tail -20
       kill $smi 2>/dev/null ;;
     probe-*)  # probe-SHAPE: bench/step_probe.py's three traces through `infercept bench` (docs/BENCHMARKS.md)
-      shape=${stage#probe-}; dir=models/$shape
-      [ -d "$dir" ] || $BIN/infercept make-model --shape "$shape" --out "$dir" ${MM_ARGS:-} 2>&1 | tail -1
+      model_of "$stage"
       log "step probe: $shape"
       mkdir -p "$OUT/probe-$shape"
       python3 bench/step_probe.py write "$OUT/probe-$shape" | sed -n 's/^BIN //p' | while read -r cmd; do

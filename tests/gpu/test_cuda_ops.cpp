@@ -17,6 +17,7 @@
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/switches.h"
 #include "core/half.h"
 
 namespace infercept {
@@ -1082,6 +1083,8 @@ TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by 
 // rows of MHA, GQA and head size 64, one split across the context, against the CPU backend.
 TEST(CudaOps, AttentionDecodeKernelOfSixWarps) {
   ASSERT_EQ(setenv("INFERCEPT_ATTN_DECODE_WARPS", "6", 1), 0);
+  // The backends attention_case makes read it: six warps, not the default four.
+  ASSERT_EQ(cuda::BackendSwitches::from_env(9).attn_decode_warps, 6);
   attention_case(32, 32, 128, true, {1, 1, 1}, {1025, 40, 300});
   attention_case(32, 8, 128, true, {1, 1}, {3000, 777});
   attention_case(9, 3, 64, false, {1}, {5000});

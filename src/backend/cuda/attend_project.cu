@@ -332,12 +332,7 @@ int attend_project_parts(std::span<const int32_t> ctx_len, int partition_keys, i
 
 bool attend_project_fits(const AttnArgs& a, const DecodeRopeArgs& r, const AttendProjectArgs& p,
                          int rows) {
-  static const bool sm90 = [] {
-    int device = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
-  }();
+  const bool sm90 = device_compute_major() >= 9;
   const bool hd_ok = a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128;
   return sm90 && hd_ok && (rows == 1 || rows == 2) && a.n_kv_heads > 0 &&
          a.n_heads % a.n_kv_heads == 0 && r.group_split >= 1 &&

@@ -174,10 +174,7 @@ void decode_rope_hd(const AttnArgs& a, const DecodeRopeArgs& r, int rows, cudaSt
 
 int decode_rope_max_parts() {
   static const int parts = [] {
-    int device = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    if (major < 9) return 0;
+    if (device_compute_major() < 9) return 0;
     // The widest form (head_dim 128, 8 query heads a KV head) asks the most of a cluster.
     using BF = __nv_bfloat16;
     configure_decode_rope<BF, BF, 128, 8>();
