@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncud-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
 #                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
 #     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
@@ -57,7 +57,14 @@ for stage in "$@"; do
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
     ops) log "op tests"; $BIN/test_cuda_ops 2>&1 | tee "$OUT/ops.txt" | grep -E "OK|FAILED|error|Failure|PASSED" | tail -20 ;;
     gemvlab) log "gemv lab (docs/PERF.md 4.5k)"; $BIN/gemv_lab ${GEMVLAB_ARGS:-} 2>&1 | tee "$OUT/gemv_lab.txt" | tail -60 ;;
-    kvlab) log "KV read lab (docs/PERF.md 4.5t)"; $BIN/kv_lab ${KVLAB_ARGS:-} 2>&1 | tee "$OUT/kv_lab.txt" | tail -20 ;;
+    kvlab) log "KV read lab (docs/PERF.md 4.5t) ${KVLAB_ARGS:-}"; $BIN/kv_lab ${KVLAB_ARGS:-} 2>&1 | tee "$OUT/kv_lab-$(tag).txt" | tail -20 ;;
+    ncukv)  # Nsight Compute's L2 counters and shared-memory split of kv_lab's first case
+      log "ncu counters: kv_lab ${KVLAB_ARGS:-}"
+      timeout 120 ncu --clock-control none --section LaunchStats --section Occupancy \
+        --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,gpu__time_duration.sum \
+        --kernel-name regex:chunk_read --launch-skip 1 --launch-count 1 $BIN/kv_lab ${KVLAB_ARGS:-} --reps 2 2>&1 |
+        grep -vE "^\| |^#|^$" >"$OUT/ncukv-$(tag).txt"
+      grep -E "Duration|Shared Memory Configuration|Dynamic Shared|Static Shared|Block Limit Shared|sector|dram__" "$OUT/ncukv-$(tag).txt" | tail -12 ;;
     chainlab) log "chain lab (docs/PERF.md 4.5n)"
       for m in 7b 13b; do $BIN/chain_lab --model $m 2>&1 | tee "$OUT/chain_lab-$m.txt" | tail -12; done ;;
     floors) log "floors"; $BIN/floors --json models/floors.json 2>&1 | tee "$OUT/floors.txt" | tail -40; cp models/floors.json "$OUT/" ;;
@@ -131,6 +138,17 @@ for stage in "$@"; do
         $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches ${NCU_BATCH:-32} --tfwd 1 \
         --prefill 128 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >"$OUT/ncud-$shape-$(tag).txt"
       grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L2 Hit|sector|dram__" "$OUT/ncud-$shape-$(tag).txt" | tail -16
+      [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    ncug-*)  # ncug-SHAPE: DRAM bytes and L2 sectors of NCU_COUNT (24) kernels of batch-1 decode steps
+      # (context 1,024) matching NCU_KERNELS (the products and attend_project): does L2 serve
+      # a kernel's bytes once (PERF 4.5u)?
+      model_of "$stage"
+      log "ncu counters: $shape decode batch 1"
+      timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_hit_rate.pct \
+        --kernel-name regex:"${NCU_KERNELS:-gemv|attend}" --launch-skip ${NCU_SKIP:-400} --launch-count ${NCU_COUNT:-24} \
+        $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --batches 1 --tfwd 1 \
+        --prefill 1024 --repeats 1 --swap-blocks 1 --swap-batch 1 2>&1 | grep -vE "^\| |^#|^$" >"$OUT/ncug-$shape-$(tag).txt"
+      grep -E "^  [a-z_].*\(|dram__|srcunit|duration" "$OUT/ncug-$shape-$(tag).txt" | head -40
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
       # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one

@@ -495,60 +495,75 @@ int run_bench_forward(int argc, char** argv) {
   //    swap_bytes_per_second); here half of it each way;
   //  - both directions at full rate: nb blocks each way take t_both, so the step's share
   //    each way is what the copy engines can move under it at most (twice the budget).
+  // For two kinds of step: the logits to the host (what a request for log-probabilities
+  // needs; its device-to-host copy shares the link with the swap-outs), and the greedy
+  // tokens drawn on the device (what the engine runs for greedy and top-p batches), each
+  // with the budget its own step time gives.
   {
     const int64_t b = *swap_batch;
-    StepInput in = decode_input(b);
-    const double base = time_forward(in, true);
-    const double t_one_way = std::max(t_out, t_in);
-    const int64_t engine_each =
-        std::clamp<int64_t>((int64_t)((double)nb * base / t_one_way / 2.0), 1, nb);
-    const int64_t full_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
     std::printf(
-        "\n### Decode at batch %lld while swapping (step alone %.3f ms)\n\n"
-        "| copies per step | blocks each way | MB each way | step ms swapping | growth | host ms "
-        "queueing copies |\n"
-        "|---|---:|---:|---:|---:|---:|\n",
-        (long long)b, base * 1e3);
+        "\n### Decode at batch %lld while swapping\n\n"
+        "| step | step alone ms | copies per step | blocks each way | MB each way | step ms "
+        "swapping | growth | host ms queueing copies |\n"
+        "|---|---:|---|---:|---:|---:|---:|---:|\n",
+        (long long)b);
     out["swap_during_decode"] = nlohmann::json::array();
-    struct Row {
+    struct Step {
       const char* name;
-      int64_t blocks;
-      bool out_dir, in_dir;
+      bool with_logits, device_argmax;
     };
-    for (const Row& row :
-         {Row{"engine budget, half each way", engine_each, true, true},
-          Row{"the same, out only", engine_each, true, false},
-          Row{"the same, in only", engine_each, false, true},
-          Row{"half the engine budget", std::max<int64_t>(1, engine_each / 2), true, true},
-          Row{"both ways at full rate", full_each, true, true}}) {
-      const char* name = row.name;
-      const int64_t budget = row.blocks;
-      std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget),
-          h(host_ids.begin(), host_ids.begin() + budget);
-      std::vector<double> ts, enqueue;
-      for (int r = 0; r < *repeats + 3; ++r) {
-        const auto t = clock_type::now();
-        if (row.out_dir) be.copy_blocks_between(**kv, **host, d, h);
-        if (row.in_dir) be.copy_blocks_between(**host, **kv, h, d);
-        // Host time to queue the copies: it delays the step's launch one for one.
-        const double queued = since(t);
-        m.forward(in, **kv, logits.data());
-        be.sync();
-        if (r >= 3) {
-          ts.push_back(since(t));
-          enqueue.push_back(queued);
+    std::vector<Step> steps{{"logits to host", true, false}};
+    if (can_argmax) steps.push_back({"greedy on device", false, true});
+    for (const Step& step : steps) {
+      StepInput in = decode_input(b);
+      const double base = time_forward(in, step.with_logits, step.device_argmax);
+      const double t_one_way = std::max(t_out, t_in);
+      const int64_t engine_each =
+          std::clamp<int64_t>((int64_t)((double)nb * base / t_one_way / 2.0), 1, nb);
+      const int64_t full_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
+      struct Row {
+        const char* name;
+        int64_t blocks;
+        bool out_dir, in_dir;
+      };
+      for (const Row& row :
+           {Row{"engine budget, half each way", engine_each, true, true},
+            Row{"the same, out only", engine_each, true, false},
+            Row{"the same, in only", engine_each, false, true},
+            Row{"half the engine budget", std::max<int64_t>(1, engine_each / 2), true, true},
+            Row{"both ways at full rate", full_each, true, true}}) {
+        const int64_t budget = row.blocks;
+        std::vector<int32_t> d(dev_ids.begin(), dev_ids.begin() + budget),
+            h(host_ids.begin(), host_ids.begin() + budget);
+        std::vector<double> ts, enqueue;
+        for (int r = 0; r < *repeats + 3; ++r) {
+          const auto t = clock_type::now();
+          if (row.out_dir) be.copy_blocks_between(**kv, **host, d, h);
+          if (row.in_dir) be.copy_blocks_between(**host, **kv, h, d);
+          // Host time to queue the copies: it delays the step's launch one for one.
+          const double queued = since(t);
+          m.forward(in, **kv, step.with_logits ? logits.data() : nullptr);
+          if (step.device_argmax)
+            CHECK(be.argmax_rows(m.last_logits((int64_t)in.logit_rows.size()), sampled.data()));
+          be.sync();
+          if (r >= 3) {
+            ts.push_back(since(t));
+            enqueue.push_back(queued);
+          }
         }
+        const double with = median(ts);
+        std::printf("| %s | %.3f | %s | %lld | %.1f | %.3f | %+.1f%% | %.3f |\n", step.name,
+                    base * 1e3, row.name, (long long)budget,
+                    (double)budget * bs * kv_per_token / 1e6, with * 1e3,
+                    100.0 * (with / base - 1.0), median(enqueue) * 1e3);
+        out["swap_during_decode"].push_back({{"step", step.name},
+                                             {"copies", row.name},
+                                             {"batch", b},
+                                             {"blocks_each_way", budget},
+                                             {"ms_alone", base * 1e3},
+                                             {"ms_swapping", with * 1e3},
+                                             {"ms_queueing_copies", median(enqueue) * 1e3}});
       }
-      const double with = median(ts);
-      std::printf("| %s | %lld | %.1f | %.3f | %+.1f%% | %.3f |\n", name, (long long)budget,
-                  (double)budget * bs * kv_per_token / 1e6, with * 1e3, 100.0 * (with / base - 1.0),
-                  median(enqueue) * 1e3);
-      out["swap_during_decode"].push_back({{"copies", name},
-                                           {"batch", b},
-                                           {"blocks_each_way", budget},
-                                           {"ms_alone", base * 1e3},
-                                           {"ms_swapping", with * 1e3},
-                                           {"ms_queueing_copies", median(enqueue) * 1e3}});
     }
   }
   write_json();

@@ -19,6 +19,25 @@ constexpr int kUnroll = 8;     // 16-byte weight loads in flight a lane, as gemv
 // (used only by the sm_90 kernel body: the older cards' pass compiles it empty)
 [[maybe_unused]] constexpr int kRoundPieces = 32 * kUnroll;
 
+// The block's shared scalars and small arrays. They live after the stage in the dynamic
+// shared memory, so that the stage starts the block's shared memory: static shared memory
+// sits before the dynamic and, moving the stages, made L2 read every KV sector twice in the
+// decode kernel (PERF 4.5u).
+template <int HD, int GMAX>
+struct AttendShared {
+  float qs[GMAX][HD];                // the item's query heads, rotated and scaled
+  float wml[2 * kAttnWarps * GMAX];  // the warps' softmax maxima and sums
+  float weight[kAttendProjectMaxParts][GMAX], den[GMAX];  // the last partition's merge
+  int claimed, last;
+};
+
+// The dynamic shared memory's first part: an item's stage, then the product's input rows.
+template <typename KV, int HD>
+__host__ __device__ constexpr size_t stage_bytes(int k, int rows) {
+  const size_t stage = DecodeStage<KV, HD, kAttnWarps>::kBytes, xs = (size_t)rows * k * 2;
+  return ((stage > xs ? stage : xs) + 15) / 16 * 16;
+}
+
 // One work item: partition `rank` of group `grp`'s keys (a row, a KV head and a share of its
 // query heads), as decode_rope_kernel's block computes it but on kAttnWarps warps (the stage
 // of four would leave room for three blocks a multiprocessor, and the product needs four);
@@ -26,10 +45,10 @@ constexpr int kUnroll = 8;     // 16-byte weight loads in flight a lane, as gemv
 // merges them into the attention output.
 template <typename T, typename KV, int HD, int GMAX>
 __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows, int item,
-                            int* counters, uint4* stage_raw, float (*qs)[HD]) {
+                            int* counters, uint4* stage_raw, AttendShared<HD, GMAX>& sh) {
   using Stage = DecodeStage<KV, HD, kAttnWarps>;
   constexpr int kPer = HD / 32;
-  __shared__ int last;
+  auto qs = sh.qs;
   const int parts = r.parts, grp = item / parts, rank = item % parts;
   const int row = grp % rows, kvh_slice = grp / rows;
   const int kvh = kvh_slice / r.group_split, slice = kvh_slice % r.group_split;
@@ -65,7 +84,7 @@ __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows
   // reads them.
   const int64_t pair0 = (int64_t)item * heads;
   decode_block_state<HD, GMAX, kAttnWarps>(
-      stage_raw, heads, m, l, acc, [&](int g, int d, float num, float den, float mx) {
+      stage_raw, sh.wml, heads, m, l, acc, [&](int g, int d, float num, float den, float mx) {
         a.partial_acc[(pair0 + g) * HD + d] = num;
         if (d == 0) {
           a.partial_ml[(pair0 + g) * 2] = den > 0.0f ? mx : -FLT_MAX;
@@ -76,17 +95,18 @@ __device__ void attend_item(const AttnArgs& a, const DecodeRopeArgs& r, int rows
   int* part_count = counters + kAttendProjectPartCounts + grp;
   if (threadIdx.x == 0) {
     __threadfence();  // this block's partial state before its count
-    last = atomicAdd(part_count, 1) == parts - 1;
+    sh.last = atomicAdd(part_count, 1) == parts - 1;
   }
   __syncthreads();
-  if (!last) return;
+  if (!sh.last) return;
   // The group's last partition: every other one's state is in L2 (their fences came before
   // their counts); merge them in partition order as decode_rope_kernel's cluster does. The
   // partitions' maxima and sums are read by all threads at once into shared memory, and each
   // output's partial sums in batches of independent loads: a loop of dependent L2 reads over
   // 17 partitions cost ~10 us on the step's path.
   __threadfence();
-  __shared__ float weight[kAttendProjectMaxParts][GMAX], den_sh[GMAX];
+  auto weight = sh.weight;
+  float* den_sh = sh.den;
   const int64_t base = (int64_t)grp * parts * heads;               // pair of (partition 0, head 0)
   for (int j = threadIdx.x; j < parts * heads; j += blockDim.x) {  // j = p * heads + g
     weight[j / heads][j % heads] = __ldcg(a.partial_ml + (base + j) * 2);  // max
@@ -142,8 +162,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   pdl_launch_dependents();  // the FFN's product may be placed as these blocks retire
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 smem_raw[];  // an item's stage; then the product's input rows
-  __shared__ float qs[GMAX][HD];
-  __shared__ int claimed;
+  auto& sh = *reinterpret_cast<AttendShared<HD, GMAX>*>(reinterpret_cast<unsigned char*>(smem_raw) +
+                                                        stage_bytes<KV, HD>(p.k, NR));
+  int& claimed = sh.claimed;
   int* const counters = p.counters;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int nv = p.k / 8, rounds = (nv + kRoundPieces - 1) / kRoundPieces;
@@ -159,7 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     const int item = claimed;
     __syncthreads();  // every thread has read it before the next ticket overwrites it
     if (item >= n_items) break;
-    attend_item<T, KV, HD, GMAX>(a, r, NR, item, counters, smem_raw, qs);
+    attend_item<T, KV, HD, GMAX>(a, r, NR, item, counters, smem_raw, sh);
     __syncthreads();  // the stage is free again
   }
   // The product, as gemv_kernel's accumulate epilogue computes it (the same order of sums,
@@ -252,16 +273,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 #endif
 }
 
-template <typename T, typename KV, int HD, int GMAX>
-size_t stage_bytes(const AttendProjectArgs& p, int rows) {
-  return std::max(DecodeStage<KV, HD, kAttnWarps>::kBytes, (size_t)rows * (size_t)p.k * 2);
-}
-
 template <typename T, typename KV, int HD, int GMAX, int NR>
 void launch(const AttnArgs& a, const DecodeRopeArgs& r, const AttendProjectArgs& p,
             cudaStream_t s) {
   auto* kernel = attend_project_kernel<T, KV, HD, GMAX, NR>;
-  const size_t smem = stage_bytes<T, KV, HD, GMAX>(p, NR);
+  const size_t smem = stage_bytes<KV, HD>(p.k, NR) + sizeof(AttendShared<HD, GMAX>);
   // The grid: as many blocks as are resident at once (4 a multiprocessor), asked once per
   // instance and shared-memory size.
   static std::mutex mu;

@@ -90,11 +90,10 @@ struct AttnArgs {
   // math, 3 before the cluster's merge. 5: the decode kernel loads all its chunks, one after
   // another as it does, and computes nothing (its memory traffic alone, PERF 4.5t).
   int lab_mode;
-  // The decode kernel's warps a block: 4 (the default; three blocks a multiprocessor, whose
-  // 3 x 64.5 KB of shared memory take the 228 KB split of L1 and shared memory, 28 KB of L1
-  // left) or 6 (two blocks of 96.5 KB: the 196 KB split, 60 KB of L1, as many warps, where a
-  // KV head serves one query head; GQA's larger query buffer does not fit that split). An
-  // experiment of PERF 4.5t (INFERCEPT_ATTN_DECODE_WARPS=6), not measured yet.
+  // The decode kernel's warps a block: 4 (the default; three blocks a multiprocessor) or 6
+  // (two blocks, as many warps; INFERCEPT_ATTN_DECODE_WARPS=6). Six warps were 7-13% faster
+  // at batch 32-128 while the kernel's small arrays were static shared memory (PERF 4.5t-u)
+  // and are as fast as four since they follow the stages (DecodeKernelSmem).
   int decode_warps;
 };
 void attention(const AttnArgs& a, cudaStream_t s);

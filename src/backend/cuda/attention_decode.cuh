@@ -225,14 +225,16 @@ __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int3
 
 // The block's softmax state over its warps' states: for each (query head g < group, dim d)
 // of the block, emit(g, d, num, den, mx) with num = sum_w e^(m_w - mx) acc_w[d] and den the
-// same sum of l_w (0 when no warp saw a key). The warps' stages become the merge buffer.
+// same sum of l_w (0 when no warp saw a key). The warps' stages become the merge buffer;
+// wml (shared, 2 x kWarps x GMAX floats) takes the warps' maxima and sums.
 // Every thread of the block calls it; warps from kWarps on bring no state, only their hands.
 template <int HD, int GMAX, int kWarps, typename Emit>
-__device__ __forceinline__ void decode_block_state(uint4* stage_raw, int group,
+__device__ __forceinline__ void decode_block_state(uint4* stage_raw, float* wml, int group,
                                                    const float (&m)[GMAX], const float (&l)[GMAX],
                                                    const float (&acc)[GMAX][HD / 32], Emit&& emit) {
   constexpr int kPer = HD / 32;
-  __shared__ float wm[kWarps][GMAX], wl[kWarps][GMAX];
+  auto wm = reinterpret_cast<float(*)[GMAX]>(wml);
+  auto wl = reinterpret_cast<float(*)[GMAX]>(wml + kWarps * GMAX);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // every warp is done with its stages: they become the merge buffer
   float* wacc = reinterpret_cast<float*>(stage_raw);  // [kWarps][GMAX][HD]
