@@ -25,8 +25,17 @@ constexpr int kMaxStages = 8;
 constexpr uint32_t kTileBytes = 64u << 10;
 // The ring: two 64 KB tiles in flight a multiprocessor (three measured the same).
 constexpr uint32_t kRingBytes = 136u << 10;
-// The ring and the staged input row (k <= 32768, as the input registers allow) at most.
-constexpr size_t kMaxShared = kRingBytes + (64u << 10);
+// The block's barriers and partial sums. They follow the ring and the staged input in the
+// dynamic shared memory, so that the ring starts the block's shared memory (static shared
+// memory sits before the dynamic; before the decode kernel's copies made L2 serve their
+// sectors twice, PERF 4.5u).
+struct BulkShared {
+  uint64_t full[kMaxStages], empty[kMaxStages];
+  float red[2][kConsumerWarps], red2[2][kConsumerWarps];
+};
+// The ring, the staged input row (k <= 32768, as the input registers allow) and BulkShared
+// at most.
+constexpr size_t kMaxShared = kRingBytes + (64u << 10) + sizeof(BulkShared);
 
 struct BulkArgs {
   const void* x;
@@ -40,6 +49,11 @@ struct BulkArgs {
   int stages;
   uint32_t slot_bytes;  // R rows (2R when gated)
 };
+
+// Where BulkShared starts: after the ring and, with the norm prologue, the staged input row.
+__host__ __device__ inline size_t bulk_shared_at(const BulkArgs& b, bool norm) {
+  return ((size_t)b.stages * b.slot_bytes + (norm ? (size_t)b.k * 2 : 0) + 15) / 16 * 16;
+}
 
 // The device code exists for sm_90 and later only (bulk copies, mbarriers); the PTX built for
 // older cards has empty kernels that gemv_bulk_fits() never lets launch.
@@ -73,9 +87,11 @@ template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kConsumers + 32, 1) gemv_bulk_kernel(const BulkArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kGated = kEpi == GemvEpilogue::gated;
-  extern __shared__ __align__(128) unsigned char smem[];  // the ring, then the staged input
-  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  __shared__ float red[2][kConsumerWarps], red2[2][kConsumerWarps];
+  // The ring, then the staged input, then BulkShared.
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto& sh = *reinterpret_cast<BulkShared*>(smem + bulk_shared_at(a, kNorm));
+  uint64_t *full = sh.full, *empty = sh.empty;
+  auto red = sh.red, red2 = sh.red2;
   const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
   const int R = a.rows_per_tile, k = a.k, nv = k / 8;
   const size_t row_bytes = (size_t)k * sizeof(T);
@@ -198,7 +214,7 @@ BulkArgs bulk_args(const GemvArgs& a, int R) {
 }
 
 size_t shared_bytes(const BulkArgs& b, bool norm) {
-  return (size_t)b.stages * b.slot_bytes + (norm ? (size_t)b.k * 2 : 0);
+  return bulk_shared_at(b, norm) + sizeof(BulkShared);
 }
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
