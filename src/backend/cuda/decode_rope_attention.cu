@@ -16,15 +16,15 @@ namespace {
 // The block's small arrays, after the stages in the dynamic shared memory so that the stages
 // start the block's shared memory (static shared memory would sit before them; in the
 // decode kernel that made L2 read every KV sector twice, PERF 4.5u).
-template <int HD, int GMAX>
+template <typename KV, int HD, int GMAX>
 struct DecodeRopeShared {
-  float qs[GMAX][HD];                                            // rotated and scaled
-  float part_num[GMAX][HD], part_mx[GMAX], part_den[GMAX];       // read by the cluster
-  float wml[2 * DecodeStage<__nv_bfloat16, HD>::kWarps * GMAX];  // the warps' maxima, sums
+  float qs[GMAX][HD];                                       // rotated and scaled
+  float part_num[GMAX][HD], part_mx[GMAX], part_den[GMAX];  // read by the cluster
+  float wml[2 * DecodeStage<KV, HD>::kWarps * GMAX];        // the warps' maxima, sums
 };
 template <typename KV, int HD, int GMAX>
 constexpr size_t decode_rope_smem() {
-  return DecodeStage<KV, HD>::kBytes + sizeof(DecodeRopeShared<HD, GMAX>);
+  return DecodeStage<KV, HD>::kBytes + sizeof(DecodeRopeShared<KV, HD, GMAX>);
 }
 
 // decode_rope_attention(): block (row * parts + rank, kvh) takes partition `rank` of the row's
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32;
   extern __shared__ uint4 stage_raw[];  // [kWarps][K, V][32 rows] of pieces; then merge buffer
   auto& sh =
-      *reinterpret_cast<DecodeRopeShared<HD, GMAX>*>(stage_raw + kWarps * Stage::kWarpPieces);
+      *reinterpret_cast<DecodeRopeShared<KV, HD, GMAX>*>(stage_raw + kWarps * Stage::kWarpPieces);
   auto qs = sh.qs;
   auto part_num = sh.part_num;
   float *part_mx = sh.part_mx, *part_den = sh.part_den, *wml = sh.wml;
