@@ -106,6 +106,58 @@ TEST(Engine, BatchInvarianceSameTokensAloneAndInABatchOf17) {
   EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
 }
 
+// Rows that need their logits on the host (logprobs, penalties) take only their own rows
+// there: the plain greedy rows beside them are still drawn where the logits are (before, one
+// such request sent every row of its steps to the host), and every request's tokens are those
+// it yields alone.
+TEST(Engine, LogprobsAndPenaltyRowsAloneGoToTheHost) {
+  auto e = make_engine(base_config());
+  ASSERT_TRUE(e);
+  const auto prompts = varied_prompts();
+  constexpr int kTokens = 16;
+  auto make_req = [&](size_t i) {
+    GenerateRequest r;
+    r.prompt = e->tokenizer().encode(prompts[i], true, false);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = kTokens;
+    r.params.ignore_eos = true;
+    if (i == 1) r.logprobs = 2;
+    if (i == 3) r.params.frequency_penalty = 0.5f;
+    return r;
+  };
+  constexpr size_t kRequests = 5;
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < kRequests; ++i) {
+    auto id = e->add_request(make_req(i));
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    alone.push_back(run_all(*e)[*id]);
+    ASSERT_EQ(alone.back().size(), (size_t)kTokens);
+  }
+  // Alone, exactly the two special requests' rows went to the host.
+  ASSERT_EQ(e->stats().host_sampled_rows, 2 * kTokens);
+
+  const int64_t host_before = e->stats().host_sampled_rows;
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < kRequests; ++i) ids.push_back(*e->add_request(make_req(i)));
+  std::map<uint64_t, std::vector<int32_t>> together;
+  std::map<uint64_t, size_t> logprob_entries;
+  for (int guard = 0; e->has_work() && guard < 10000; ++guard)
+    for (const RequestOutput& o : e->step()) {
+      together[o.id].insert(together[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+      logprob_entries[o.id] += o.logprobs.size();
+      if (o.id == ids[1]) {
+        ASSERT_EQ(o.top_logprobs.size(), o.new_tokens.size());
+        for (const auto& top : o.top_logprobs) EXPECT_EQ(top.size(), 2u);
+      }
+    }
+  for (size_t i = 0; i < kRequests; ++i) EXPECT_EQ(together[ids[i]], alone[i]) << prompts[i];
+  EXPECT_EQ(logprob_entries[ids[1]], (size_t)kTokens);
+  EXPECT_EQ(logprob_entries[ids[0]], 0u);
+  // The batched steps sent the same two requests' rows to the host, and no other row.
+  EXPECT_EQ(e->stats().host_sampled_rows - host_before, 2 * kTokens);
+  EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
+}
+
 // Preemption by recomputation (every policy but minwaste; minwaste with no host room too),
 // and by swapping to the host tier (minwaste, when a copy costs less than recomputing).
 class EnginePreemption : public ::testing::TestWithParam<std::string> {};

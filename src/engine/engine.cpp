@@ -532,48 +532,76 @@ std::vector<RequestOutput> EngineCore::step() {
   build_step_input(plan);
   host_s += now_seconds() - t_build;
   stats_.host_prepare_seconds += host_s;
-  // Plain greedy rows (no penalties, no logprobs) can be sampled where the logits are, so
-  // only token ids cross to the host: the logits of a big batch are megabytes per step.
-  // Rows without penalties or logprobs can be sampled with top-k/top-p/min-p there too.
-  bool device_greedy = true, device_sample = true;
-  for (const ScheduledSeq& ss : plan.scheduled) {
-    if (!ss.sample) continue;
-    const Active& a = *active_.at(ss.seq->id);
-    const bool row_ok = !a.params.has_penalties() && a.logprobs < 0;
-    device_greedy = device_greedy && a.params.is_greedy() && row_ok;
-    device_sample = device_sample && row_ok;
-  }
+  // Where each sampled row is drawn. Plain rows (no penalties, no logprobs) where the logits
+  // are, so only token ids cross to the host (the logits of a big batch are megabytes a step):
+  // greedy ones where the backend has an argmax, top-k/top-p/min-p ones where it samples too.
+  // Rows with penalties or logprobs need their logits on the host, and only those rows are
+  // copied: one such request no longer sends the whole batch's logits over, and a row is drawn
+  // the same way whatever shares its step.
   const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
-  device_greedy = device_greedy && n_logit_rows > 0 && backend_->greedy_on_device();
-  device_sample =
-      !device_greedy && device_sample && n_logit_rows > 0 && backend_->samples_on_device();
-  const bool on_device = device_greedy || device_sample;
-  const double t0 = now_seconds();
-  const int64_t replayed_before = backend_->replayed_steps();
-  model_->forward(step_input_, *kv_, on_device ? nullptr : logits_.data());
-  if (on_device) device_tokens_.resize((size_t)n_logit_rows);
-  if (device_greedy) {
-    CHECK(backend_->argmax_rows(model_->last_logits(n_logit_rows), device_tokens_.data()));
-  } else if (device_sample) {
-    device_rows_.clear();
+  host_rows_.assign((size_t)n_logit_rows, 0);
+  bool any_device = false, any_host = false, device_all_greedy = true;
+  {
+    size_t i = 0;
     for (const ScheduledSeq& ss : plan.scheduled) {
       if (!ss.sample) continue;
-      Active& a = *active_.at(ss.seq->id);
-      const SamplingParams& p = a.params;
-      DeviceSampleRow r;
-      r.greedy = p.is_greedy() ? 1 : 0;
-      if (!p.is_greedy()) {
-        r.inv_temperature = 1.0f / p.temperature;
-        r.top_k = p.top_k > 0 ? p.top_k : 0;
-        r.top_p = p.top_p;
-        r.min_p = p.min_p;
-        r.u = a.sampler.draw_uniform();
-      }
-      device_rows_.push_back(r);
+      const Active& a = *active_.at(ss.seq->id);
+      const bool plain = !a.params.has_penalties() && a.logprobs < 0;
+      const bool greedy = a.params.is_greedy();
+      const bool device =
+          plain && (greedy ? backend_->greedy_on_device() : backend_->samples_on_device());
+      host_rows_[i++] = device ? 0 : 1;
+      any_device = any_device || device;
+      any_host = any_host || !device;
+      device_all_greedy = device_all_greedy && (!device || greedy);
     }
-    CHECK(backend_->sample_rows(model_->last_logits(n_logit_rows), device_rows_,
-                                device_tokens_.data()));
+    CHECK((int64_t)i == n_logit_rows);
   }
+  const double t0 = now_seconds();
+  const int64_t replayed_before = backend_->replayed_steps();
+  // Every row to the host when none is drawn on the device; otherwise the logits stay there.
+  model_->forward(step_input_, *kv_, any_device ? nullptr : logits_.data());
+  const int64_t vocab = model_config().vocab_size;
+  if (any_device) {
+    const Tensor logits = model_->last_logits(n_logit_rows);
+    // The host rows' logits first (the device sampler overwrites them), a run at a time.
+    for (int64_t b = 0; b < n_logit_rows;) {
+      if (!host_rows_[(size_t)b]) {
+        ++b;
+        continue;
+      }
+      int64_t e = b;
+      while (e < n_logit_rows && host_rows_[(size_t)e]) ++e;
+      backend_->to_host_f32(logits.slice_rows(b, e - b), logits_.data() + b * vocab);
+      b = e;
+    }
+    device_tokens_.resize((size_t)n_logit_rows);
+    if (device_all_greedy) {
+      // (a host row's argmax is computed too and not used)
+      CHECK(backend_->argmax_rows(logits, device_tokens_.data()));
+    } else {
+      device_rows_.clear();
+      size_t i = 0;
+      for (const ScheduledSeq& ss : plan.scheduled) {
+        if (!ss.sample) continue;
+        Active& a = *active_.at(ss.seq->id);
+        const SamplingParams& p = a.params;
+        const bool host = host_rows_[i++] != 0;
+        DeviceSampleRow r;
+        r.greedy = p.is_greedy() || host ? 1 : 0;  // a host row: a placeholder
+        if (!r.greedy) {
+          r.inv_temperature = 1.0f / p.temperature;
+          r.top_k = p.top_k > 0 ? p.top_k : 0;
+          r.top_p = p.top_p;
+          r.min_p = p.min_p;
+          r.u = a.sampler.draw_uniform();
+        }
+        device_rows_.push_back(r);
+      }
+      CHECK(backend_->sample_rows(logits, device_rows_, device_tokens_.data()));
+    }
+  }
+  for (const uint8_t h : host_rows_) stats_.host_sampled_rows += h;
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
   stats_.replayed_steps = backend_->replayed_steps();
@@ -596,7 +624,6 @@ std::vector<RequestOutput> EngineCore::step() {
                               (double)batch_tokens * cost_.kv_bytes_per_token;
   scheduler_->commit(plan);
 
-  const int64_t vocab = model_config().vocab_size;
   size_t logit_index = 0;
   std::vector<uint64_t> done;
   for (const ScheduledSeq& ss : plan.scheduled) {
@@ -607,9 +634,10 @@ std::vector<RequestOutput> EngineCore::step() {
     if (!ss.sample) continue;
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);
-    const int32_t tok = on_device ? device_tokens_[logit_index]
-                                  : a.sampler.sample(row, all.first((size_t)s.n_prompt),
-                                                     all.subspan((size_t)s.n_prompt));
+    const int32_t tok =
+        !host_rows_[logit_index]
+            ? device_tokens_[logit_index]
+            : a.sampler.sample(row, all.first((size_t)s.n_prompt), all.subspan((size_t)s.n_prompt));
     ++logit_index;
     s.tokens.push_back(tok);
     a.sampled_since_resume++;

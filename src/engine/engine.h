@@ -152,6 +152,9 @@ struct EngineStats {
   double forward_seconds = 0.0;
   double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
   int64_t replayed_steps = 0;         // steps the backend ran from a recording (CUDA graphs)
+  // Sampled rows whose logits went to the host (penalties, logprobs, or a backend that does
+  // not draw them); the rest were drawn where the logits are.
+  int64_t host_sampled_rows = 0;
 };
 
 class EngineCore {
@@ -239,6 +242,7 @@ class EngineCore {
   std::vector<float> logits_;                 // [max_seqs, vocab]
   std::vector<int32_t> device_tokens_;        // tokens sampled on the device this step
   std::vector<DeviceSampleRow> device_rows_;  // their sampling parameters
+  std::vector<uint8_t> host_rows_;            // per logit row: drawn on the host (1) or not
   EngineStats stats_;
 };
 

@@ -211,6 +211,69 @@ TEST(CudaModel, SeededTopPSamplingOnTheDeviceRepeats) {
   EXPECT_GE(distinct.size(), 3u) << "different seeds should draw different continuations";
 }
 
+// A request with logprobs or penalties takes only its own rows' logits to the host: seeded
+// top-p requests beside it are still drawn on the device. The same five requests run twice,
+// once with request 3 asking for logprobs and request 4 for a presence penalty, once plain:
+// the top-p requests draw the same tokens both times (the steps have the same rows and
+// shapes, so the same logits), greedy request 3 too, and only the special rows count as
+// host-sampled.
+TEST(CudaModel, LogprobsAndPenaltyRowsBesideDeviceSampledOnes) {
+  const std::string tiny = tiny_model_path();
+  ASSERT_FALSE(tiny.empty()) << "set INFERCEPT_GPU_TEST_MODEL (make test-gpu does)";
+  constexpr int kTokens = 24;
+  struct Run {
+    std::vector<std::vector<int32_t>> tokens;
+    size_t logprobs_of_3 = 0;
+    int64_t host_rows = 0;
+  };
+  auto run = [&](bool special) {
+    Run out;
+    auto e = EngineCore::create(config(tiny, "cuda"));
+    EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+    if (!e.ok()) return out;
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 5; ++i) {
+      GenerateRequest r;
+      r.prompt =
+          (*e)->tokenizer().encode(i % 2 ? "Once upon a time" : "The weather today", true, false);
+      r.params.ignore_eos = true;
+      r.params.max_tokens = kTokens;
+      if (i < 3) {  // seeded top-p: drawn on the device
+        r.params.temperature = 0.9f;
+        r.params.top_p = 0.9f;
+        r.params.seed = 77 + (uint64_t)i;
+      } else {
+        r.params.temperature = 0.0f;
+        if (special && i == 3) r.logprobs = 1;
+        if (special && i == 4) r.params.presence_penalty = 0.8f;
+      }
+      auto id = (*e)->add_request(std::move(r));
+      EXPECT_TRUE(id.ok());
+      ids.push_back(id.ok() ? *id : 0);
+    }
+    std::map<uint64_t, std::vector<int32_t>> toks;
+    while ((*e)->has_work())
+      for (auto& o : (*e)->step()) {
+        toks[o.id].insert(toks[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+        if (o.id == ids[3]) out.logprobs_of_3 += o.logprobs.size();
+      }
+    for (uint64_t id : ids) out.tokens.push_back(toks[id]);
+    out.host_rows = (*e)->stats().host_sampled_rows;
+    return out;
+  };
+  const Run plain = run(false), special = run(true);
+  ASSERT_EQ(plain.tokens.size(), 5u);
+  ASSERT_EQ(special.tokens.size(), 5u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(plain.tokens[i].size(), (size_t)kTokens);
+    EXPECT_EQ(special.tokens[i], plain.tokens[i]) << "request " << i;
+  }
+  EXPECT_EQ(plain.host_rows, 0);
+  EXPECT_EQ(special.host_rows, 2 * kTokens);
+  EXPECT_EQ(special.logprobs_of_3, (size_t)kTokens);
+  EXPECT_EQ(plain.logprobs_of_3, 0u);
+}
+
 class CudaInterception : public ::testing::TestWithParam<std::string> {};
 
 // Every policy on CUDA under memory pressure: every request completes through its pauses,
