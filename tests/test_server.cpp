@@ -93,6 +93,9 @@ TEST(Server, LogprobsAndStopAndSeed) {
     // Greedy: the sampled token is the most likely one.
     EXPECT_EQ(t["token"], t["top_logprobs"][0]["token"]);
   }
+  // Its rows, and only they, were drawn on the host (the logprobs need the logits there).
+  EXPECT_EQ(s.metric("infercept:engine_host_sampled_rows_total"),
+            r.body["usage"]["completion_tokens"].get<double>());
   // A stop string ends the text before it.
   json stop = chat(s.model(), "Count: one, two, three,", 12);
   Reply full = s.post("/v1/chat/completions", stop);

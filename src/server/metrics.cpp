@@ -321,6 +321,10 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   header(o, p + "engine_replayed_steps_total", "counter",
          "Steps run from a recorded CUDA graph (decode steps whose shape repeated).");
   sample(o, p + "engine_replayed_steps_total", "", (double)st.replayed_steps);
+  header(o, p + "engine_host_sampled_rows_total", "counter",
+         "Sampled rows whose logits went to the host (logprobs, penalties); the rest were "
+         "drawn where the logits are.");
+  sample(o, p + "engine_host_sampled_rows_total", "", (double)st.host_sampled_rows);
   header(o, p + "engine_prompt_tokens_computed_total", "counter",
          "Prefill rows run, recomputation included.");
   sample(o, p + "engine_prompt_tokens_computed_total", "", (double)st.prompt_tokens_computed);
