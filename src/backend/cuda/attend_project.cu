@@ -19,10 +19,8 @@ constexpr int kUnroll = 8;     // 16-byte weight loads in flight a lane, as gemv
 // (used only by the sm_90 kernel body: the older cards' pass compiles it empty)
 [[maybe_unused]] constexpr int kRoundPieces = 32 * kUnroll;
 
-// The block's shared scalars and small arrays. They live after the stage in the dynamic
-// shared memory, so that the stage starts the block's shared memory: static shared memory
-// sits before the dynamic and, moving the stages, made L2 read every KV sector twice in the
-// decode kernel (PERF 4.5u).
+// The block's shared scalars and small arrays, after the stage in the dynamic shared memory
+// (the stages-first layout of DecodeKernelSmem, attention.cu).
 template <int HD, int GMAX>
 struct AttendShared {
   float qs[GMAX][HD];                // the item's query heads, rotated and scaled

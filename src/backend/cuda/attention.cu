@@ -259,9 +259,10 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
 // block's shared memory: the stages (then the merge buffer), the scaled query heads, the
 // warps' softmax maxima and sums, the split row's ticket. With the query heads and the rest
 // as static shared memory, which sits before the dynamic, the cp.async copies into the
-// stages made L2 serve every KV sector twice (47% of them hits) and the kernel ran at 3.1
-// TB/s instead of 3.9 on the H200 at batch 32 (PERF 4.5u; the cause inside the memory
-// system is not known, the layout is what was measured).
+// stages made L2 serve every KV sector twice (47% of them hits, where the blocks took the
+// 228 KB shared split) and the kernel ran at 3.1 TB/s instead of 4.0 on the H200 at batch 32
+// (PERF 4.5u; the cause inside the memory system is not known, the layout is what was
+// measured). attend_project, decode_rope_kernel and gemv_bulk keep the same layout.
 template <typename KV, int HD, int GMAX, int W>
 struct DecodeKernelSmem {
   static constexpr size_t kQs = DecodeStage<KV, HD, W>::kBytes;           // float [GMAX][HD]

@@ -13,9 +13,8 @@
 namespace infercept::cuda {
 namespace {
 
-// The block's small arrays, after the stages in the dynamic shared memory so that the stages
-// start the block's shared memory (static shared memory would sit before them; in the
-// decode kernel that made L2 read every KV sector twice, PERF 4.5u).
+// The block's small arrays, after the stages in the dynamic shared memory (the stages-first
+// layout of DecodeKernelSmem, attention.cu).
 template <typename KV, int HD, int GMAX>
 struct DecodeRopeShared {
   float qs[GMAX][HD];                                       // rotated and scaled

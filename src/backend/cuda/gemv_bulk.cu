@@ -25,10 +25,9 @@ constexpr int kMaxStages = 8;
 constexpr uint32_t kTileBytes = 64u << 10;
 // The ring: two 64 KB tiles in flight a multiprocessor (three measured the same).
 constexpr uint32_t kRingBytes = 136u << 10;
-// The block's barriers and partial sums. They follow the ring and the staged input in the
-// dynamic shared memory, so that the ring starts the block's shared memory (static shared
-// memory sits before the dynamic; before the decode kernel's copies made L2 serve their
-// sectors twice, PERF 4.5u).
+// The block's barriers and partial sums, after the ring and the staged input in the dynamic
+// shared memory (the stages-first layout of DecodeKernelSmem, attention.cu; measured neutral
+// here, PERF 4.5u).
 struct BulkShared {
   uint64_t full[kMaxStages], empty[kMaxStages];
   float red[2][kConsumerWarps], red2[2][kConsumerWarps];
