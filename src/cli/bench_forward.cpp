@@ -251,19 +251,21 @@ int run_bench_forward(int argc, char** argv) {
   // device_topp: the tokens drawn on the device with temperature 0.8 and top_p 0.9.
   std::vector<DeviceSampleRow> topp_rows((size_t)max_batch,
                                          DeviceSampleRow{0, 1.0f / 0.8f, 0, 0.9f, 0.0f, 0.5f});
+  // One step: the forward pass, its tokens drawn as asked, then a wait for the device.
+  auto run_step = [&](StepInput& in, bool device_argmax, bool device_topp) {
+    const bool on_device = device_argmax || device_topp;
+    m.forward(in, **kv, on_device ? nullptr : logits.data());
+    const int64_t nl = (int64_t)in.logit_rows.size();
+    if (device_argmax) CHECK(be.argmax_rows(m.last_logits(nl), sampled.data()));
+    if (device_topp)
+      CHECK(be.sample_rows(m.last_logits(nl), std::span(topp_rows).first((size_t)nl),
+                           sampled.data()));
+    be.sync();
+  };
   auto time_forward = [&](StepInput& in, bool with_logits, bool device_argmax = false,
                           bool device_topp = false) {
     if (!with_logits && !device_argmax && !device_topp) in.logit_rows.clear();
-    auto once = [&] {
-      const bool on_device = device_argmax || device_topp;
-      m.forward(in, **kv, on_device ? nullptr : logits.data());
-      const int64_t nl = (int64_t)in.logit_rows.size();
-      if (device_argmax) CHECK(be.argmax_rows(m.last_logits(nl), sampled.data()));
-      if (device_topp)
-        CHECK(be.sample_rows(m.last_logits(nl), std::span(topp_rows).first((size_t)nl),
-                             sampled.data()));
-      be.sync();
-    };
+    auto once = [&] { run_step(in, device_argmax, device_topp); };
     for (int w = 0; w < 3; ++w) once();
     std::vector<double> ts;
     for (int r = 0; r < *repeats; ++r) {
@@ -510,14 +512,14 @@ int run_bench_forward(int argc, char** argv) {
     out["swap_during_decode"] = nlohmann::json::array();
     struct Step {
       const char* name;
-      bool with_logits, device_argmax;
+      bool device_argmax;  // else the logits go to the host
     };
-    std::vector<Step> steps{{"logits to host", true, false}};
-    if (can_argmax) steps.push_back({"greedy on device", false, true});
+    std::vector<Step> steps{{"logits to host", false}};
+    if (can_argmax) steps.push_back({"greedy on device", true});
+    const double t_one_way = std::max(t_out, t_in);
     for (const Step& step : steps) {
       StepInput in = decode_input(b);
-      const double base = time_forward(in, step.with_logits, step.device_argmax);
-      const double t_one_way = std::max(t_out, t_in);
+      const double base = time_forward(in, !step.device_argmax, step.device_argmax);
       const int64_t engine_each =
           std::clamp<int64_t>((int64_t)((double)nb * base / t_one_way / 2.0), 1, nb);
       const int64_t full_each = std::clamp<int64_t>((int64_t)((double)nb * base / t_both), 1, nb);
@@ -542,10 +544,7 @@ int run_bench_forward(int argc, char** argv) {
           if (row.in_dir) be.copy_blocks_between(**host, **kv, h, d);
           // Host time to queue the copies: it delays the step's launch one for one.
           const double queued = since(t);
-          m.forward(in, **kv, step.with_logits ? logits.data() : nullptr);
-          if (step.device_argmax)
-            CHECK(be.argmax_rows(m.last_logits((int64_t)in.logit_rows.size()), sampled.data()));
-          be.sync();
+          run_step(in, step.device_argmax, false);
           if (r >= 3) {
             ts.push_back(since(t));
             enqueue.push_back(queued);

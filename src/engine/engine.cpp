@@ -532,76 +532,26 @@ std::vector<RequestOutput> EngineCore::step() {
   build_step_input(plan);
   host_s += now_seconds() - t_build;
   stats_.host_prepare_seconds += host_s;
-  // Where each sampled row is drawn. Plain rows (no penalties, no logprobs) where the logits
-  // are, so only token ids cross to the host (the logits of a big batch are megabytes a step):
-  // greedy ones where the backend has an argmax, top-k/top-p/min-p ones where it samples too.
-  // Rows with penalties or logprobs need their logits on the host, and only those rows are
-  // copied: one such request no longer sends the whole batch's logits over, and a row is drawn
-  // the same way whatever shares its step.
-  const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
-  host_rows_.assign((size_t)n_logit_rows, 0);
-  bool any_device = false, any_host = false, device_all_greedy = true;
-  {
-    size_t i = 0;
-    for (const ScheduledSeq& ss : plan.scheduled) {
-      if (!ss.sample) continue;
-      const Active& a = *active_.at(ss.seq->id);
-      const bool plain = !a.params.has_penalties() && a.logprobs < 0;
-      const bool greedy = a.params.is_greedy();
-      const bool device =
-          plain && (greedy ? backend_->greedy_on_device() : backend_->samples_on_device());
-      host_rows_[i++] = device ? 0 : 1;
-      any_device = any_device || device;
-      any_host = any_host || !device;
-      device_all_greedy = device_all_greedy && (!device || greedy);
-    }
-    CHECK((int64_t)i == n_logit_rows);
+  // Where each sampled row is drawn (RowSampling): plain ones where the logits are, those
+  // with logprobs or penalties on the host.
+  sample_rows_.clear();
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    if (!ss.sample) continue;
+    Active& a = *active_.at(ss.seq->id);
+    sample_rows_.push_back({&a.params, &a.sampler, a.params.has_penalties() || a.logprobs >= 0});
   }
+  const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
+  CHECK((int64_t)sample_rows_.size() == n_logit_rows);
+  const bool any_device = row_sampling_.plan(*backend_, sample_rows_);
+  const int64_t vocab = model_config().vocab_size;
   const double t0 = now_seconds();
   const int64_t replayed_before = backend_->replayed_steps();
   // Every row to the host when none is drawn on the device; otherwise the logits stay there.
   model_->forward(step_input_, *kv_, any_device ? nullptr : logits_.data());
-  const int64_t vocab = model_config().vocab_size;
-  if (any_device) {
-    const Tensor logits = model_->last_logits(n_logit_rows);
-    // The host rows' logits first (the device sampler overwrites them), a run at a time.
-    for (int64_t b = 0; b < n_logit_rows;) {
-      if (!host_rows_[(size_t)b]) {
-        ++b;
-        continue;
-      }
-      int64_t e = b;
-      while (e < n_logit_rows && host_rows_[(size_t)e]) ++e;
-      backend_->to_host_f32(logits.slice_rows(b, e - b), logits_.data() + b * vocab);
-      b = e;
-    }
-    device_tokens_.resize((size_t)n_logit_rows);
-    if (device_all_greedy) {
-      // (a host row's argmax is computed too and not used)
-      CHECK(backend_->argmax_rows(logits, device_tokens_.data()));
-    } else {
-      device_rows_.clear();
-      size_t i = 0;
-      for (const ScheduledSeq& ss : plan.scheduled) {
-        if (!ss.sample) continue;
-        Active& a = *active_.at(ss.seq->id);
-        const SamplingParams& p = a.params;
-        const bool host = host_rows_[i++] != 0;
-        DeviceSampleRow r;
-        r.greedy = p.is_greedy() || host ? 1 : 0;  // a host row: a placeholder
-        if (!r.greedy) {
-          r.inv_temperature = 1.0f / p.temperature;
-          r.top_k = p.top_k > 0 ? p.top_k : 0;
-          r.top_p = p.top_p;
-          r.min_p = p.min_p;
-          r.u = a.sampler.draw_uniform();
-        }
-        device_rows_.push_back(r);
-      }
-      CHECK(backend_->sample_rows(logits, device_rows_, device_tokens_.data()));
-    }
-  }
-  for (const uint8_t h : host_rows_) stats_.host_sampled_rows += h;
+  if (any_device)
+    row_sampling_.draw(*backend_, model_->last_logits(n_logit_rows), sample_rows_, logits_.data(),
+                       vocab);
+  stats_.host_sampled_rows += row_sampling_.host_rows();
   const double step_s = now_seconds() - t0;
   stats_.forward_seconds += step_s;
   stats_.replayed_steps = backend_->replayed_steps();
@@ -635,8 +585,8 @@ std::vector<RequestOutput> EngineCore::step() {
     std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);
     const int32_t tok =
-        !host_rows_[logit_index]
-            ? device_tokens_[logit_index]
+        !row_sampling_.on_host(logit_index)
+            ? row_sampling_.device_token(logit_index)
             : a.sampler.sample(row, all.first((size_t)s.n_prompt), all.subspan((size_t)s.n_prompt));
     ++logit_index;
     s.tokens.push_back(tok);

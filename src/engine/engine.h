@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "core/result.h"
+#include "engine/row_sampling.h"
 #include "engine/sampling.h"
 #include "engine/stop_matcher.h"
 #include "io/tensor_source.h"
@@ -239,10 +240,9 @@ class EngineCore {
   uint64_t next_id_ = 1;
   int64_t max_context_ = 0;
   StepInput step_input_;
-  std::vector<float> logits_;                 // [max_seqs, vocab]
-  std::vector<int32_t> device_tokens_;        // tokens sampled on the device this step
-  std::vector<DeviceSampleRow> device_rows_;  // their sampling parameters
-  std::vector<uint8_t> host_rows_;            // per logit row: drawn on the host (1) or not
+  std::vector<float> logits_;             // [max_seqs, vocab]
+  std::vector<RowToSample> sample_rows_;  // this step's sampled rows, in logit-row order
+  RowSampling row_sampling_;              // where each is drawn; the device-drawn tokens
   EngineStats stats_;
 };
 
