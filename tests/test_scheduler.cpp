@@ -50,6 +50,7 @@ struct Harness {
   double now = 0.0;
   explicit Harness(int32_t blocks, int64_t budget = 64, int64_t block_size = 4)
       : cfg{block_size, budget, 16, 0.05}, alloc(blocks), sched(cfg, alloc) {}
+  Harness(int32_t blocks, const SchedulerConfig& c) : cfg(c), alloc(blocks), sched(cfg, alloc) {}
 
   Sequence* add(int64_t prompt_len, int64_t new_tokens, double arrival) {
     auto s = std::make_unique<Sequence>();
@@ -167,6 +168,194 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
   EXPECT_FALSE(h.sched.has_work());
   for (size_t i = 0; i < h.seqs.size(); ++i) EXPECT_EQ(h.seqs[i]->n_generated(), h.max_new[i]);
   EXPECT_EQ(h.alloc.n_free(), 20);
+}
+
+// Fair prefill: decode rows first, then prefills sharing the budget (max_partial_prefills).
+SchedulerConfig fair_config(int64_t budget, int64_t partial, int64_t long_chunk) {
+  SchedulerConfig c{4, budget, 16, 0.05};
+  c.max_partial_prefills = partial;
+  c.long_prefill_tokens = long_chunk;
+  return c;
+}
+
+const ScheduledSeq* find_in(const StepPlan& p, const Sequence* s) {
+  for (const ScheduledSeq& ss : p.scheduled)
+    if (ss.seq == s) return &ss;
+  return nullptr;
+}
+
+TEST(SchedulerFairPrefill, DecodeRowsRunWhileAnOlderLongPrefillIsInProgress) {
+  Harness h(1024, fair_config(64, 4, 16));
+  Sequence* lng = h.add(1000, 1, 0.0);
+  Sequence* chat = h.add(6, 20, 1.0);
+  auto p1 = h.step();
+  ASSERT_NE(find_in(p1, chat), nullptr);
+  EXPECT_EQ(find_in(p1, chat)->n_tokens, 6);  // all of it beside the long one
+  EXPECT_TRUE(find_in(p1, chat)->sample);
+  EXPECT_EQ(find_in(p1, lng)->n_tokens, 16);  // the long one cut to its chunk
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_GT(lng->n_uncomputed(), 1);  // still prefilling
+    auto p = h.step();
+    ASSERT_EQ(p.scheduled.size(), 2u);
+    EXPECT_EQ(p.scheduled[0].seq, chat);  // the younger decode row comes first
+    EXPECT_EQ(p.scheduled[0].n_tokens, 1);
+    EXPECT_EQ(p.scheduled[1].seq, lng);  // alone as a prefill: the rest of the budget
+    EXPECT_EQ(p.scheduled[1].n_tokens, 63);
+    EXPECT_EQ(p.n_tokens, 64);
+  }
+  EXPECT_EQ(chat->n_generated(), 11);
+}
+
+TEST(SchedulerFairPrefill, FcfsWhenOnePartialPrefill) {
+  // max_partial_prefills = 1 is the FCFS planner: the old long prefill takes every step's
+  // whole budget; the younger request waits for it, even its decode rows.
+  Harness h(1024, fair_config(64, 1, 16));
+  Sequence* lng = h.add(1000, 1, 0.0);
+  Sequence* chat = h.add(6, 20, 1.0);
+  int steps = 0;
+  while (lng->n_generated() == 0) {
+    auto p = h.step();
+    ++steps;
+    EXPECT_EQ(p.scheduled[0].seq, lng);
+    if (lng->n_generated() == 0) {
+      EXPECT_EQ(p.scheduled.size(), 1u);
+      EXPECT_EQ(p.scheduled[0].n_tokens, 64);
+    }
+  }
+  EXPECT_EQ(steps, 16);               // ceil(1000 / 64)
+  EXPECT_EQ(chat->n_generated(), 1);  // its prefill filled the last step's 24 spare tokens
+  // A younger decode row behind an older prefill (a request with an earlier arrival time,
+  // e.g. one resumed after a tool call): once both run, FCFS gives the old one every token.
+  Harness g(1024, fair_config(8, 1, 4));
+  Sequence* young = g.add(2, 20, 1.0);
+  g.step();  // young samples its first token
+  Sequence* old = g.add(40, 1, 0.0);
+  g.step();  // running first (young's decode row), then old is admitted with the rest
+  auto p = g.step();
+  EXPECT_EQ(find_in(p, old)->n_tokens, 8);
+  EXPECT_EQ(find_in(p, young), nullptr);  // its decode row waits
+  // The same with fair prefill: the decode row first, the old prefill takes the rest.
+  Harness f(1024, fair_config(8, 4, 4));
+  Sequence* young2 = f.add(2, 20, 1.0);
+  f.step();
+  Sequence* old2 = f.add(40, 1, 0.0);
+  f.step();
+  auto q = f.step();
+  ASSERT_EQ(q.scheduled.size(), 2u);
+  EXPECT_EQ(q.scheduled[0].seq, young2);
+  EXPECT_EQ(q.scheduled[1].seq, old2);
+  EXPECT_EQ(q.scheduled[1].n_tokens, 7);
+}
+
+TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep) {
+  // The automatic chunk without a cost model: a quarter of the budget (above the floor).
+  SchedulerConfig c = fair_config(256, 4, 0);
+  c.min_long_prefill_chunk = 16;
+  Harness h(4096, c);
+  Sequence* lng = h.add(4000, 1, 0.0);
+  auto p1 = h.step();
+  EXPECT_EQ(p1.scheduled[0].n_tokens, 256);  // alone: the whole budget
+  Sequence* chat = h.add(40, 3, 1.0);
+  auto p2 = h.step();
+  ASSERT_EQ(p2.scheduled.size(), 2u);
+  EXPECT_EQ(find_in(p2, lng)->n_tokens, 64);   // cut to its chunk
+  EXPECT_EQ(find_in(p2, chat)->n_tokens, 40);  // all its tokens: first token after one step
+  EXPECT_TRUE(find_in(p2, chat)->sample);
+  auto p3 = h.step();  // the chat decodes; the long one alone again, beside the decode row
+  EXPECT_EQ(find_in(p3, chat)->n_tokens, 1);
+  EXPECT_EQ(find_in(p3, lng)->n_tokens, 255);
+}
+
+TEST(SchedulerFairPrefill, AutomaticChunkIsSaturationMinusDecodeRows) {
+  CostModel cost;
+  cost.t_fwd_samples = {{1, 0.01}, {64, 0.2}};
+  cost.saturation_tokens = 40;
+  SchedulerConfig c = fair_config(128, 4, 0);
+  c.min_long_prefill_chunk = 8;
+  BlockAllocator alloc(1024);
+  Scheduler sched(c, alloc, nullptr, nullptr, &cost);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  auto add = [&](int64_t prompt, double arrival) {
+    auto q = std::make_unique<Sequence>();
+    q->id = seqs.size();
+    q->arrival_time = arrival;
+    q->tokens.assign((size_t)prompt, 7);
+    q->n_prompt = prompt;
+    sched.add(q.get());
+    seqs.push_back(std::move(q));
+    return seqs.back().get();
+  };
+  auto step = [&](double now) {
+    StepPlan p = sched.schedule(now);
+    sched.commit(p);
+    for (const ScheduledSeq& ss : p.scheduled)
+      if (ss.sample) ss.seq->tokens.push_back(1);
+    sched.check_invariants();
+    return p;
+  };
+  Sequence* dec = add(3, 0.0);
+  step(0.1);  // dec decodes from now on
+  Sequence* lng = add(1000, 1.0);
+  Sequence* chat = add(20, 2.0);
+  StepPlan p = step(0.2);
+  ASSERT_EQ(p.scheduled.size(), 3u);
+  EXPECT_EQ(p.scheduled[0].seq, dec);
+  EXPECT_EQ(find_in(p, lng)->n_tokens, 39);  // S - 1 decode row
+  EXPECT_EQ(find_in(p, chat)->n_tokens, 20);
+  EXPECT_EQ(p.n_tokens, 60);
+}
+
+TEST(SchedulerFairPrefill, PartialPrefillsAreLimitedButShortOnesStillJoin) {
+  Harness h(4096, fair_config(64, 2, 8));
+  Sequence* a = h.add(500, 1, 0.0);
+  Sequence* b = h.add(500, 1, 1.0);
+  Sequence* c = h.add(500, 1, 2.0);  // a third unfinished prefill: waits
+  Sequence* d = h.add(5, 1, 3.0);    // finishes in the step: not limited
+  auto p = h.step();
+  EXPECT_EQ(find_in(p, a)->n_tokens, 8);
+  EXPECT_EQ(find_in(p, b)->n_tokens, 8);
+  EXPECT_EQ(find_in(p, c), nullptr);
+  EXPECT_EQ(find_in(p, d)->n_tokens, 5);
+  EXPECT_EQ(c->state, SeqState::waiting);
+  EXPECT_EQ(p.n_tokens, 21);
+}
+
+TEST(SchedulerFairPrefill, AStreamOfShortPromptsDoesNotStarveTheOldestPrefill) {
+  Harness h(4096, fair_config(32, 4, 8));
+  Sequence* lng = h.add(400, 1, 0.0);
+  for (int i = 0; i < 20; ++i) {
+    const int64_t before = lng->n_computed;
+    h.add(8, 1, 1.0 + i);  // each a full chunk's worth, with three others queued
+    h.add(8, 1, 1.5 + i);
+    h.add(8, 1, 1.7 + i);
+    h.add(8, 1, 1.8 + i);
+    h.step();
+    EXPECT_GE(lng->n_computed - before, 8);
+  }
+}
+
+TEST(SchedulerFairPrefill, RandomWorkloadWithPreemptionKeepsInvariants) {
+  // A small cache, long and short prompts mixed: preemption with partial prefills and decode
+  // rows planned first; check_invariants after every step (in Harness::step).
+  for (int64_t partial : {2, 4}) {
+    std::mt19937 rng(7 + (unsigned)partial);
+    Harness h(24, fair_config(16, partial, 6));
+    double t = 0;
+    int64_t preemptions = 0;
+    for (int it = 0; it < 3000; ++it) {
+      if (rng() % 4 == 0 && h.seqs.size() < 80) {
+        const int64_t prompt = rng() % 5 == 0 ? 30 + rng() % 40 : 1 + rng() % 10;
+        h.add(prompt, 1 + rng() % 15, t += 1.0);
+      }
+      preemptions += (int64_t)h.step().preempted.size();
+    }
+    for (int it = 0; it < 10000 && h.sched.has_work(); ++it)
+      preemptions += (int64_t)h.step().preempted.size();
+    EXPECT_FALSE(h.sched.has_work());
+    EXPECT_GT(preemptions, 0);
+    for (size_t i = 0; i < h.seqs.size(); ++i) EXPECT_EQ(h.seqs[i]->n_generated(), h.max_new[i]);
+    EXPECT_EQ(h.alloc.n_free(), 24);
+  }
 }
 
 // A scripted policy: decides what the test says, so the scheduler's mechanics (moves,

@@ -79,6 +79,8 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   TRY_ASSIGN(c.kv_cache_tokens, a.get_int("kv-cache-tokens", 0));
   TRY_ASSIGN(c.block_size, a.get_int("block-size", c.block_size));
   TRY_ASSIGN(c.max_tokens_per_step, a.get_int("max-batch-tokens", c.max_tokens_per_step));
+  TRY_ASSIGN(c.max_partial_prefills, a.get_int("max-partial-prefills", c.max_partial_prefills));
+  TRY_ASSIGN(c.long_prefill_tokens, a.get_int("long-prefill-tokens", c.long_prefill_tokens));
   TRY_ASSIGN(c.max_seqs, a.get_int("max-seqs", c.max_seqs));
   c.n_threads = (int)threads;
   c.chat_template = a.get("chat-template");
@@ -116,6 +118,10 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   if (threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
     return make_error(
         "--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");
+  if (c.max_partial_prefills < 1 || c.long_prefill_tokens < 0)
+    return make_error(
+        "--max-partial-prefills must be >= 1 (1 = FCFS), --long-prefill-tokens >= 0 (0 = "
+        "automatic)");
   return c;
 }
 

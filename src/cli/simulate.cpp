@@ -140,12 +140,18 @@ int run_simulate(int argc, char** argv) {
   auto mbt = a.get_int("max-batch-tokens", cfg.max_tokens_per_step);
   auto ms = a.get_int("max-seqs", cfg.max_seqs);
   auto mctx = a.get_int("model-context", profile->max_context);
-  for (auto* r : {&bs, &mbt, &ms, &mctx})
+  auto mpp = a.get_int("max-partial-prefills", cfg.max_partial_prefills);
+  auto lpt = a.get_int("long-prefill-tokens", cfg.long_prefill_tokens);
+  for (auto* r : {&bs, &mbt, &ms, &mctx, &mpp, &lpt})
     if (!r->ok()) return fail(r->error());
   cfg.block_size = *bs;
   cfg.max_tokens_per_step = *mbt;
   cfg.max_seqs = *ms;
   cfg.max_context = *mctx;
+  cfg.max_partial_prefills = *mpp;
+  cfg.long_prefill_tokens = *lpt;
+  if (cfg.max_partial_prefills < 1 || cfg.long_prefill_tokens < 0)
+    return fail(Error{"--max-partial-prefills must be >= 1, --long-prefill-tokens >= 0"});
   if (cfg.block_size <= 0 || cfg.max_tokens_per_step <= 0 || cfg.max_seqs <= 0 ||
       cfg.max_context < 0)
     return fail(

@@ -112,6 +112,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   }
   if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
     return make_error("block size, tokens per step and sequences per step must be positive");
+  if (config.max_partial_prefills < 1 || config.long_prefill_tokens < 0)
+    return make_error("partial prefills per step must be >= 1, the long-prefill chunk >= 0");
   TRY_ASSIGN(e->backend_, make_backend(config));
   TRY_ASSIGN(e->model_, LlamaModel::create(*e->source_, *e->backend_, config.max_tokens_per_step,
                                            config.max_seqs));
@@ -207,6 +209,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   sc.block_size = config.block_size;
   sc.max_tokens_per_step = config.max_tokens_per_step;
   sc.max_seqs_per_step = config.max_seqs;
+  sc.max_partial_prefills = config.max_partial_prefills;
+  sc.long_prefill_tokens = config.long_prefill_tokens;
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_, e->host_allocator_.get(),
                                               e->policy_.get(), &e->cost_);
   if (!config.step_trace_path.empty()) {

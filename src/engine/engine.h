@@ -59,6 +59,11 @@ struct EngineConfig {
   bool check_invariants = false;      // run the KV invariants after every step (tests)
   std::string step_trace_path;        // --step-trace: one CSV row per step (sched/step_trace.h)
 
+  // Fair prefill (SchedulerConfig): prefills left unfinished per step beside the decode rows
+  // (1 = FCFS), and the long-prefill chunk (0 = automatic).
+  int64_t max_partial_prefills = 4;
+  int64_t long_prefill_tokens = 0;
+
   // Interception (docs/DESIGN.md).
   std::string policy = "minwaste";        // discard|improved-discard|preserve|swap|ttl|minwaste
   std::string estimator = "learned";      // oracle|elapsed|learned

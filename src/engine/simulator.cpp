@@ -325,6 +325,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   TRY(config.cost.validate());
   if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
     return make_error("block size, tokens per step and sequences per step must be positive");
+  if (config.max_partial_prefills < 1 || config.long_prefill_tokens < 0)
+    return make_error("partial prefills per step must be >= 1, the long-prefill chunk >= 0");
   if (config.kv_cache_tokens <= 0) return make_error("the KV cache must hold at least one token");
   if (!(config.duration_s > 0.0)) return make_error("the arrival window must be positive");
   if (!(config.drain_s >= 0.0)) return make_error("the drain time must be >= 0");
@@ -348,6 +350,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   sc.block_size = bs;
   sc.max_tokens_per_step = config.max_tokens_per_step;
   sc.max_seqs_per_step = config.max_seqs;
+  sc.max_partial_prefills = config.max_partial_prefills;
+  sc.long_prefill_tokens = config.long_prefill_tokens;
   Scheduler sched(sc, device, &host, policy.get(), &cost);
   std::unique_ptr<StepTraceWriter> step_trace;
   if (!config.step_trace_path.empty()) {

@@ -128,6 +128,8 @@ struct SimConfig {
   int64_t swap_space_tokens = 0;  // host pool; at least one block, as in EngineCore
   int64_t max_tokens_per_step = 512;
   int64_t max_seqs = 64;
+  int64_t max_partial_prefills = 4;  // as EngineConfig
+  int64_t long_prefill_tokens = 0;
   int64_t max_context = 0;  // the model's limit; 0 = only the cache limits a request
   std::string policy = "minwaste";
   std::string estimator = "learned";

@@ -366,33 +366,10 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
   }
 }
 
-StepPlan Scheduler::schedule(double now) {
-  StepPlan plan;
-  const int64_t bs = config_.block_size;
-  // Paused requests hold device tokens over time: the preserve waste, measured.
-  if (last_now_ >= 0.0) {
-    const double dt = std::max(0.0, now - last_now_);
-    for (Sequence* s : paused_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
-    for (Sequence* s : resuming_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
-  }
-  last_now_ = now;
-
-  // What can be copied while this step's forward pass runs (N_i), estimated from the last
-  // step's size. Without a cost model the budget is unbounded.
-  int64_t swap_budget = std::numeric_limits<int64_t>::max() / 4;
-  if (cost_ != nullptr && cost_->swap_bytes_per_second > 0)
-    swap_budget = std::max<int64_t>(bs, cost_->swap_budget_tokens(cost_->t_fwd(last_step_tokens_)));
-
-  // 1. Resumed requests bring their KV back first (they are the oldest work waiting); then
-  //    the policy moves or drops the KV of the requests still paused.
-  swap_in_resuming(plan, swap_budget);
-  apply_policy(plan, now, swap_budget);
-
-  int64_t budget = config_.max_tokens_per_step;
-  int64_t decode_tokens = 0;
-  for (const Sequence* s : running_) decode_tokens += s->n_uncomputed() == 1 ? 1 : 0;
-  const int64_t saturation = cost_ != nullptr ? cost_->saturation() : config_.max_tokens_per_step;
-  const int64_t recompute_chunk = std::max(saturation - decode_tokens, config_.min_recompute_chunk);
+// The FCFS planner (max_partial_prefills = 1): running sequences oldest first, each taking
+// min(uncomputed, budget), then waiting ones in arrival order. An old long prefill takes the
+// whole budget step after step: younger decode rows and every waiting request wait for it.
+void Scheduler::plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now) {
   auto chunk = [&](const Sequence* s) {
     const int64_t n = std::min(s->n_uncomputed(), budget);
     // Only the part below the peak is recomputation; new tokens (a prompt, a tool result)
@@ -438,6 +415,199 @@ StepPlan Scheduler::schedule(double now) {
     plan.scheduled.push_back({s, n, s->n_computed + n == (int64_t)s->tokens.size()});
     budget -= n;
   }
+}
+
+int64_t Scheduler::long_prefill_chunk(int64_t decode_rows) const {
+  if (config_.long_prefill_tokens > 0) return config_.long_prefill_tokens;
+  const int64_t floor = std::max<int64_t>(config_.min_long_prefill_chunk, 1);
+  // Up to S a step costs about what its decode rows alone cost: a long chunk of S - R tokens
+  // is free for the requests beside it. Without a cost model, a share of the budget.
+  if (cost_ != nullptr) return std::max(cost_->saturation() - decode_rows, floor);
+  return std::max(config_.max_tokens_per_step / 4, floor);
+}
+
+// The fair planner (vLLM's partial prefills). With FCFS a request's first token waited for
+// every older prefill to end (an 8,000-token prompt: 30 s on the CPU), and an old prefill
+// held back younger decode rows too. Here:
+//  a. every running sequence with one uncomputed token gets its decode row first, in arrival
+//     order (decode rows keep priority: a generating request never waits behind a prompt);
+//  b. the rest of the budget goes to prefills (more than one uncomputed token): running ones
+//     mid-prefill, then waiting ones, each in arrival order (FCFS admission: the paper orders
+//     every queue by original arrival). A prefill with more than the long chunk L left is
+//     long: while another prefill shares the step it gets at most L, and the short ones get
+//     all they need first, so a short prompt's first token comes after one step. The oldest
+//     prefill is served first (up to L) so a stream of short prompts cannot starve it.
+//     At most max_partial_prefills of them stay unfinished after the step; one that finishes
+//     in it does not count (a burst of short prompts is admitted as FCFS would);
+//  c. a prefill alone in the step takes the whole budget (nobody waits: no slowdown).
+// Blocks are taken in the same order as FCFS's (running oldest first, preempting the newest
+// running sequence, which may be a decode row planned in a: it leaves the plan), and a waiting
+// request that does not fit stops admission, as before.
+void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now) {
+  const int64_t max_seqs = config_.max_seqs_per_step;
+  // Preempts the newest running sequence for `s`; false when `s` is the newest itself.
+  auto preempt_newest_for = [&](const Sequence* s) {
+    Sequence* victim = running_.back();
+    if (victim == s) return false;
+    for (auto it = plan.scheduled.begin(); it != plan.scheduled.end(); ++it)
+      if (it->seq == victim) {  // a decode row of a: its token goes back to the budget
+        budget += it->n_tokens;
+        plan.scheduled.erase(it);
+        break;
+      }
+    preempt(*victim, plan);
+    return true;
+  };
+
+  // a. Decode rows.
+  for (size_t i = 0;
+       i < running_.size() && budget > 0 && (int64_t)plan.scheduled.size() < max_seqs;) {
+    Sequence* s = running_[i];
+    if (s->n_uncomputed() != 1) {
+      ++i;
+      continue;
+    }
+    bool fits = ensure_blocks(*s, s->n_computed + 1, plan, now);
+    while (!fits && preempt_newest_for(s)) fits = ensure_blocks(*s, s->n_computed + 1, plan, now);
+    if (!fits) {
+      preempt(*s, plan);  // nothing younger to take from: this one waits
+      continue;
+    }
+    plan.scheduled.push_back({s, 1, true});
+    budget -= 1;
+    ++i;
+  }
+
+  // b. Prefills: the candidates, then what each gets, then their blocks.
+  struct Prefill {
+    Sequence* seq;
+    int64_t cap;  // what it may take at most: all its tokens, a recomputation its chunk
+    bool waiting;
+    int64_t n = 0;
+  };
+  const int64_t long_chunk = long_prefill_chunk((int64_t)plan.scheduled.size());
+  auto cap_of = [&](const Sequence* s) {
+    const int64_t n = s->n_uncomputed();
+    // Only the part below the peak is recomputation (capped, as in FCFS); new tokens (a
+    // prompt, a tool result) are ordinary prefill.
+    return s->is_recomputing() ? std::min(n, std::max<int64_t>(recompute_chunk, 1)) : n;
+  };
+  std::vector<Prefill> cands;
+  int64_t wanted = 0;  // what the candidates could take together: the scan stops past the budget
+  const int64_t slots = max_seqs - (int64_t)plan.scheduled.size();
+  for (Sequence* s : running_)
+    if (s->n_uncomputed() > 1 && (int64_t)cands.size() < slots) {
+      cands.push_back({s, cap_of(s), false});
+      wanted += std::min(cands.back().cap, long_chunk);
+    }
+  for (Sequence* s : waiting_) {
+    if ((int64_t)cands.size() >= slots || wanted >= budget) break;
+    // A sequence preempted in this step is not readmitted in the same step.
+    if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
+    if (s->n_uncomputed() <= 0) break;
+    cands.push_back({s, cap_of(s), true});
+    wanted += std::min(cands.back().cap, long_chunk);
+  }
+  if (cands.empty()) return;
+  int64_t left = budget;
+  auto give = [&](Prefill& c, int64_t n) {
+    n = std::min(n, left);
+    c.n = n;
+    left -= n;
+  };
+  give(cands[0], std::min(cands[0].cap, long_chunk));  // the oldest always advances
+  for (size_t i = 1; i < cands.size(); ++i)
+    if (cands[i].cap <= long_chunk) give(cands[i], cands[i].cap);  // short: all of it
+  for (size_t i = 1; i < cands.size(); ++i)
+    if (cands[i].cap > long_chunk) give(cands[i], long_chunk);  // long: its chunk
+  // At most max_partial_prefills stay unfinished; the later ones wait (their share of the
+  // budget is not handed on: the step stays short).
+  int64_t partial = 0;
+  for (Prefill& c : cands)
+    if (c.n > 0 && c.n < c.seq->n_uncomputed() && ++partial > config_.max_partial_prefills) c.n = 0;
+
+  bool admitting = true;
+  Prefill* only = nullptr;  // the one prefill of the step, when it is alone
+  int64_t n_prefills = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Prefill& c = cands[i];
+    Sequence* s = c.seq;
+    if (c.n <= 0) continue;
+    if (!c.waiting) {
+      if (s->state != SeqState::running) {  // preempted for an older one
+        c.n = 0;
+        continue;
+      }
+      bool fits = ensure_blocks(*s, s->n_computed + c.n, plan, now);
+      while (!fits && preempt_newest_for(s))
+        fits = ensure_blocks(*s, s->n_computed + c.n, plan, now);
+      if (!fits) {
+        preempt(*s, plan);
+        c.n = 0;
+        continue;
+      }
+    } else {
+      if (!admitting || !ensure_blocks(*s, s->n_computed + c.n, plan, now)) {
+        admitting = false;  // FCFS admission: nobody younger passes one that does not fit
+        c.n = 0;
+        continue;
+      }
+      erase_from(waiting_, s);
+      s->state = SeqState::running;
+      insert_by_arrival(running_, s);
+    }
+    budget -= c.n;
+    n_prefills++;
+    only = &c;
+  }
+  // c. Alone in the step, a long prefill takes all the budget it can (blocks allowing,
+  //    without preempting anybody for the extra part).
+  if (n_prefills == 1 && only->n < only->cap && budget > 0) {
+    const int64_t more = std::min(only->cap - only->n, budget);
+    if (ensure_blocks(*only->seq, only->seq->n_computed + only->n + more, plan, now)) {
+      only->n += more;
+      budget -= more;
+    }
+  }
+  for (const Prefill& c : cands)
+    if (c.n > 0) {
+      Sequence* s = c.seq;
+      plan.scheduled.push_back({s, c.n, s->n_computed + c.n == (int64_t)s->tokens.size()});
+    }
+}
+
+StepPlan Scheduler::schedule(double now) {
+  StepPlan plan;
+  const int64_t bs = config_.block_size;
+  // Paused requests hold device tokens over time: the preserve waste, measured.
+  if (last_now_ >= 0.0) {
+    const double dt = std::max(0.0, now - last_now_);
+    for (Sequence* s : paused_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+    for (Sequence* s : resuming_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+  }
+  last_now_ = now;
+
+  // What can be copied while this step's forward pass runs (N_i), estimated from the last
+  // step's size. Without a cost model the budget is unbounded.
+  int64_t swap_budget = std::numeric_limits<int64_t>::max() / 4;
+  if (cost_ != nullptr && cost_->swap_bytes_per_second > 0)
+    swap_budget = std::max<int64_t>(bs, cost_->swap_budget_tokens(cost_->t_fwd(last_step_tokens_)));
+
+  // 1. Resumed requests bring their KV back first (they are the oldest work waiting); then
+  //    the policy moves or drops the KV of the requests still paused.
+  swap_in_resuming(plan, swap_budget);
+  apply_policy(plan, now, swap_budget);
+
+  int64_t budget = config_.max_tokens_per_step;
+  int64_t decode_tokens = 0;
+  for (const Sequence* s : running_) decode_tokens += s->n_uncomputed() == 1 ? 1 : 0;
+  const int64_t saturation = cost_ != nullptr ? cost_->saturation() : config_.max_tokens_per_step;
+  const int64_t recompute_chunk = std::max(saturation - decode_tokens, config_.min_recompute_chunk);
+  // 2. Running and waiting sequences under the token budget.
+  if (config_.max_partial_prefills <= 1)
+    plan_fcfs(plan, budget, recompute_chunk, now);
+  else
+    plan_fair(plan, budget, recompute_chunk, now);
   plan.n_tokens = config_.max_tokens_per_step - budget;
   if (plan.n_tokens > 0) last_step_tokens_ = plan.n_tokens;
   return plan;

@@ -30,6 +30,19 @@ struct SchedulerConfig {
   // saturation point, R the step's decode tokens), so nobody stalls behind it; never less
   // than this (on a CPU S is ~1: there is no idle compute to hide a chunk in).
   int64_t min_recompute_chunk = 32;
+  // Fair prefill (vLLM's max_num_partial_prefills): after the step's decode rows, up to this
+  // many prefills that stay unfinished share the rest of the budget, so a short prompt's
+  // first token does not wait behind a long one. 1 = the FCFS planner (running sequences
+  // oldest first, each taking all the budget it can; then waiting ones in arrival order).
+  int64_t max_partial_prefills = 4;
+  // A prefill with more tokens left than this is long: while another prefill shares its step
+  // it gets at most this many. 0 = automatic: S minus the step's decode rows (what a step
+  // holds at the cost of a decode step), never below min_long_prefill_chunk; without a cost
+  // model a quarter of the budget.
+  int64_t long_prefill_tokens = 0;
+  // The floor of the automatic long chunk: on a CPU S is ~1, and a chunk smaller than a short
+  // chat prompt would make that prompt long too (two steps for its first token).
+  int64_t min_long_prefill_chunk = 64;
 };
 
 struct ScheduledSeq {
@@ -113,6 +126,12 @@ class Scheduler {
   void check_invariants() const;
 
  private:
+  // The two planners of step 2 (running and waiting sequences under the token budget);
+  // `budget` is what is left of the step's tokens and is reduced by what they take.
+  void plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
+  void plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
+  // The long-prefill chunk of a step with `decode_rows` decode rows (long_prefill_tokens).
+  int64_t long_prefill_chunk(int64_t decode_rows) const;
   bool ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now);
   void release_device_blocks(Sequence& s);
   void release_host_blocks(Sequence& s);
