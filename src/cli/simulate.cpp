@@ -33,6 +33,8 @@ int run_simulate(int argc, char** argv) {
                                   "swap-space-gb",
                                   "swap-space-mb",
                                   "max-batch-tokens",
+                                  "max-partial-prefills",
+                                  "long-prefill-tokens",
                                   "max-seqs",
                                   "block-size",
                                   "interception-timeout",
