@@ -2,7 +2,8 @@
 //
 // Encoding runs in three stages:
 //   1. special tokens (control and user-defined) are cut out of the text, longest first,
-//      so "<|im_start|>" becomes one id (control ones only when parse_special);
+//      so "<|im_start|>" becomes one id (control ones only when parse_special, and never
+//      inside the literal ranges a chat prompt marks as client text);
 //   2. byte_bpe: each remaining fragment is split into words by the pre-tokenizer, each
 //      word's bytes are mapped to GPT-2's printable code points and merged by merge rank
 //      (lowest rank first, leftmost on ties); spm: spaces become "▁" and the fragment's
@@ -94,7 +95,10 @@ struct Tokenizer::Impl {
     return spec.types.empty() ? TokenType::normal : spec.types[static_cast<size_t>(id)];
   }
 
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  size_t max_token_bytes = 1;
+
+  std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                  std::span<const TextSpan> literal) const;
   void encode_bpe_fragment(std::string_view text, std::vector<int32_t>& out) const;
   void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
   void encode_spm_fragment(const std::string& text, std::vector<int32_t>& out) const;
@@ -229,18 +233,38 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(TokenizerSpec spec) {
   std::stable_sort(impl->specials.begin(), impl->specials.end(), [&](int32_t a, int32_t b) {
     return spec.tokens[static_cast<size_t>(a)].size() > spec.tokens[static_cast<size_t>(b)].size();
   });
+  for (size_t i = 0; i < n; ++i) {
+    const TokenType ty = spec.types.empty() ? TokenType::normal : spec.types[i];
+    const bool special = ty == TokenType::control || ty == TokenType::user_defined;
+    impl->max_token_bytes = std::max(impl->max_token_bytes,
+                                     special ? spec.tokens[i].size() : impl->token_bytes[i].size());
+  }
   impl->spec = std::move(spec);
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
-std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special) const {
+namespace {
+
+// Whether [begin, end) overlaps one of the sorted, disjoint spans.
+bool overlaps(std::span<const TextSpan> spans, size_t begin, size_t end) {
+  auto it = std::partition_point(spans.begin(), spans.end(),
+                                 [&](const TextSpan& s) { return s.end <= begin; });
+  return it != spans.end() && it->begin < end;
+}
+
+}  // namespace
+
+std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool parse_special,
+                                                 std::span<const TextSpan> literal) const {
   std::vector<Fragment> frags;
   frags.push_back(Fragment{-1, 0, text.size()});
   std::vector<Fragment> next;
   for (int32_t id : specials) {
     // Without parse_special only user-defined tokens are cut out (as Hugging Face does for
-    // added tokens that are not special).
-    if (!parse_special && type(id) == TokenType::control) continue;
+    // added tokens that are not special); in literal text likewise.
+    const bool control = type(id) == TokenType::control;
+    if (!parse_special && control) continue;
+    const bool guarded = control && !literal.empty();
     const std::string& piece = spec.tokens[static_cast<size_t>(id)];
     if (text.find(piece) == std::string_view::npos) continue;
     next.clear();
@@ -249,13 +273,19 @@ std::vector<Fragment> Tokenizer::Impl::partition(std::string_view text, bool par
         next.push_back(f);
         continue;
       }
-      size_t pos = f.begin;
-      while (pos < f.end) {
-        const size_t hit = text.substr(0, f.end).find(piece, pos);
+      const std::string_view window = text.substr(0, f.end);
+      size_t pos = f.begin;  // start of the text not cut yet
+      size_t from = f.begin;
+      while (from < f.end) {
+        const size_t hit = window.find(piece, from);
         if (hit == std::string_view::npos) break;
+        if (guarded && overlaps(literal, hit, hit + piece.size())) {
+          from = hit + 1;  // client text: not a token; a real one may start inside this hit
+          continue;
+        }
         if (hit > pos) next.push_back(Fragment{-1, pos, hit});
         next.push_back(Fragment{id, hit, hit + piece.size()});
-        pos = hit + piece.size();
+        pos = from = hit + piece.size();
       }
       if (pos < f.end) next.push_back(Fragment{-1, pos, f.end});
     }
@@ -431,11 +461,20 @@ void Tokenizer::Impl::encode_spm_fragment(const std::string& text,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  return encode(text, add_bos, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special,
+                                       std::span<const TextSpan> literal) const {
+  for (size_t i = 0; i < literal.size(); ++i) {
+    CHECK(literal[i].begin <= literal[i].end && literal[i].end <= text.size());
+    CHECK(i == 0 || literal[i - 1].end <= literal[i].begin);
+  }
   const Impl& m = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos && m.spec.add_bos && m.spec.bos_id >= 0) out.push_back(m.spec.bos_id);
-  const std::vector<Fragment> frags = m.partition(text, parse_special);
+  const std::vector<Fragment> frags = m.partition(text, parse_special, literal);
   bool prev_special = true;  // spm: the space prefix goes on the first text fragment
   for (const Fragment& f : frags) {
     if (f.token >= 0) {
@@ -499,6 +538,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_speci
 
 int32_t Tokenizer::vocab_size() const {
   return static_cast<int32_t>(impl_->spec.tokens.size());
+}
+size_t Tokenizer::max_token_bytes() const {
+  return impl_->max_token_bytes;
 }
 int32_t Tokenizer::bos_id() const {
   return impl_->spec.bos_id;

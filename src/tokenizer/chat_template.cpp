@@ -7,7 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
+
+#include "core/json_depth.h"
 
 namespace infercept {
 namespace {
@@ -53,8 +57,12 @@ void dump_py_string(const std::string& s, std::string& out) {
   out += '"';
 }
 
-// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None).
-void dump_py(const ojson& v, int indent, int depth, std::string& out) {
+// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None). The recursion is
+// bounded by the depth check every parsed JSON text passes first (kMaxJsonDepth); the output
+// by `limit`: once out passes it the dump stops short (the caller then finds its budget
+// spent), so an indented dump, which grows with the square of the depth, stays within it.
+void dump_py(const ojson& v, int indent, int depth, std::string& out, size_t limit) {
+  if (out.size() > limit) return;
   auto newline = [&](int d) {
     if (indent < 0) return;
     out += '\n';
@@ -69,12 +77,13 @@ void dump_py(const ojson& v, int indent, int depth, std::string& out) {
     out += '{';
     bool first = true;
     for (const auto& [k, x] : v.items()) {
+      if (out.size() > limit) return;
       if (!first) out += item_sep;
       first = false;
       newline(depth + 1);
       dump_py_string(k, out);
       out += ": ";
-      dump_py(x, indent, depth + 1, out);
+      dump_py(x, indent, depth + 1, out, limit);
     }
     newline(depth);
     out += '}';
@@ -86,10 +95,11 @@ void dump_py(const ojson& v, int indent, int depth, std::string& out) {
     out += '[';
     bool first = true;
     for (const auto& x : v) {
+      if (out.size() > limit) return;
       if (!first) out += item_sep;
       first = false;
       newline(depth + 1);
-      dump_py(x, indent, depth + 1, out);
+      dump_py(x, indent, depth + 1, out, limit);
     }
     newline(depth);
     out += ']';
@@ -100,14 +110,90 @@ void dump_py(const ojson& v, int indent, int depth, std::string& out) {
   }
 }
 
-std::string py_json(const ojson& v, int indent = -1) {
-  std::string out;
-  dump_py(v, indent, 0, out);
-  return out;
-}
+// The prompt being rendered: the template's structure is appended with +=, what came from the
+// client with literal() or json(), which also record its byte span. Past max_bytes nothing
+// more is appended and over() is set, so memory stays within the budget whatever the input.
+class PromptText {
+ public:
+  explicit PromptText(size_t max_bytes) : max_(max_bytes) {}
 
-// Parses JSON text from a request; `what` names it in the error.
+  PromptText& operator+=(std::string_view s) {
+    add(s, false);
+    return *this;
+  }
+  void literal(std::string_view s) { add(s, true); }
+  // json.dumps of v as client text.
+  void json(const ojson& v, int indent = -1) {
+    if (over_) return;
+    std::string s;
+    dump_py(v, indent, 0, s, max_ - text_.size());
+    add(s, true);
+  }
+  void append(const PromptText& o) {
+    if (over_) return;
+    if (o.over_ || o.text_.size() > max_ - text_.size()) {
+      over_ = true;
+      return;
+    }
+    const size_t base = text_.size();
+    text_ += o.text_;
+    for (const TextSpan& sp : o.spans_) add_span(base + sp.begin, base + sp.end);
+  }
+  // Leading and trailing whitespace removed, the spans clipped to what is left.
+  PromptText trimmed() const {
+    PromptText t(max_);
+    t.over_ = over_;
+    const char* ws = " \t\n\r\f\v";
+    const size_t b = text_.find_first_not_of(ws);
+    if (b == std::string::npos) return t;
+    const size_t e = text_.find_last_not_of(ws) + 1;
+    t.text_ = text_.substr(b, e - b);
+    for (const TextSpan& sp : spans_) {
+      const size_t sb = std::max(sp.begin, b), se = std::min(sp.end, e);
+      if (sb < se) t.spans_.push_back(TextSpan{sb - b, se - b});
+    }
+    return t;
+  }
+  bool empty() const { return text_.empty(); }
+  bool over() const { return over_; }
+
+  Result<RenderedChat> finish() && {
+    if (over_)
+      return make_error("the rendered prompt is larger than ", std::to_string(max_), " bytes");
+    return RenderedChat{std::move(text_), std::move(spans_)};
+  }
+
+ private:
+  void add(std::string_view s, bool literal) {
+    if (over_) return;
+    if (s.size() > max_ - text_.size()) {
+      over_ = true;
+      return;
+    }
+    if (literal) add_span(text_.size(), text_.size() + s.size());
+    text_ += s;
+  }
+  void add_span(size_t begin, size_t end) {
+    if (begin == end) return;
+    if (!spans_.empty() && spans_.back().end == begin) {
+      spans_.back().end = end;  // adjacent spans are one
+    } else {
+      spans_.push_back(TextSpan{begin, end});
+    }
+  }
+
+  size_t max_;
+  bool over_ = false;
+  std::string text_;  // never longer than max_
+  std::vector<TextSpan> spans_;
+};
+
+// Parses JSON text from a request; `what` names it in the errors. Text nested past
+// kMaxJsonDepth is refused before parsing.
 Result<ojson> parse_json(const std::string& text, const std::string& what) {
+  if (!json_depth_ok(text)) {
+    return make_error(what, " nest deeper than ", std::to_string(kMaxJsonDepth), " levels");
+  }
   try {
     return ojson::parse(text);
   } catch (const ojson::exception& e) {
@@ -123,7 +209,7 @@ Result<ojson> tool_object(const ToolDefinition& t) {
   if (!t.description.empty()) fn["description"] = t.description;
   if (!t.parameters_json.empty()) {
     TRY_ASSIGN(fn["parameters"],
-               parse_json(t.parameters_json, "parameters of tool '" + t.name + "'"));
+               parse_json(t.parameters_json, "the parameters of tool '" + t.name + "'"));
   }
   ojson o = ojson::object();
   o["type"] = "function";
@@ -132,14 +218,34 @@ Result<ojson> tool_object(const ToolDefinition& t) {
 }
 
 // A tool call's arguments as the templates print them: the parsed object when it parses,
-// else the raw text as a JSON string.
-std::string arguments_text(const ToolCall& c) {
-  if (c.arguments_json.empty()) return "{}";
-  try {
-    return py_json(ojson::parse(c.arguments_json));
-  } catch (const ojson::exception&) {
-    return py_json(ojson(c.arguments_json));
+// else the raw text as a JSON string. Arguments nested too deep are an error.
+Status add_arguments(PromptText& out, const ToolCall& c) {
+  if (c.arguments_json.empty()) {
+    out.literal("{}");
+    return ok_status();
   }
+  if (!json_depth_ok(c.arguments_json)) {
+    return make_error("the arguments of the call to tool '", c.name, "' nest deeper than ",
+                      std::to_string(kMaxJsonDepth), " levels");
+  }
+  try {
+    out.json(ojson::parse(c.arguments_json));
+  } catch (const ojson::exception&) {
+    out.json(ojson(c.arguments_json));
+  }
+  return ok_status();
+}
+
+// `{"name": <name>, "<args_key>": <arguments>}`, as the templates write a tool call.
+Status add_call(PromptText& out, const ToolCall& c, std::string_view args_key) {
+  out += "{\"name\": ";
+  out.json(ojson(c.name));
+  out += ", \"";
+  out += args_key;
+  out += "\": ";
+  TRY(add_arguments(out, c));
+  out += "}";
+  return ok_status();
 }
 
 std::string trim(const std::string& s) {
@@ -152,129 +258,157 @@ std::string trim(const std::string& s) {
 // ChatML, after Qwen2.5's template (tools in the system turn, Hermes-style <tool_call>,
 // consecutive tool results in one user turn of <tool_response> blocks). The system turn
 // defaults to tmpl.default_system (SmolLM2's GGUF template puts one in).
-Result<std::string> render_chatml(const ChatTemplate& tmpl, const std::vector<ChatMessage>& msgs,
-                                  const std::vector<ToolDefinition>& tools, bool add_gen) {
-  std::string out;
+Result<RenderedChat> render_chatml(const ChatTemplate& tmpl, const std::vector<ChatMessage>& msgs,
+                                   const std::vector<ToolDefinition>& tools, bool add_gen,
+                                   size_t max_bytes) {
+  PromptText out(max_bytes);
   const bool has_system = !msgs.empty() && msgs[0].role == "system";
   if (!tools.empty()) {
-    const std::string sys = has_system ? msgs[0].content : tmpl.default_system;
     out += "<|im_start|>system\n";
-    if (!sys.empty()) out += sys + "\n\n";
+    if (has_system && !msgs[0].content.empty()) {
+      out.literal(msgs[0].content);
+      out += "\n\n";
+    } else if (!has_system && !tmpl.default_system.empty()) {
+      out += tmpl.default_system;
+      out += "\n\n";
+    }
     out +=
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
     for (const ToolDefinition& t : tools) {
-      ojson o;
-      TRY_ASSIGN(o, tool_object(t));
-      out += "\n" + py_json(o);
+      TRY_ASSIGN(const ojson o, tool_object(t));
+      out += "\n";
+      out.json(o);
     }
     out +=
         "\n</tools>\n\nFor each function call, return a json object with function name and "
         "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
         "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
   } else if (has_system) {
-    out += "<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n";
+    out += "<|im_start|>system\n";
+    out.literal(msgs[0].content);
+    out += "<|im_end|>\n";
   } else if (!tmpl.default_system.empty() && !msgs.empty()) {
-    out += "<|im_start|>system\n" + tmpl.default_system + "<|im_end|>\n";
+    out += "<|im_start|>system\n";
+    out += tmpl.default_system;
+    out += "<|im_end|>\n";
   }
-  for (size_t i = has_system ? 1 : 0; i < msgs.size(); ++i) {
+  for (size_t i = has_system ? 1 : 0; i < msgs.size() && !out.over(); ++i) {
     const ChatMessage& m = msgs[i];
     if (m.role == "tool") {
       if (i == 0 || msgs[i - 1].role != "tool") out += "<|im_start|>user";
-      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      out += "\n<tool_response>\n";
+      out.literal(m.content);
+      out += "\n</tool_response>";
       if (i + 1 == msgs.size() || msgs[i + 1].role != "tool") out += "<|im_end|>\n";
     } else if (m.role == "assistant" && !m.tool_calls.empty()) {
       out += "<|im_start|>assistant";
-      if (!m.content.empty()) out += "\n" + m.content;
+      if (!m.content.empty()) {
+        out += "\n";
+        out.literal(m.content);
+      }
       for (const ToolCall& c : m.tool_calls) {
-        out += "\n<tool_call>\n{\"name\": " + py_json(ojson(c.name)) +
-               ", \"arguments\": " + arguments_text(c) + "}\n</tool_call>";
+        out += "\n<tool_call>\n";
+        TRY(add_call(out, c, "arguments"));
+        out += "\n</tool_call>";
       }
       out += "<|im_end|>\n";
     } else {
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>";
+      out += m.role;  // one of four names (render_chat_spans checks)
+      out += "\n";
+      out.literal(m.content);
+      out += "<|im_end|>\n";
     }
   }
   if (add_gen) out += "<|im_start|>assistant\n";
-  return out;
+  return std::move(out).finish();
 }
 
 // Llama 3.x, after Llama 3.1's template with tools given in the first user turn: the
 // header/eot framing, contents trimmed, tool calls as {"name": ..., "parameters": ...},
 // tool results as an "ipython" turn. No date/knowledge-cutoff preamble is added.
-Result<std::string> render_llama3(const std::vector<ChatMessage>& msgs,
-                                  const std::vector<ToolDefinition>& tools, bool add_gen) {
-  std::string out = "<|begin_of_text|>";
-  auto turn = [&](const std::string& role, const std::string& content) {
-    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
+Result<RenderedChat> render_llama3(const std::vector<ChatMessage>& msgs,
+                                   const std::vector<ToolDefinition>& tools, bool add_gen,
+                                   size_t max_bytes) {
+  PromptText out(max_bytes);
+  out += "<|begin_of_text|>";
+  auto open = [&](std::string_view role) {
+    out += "<|start_header_id|>";
+    out += role;
+    out += "<|end_header_id|>\n\n";
   };
+  auto close = [&] { out += "<|eot_id|>"; };
   size_t i = 0;
   if (!tools.empty()) {
-    std::string sys;
-    if (!msgs.empty() && msgs[0].role == "system") sys = trim(msgs[i++].content);
-    turn("system", "Environment: ipython\n\n" + sys);
+    open("system");
+    out += "Environment: ipython\n\n";
+    if (!msgs.empty() && msgs[0].role == "system") out.literal(trim(msgs[i++].content));
+    close();
     if (i >= msgs.size() || msgs[i].role != "user") {
       return make_error(
           "llama3 chat template: tools need a user message to go in (after the "
           "optional system message)");
     }
-    std::string user =
+    open("user");
+    out +=
         "Given the following functions, please respond with a JSON for a function call with "
         "its proper arguments that best answers the given prompt.\n\nRespond in the format "
         "{\"name\": function name, \"parameters\": dictionary of argument name and its "
         "value}.Do not use variables.\n\n";
     for (const ToolDefinition& t : tools) {
-      ojson o;
-      TRY_ASSIGN(o, tool_object(t));
-      user += py_json(o, 4) + "\n\n";
+      TRY_ASSIGN(const ojson o, tool_object(t));
+      out.json(o, 4);
+      out += "\n\n";
     }
-    user += trim(msgs[i++].content);
-    turn("user", user);
+    out.literal(trim(msgs[i++].content));
+    close();
   }
-  for (; i < msgs.size(); ++i) {
+  for (; i < msgs.size() && !out.over(); ++i) {
     const ChatMessage& m = msgs[i];
     if (m.role == "tool" || m.role == "ipython") {
-      turn("ipython", m.content);
+      open("ipython");
+      out.literal(m.content);
     } else if (m.role == "assistant" && !m.tool_calls.empty()) {
-      std::string calls;
-      for (const ToolCall& c : m.tool_calls) {
-        if (!calls.empty()) calls += "\n";
-        calls +=
-            "{\"name\": " + py_json(ojson(c.name)) + ", \"parameters\": " + arguments_text(c) + "}";
+      open("assistant");
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k > 0) out += "\n";
+        TRY(add_call(out, m.tool_calls[k], "parameters"));
       }
-      turn("assistant", calls);
     } else {
-      turn(m.role, trim(m.content));
+      open(m.role);
+      out.literal(trim(m.content));
     }
+    close();
   }
-  if (add_gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (add_gen) open("assistant");
+  return std::move(out).finish();
 }
 
 // Llama 2 chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s>".
 // Llama 2 has no tool format of its own: tools are described in the system prompt, calls
 // are written as JSON in the assistant turn and results go back as a user turn.
-Result<std::string> render_llama2(const std::vector<ChatMessage>& msgs,
-                                  const std::vector<ToolDefinition>& tools) {
+Result<RenderedChat> render_llama2(const std::vector<ChatMessage>& msgs,
+                                   const std::vector<ToolDefinition>& tools, size_t max_bytes) {
   size_t i = 0;
-  std::string sys;
-  if (!msgs.empty() && msgs[0].role == "system") sys = msgs[i++].content;
+  PromptText sys(max_bytes);
+  if (!msgs.empty() && msgs[0].role == "system") sys.literal(msgs[i++].content);
   if (!tools.empty()) {
     if (!sys.empty()) sys += "\n\n";
     sys +=
         "You can call these functions. To call one, answer with only a JSON object "
         "{\"name\": function name, \"arguments\": dictionary of arguments}.\n";
     for (const ToolDefinition& t : tools) {
-      ojson o;
-      TRY_ASSIGN(o, tool_object(t));
-      sys += py_json(o) + "\n";
+      TRY_ASSIGN(const ojson o, tool_object(t));
+      sys.json(o);
+      sys += "\n";
     }
-    sys = trim(sys);
+    sys = sys.trimmed();
   }
-  std::string out;
+  PromptText out(max_bytes);
   bool expect_user = true;
   bool first = true;
-  for (; i < msgs.size(); ++i) {
+  for (; i < msgs.size() && !out.over(); ++i) {
     const ChatMessage& m = msgs[i];
     const bool is_user = m.role == "user" || m.role == "tool";
     if (m.role != "user" && m.role != "tool" && m.role != "assistant") {
@@ -285,25 +419,37 @@ Result<std::string> render_llama2(const std::vector<ChatMessage>& msgs,
       return make_error("llama2 chat template: roles must alternate user/assistant (message ",
                         std::to_string(i), " is '", m.role, "')");
     }
-    std::string content = m.content;
+    PromptText content(max_bytes);
     if (m.role == "assistant" && !m.tool_calls.empty()) {
-      content.clear();
-      for (const ToolCall& c : m.tool_calls) {
-        if (!content.empty()) content += "\n";
-        content +=
-            "{\"name\": " + py_json(ojson(c.name)) + ", \"arguments\": " + arguments_text(c) + "}";
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k > 0) content += "\n";
+        TRY(add_call(content, m.tool_calls[k], "arguments"));
       }
+    } else {
+      content.literal(m.content);
     }
     if (is_user) {
-      if (first && !sys.empty()) content = "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content;
-      out += "<s>[INST] " + trim(content) + " [/INST]";
+      out += "<s>[INST] ";
+      if (first && !sys.empty()) {
+        PromptText framed(max_bytes);
+        framed += "<<SYS>>\n";
+        framed.append(sys);
+        framed += "\n<</SYS>>\n\n";
+        framed.append(content);
+        out.append(framed.trimmed());
+      } else {
+        out.append(content.trimmed());
+      }
+      out += " [/INST]";
     } else {
-      out += " " + trim(content) + " </s>";
+      out += " ";
+      out.append(content.trimmed());
+      out += " </s>";
     }
     first = false;
     expect_user = !expect_user;
   }
-  return out;
+  return std::move(out).finish();
 }
 
 // The system text a ChatML template falls back to, if it has one as a literal:
@@ -366,9 +512,10 @@ Result<ChatTemplate> resolve_chat_template(const std::string& name,
   return t;
 }
 
-Result<std::string> render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
-                                const std::vector<ToolDefinition>& tools,
-                                bool add_generation_prompt) {
+Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
+                                       const std::vector<ChatMessage>& messages,
+                                       const std::vector<ToolDefinition>& tools,
+                                       bool add_generation_prompt, size_t max_bytes) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
@@ -378,13 +525,21 @@ Result<std::string> render_chat(const ChatTemplate& tmpl, const std::vector<Chat
   }
   switch (tmpl.kind) {
     case ChatTemplateKind::chatml:
-      return render_chatml(tmpl, messages, tools, add_generation_prompt);
+      return render_chatml(tmpl, messages, tools, add_generation_prompt, max_bytes);
     case ChatTemplateKind::llama3:
-      return render_llama3(messages, tools, add_generation_prompt);
+      return render_llama3(messages, tools, add_generation_prompt, max_bytes);
     case ChatTemplateKind::llama2:
-      return render_llama2(messages, tools);
+      return render_llama2(messages, tools, max_bytes);
   }
   return make_error("unknown chat template kind");
+}
+
+Result<std::string> render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
+                                const std::vector<ToolDefinition>& tools,
+                                bool add_generation_prompt, size_t max_bytes) {
+  TRY_ASSIGN(RenderedChat r,
+             render_chat_spans(tmpl, messages, tools, add_generation_prompt, max_bytes));
+  return std::move(r.text);
 }
 
 }  // namespace infercept

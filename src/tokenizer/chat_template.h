@@ -2,12 +2,21 @@
 // tool results) into the prompt text a model was trained on. The families in use are
 // implemented natively rather than through a Jinja interpreter; the family is detected from
 // the model's template text, or named with --chat-template. An unknown template is an error.
+//
+// What a client sends is text, never structure: the rendered prompt comes with the byte spans
+// that came from the client (RenderedChat::literal), and the tokenizer matches special tokens
+// only outside them (chat_encoding.h). JSON from the client (tool schemas, tool-call
+// arguments) is refused past kMaxJsonDepth before it is parsed, and the output has a byte
+// budget, so no input makes the renderer recurse deeply or allocate past that budget (the
+// llama3 template indents tool schemas, which grows with the square of their depth).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/text_span.h"
 
 namespace infercept {
 
@@ -44,10 +53,31 @@ struct ChatTemplate {
 Result<ChatTemplate> resolve_chat_template(const std::string& name,
                                            const std::string& model_template_text);
 
+// The budget render_chat uses when given none: far above any real prompt (a 128k-token
+// context is under 1 MB of text), far below what would strain the host.
+inline constexpr size_t kDefaultMaxRenderedBytes = size_t{64} << 20;
+
+// A rendered prompt: the text, and the byte ranges of it that came from the client (message
+// contents, tool names, tool-call arguments, tool definitions), in order, not overlapping.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextSpan> literal;
+};
+
 // Renders messages (and tools, if any) and, when add_generation_prompt, the opening of the
-// assistant's turn.
+// assistant's turn. Errors: an unknown role, a template's structural rule broken, a tool
+// schema or tool-call arguments nested deeper than kMaxJsonDepth, a schema that is not JSON,
+// or output past max_bytes (the rendering stops there).
+Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
+                                       const std::vector<ChatMessage>& messages,
+                                       const std::vector<ToolDefinition>& tools,
+                                       bool add_generation_prompt,
+                                       size_t max_bytes = kDefaultMaxRenderedBytes);
+
+// The text of render_chat_spans alone.
 Result<std::string> render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                                 const std::vector<ToolDefinition>& tools,
-                                bool add_generation_prompt);
+                                bool add_generation_prompt,
+                                size_t max_bytes = kDefaultMaxRenderedBytes);
 
 }  // namespace infercept

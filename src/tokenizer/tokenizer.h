@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "core/result.h"
+#include "tokenizer/text_span.h"
 
 namespace infercept {
 
@@ -66,6 +68,13 @@ class Tokenizer {
   // ("<|im_start|>") become those tokens; otherwise they are encoded as plain text.
   // add_bos prepends BOS when the vocabulary asks for it (spec.add_bos).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // As above, but control tokens are matched only outside the `literal` byte ranges (sorted,
+  // not overlapping, within text): inside them the text is encoded as with parse_special off.
+  // This is how a chat prompt is encoded, its client text in `literal`. Outside them nothing
+  // changes, so when no literal range holds a special token's text the ids are exactly
+  // encode(text, add_bos, parse_special)'s.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special,
+                              std::span<const TextSpan> literal) const;
 
   // The bytes of one token (GPT-2 byte chars and "▁" undone, <0xNN> to the byte). Control
   // tokens give their text only when render_special is set.
@@ -75,6 +84,9 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   int32_t vocab_size() const;
+  // The most bytes of text one token stands for (special tokens: their text). A text longer
+  // than n * max_token_bytes() encodes to more than n tokens.
+  size_t max_token_bytes() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
   bool is_eog(int32_t id) const;  // eos or any end-of-turn token
