@@ -222,5 +222,133 @@ TEST(ChatTemplate, Errors) {
   EXPECT_NE(s.find("\"arguments\": \"oops\""), std::string::npos) << s;
 }
 
+// The spans of client text, as substrings of the rendered prompt.
+std::vector<std::string> literal_texts(const RenderedChat& r) {
+  std::vector<std::string> out;
+  size_t prev_end = 0;
+  for (const TextSpan& sp : r.literal) {
+    EXPECT_LT(sp.begin, sp.end);
+    EXPECT_LE(sp.end, r.text.size());
+    EXPECT_TRUE(out.empty() || sp.begin > prev_end) << "spans must be sorted and apart";
+    prev_end = sp.end;
+    out.push_back(r.text.substr(sp.begin, sp.end - sp.begin));
+  }
+  return out;
+}
+
+TEST(ChatTemplate, SpansMarkWhatTheClientSent) {
+  using V = std::vector<std::string>;
+  ChatTemplate chatml{ChatTemplateKind::chatml, kSmolSystem};
+  auto r = render_chat_spans(chatml, tool_conversation(), {weather_tool()}, true);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const std::string tool_json =
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+      "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}";
+  EXPECT_EQ(literal_texts(*r), (V{tool_json, "What's the weather in Paris?", "\"get_weather\"",
+                                  "{\"city\": \"Paris\"}", "{\"temp\": 21}"}));
+  // The default system text comes from the model, not the client.
+  auto plain = render_chat_spans(chatml, {{"user", "Hi", {}, "", ""}}, {}, true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(literal_texts(*plain), V{"Hi"});
+
+  // Llama 3 trims contents: the spans are what is left.
+  ChatTemplate l3{ChatTemplateKind::llama3, ""};
+  auto r3 = render_chat_spans(
+      l3, {{"system", " S ", {}, "", ""}, {"user", "\n a b \n", {}, "", ""}}, {}, true);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(literal_texts(*r3), (V{"S", "a b"}));
+
+  // Llama 2 trims a turn that mixes the system block, tool definitions and the user's text.
+  ChatTemplate l2{ChatTemplateKind::llama2, ""};
+  auto r2 = render_chat_spans(l2,
+                              {{"system", "  Be kind.", {}, "", ""},
+                               {"user", "Hi  ", {}, "", ""},
+                               {"assistant", "", {ToolCall{"1", "f", "{}"}}, "", ""}},
+                              {ToolDefinition{"f", "", ""}}, true);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->text,
+            "<s>[INST] <<SYS>>\nBe kind.\n\nYou can call these functions. To call one, answer "
+            "with only a JSON object {\"name\": function name, \"arguments\": dictionary of "
+            "arguments}.\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\n<</SYS>>\n\n"
+            "Hi [/INST] {\"name\": \"f\", \"arguments\": {}} </s>");
+  EXPECT_EQ(literal_texts(*r2),
+            (V{"Be kind.", "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}", "Hi",
+               "\"f\"", "{}"}));
+  // render_chat is the text alone.
+  EXPECT_EQ(render(l2,
+                   {{"system", "  Be kind.", {}, "", ""},
+                    {"user", "Hi  ", {}, "", ""},
+                    {"assistant", "", {ToolCall{"1", "f", "{}"}}, "", ""}},
+                   {ToolDefinition{"f", "", ""}}),
+            r2->text);
+}
+
+// `depth` (>= 1) nested objects {"a": {"a": ... {}}}, with `leaves` string properties at each
+// level but the innermost.
+std::string nested_schema(int depth, int leaves) {
+  std::string leaf_props;
+  for (int i = 0; i < leaves; ++i) leaf_props += "\"p" + std::to_string(i) + "\": \"x\", ";
+  std::string s;
+  for (int d = 1; d < depth; ++d) s += "{" + leaf_props + "\"a\": ";
+  s += "{}";
+  s += std::string(static_cast<size_t>(depth - 1), '}');
+  return s;
+}
+
+TEST(ChatTemplate, DeepJsonIsRefusedBeforeParsing) {
+  const std::vector<ChatMessage> user = {{"user", "x", {}, "", ""}};
+  for (ChatTemplateKind k :
+       {ChatTemplateKind::chatml, ChatTemplateKind::llama3, ChatTemplateKind::llama2}) {
+    ChatTemplate t{k, ""};
+    for (int depth : {129, 200, 50000}) {  // 50,000: the depth that overflowed the stack
+      auto r = render_chat(t, user, {ToolDefinition{"deep", "", nested_schema(depth, 0)}}, true);
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.error().message, "the parameters of tool 'deep' nest deeper than 128 levels");
+    }
+    // At the limit it renders.
+    EXPECT_TRUE(render_chat(t, user, {ToolDefinition{"ok", "", nested_schema(128, 0)}}, true).ok());
+    // Tool-call arguments alike (30,000 levels crashed the server).
+    for (const std::string& args :
+         {nested_schema(200, 0), std::string(30000, '[') + std::string(30000, ']')}) {
+      ChatMessage call{"assistant", "", {ToolCall{"1", "f", args}}, "", ""};
+      auto r = render_chat(t, {user[0], call}, {}, true);
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.error().message,
+                "the arguments of the call to tool 'f' nest deeper than 128 levels");
+    }
+  }
+}
+
+TEST(ChatTemplate, OutputHasAByteBudget) {
+  // Llama 3 indents schemas by 4 spaces a level: 120 levels of 8 leaves are 12 KB of JSON
+  // but 300 KB rendered (the indentation grows with the square of the depth). Past the
+  // budget the rendering stops with an error.
+  const std::string schema = nested_schema(120, 8);
+  EXPECT_LT(schema.size(), 20000u);
+  ChatTemplate l3{ChatTemplateKind::llama3, ""};
+  const std::vector<ChatMessage> user = {{"user", "x", {}, "", ""}};
+  const std::vector<ToolDefinition> tools = {{"t", "", schema}};
+  auto within = render_chat(l3, user, tools, true);
+  ASSERT_TRUE(within.ok()) << within.error().message;
+  EXPECT_GT(within->size(), 20 * schema.size());
+  auto over = render_chat(l3, user, tools, true, 100000);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().message, "the rendered prompt is larger than 100000 bytes");
+  // Exactly at the budget is allowed; one byte under is not.
+  EXPECT_TRUE(render_chat(l3, user, tools, true, within->size()).ok());
+  EXPECT_FALSE(render_chat(l3, user, tools, true, within->size() - 1).ok());
+  // The other families and plain content have the same budget.
+  const std::vector<ChatMessage> long_user = {{"user", std::string(5000, 'a'), {}, "", ""}};
+  for (ChatTemplateKind k :
+       {ChatTemplateKind::chatml, ChatTemplateKind::llama3, ChatTemplateKind::llama2}) {
+    ChatTemplate t{k, ""};
+    auto r = render_chat(t, long_user, {}, true, 4096);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message, "the rendered prompt is larger than 4096 bytes");
+    EXPECT_TRUE(render_chat(t, long_user, {}, true, 8192).ok());
+  }
+}
+
 }  // namespace
 }  // namespace infercept
