@@ -27,6 +27,15 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
              a.get_double("interception-expiry", so.interception_expiry_s));
   TRY_ASSIGN(int64_t threads, a.get_int("http-threads", so.http_threads));
   TRY_ASSIGN(so.shutdown_grace_s, a.get_double("shutdown-grace", so.shutdown_grace_s));
+  TRY_ASSIGN(int64_t max_conns, a.get_int("max-connections", so.max_connections));
+  TRY_ASSIGN(so.header_timeout_s, a.get_double("header-timeout", so.header_timeout_s));
+  TRY_ASSIGN(so.body_timeout_s, a.get_double("body-timeout", so.body_timeout_s));
+  TRY_ASSIGN(so.write_timeout_s, a.get_double("write-timeout", so.write_timeout_s));
+  if (max_conns < 1 || max_conns > 1000000 || so.header_timeout_s <= 0 ||
+      so.body_timeout_s <= 0 || so.write_timeout_s <= 0)
+    return make_error(
+        "--max-connections, --header-timeout, --body-timeout and --write-timeout must be > 0");
+  so.max_connections = (int)max_conns;
   if (port < 0 || port > 65535) return make_error("--port must be in [0, 65535]");
   if (body_mb <= 0 || so.max_tokens_limit < 0 || so.max_paused_per_key < 0 ||
       so.interception_expiry_s <= 0 || threads < 1 || threads > 4096 || so.shutdown_grace_s < 0)
@@ -43,6 +52,7 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
   so.defaults = defaults;
   so.log_requests = !a.flag("quiet");
   so.tools_config = a.get("tools-config");
+  so.allow_special_tokens_in_content = a.flag("allow-special-tokens-in-content");
   return so;
 }
 }  // namespace
@@ -68,9 +78,13 @@ int run_serve(int argc, char** argv) {
                                               "interception-expiry",
                                               "http-threads",
                                               "shutdown-grace",
+                                              "max-connections",
+                                              "header-timeout",
+                                              "body-timeout",
+                                              "write-timeout",
                                               "tools-config"};
   auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, server_flags}),
-                          {"no-interception", "quiet"});
+                          {"no-interception", "quiet", "allow-special-tokens-in-content"});
   if (!args.ok()) return fail(args.error());
   auto cfg = engine_config_from(*args);
   if (!cfg.ok()) return fail(cfg.error());

@@ -2,10 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
+
 namespace infercept {
 
 namespace {
 std::optional<ParsedToolCall> from_json_text(const std::string& text, const char* args_key) {
+  if (!json_depth_ok(text)) return std::nullopt;
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   ParsedToolCall c;

@@ -1,10 +1,11 @@
 // Chat and completion requests: from the HTTP body to an engine request, and its turn
 // answered as one response or a stream (tool calls, interceptions, server-side tool rounds).
 #include "server/http_server_impl.h"
+#include "tokenizer/chat_encoding.h"
 
 namespace infercept::server {
 
-void HttpServer::Impl::handle_chat(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   json body;
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
@@ -17,7 +18,7 @@ void HttpServer::Impl::handle_chat(const httplib::Request& req, httplib::Respons
 }
 
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
-                                std::optional<PausedRequest> entry, httplib::Response& res) {
+                                std::optional<PausedRequest> entry, HttpResponse& res) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
@@ -71,10 +72,14 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   g->return_token_ids = cr.return_token_ids;
   g->filter = ToolTextFilter(g->kind, g->tools_active);
   (void)g->filter.push(g->forced_prefix);
-  auto text = render_chat(core->chat_template(), cr.messages, prompt_tools, true);
-  if (!text.ok()) return send_error(res, invalid_request(text.error().message, "messages"));
-  g->prompt =
-      core->tokenizer().encode(*text + g->forced_prefix, /*add_bos=*/true, /*parse_special=*/true);
+  // Message content is text (special tokens only from the template); rendering stops past
+  // what the context could hold (each token stands for max_token_bytes() at most).
+  const size_t prompt_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
+  auto prompt =
+      encode_chat(core->tokenizer(), core->chat_template(), cr.messages, prompt_tools,
+                  {true, g->forced_prefix, opt.allow_special_tokens_in_content, prompt_bytes});
+  if (!prompt.ok()) return send_error(res, invalid_request(prompt.error().message, "messages"));
+  g->prompt = std::move(*prompt);
   if (auto e = check_lengths(g->prompt, cr.params, cr.max_tokens_given, "messages")) {
     metrics.add_rejected("context_length");
     return send_error(res, *e);
@@ -116,7 +121,7 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
   respond(g, res);
 }
 
-void HttpServer::Impl::handle_completion(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   json body;
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
@@ -343,14 +348,15 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
     cr.tool_choice = ToolChoice::automatic;
   const double waited = steady_now() - g.t_last;
-  auto text = render_chat(core->chat_template(), cr.messages, cr.tools, true);
-  if (!text.ok()) {
+  auto encoded = encode_chat(core->tokenizer(), core->chat_template(), cr.messages, cr.tools,
+                             {true, "", opt.allow_special_tokens_in_content,
+                              (size_t)context_limit * core->tokenizer().max_token_bytes()});
+  if (!encoded.ok()) {
     engine->abort(g.engine_id);
     untrack(g.engine_id);
-    return invalid_request(text.error().message, "messages");
+    return invalid_request(encoded.error().message, "messages");
   }
-  std::vector<int32_t> prompt =
-      core->tokenizer().encode(*text, /*add_bos=*/true, /*parse_special=*/true);
+  std::vector<int32_t> prompt = std::move(*encoded);
   SamplingParams params = cr.params;
   const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
   if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {
@@ -457,176 +463,6 @@ json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn&
       {"model", g.model},
       {"choices", json::array({choice})},
       {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
-}
-
-void HttpServer::Impl::respond(std::shared_ptr<Generation> g, httplib::Response& res) {
-  if (!g->resumed_from.empty()) res.set_header("X-Infercept-Resumed", g->resumed_from);
-  if (!g->stream) {
-    FinalTurn f;
-    for (;;) {
-      while (!g->done) {
-        auto item = g->ch->pop(std::chrono::milliseconds(500));
-        cancel_if_stopping(*g);
-        if (item) consume(*g, *item);
-      }
-      f = finalize(*g);
-      if (!f.server_round) break;
-      if (auto e = server_tool_round(*g, f)) return send_error(res, *e);
-    }
-    if (f.error) return send_error(res, *f.error);
-    send_json(res, 200,
-              g->endpoint == Endpoint::chat ? chat_response(*g, f) : completion_response(*g, f));
-    return;
-  }
-  struct StreamState {
-    std::shared_ptr<Generation> g;
-    std::unique_ptr<Guard> guard;
-    bool started = false;
-    size_t text_offset = 0;  // completions: bytes of text sent
-  };
-  auto st = std::make_shared<StreamState>();
-  st->g = g;
-  st->guard = std::make_unique<Guard>(this);
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, st](size_t, httplib::DataSink& sink) -> bool {
-        Generation& g = *st->g;
-        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        const bool chat = g.endpoint == Endpoint::chat;
-        if (!st->started) {
-          st->started = true;
-          if (chat) {
-            json choice = {{"index", 0},
-                           {"delta", {{"role", "assistant"}, {"content", ""}}},
-                           {"logprobs", nullptr},
-                           {"finish_reason", nullptr}};
-            return write(sse(chunk(g, choice)));
-          }
-          return true;
-        }
-        auto item = g.ch->pop(std::chrono::milliseconds(250));
-        cancel_if_stopping(g);
-        if (!item) return sink.is_writable();
-        const size_t lp_before = g.lps.size();
-        consume(g, *item);
-        json lps_now = json::array();
-        std::vector<TokenInfo> new_lps(g.lps.begin() + (ptrdiff_t)lp_before, g.lps.end());
-        if (!g.done) {
-          const std::string piece = chat ? g.filter.push(item->out.text) : item->out.text;
-          if (piece.empty() && new_lps.empty()) return true;
-          json choice;
-          if (chat) {
-            json lp = nullptr;
-            if (g.logprobs >= 0) {
-              json content = json::array();
-              for (const TokenInfo& t : new_lps) content.push_back(chat_logprob_entry(t));
-              lp = {{"content", content}};
-            }
-            choice = {{"index", 0},
-                      {"delta", {{"content", piece}}},
-                      {"logprobs", lp},
-                      {"finish_reason", nullptr}};
-          } else {
-            choice = {{"index", 0},
-                      {"text", piece},
-                      {"logprobs", g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset)
-                                                   : json(nullptr)},
-                      {"finish_reason", nullptr}};
-            st->text_offset += piece.size();
-          }
-          return write(sse(chunk(g, choice)));
-        }
-        // The turn is over.
-        FinalTurn f = finalize(g);
-        if (f.server_round) {
-          // The turn's content went out already; the calls run here, the next turn streams on.
-          if (auto e = server_tool_round(g, f))
-            f.error = e;
-          else
-            return true;
-        }
-        if (f.error) {
-          write(sse(error_body(*f.error)));
-          write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        }
-        std::string out;
-        if (chat) {
-          const size_t sent = g.filter.emitted();
-          const std::string rest = f.content.size() > sent ? f.content.substr(sent) : std::string();
-          json lp = nullptr;
-          if (g.logprobs >= 0) {
-            json content = json::array();
-            for (const TokenInfo& t : new_lps) content.push_back(chat_logprob_entry(t));
-            lp = {{"content", content}};
-          }
-          if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
-            out += sse(chunk(g, {{"index", 0},
-                                 {"delta", {{"content", rest}}},
-                                 {"logprobs", lp},
-                                 {"finish_reason", nullptr}}));
-          if (!f.calls.empty()) {
-            json calls = json::array();
-            for (size_t i = 0; i < f.calls.size(); ++i)
-              calls.push_back(
-                  {{"index", i},
-                   {"id", f.calls[i].id},
-                   {"type", "function"},
-                   {"function",
-                    {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
-            out += sse(chunk(g, {{"index", 0},
-                                 {"delta", {{"tool_calls", calls}}},
-                                 {"logprobs", nullptr},
-                                 {"finish_reason", nullptr}}));
-          }
-          json last = chunk(g, {{"index", 0},
-                                {"delta", json::object()},
-                                {"logprobs", nullptr},
-                                {"finish_reason", f.finish_reason}});
-          if (!f.interception.is_null()) last["interception"] = f.interception;
-          if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
-          if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
-          out += sse(last);
-        } else {
-          json choice = {
-              {"index", 0},
-              {"text", item->out.text},
-              {"logprobs",
-               g.logprobs >= 0 ? completion_logprobs(new_lps, st->text_offset) : json(nullptr)},
-              {"finish_reason", f.finish_reason}};
-          if (g.return_token_ids) choice["token_ids"] = g.tokens;
-          out += sse(chunk(g, choice));
-        }
-        if (g.include_usage) {
-          json u = {{"id", g.response_id},
-                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", g.created},
-                    {"model", g.model},
-                    {"choices", json::array()},
-                    {"usage",
-                     usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
-          out += sse(u);
-        }
-        out += "data: [DONE]\n\n";
-        if (!write(out)) return false;
-        sink.done();
-        return true;
-      },
-      [this, st](bool success) {
-        Generation& g = *st->g;
-        if (!g.finalized) {
-          // The client went away mid-stream: stop generating for it.
-          engine->abort(g.engine_id);
-          untrack(g.engine_id);
-          log_line({{"event", "client_disconnected"}, {"id", g.response_id}, {"owner", g.owner}});
-        }
-        (void)success;
-        st->guard.reset();
-      });
 }
 
 }  // namespace infercept::server

@@ -11,6 +11,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
   TRY_ASSIGN(impl->tools, ServerTools::load(impl->opt.tools_config));
   if (impl->opt.interception_expiry_s <= 0) return make_error("--interception-expiry must be > 0");
   if (impl->opt.http_threads < 1) return make_error("--http-threads must be >= 1");
+  if (impl->opt.max_connections < 1) return make_error("--max-connections must be >= 1");
+  if (impl->opt.header_timeout_s <= 0 || impl->opt.body_timeout_s <= 0 ||
+      impl->opt.write_timeout_s <= 0)
+    return make_error("--header-timeout, --body-timeout and --write-timeout must be > 0");
   impl->context_limit = std::min(core->max_context(), core->kv_capacity_tokens());
   impl->has_template =
       !core->tokenizer().spec().chat_template.empty() || !core->config().chat_template.empty();
@@ -43,29 +47,19 @@ Result<int> HttpServer::bind() {
   // A client that goes away mid-write must not kill the process.
   ::signal(SIGPIPE, SIG_IGN);
   Impl& s = *impl_;
-  if (s.opt.port == 0) {
-    const int port = s.svr.bind_to_any_port(s.opt.host);
-    if (port <= 0) return make_error("cannot bind to ", s.opt.host, " (any port)");
-    s.port = port;
-  } else {
-    if (!s.svr.bind_to_port(s.opt.host, s.opt.port))
-      return make_error("cannot bind to ", s.opt.host, ":", std::to_string(s.opt.port),
-                        " (in use, or not an address of this machine)");
-    s.port = s.opt.port;
-  }
+  TRY_ASSIGN(s.port, s.transport->bind());
   s.reaper = std::thread([&s] { s.reap_loop(); });
   return s.port;
 }
 
 void HttpServer::run() {
-  impl_->svr.listen_after_bind();
+  impl_->transport->start();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait(lock, [this] { return impl_->stopped; });
 }
 
 void HttpServer::start() {
-  impl_->listen_thread = std::thread([this] { impl_->svr.listen_after_bind(); });
-  // Wait until it accepts, so a test can connect right away.
-  for (int i = 0; i < 500 && !impl_->svr.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  impl_->transport->start();
 }
 
 void HttpServer::stop() {
@@ -79,12 +73,15 @@ const std::string& HttpServer::model_name() const {
   return impl_->model_name;
 }
 
+// Within the grace whatever the clients do: connections are closed by the transport, not
+// waited for; only generations get the grace.
 void HttpServer::Impl::stop() {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (stopped) return;
     stopped = true;
   }
+  cv.notify_all();
   cancel_after = steady_now() + opt.shutdown_grace_s;
   stopping = true;  // new requests get 503
   // In-flight requests may finish within the grace period; the rest are cancelled.
@@ -92,11 +89,12 @@ void HttpServer::Impl::stop() {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, std::chrono::duration<double>(opt.shutdown_grace_s),
                 [&] { return in_flight.empty(); });
+    aborting_all = true;
     for (uint64_t id : in_flight) engine->abort(id);
-    cv.wait_for(lock, std::chrono::seconds(10), [&] { return active == 0; });
+    // Cancelled streams end with an error event; give them a moment to go out.
+    cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return active == 0; });
   }
-  svr.stop();
-  if (listen_thread.joinable()) listen_thread.join();
+  transport->stop();
   {
     std::lock_guard<std::mutex> lock(mu);
     reaper_stop = true;
@@ -125,18 +123,23 @@ void HttpServer::Impl::reap_loop() {
 }
 
 void HttpServer::Impl::setup_routes() {
-  const int threads = opt.http_threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_read_timeout(30);
-  svr.set_write_timeout(30);
-  svr.set_keep_alive_timeout(2);
+  TransportOptions to;
+  to.host = opt.host;
+  to.port = opt.port;
+  to.worker_threads = opt.http_threads;
+  to.max_connections = opt.max_connections;
+  to.header_timeout_s = opt.header_timeout_s;
+  to.body_timeout_s = opt.body_timeout_s;
+  to.write_timeout_s = opt.write_timeout_s;
+  to.max_header_bytes = opt.max_header_bytes;
+  to.max_body_bytes = opt.max_body_bytes;
 
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+  TransportHooks hooks;
+  hooks.pre_routing = [this](const HttpRequest& req, HttpResponse& res) {
+    if (req.path == "/health") return false;
     if (stopping) {
       send_error(res, server_error("the server is shutting down", 503));
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
     if (!keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"))) {
       ApiError e;
@@ -149,62 +152,62 @@ void HttpServer::Impl::setup_routes() {
       send_error(res, e);
       res.set_header("WWW-Authenticate", "Bearer");
       metrics.add_rejected("unauthorized");
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  svr.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e;
-        e.status = res.status;
-        if (res.status == 404) {
-          e.type = "invalid_request_error";
-          e.code = "not_found";
-          e.message = "no route " + req.method + " " + req.path;
-        } else if (res.status == 413) {
-          e.code = "payload_too_large";
-          e.message = "the request body is larger than this server accepts (" +
-                      std::to_string(opt.max_body_bytes) + " bytes)";
-          metrics.add_rejected("body_too_large");
-        } else if (res.status == 405) {
-          e.message = "method " + req.method + " is not allowed on " + req.path;
-        } else if (res.status >= 500) {
-          e.type = "server_error";
-          e.message = "internal error";
-        } else {
-          e.message = "bad request";
-        }
-        send_error(res, e);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  svr.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = std::string("internal error: ") + e.what();
-        } catch (...) {
-        }
-        send_error(res, server_error(what));
-      });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.add_http_status(res.status);
+    return false;
+  };
+  hooks.error = [this](const HttpRequest&, int status, const std::string& message,
+                       HttpResponse& res) {
+    ApiError e;
+    e.status = status;
+    e.message = message;
+    switch (status) {
+      case 404:
+        e.code = "not_found";
+        break;
+      case 408:
+        e.code = "request_timeout";
+        break;
+      case 413:
+        e.code = "payload_too_large";
+        metrics.add_rejected("body_too_large");
+        break;
+      case 431:
+        e.code = "headers_too_large";
+        metrics.add_rejected("headers_too_large");
+        break;
+      case 503:
+        e.type = "service_unavailable";
+        e.code = "too_many_connections";
+        break;
+      default:
+        if (status >= 500) e.type = "server_error";
+    }
+    if (status == 503 && stopping) e.code = "";
+    send_error(res, e);
+  };
+  hooks.logger = [this](const HttpRequest& req, int status) {
+    metrics.add_http_status(status);
     log_line({{"event", "http"},
               {"method", req.method},
               {"path", req.path},
-              {"status", res.status},
+              {"status", status},
               {"remote", req.remote_addr},
               {"owner", owner_of(req)}});
-  });
+  };
+  transport = std::make_unique<HttpTransport>(std::move(to), std::move(hooks));
+  HttpTransport& t = *transport;
 
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (stopping)
-      send_json(res, 503, {{"status", "stopping"}});
-    else
-      send_json(res, 200, {{"status", "ok"}});
-  });
+  // Inline: answered on the io thread, whatever the engine and the workers are doing.
+  t.route(
+      "GET", "/health",
+      [this](const HttpRequest&, HttpResponse& res) {
+        if (stopping)
+          send_json(res, 503, {{"status", "stopping"}});
+        else
+          send_json(res, 200, {{"status", "ok"}});
+      },
+      /*run_inline=*/true);
   auto model_obj = [this] {
     return json{{"id", model_name},
                 {"object", "model"},
@@ -212,52 +215,49 @@ void HttpServer::Impl::setup_routes() {
                 {"owned_by", "infercept"},
                 {"max_model_len", context_limit}};
   };
-  svr.Get("/v1/models", [model_obj](const httplib::Request&, httplib::Response& res) {
+  t.route("GET", "/v1/models", [model_obj](const HttpRequest&, HttpResponse& res) {
     send_json(res, 200, {{"object", "list"}, {"data", json::array({model_obj()})}});
   });
-  svr.Get("/v1/models/(.+)",
-          [this, model_obj](const httplib::Request& req, httplib::Response& res) {
-            if (req.matches[1] != model_name)
-              return send_error(
-                  res, not_found("The model '" + std::string(req.matches[1]) + "' does not exist.",
-                                 "model_not_found"));
-            send_json(res, 200, model_obj());
-          });
-  svr.Post("/v1/chat/completions",
-           [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req, res);
+  t.route("GET", "/v1/models/(.+)", [this, model_obj](const HttpRequest& req, HttpResponse& res) {
+    if (req.matches[1] != model_name)
+      return send_error(
+          res, not_found("The model '" + req.matches[1] + "' does not exist.", "model_not_found"));
+    send_json(res, 200, model_obj());
   });
-  svr.Get("/v1/interceptions", [this](const httplib::Request& req, httplib::Response& res) {
+  t.route("POST", "/v1/chat/completions",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_chat(req, res); });
+  t.route("POST", "/v1/completions",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_completion(req, res); });
+  t.route("GET", "/v1/interceptions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_interception_list(req, res);
   });
-  svr.Get("/v1/interceptions/([^/]+)", [this](const httplib::Request& req, httplib::Response& res) {
+  t.route("GET", "/v1/interceptions/([^/]+)", [this](const HttpRequest& req, HttpResponse& res) {
     handle_interception_get(req, res);
   });
-  svr.Delete("/v1/interceptions/([^/]+)",
-             [this](const httplib::Request& req, httplib::Response& res) {
-               handle_interception_delete(req, res);
-             });
-  svr.Post("/v1/interceptions/([^/]+)/resume",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             handle_interception_resume(req, res);
-           });
-  svr.Post("/v1/interceptions/([^/]+)/hint",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             handle_interception_hint(req, res);
-           });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  t.route("DELETE", "/v1/interceptions/([^/]+)",
+          [this](const HttpRequest& req, HttpResponse& res) {
+            handle_interception_delete(req, res);
+          });
+  t.route("POST", "/v1/interceptions/([^/]+)/resume",
+          [this](const HttpRequest& req, HttpResponse& res) {
+            handle_interception_resume(req, res);
+          });
+  t.route("POST", "/v1/interceptions/([^/]+)/hint",
+          [this](const HttpRequest& req, HttpResponse& res) {
+            handle_interception_hint(req, res);
+          });
+  t.route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
     res.status = 200;
     res.set_content(metrics.prometheus(*snap, (int64_t)registry->size()),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  svr.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+  t.route("GET", "/dashboard", [](const HttpRequest&, HttpResponse& res) {
     res.status = 200;
     res.set_content(dashboard_html(), "text/html; charset=utf-8");
   });
-  svr.Get("/dashboard/data", [this](const httplib::Request&, httplib::Response& res) {
+  t.route("GET", "/dashboard/data", [this](const HttpRequest&, HttpResponse& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
     json j = metrics.dashboard_json(*snap, (int64_t)registry->size());

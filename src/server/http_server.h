@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP server (docs/SERVER.md). HTTP worker threads parse, validate
-// and enqueue; the engine thread (Engine) owns the model and the KV cache. A chat completion
+// and enqueue (the transport, http_transport.h, owns connections and deadlines); the engine thread (Engine) owns the model and the KV cache. A chat completion
 // that ends in tool calls leaves its request paused in the engine; the client's follow-up
 // (the same conversation plus the tool results) is recognized by its token prefix and
 // resumes it, or the client resumes it explicitly through /v1/interceptions.
@@ -26,12 +26,22 @@ struct ServerOptions {
   int64_t max_paused_per_key = 256;
   double interception_expiry_s = 1800.0;  // a paused request nobody resumed is dropped
   bool interception = true;               // keep requests that end in tool calls paused
-  int http_threads = 64;
+  // The HTTP transport (http_transport.h): worker threads run handlers (a connection or a
+  // stream holds none); deadlines are for a whole request head / body, and for each write.
+  int http_threads = 16;
+  int max_connections = 1024;  // beyond: 503
+  double header_timeout_s = 10.0;
+  double body_timeout_s = 60.0;
+  double write_timeout_s = 30.0;
+  size_t max_header_bytes = 64u << 10;
   SamplingParams defaults;         // for what a request leaves out (max_tokens: the default length)
   bool log_requests = false;       // one JSON line per request on stderr
   double shutdown_grace_s = 5.0;   // in-flight requests may finish this long after stop()
   std::string tools_config;        // HTTP server-side tools (server_tools.h); "" = calculator only
   int max_server_tool_rounds = 8;  // server-side tool calls per response
+  // Special tokens written in message content, tool names, arguments or definitions count
+  // as such (off: they are text, and only the chat template's structure has control tokens).
+  bool allow_special_tokens_in_content = false;
 };
 
 class HttpServer {
@@ -55,8 +65,9 @@ class HttpServer {
   int port() const;
   const std::string& model_name() const;
 
+  struct Impl;  // the internals (http_server_impl.h), shared by the server's own files
+
  private:
-  struct Impl;
   explicit HttpServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

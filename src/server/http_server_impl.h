@@ -6,7 +6,7 @@
 
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include "server/http_transport.h"
 #include <signal.h>
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -49,13 +50,28 @@ struct Channel {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Item> q;
+  std::function<void()> waker;  // the response's producer: called after each push
 
   void push(const RequestOutput& o) {
+    std::function<void()> wake;
     {
       std::lock_guard<std::mutex> lock(mu);
       q.push_back({o, steady_now()});
+      wake = waker;
     }
     cv.notify_all();
+    if (wake) wake();
+  }
+  void set_waker(std::function<void()> w) {
+    std::lock_guard<std::mutex> lock(mu);
+    waker = std::move(w);
+  }
+  std::optional<Item> try_pop() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (q.empty()) return std::nullopt;
+    Item it = std::move(q.front());
+    q.pop_front();
+    return it;
   }
   std::optional<Item> pop(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu);
@@ -126,12 +142,12 @@ inline ApiError server_error(std::string message, int status = 500) {
   return e;
 }
 
-inline void send_json(httplib::Response& res, int status, const json& body) {
+inline void send_json(HttpResponse& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
 
-inline void send_error(httplib::Response& res, const ApiError& e) {
+inline void send_error(HttpResponse& res, const ApiError& e) {
   send_json(res, e.status, error_body(e));
 }
 
@@ -152,9 +168,8 @@ struct HttpServer::Impl {
   std::string model_name;
   int64_t context_limit = 0;  // prompt + completion
   bool has_template = false;
-  httplib::Server svr;
+  std::unique_ptr<HttpTransport> transport;
   int port = -1;
-  std::thread listen_thread;
   std::thread reaper;
   std::atomic<bool> stopping{false};
   std::atomic<double> cancel_after{0.0};  // steady time past which stragglers cancel themselves
@@ -163,6 +178,7 @@ struct HttpServer::Impl {
   std::set<uint64_t> in_flight;  // engine ids generating for an HTTP request
   int64_t active = 0;            // handlers and streams in progress
   bool stopped = false;
+  bool aborting_all = false;  // past the grace: a request tracked from now on is aborted at once
   bool reaper_stop = false;
 
   // Counts a handler (or a stream) in progress, for the shutdown.
@@ -186,6 +202,7 @@ struct HttpServer::Impl {
   void track(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu);
     in_flight.insert(id);
+    if (aborting_all) engine->abort(id);
   }
   void untrack(uint64_t id) {
     {
@@ -195,7 +212,7 @@ struct HttpServer::Impl {
     cv.notify_all();
   }
 
-  std::string owner_of(const httplib::Request& req) const {
+  std::string owner_of(const HttpRequest& req) const {
     auto o =
         keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"));
     return o.value_or("");
@@ -213,10 +230,10 @@ struct HttpServer::Impl {
   void reap_loop();
 
   // --- generation ---------------------------------------------------------------------
-  void handle_chat(const httplib::Request& req, httplib::Response& res);
-  void handle_completion(const httplib::Request& req, httplib::Response& res);
+  void handle_chat(const HttpRequest& req, HttpResponse& res);
+  void handle_completion(const HttpRequest& req, HttpResponse& res);
   void run_chat(ChatRequest cr, const std::string& owner, std::optional<PausedRequest> entry,
-                httplib::Response& res);
+                HttpResponse& res);
   std::optional<ApiError> start(Generation& g, GenerateRequest gr,
                                 std::optional<PausedRequest> entry, bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
@@ -224,7 +241,7 @@ struct HttpServer::Impl {
   void consume(Generation& g, const Channel::Item& item);
   FinalTurn finalize(Generation& g);
   std::optional<ApiError> server_tool_round(Generation& g, const FinalTurn& f);
-  void respond(std::shared_ptr<Generation> g, httplib::Response& res);
+  void respond(std::shared_ptr<Generation> g, HttpResponse& res);
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
   json completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const;
@@ -239,11 +256,11 @@ struct HttpServer::Impl {
   }
 
   // --- interceptions ----------------------------------------------------------------------
-  void handle_interception_list(const httplib::Request& req, httplib::Response& res);
-  void handle_interception_get(const httplib::Request& req, httplib::Response& res);
-  void handle_interception_delete(const httplib::Request& req, httplib::Response& res);
-  void handle_interception_resume(const httplib::Request& req, httplib::Response& res);
-  void handle_interception_hint(const httplib::Request& req, httplib::Response& res);
+  void handle_interception_list(const HttpRequest& req, HttpResponse& res);
+  void handle_interception_get(const HttpRequest& req, HttpResponse& res);
+  void handle_interception_delete(const HttpRequest& req, HttpResponse& res);
+  void handle_interception_resume(const HttpRequest& req, HttpResponse& res);
+  void handle_interception_hint(const HttpRequest& req, HttpResponse& res);
   json interception_json(const PausedRequest& p, const PausedSeqInfo* seq) const;
   ApiError take_error(const std::string& id, TakeError why) const;
 

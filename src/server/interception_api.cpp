@@ -54,8 +54,8 @@ ApiError HttpServer::Impl::take_error(const std::string& id, TakeError why) cons
   return e;
 }
 
-void HttpServer::Impl::handle_interception_list(const httplib::Request& req,
-                                                httplib::Response& res) {
+void HttpServer::Impl::handle_interception_list(const HttpRequest& req,
+                                                HttpResponse& res) {
   Guard guard(this);
   const std::string owner = owner_of(req);
   auto snap = snapshot(*engine, std::chrono::seconds(10));
@@ -70,8 +70,8 @@ void HttpServer::Impl::handle_interception_list(const httplib::Request& req,
   send_json(res, 200, {{"object", "list"}, {"data", data}});
 }
 
-void HttpServer::Impl::handle_interception_get(const httplib::Request& req,
-                                               httplib::Response& res) {
+void HttpServer::Impl::handle_interception_get(const HttpRequest& req,
+                                               HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   auto p = registry->get(owner_of(req), id);
@@ -84,8 +84,8 @@ void HttpServer::Impl::handle_interception_get(const httplib::Request& req,
   send_json(res, 200, interception_json(*p, seq));
 }
 
-void HttpServer::Impl::handle_interception_delete(const httplib::Request& req,
-                                                  httplib::Response& res) {
+void HttpServer::Impl::handle_interception_delete(const HttpRequest& req,
+                                                  HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   TakeError why = TakeError::unknown;
@@ -95,8 +95,8 @@ void HttpServer::Impl::handle_interception_delete(const httplib::Request& req,
   send_json(res, 200, {{"id", id}, {"object", "interception.deleted"}, {"deleted", true}});
 }
 
-void HttpServer::Impl::handle_interception_hint(const httplib::Request& req,
-                                                httplib::Response& res) {
+void HttpServer::Impl::handle_interception_hint(const HttpRequest& req,
+                                                HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   json body;
@@ -116,8 +116,8 @@ void HttpServer::Impl::handle_interception_hint(const httplib::Request& req,
             {{"id", id}, {"object", "interception"}, {"expected_duration_ms", ms->get<double>()}});
 }
 
-void HttpServer::Impl::handle_interception_resume(const httplib::Request& req,
-                                                  httplib::Response& res) {
+void HttpServer::Impl::handle_interception_resume(const HttpRequest& req,
+                                                  HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   const std::string owner = owner_of(req);

@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include "core/json_depth.h"
+
 #include <cmath>
 #include <random>
 
@@ -318,13 +320,18 @@ std::string dump(const json& j) {
 std::optional<ApiError> parse_body(const std::string& text, json& out) {
   if (text.empty())
     return invalid_request("the request body is empty; send a JSON object", "", "invalid_json");
+  if (!json_depth_ok(text))
+    return invalid_request("the request body nests JSON deeper than " +
+                               std::to_string(kMaxJsonDepth) + " levels",
+                           "", "invalid_json");
   out = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded()) {
-    // Parse again for the position of the problem.
+    // Parse again for the position of the problem (a syntax error, or a number out of
+    // range such as 1e400, which nlohmann reports as out_of_range).
     try {
       json ignored = json::parse(text);
       (void)ignored;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       return invalid_request(std::string("the request body is not valid JSON: ") + e.what(), "",
                              "invalid_json");
     }

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
+
 namespace infercept::server {
 
 namespace {
@@ -152,7 +154,8 @@ std::string error_result(const std::string& message) {
 }
 
 std::string run_calculator(const std::string& arguments_json) {
-  const json args = json::parse(arguments_json, nullptr, false);
+  const json args =
+      json_depth_ok(arguments_json) ? json::parse(arguments_json, nullptr, false) : json();
   // {"expression": "..."}; leniently also a bare expression or number, or an object whose
   // only string is the expression (small models misname the key).
   std::string expr;
@@ -175,6 +178,7 @@ std::string run_calculator(const std::string& arguments_json) {
 }
 
 std::string run_http(const ServerTool& t, const std::string& arguments_json) {
+  if (!json_depth_ok(arguments_json)) return error_result("the arguments nest too deep");
   const json args = json::parse(arguments_json, nullptr, false);
   if (!args.is_object()) return error_result("the arguments are not a JSON object");
   // scheme://host[:port] and the path.

@@ -1,5 +1,7 @@
 #include "server/tool_parser.h"
 
+#include "core/json_depth.h"
+
 #include <optional>
 
 namespace infercept::server {
@@ -26,6 +28,8 @@ std::string rtrim(const std::string& s) {
 
 // {"name": ..., "<args_key>": {...}} as a call; arguments keep the model's key order.
 std::optional<ToolCall> call_from_json(const std::string& body, const char* args_key) {
+  // Model output: as deep as its tokens let it be, so bounded like a request body.
+  if (!json_depth_ok(body)) return std::nullopt;
   const ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto name = j.find("name");
