@@ -5,113 +5,17 @@
 // keys in their original order, non-ASCII kept as is).
 #include "tokenizer/chat_template.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cstdio>
 #include <string_view>
 
 #include "core/json_depth.h"
+#include "tokenizer/py_json.h"
 
 namespace infercept {
 namespace {
 
-using ojson = nlohmann::ordered_json;
-
-void dump_py_string(const std::string& s, std::string& out) {
-  out += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
-
-// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None). The recursion is
-// bounded by the depth check every parsed JSON text passes first (kMaxJsonDepth); the output
-// by `limit`: once out passes it the dump stops short (the caller then finds its budget
-// spent), so an indented dump, which grows with the square of the depth, stays within it.
-void dump_py(const ojson& v, int indent, int depth, std::string& out, size_t limit) {
-  if (out.size() > limit) return;
-  auto newline = [&](int d) {
-    if (indent < 0) return;
-    out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
-  };
-  const char* item_sep = indent < 0 ? ", " : ",";
-  if (v.is_object()) {
-    if (v.empty()) {
-      out += "{}";
-      return;
-    }
-    out += '{';
-    bool first = true;
-    for (const auto& [k, x] : v.items()) {
-      if (out.size() > limit) return;
-      if (!first) out += item_sep;
-      first = false;
-      newline(depth + 1);
-      dump_py_string(k, out);
-      out += ": ";
-      dump_py(x, indent, depth + 1, out, limit);
-    }
-    newline(depth);
-    out += '}';
-  } else if (v.is_array()) {
-    if (v.empty()) {
-      out += "[]";
-      return;
-    }
-    out += '[';
-    bool first = true;
-    for (const auto& x : v) {
-      if (out.size() > limit) return;
-      if (!first) out += item_sep;
-      first = false;
-      newline(depth + 1);
-      dump_py(x, indent, depth + 1, out, limit);
-    }
-    newline(depth);
-    out += ']';
-  } else if (v.is_string()) {
-    dump_py_string(v.get<std::string>(), out);
-  } else {
-    out += v.dump();  // numbers, true, false, null print alike
-  }
-}
-
 // The prompt being rendered: the template's structure is appended with +=, what came from the
-// client with literal() or json(), which also record its byte span. Past max_bytes nothing
+// client with literal() or quoted(), which also record its byte span. Past max_bytes nothing
 // more is appended and over() is set, so memory stays within the budget whatever the input.
 class PromptText {
  public:
@@ -122,13 +26,14 @@ class PromptText {
     return *this;
   }
   void literal(std::string_view s) { add(s, true); }
-  // json.dumps of v as client text.
-  void json(const ojson& v, int indent = -1) {
-    if (over_) return;
-    std::string s;
-    dump_py(v, indent, 0, s, max_ - text_.size());
-    add(s, true);
+  // A JSON string literal of client text.
+  void quoted(std::string_view s) {
+    std::string q;
+    append_py_json_string(s, q);
+    add(q, true);
   }
+  // Bytes left in the budget.
+  size_t room() const { return max_ - text_.size(); }
   void append(const PromptText& o) {
     if (over_) return;
     if (o.over_ || o.text_.size() > max_ - text_.size()) {
@@ -188,37 +93,44 @@ class PromptText {
   std::vector<TextSpan> spans_;
 };
 
-// Parses JSON text from a request; `what` names it in the errors. Text nested past
-// kMaxJsonDepth is refused before parsing.
-Result<ojson> parse_json(const std::string& text, const std::string& what) {
-  if (!json_depth_ok(text)) {
-    return make_error(what, " nest deeper than ", std::to_string(kMaxJsonDepth), " levels");
-  }
-  try {
-    return ojson::parse(text);
-  } catch (const ojson::exception& e) {
-    return make_error(what, " is not valid JSON: ", e.what());
-  }
-}
-
 // The OpenAI-style tool object the reference templates print: {"type": "function",
-// "function": {"name", "description", "parameters"}}.
-Result<ojson> tool_object(const ToolDefinition& t) {
-  ojson fn = ojson::object();
-  fn["name"] = t.name;
-  if (!t.description.empty()) fn["description"] = t.description;
-  if (!t.parameters_json.empty()) {
-    TRY_ASSIGN(fn["parameters"],
-               parse_json(t.parameters_json, "the parameters of tool '" + t.name + "'"));
+// "function": {"name", "description", "parameters"}}, as client text. A schema nested past
+// kMaxJsonDepth is refused before it is parsed.
+Status add_tool(PromptText& out, const ToolDefinition& t, int indent) {
+  if (!json_depth_ok(t.parameters_json)) {
+    return make_error("the parameters of tool '", t.name, "' nest deeper than ",
+                      std::to_string(kMaxJsonDepth), " levels");
   }
-  ojson o = ojson::object();
-  o["type"] = "function";
-  o["function"] = std::move(fn);
-  return o;
+  std::string s;
+  PyJsonWriter w(s, indent, out.room());
+  w.begin_object();
+  w.key("type");
+  w.string("function");
+  w.key("function");
+  w.begin_object();
+  w.key("name");
+  w.string(t.name);
+  if (!t.description.empty()) {
+    w.key("description");
+    w.string(t.description);
+  }
+  if (!t.parameters_json.empty()) {
+    w.key("parameters");
+    std::string error;
+    if (!write_py_json(t.parameters_json, w, error) && !w.over()) {
+      return make_error("the parameters of tool '", t.name, "' are not valid JSON: ", error);
+    }
+  }
+  if (!w.over()) {
+    w.end_object();
+    w.end_object();
+  }
+  out.literal(s);  // past the room left: the budget is spent
+  return ok_status();
 }
 
-// A tool call's arguments as the templates print them: the parsed object when it parses,
-// else the raw text as a JSON string. Arguments nested too deep are an error.
+// A tool call's arguments as the templates print them: the parsed value when it parses,
+// else the raw text as a JSON string. Arguments nested past kMaxJsonDepth are an error.
 Status add_arguments(PromptText& out, const ToolCall& c) {
   if (c.arguments_json.empty()) {
     out.literal("{}");
@@ -228,18 +140,20 @@ Status add_arguments(PromptText& out, const ToolCall& c) {
     return make_error("the arguments of the call to tool '", c.name, "' nest deeper than ",
                       std::to_string(kMaxJsonDepth), " levels");
   }
-  try {
-    out.json(ojson::parse(c.arguments_json));
-  } catch (const ojson::exception&) {
-    out.json(ojson(c.arguments_json));
+  std::string s, error;
+  PyJsonWriter w(s, -1, out.room());
+  if (!write_py_json(c.arguments_json, w, error) && !w.over()) {
+    s.clear();
+    append_py_json_string(c.arguments_json, s);
   }
+  out.literal(s);
   return ok_status();
 }
 
 // `{"name": <name>, "<args_key>": <arguments>}`, as the templates write a tool call.
 Status add_call(PromptText& out, const ToolCall& c, std::string_view args_key) {
   out += "{\"name\": ";
-  out.json(ojson(c.name));
+  out.quoted(c.name);
   out += ", \"";
   out += args_key;
   out += "\": ";
@@ -276,9 +190,8 @@ Result<RenderedChat> render_chatml(const ChatTemplate& tmpl, const std::vector<C
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
     for (const ToolDefinition& t : tools) {
-      TRY_ASSIGN(const ojson o, tool_object(t));
       out += "\n";
-      out.json(o);
+      TRY(add_tool(out, t, -1));
     }
     out +=
         "\n</tools>\n\nFor each function call, return a json object with function name and "
@@ -357,8 +270,7 @@ Result<RenderedChat> render_llama3(const std::vector<ChatMessage>& msgs,
         "{\"name\": function name, \"parameters\": dictionary of argument name and its "
         "value}.Do not use variables.\n\n";
     for (const ToolDefinition& t : tools) {
-      TRY_ASSIGN(const ojson o, tool_object(t));
-      out.json(o, 4);
+      TRY(add_tool(out, t, 4));
       out += "\n\n";
     }
     out.literal(trim(msgs[i++].content));
@@ -399,8 +311,7 @@ Result<RenderedChat> render_llama2(const std::vector<ChatMessage>& msgs,
         "You can call these functions. To call one, answer with only a JSON object "
         "{\"name\": function name, \"arguments\": dictionary of arguments}.\n";
     for (const ToolDefinition& t : tools) {
-      TRY_ASSIGN(const ojson o, tool_object(t));
-      sys.json(o);
+      TRY(add_tool(sys, t, -1));
       sys += "\n";
     }
     sys = sys.trimmed();
