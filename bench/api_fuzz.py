@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import hostile_clients as hc  # noqa: E402  (the server launcher and helpers)
@@ -64,6 +65,7 @@ class Fuzzer:
         self.ids = []       # (key, interception id) seen in answers
         self.inflight = {}  # thread -> request
         self.total = 0
+        self.client_errors = 0
 
     # --- random values ---------------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class Fuzzer:
         if k == 6:
             return {self.rand_string(r)[:20]: self.rand_value(r, depth + 1)
                     for _ in range(r.randint(0, 4))}
-        d = r.choice([10, 100, 127, 128, 129, 200, 1000])  # around the depth limit
+        d = r.choice([10, 100, 127, 128, 129, 200, 500])  # around the depth limit
         v = 1
         for _ in range(d):
             v = [v] if r.random() < 0.5 else {"a": v}
@@ -284,11 +286,17 @@ class Fuzzer:
     # --- sending ---------------------------------------------------------------------------
 
     def send(self, method, path, headers, data, timeout):
+        # http.client sends ASCII request lines only: the rest is percent-encoded (raw bytes
+        # in the request line are the framing cases' business)
+        path = urllib.parse.quote(path, safe="/?=&%#:;,+@!$'()*[]~", errors="surrogatepass")
         conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
         try:
-            conn.putrequest(method, path, skip_accept_encoding=True)
-            for k, v in headers.items():
-                conn.putheader(k, v.encode("utf-8", "surrogatepass"))
+            try:
+                conn.putrequest(method, path, skip_accept_encoding=True)
+                for k, v in headers.items():
+                    conn.putheader(k, v.encode("utf-8", "surrogatepass"))
+            except (ValueError, UnicodeError) as e:  # http.client would not send it
+                return -1, b"", str(e)
             if data is not None:
                 conn.putheader("Content-Length", str(len(data)))
             conn.endheaders(data)
@@ -341,39 +349,54 @@ class Fuzzer:
 
     def worker(self, seed, deadline, server):
         r = random.Random(seed)
-        me = threading.get_ident()
         while time.monotonic() < deadline and not self.stop.is_set():
+            try:
+                if not self.one(r, server):
+                    return
+            except Exception as e:  # the fuzzer's own bug: counted, never a server failure
+                with self.lock:
+                    self.client_errors += 1
+                    if self.client_errors <= 3:
+                        print("fuzzer error: %s: %s" % (type(e).__name__, e), flush=True)
+
+    def one(self, r, server):
+        """One request; False when the server is gone."""
+        me = threading.get_ident()
+        if server is not None and not server.alive():
+            return False
+        if r.random() < 0.03:
+            name, status = self.framing(r, r.choice(self.keys))
+            self.record(name, status, framing=True)
+            if status is not None and status >= 500:
+                with self.lock:
+                    self.failures.append({"framing": name, "status": status})
+            return True
+        method, path, headers, data, key = self.build(r)
+        req = {"method": method, "path": path, "headers": headers,
+               "body_b64": base64.b64encode(data).decode() if data is not None else None}
+        with self.lock:
+            self.inflight[me] = req
+        status, body, err = self.send(method, path, headers, data, self.args.timeout)
+        with self.lock:
+            self.inflight.pop(me, None)
+        if status == -1:
+            self.record("(not sent: refused by http.client)", None, framing=True)
+            return True
+        self.record(endpoint_name(method, path), status)
+        if status is None or status >= 500:
             if server is not None and not server.alive():
-                return
-            if r.random() < 0.03:
-                name, status = self.framing(r, r.choice(self.keys))
-                self.record(name, status, framing=True)
-                if status is not None and status >= 500:
-                    with self.lock:
-                        self.failures.append({"framing": name, "status": status})
-                continue
-            method, path, headers, data, key = self.build(r)
-            req = {"method": method, "path": path, "headers": headers,
-                   "body_b64": base64.b64encode(data).decode() if data is not None else None}
+                return False  # the crash is recorded by the main thread
             with self.lock:
-                self.inflight[me] = req
-            status, body, err = self.send(method, path, headers, data, self.args.timeout)
+                self.failures.append(dict(req, status=status, error=err,
+                                          answer=body[:300].decode("utf-8", "replace")))
+        elif status == 200 and b'"interception"' in body:
+            ids = re.findall(rb'"id":\s*"(icpt_[A-Za-z0-9_]+)"', body)
             with self.lock:
-                self.inflight.pop(me, None)
-            self.record(endpoint_name(method, path), status)
-            if status is None or status >= 500:
-                if server is not None and not server.alive():
-                    return  # the crash is recorded by the main thread
-                with self.lock:
-                    self.failures.append(dict(req, status=status, error=err,
-                                              answer=body[:300].decode("utf-8", "replace")))
-            elif status == 200 and b'"interception"' in body:
-                ids = re.findall(rb'"id":\s*"(icpt_[A-Za-z0-9_]+)"', body)
-                with self.lock:
-                    for i in ids[:1]:
-                        self.ids.append((key, i.decode()))
-                    if len(self.ids) > 200:
-                        self.ids = self.ids[-200:]
+                for i in ids[:1]:
+                    self.ids.append((key, i.decode()))
+                if len(self.ids) > 200:
+                    self.ids = self.ids[-200:]
+        return True
 
 
 KNOWN = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/metrics", "/health",
