@@ -48,6 +48,7 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
   so.model_name = a.get("served-model-name");
   so.api_keys = a.get_all("api-key");
   so.api_key_file = a.get("api-key-file");
+  so.admin_api_keys = a.get_all("admin-api-key");
   so.interception = !a.flag("no-interception");
   so.defaults = defaults;
   so.log_requests = !a.flag("quiet");
@@ -72,6 +73,7 @@ int run_serve(int argc, char** argv) {
                                               "served-model-name",
                                               "api-key",
                                               "api-key-file",
+                                              "admin-api-key",
                                               "max-body-mb",
                                               "max-tokens-limit",
                                               "max-paused",
@@ -113,7 +115,9 @@ int run_serve(int argc, char** argv) {
                "infercept: serving '%s' on http://%s:%d (OpenAI API under /v1, /metrics, "
                "/dashboard, /health)%s\n",
                (*srv)->model_name().c_str(), so.host.c_str(), *bound,
-               so.api_keys.empty() && so.api_key_file.empty() ? "" : "; API keys required");
+               so.api_keys.empty() && so.api_key_file.empty() && so.admin_api_keys.empty()
+                   ? ""
+                   : "; API keys required");
   (*srv)->start();
   int sig = 0;
   sigwait(&stop_signals, &sig);

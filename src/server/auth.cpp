@@ -20,8 +20,14 @@ bool same(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-Result<ApiKeys> ApiKeys::load(const std::vector<std::string>& keys, const std::string& file) {
+Result<ApiKeys> ApiKeys::load(const std::vector<std::string>& keys, const std::string& file,
+                              const std::vector<std::string>& admin_keys) {
   ApiKeys k;
+  for (const std::string& key : admin_keys) {
+    const std::string t = trim(key);
+    if (t.empty()) return make_error("--admin-api-key must not be empty");
+    k.admin_keys_.push_back(t);
+  }
   for (const std::string& key : keys) {
     const std::string t = trim(key);
     if (t.empty()) return make_error("--api-key must not be empty");
@@ -45,7 +51,7 @@ Result<ApiKeys> ApiKeys::load(const std::vector<std::string>& keys, const std::s
 
 std::optional<std::string> ApiKeys::authenticate(const std::string& authorization_header,
                                                  const std::string& query_key) const {
-  if (keys_.empty()) return std::string();
+  if (!enabled()) return std::string();
   std::string given;
   const std::string bearer = "Bearer ";
   if (authorization_header.size() > bearer.size() &&
@@ -57,6 +63,8 @@ std::optional<std::string> ApiKeys::authenticate(const std::string& authorizatio
   std::optional<std::string> owner;
   for (size_t i = 0; i < keys_.size(); ++i)
     if (same(given, keys_[i]) && !owner) owner = "key" + std::to_string(i);
+  for (size_t i = 0; i < admin_keys_.size(); ++i)
+    if (same(given, admin_keys_[i]) && !owner) owner = "admin" + std::to_string(i);
   return owner;
 }
 

@@ -14,11 +14,11 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   if (cr.model != model_name)
     return send_error(res,
                       not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
-  run_chat(std::move(cr), owner_of(req), std::nullopt, res);
+  run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
-                                std::optional<PausedRequest> entry, HttpResponse& res) {
+                                PausedLease entry, HttpResponse& res) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
@@ -103,7 +103,7 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
     if (gr.params.max_tokens == cr.intercept_after_tokens) gr.params.max_tokens += 1;
     g->scripted_tool = cr.intercept_tool;
   }
-  const bool explicit_resume = entry.has_value();
+  const bool explicit_resume = (bool)entry;
   if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
   if (!entry && g->keep_paused && registry->full(owner)) {
     metrics.add_rejected("too_many_paused");
@@ -162,32 +162,35 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
   gr.prompt = g->prompt;
   gr.params = cr.params;
   gr.logprobs = cr.logprobs;
-  if (auto e = start(*g, std::move(gr), std::nullopt, false)) return send_error(res, *e);
+  if (auto e = start(*g, std::move(gr), PausedLease(), false)) return send_error(res, *e);
   respond(g, res);
 }
 
 std::optional<ApiError> HttpServer::Impl::start(Generation& g, GenerateRequest gr,
-                                                std::optional<PausedRequest> entry,
+                                                PausedLease entry,
                                                 bool explicit_resume) {
   if (stopping) return server_error("the server is shutting down", 503);
   g.ch = std::make_shared<Channel>();
   auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };
   if (entry) {
     const double waited = steady_now() - entry->paused_at;
+    // From here the engine request is touched: a failure releases it (the lease's end).
+    entry.put_back_on_drop(false);
     auto r = engine->continue_paused(entry->engine_id, gr, cb);
     if (r.ok()) {
       g.engine_id = entry->engine_id;
       g.cached_tokens = *r;
       g.resumed_from = entry->id;
       track(g.engine_id);
-      metrics.observe_interception(entry->tool_names.empty() ? "?" : entry->tool_names[0], waited);
+      metrics.observe_interception(g.owner, tool_label(*entry), waited);
       metrics.add_resume(!explicit_resume);
+      entry.commit();
       return std::nullopt;
     }
     // The paused request is gone or cannot take this prompt: answer from scratch.
     LOG_INFO("resume of %s failed (%s); prefilling from scratch", entry->id.c_str(),
              r.error().message.c_str());
-    engine->abort(entry->engine_id);
+    entry = PausedLease();  // released
   }
   auto id = engine->submit(std::move(gr), cb);
   if (!id.ok()) return invalid_request(id.error().message);
@@ -379,7 +382,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
     untrack(g.engine_id);
     return server_error("the paused request could not continue: " + r.error().message);
   }
-  metrics.observe_interception(f.calls[0].name, waited);
+  metrics.observe_interception(g.owner, f.calls[0].name, waited);  // a server tool: declared
   // The next turn starts; what the response reports is the last turn's, tokens summed.
   g.completion_before += (int64_t)g.tokens.size();
   g.prompt = std::move(prompt);

@@ -7,7 +7,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
                                                        ServerOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->opt = std::move(options);
-  TRY_ASSIGN(impl->keys, ApiKeys::load(impl->opt.api_keys, impl->opt.api_key_file));
+  TRY_ASSIGN(impl->keys, ApiKeys::load(impl->opt.api_keys, impl->opt.api_key_file,
+                                       impl->opt.admin_api_keys));
   TRY_ASSIGN(impl->tools, ServerTools::load(impl->opt.tools_config));
   if (impl->opt.interception_expiry_s <= 0) return make_error("--interception-expiry must be > 0");
   if (impl->opt.http_threads < 1) return make_error("--http-threads must be >= 1");
@@ -29,9 +30,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
   impl->limits.max_tokens = impl->opt.max_tokens_limit;
   impl->limits.defaults = impl->opt.defaults;
   if (auto st = impl->limits.defaults.validate(); !st.ok()) return st.error();
-  impl->registry = std::make_unique<InterceptionRegistry>(impl->opt.interception_expiry_s,
-                                                          impl->opt.max_paused_per_key);
   impl->engine = std::make_unique<Engine>(std::move(core));
+  Engine* engine = impl->engine.get();
+  impl->registry = std::make_unique<InterceptionRegistry>(
+      impl->opt.interception_expiry_s, impl->opt.max_paused_per_key,
+      [engine](uint64_t engine_id) { engine->abort(engine_id); });
   impl->core = &impl->engine->core();
   impl->setup_routes();
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
@@ -101,7 +104,7 @@ void HttpServer::Impl::stop() {
   }
   cv.notify_all();
   if (reaper.joinable()) reaper.join();
-  for (const PausedRequest& p : registry->take_all()) engine->abort(p.engine_id);
+  registry->take_all();  // the leases release their engine requests
   // Let the engine run the aborts so every block is back before it is destroyed.
   (void)snapshot(*engine, std::chrono::seconds(10));
 }
@@ -113,11 +116,10 @@ void HttpServer::Impl::reap_loop() {
     if (reaper_stop) break;
     lock.unlock();
     auto expired = registry->take_expired(steady_now());
-    for (const PausedRequest& p : expired) {
-      engine->abort(p.engine_id);
-      log_line({{"event", "interception_expired"}, {"id", p.id}, {"owner", p.owner}});
-    }
+    for (const PausedLease& p : expired)
+      log_line({{"event", "interception_expired"}, {"id", p->id}, {"owner", p->owner}});
     if (!expired.empty()) metrics.add_expired((int64_t)expired.size());
+    expired.clear();  // released
     lock.lock();
   }
 }
@@ -141,7 +143,7 @@ void HttpServer::Impl::setup_routes() {
       send_error(res, server_error("the server is shutting down", 503));
       return true;
     }
-    if (!keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"))) {
+    if (!keys.authenticate(req.get_header_value("Authorization"), query_key(req))) {
       ApiError e;
       e.status = 401;
       e.type = "authentication_error";
@@ -246,21 +248,25 @@ void HttpServer::Impl::setup_routes() {
           [this](const HttpRequest& req, HttpResponse& res) {
             handle_interception_hint(req, res);
           });
-  t.route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
+  t.route("GET", "/metrics", [this](const HttpRequest& req, HttpResponse& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
     res.status = 200;
-    res.set_content(metrics.prometheus(*snap, (int64_t)registry->size()),
+    res.set_content(metrics.prometheus(*snap, (int64_t)registry->size(), viewer_of(req)),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   t.route("GET", "/dashboard", [](const HttpRequest&, HttpResponse& res) {
     res.status = 200;
     res.set_content(dashboard_html(), "text/html; charset=utf-8");
   });
-  t.route("GET", "/dashboard/data", [this](const HttpRequest&, HttpResponse& res) {
+  t.route("GET", "/dashboard/data", [this](const HttpRequest& req, HttpResponse& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
-    json j = metrics.dashboard_json(*snap, (int64_t)registry->size());
+    // The paused requests the caller may see: its own (all for an admin).
+    const Viewer v = viewer_of(req);
+    std::set<uint64_t> visible;
+    for (const PausedRequest& p : registry->list(v.owner, v.all)) visible.insert(p.engine_id);
+    json j = metrics.dashboard_json(*snap, (int64_t)visible.size(), v, visible);
     j["model"] = model_name;
     j["time"] = unix_now();
     send_json(res, 200, j);

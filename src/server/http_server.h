@@ -21,6 +21,7 @@ struct ServerOptions {
   std::string model_name;  // served name; empty = the model file's name without extension
   std::vector<std::string> api_keys;
   std::string api_key_file;
+  std::vector<std::string> admin_api_keys;  // see every owner in /dashboard/data and /metrics
   size_t max_body_bytes = 8u << 20;
   int64_t max_tokens_limit = 0;  // per request; 0 = the context
   int64_t max_paused_per_key = 256;

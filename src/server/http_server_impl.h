@@ -212,10 +212,33 @@ struct HttpServer::Impl {
     cv.notify_all();
   }
 
+  // The key in the query string is taken on the dashboard only: a browser page cannot set
+  // headers on its own navigation, and a key in a URL ends up in logs and histories.
+  static std::string query_key(const HttpRequest& req) {
+    return req.path == "/dashboard" || req.path == "/dashboard/data"
+               ? req.get_param_value("api_key")
+               : std::string();
+  }
   std::string owner_of(const HttpRequest& req) const {
-    auto o =
-        keys.authenticate(req.get_header_value("Authorization"), req.get_param_value("api_key"));
+    auto o = keys.authenticate(req.get_header_value("Authorization"), query_key(req));
     return o.value_or("");
+  }
+  // Who looks at a shared view (/metrics, /dashboard/data, the interception list): the
+  // caller's own paused requests and per-tool series, or all with an admin key (or with no
+  // keys at all: one tenant).
+  Viewer viewer_of(const HttpRequest& req) const {
+    Viewer v;
+    v.owner = owner_of(req);
+    v.all = !keys.enabled() || keys.is_admin(v.owner);
+    return v;
+  }
+  // A paused request's tool as a metric label: the name of its first call when the request
+  // declared that tool, else "other" (names the model made up are not label values).
+  static std::string tool_label(const PausedRequest& p) {
+    if (p.tool_names.empty()) return "other";
+    for (const ToolDefinition& d : p.request.tools)
+      if (d.name == p.tool_names[0]) return d.name;
+    return "other";
   }
 
   void log_line(const json& j) const {
@@ -232,10 +255,10 @@ struct HttpServer::Impl {
   // --- generation ---------------------------------------------------------------------
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
-  void run_chat(ChatRequest cr, const std::string& owner, std::optional<PausedRequest> entry,
+  void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
                 HttpResponse& res);
   std::optional<ApiError> start(Generation& g, GenerateRequest gr,
-                                std::optional<PausedRequest> entry, bool explicit_resume);
+                                PausedLease entry, bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
                                         bool max_tokens_given, const char* param) const;
   void consume(Generation& g, const Channel::Item& item);

@@ -74,8 +74,9 @@ void HttpServer::Impl::handle_interception_get(const HttpRequest& req,
                                                HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
-  auto p = registry->get(owner_of(req), id);
-  if (!p) return send_error(res, take_error(id, TakeError::unknown));
+  const std::string owner = owner_of(req);
+  auto p = registry->get(owner, id);
+  if (!p) return send_error(res, take_error(id, registry->gone_reason(owner, id)));
   auto snap = snapshot(*engine, std::chrono::seconds(10));
   const PausedSeqInfo* seq = nullptr;
   if (snap)
@@ -89,9 +90,9 @@ void HttpServer::Impl::handle_interception_delete(const HttpRequest& req,
   Guard guard(this);
   const std::string id = req.matches[1];
   TakeError why = TakeError::unknown;
-  auto p = registry->take(owner_of(req), id, /*is_delete=*/true, &why);
+  PausedLease p = registry->take(owner_of(req), id, /*is_delete=*/true, &why);
   if (!p) return send_error(res, take_error(id, why));
-  engine->abort(p->engine_id);
+  p = PausedLease();  // its engine request is released now, before the answer
   send_json(res, 200, {{"id", id}, {"object", "interception.deleted"}, {"deleted", true}});
 }
 
@@ -146,11 +147,7 @@ void HttpServer::Impl::handle_interception_resume(const HttpRequest& req,
     return send_error(res, invalid_request("give the tool results as 'messages' or 'tool_results'",
                                            "messages", "missing_required_parameter"));
   auto peek = registry->get(owner, id);
-  if (!peek) {
-    TakeError why = TakeError::unknown;
-    (void)registry->take(owner, id, false, &why);
-    return send_error(res, take_error(id, why));
-  }
+  if (!peek) return send_error(res, take_error(id, registry->gone_reason(owner, id)));
   ChatRequest cr = peek->request;
   cr.messages.insert(cr.messages.end(), added.begin(), added.end());
   RequestLimits l = limits;
@@ -177,8 +174,11 @@ void HttpServer::Impl::handle_interception_resume(const HttpRequest& req,
   if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
     cr.tool_choice = ToolChoice::automatic;
   TakeError why = TakeError::unknown;
-  auto entry = registry->take(owner, id, /*is_delete=*/false, &why);
+  PausedLease entry = registry->take(owner, id, /*is_delete=*/false, &why);
   if (!entry) return send_error(res, take_error(id, why));
+  // A resume refused before the engine is touched (a prompt past the context, a bad tool
+  // choice) leaves the interception as it was: the client may fix it and resume, or delete.
+  entry.put_back_on_drop(true);
   run_chat(std::move(cr), owner, std::move(entry), res);
 }
 

@@ -19,8 +19,44 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 }
 }  // namespace
 
-InterceptionRegistry::InterceptionRegistry(double ttl_s, int64_t max_per_owner)
-    : ttl_s_(ttl_s), max_per_owner_(max_per_owner) {}
+PausedLease& PausedLease::operator=(PausedLease&& o) noexcept {
+  if (this != &o) {
+    end();
+    registry_ = o.registry_;
+    p_ = std::move(o.p_);
+    put_back_ = o.put_back_;
+    o.p_.reset();
+  }
+  return *this;
+}
+
+void PausedLease::end() {
+  if (!p_) return;
+  PausedRequest p = std::move(*p_);
+  p_.reset();
+  if (registry_ == nullptr) return;
+  if (put_back_)
+    registry_->put_back(std::move(p));
+  else if (registry_->release_)
+    registry_->release_(p.engine_id);
+}
+
+InterceptionRegistry::InterceptionRegistry(double ttl_s, int64_t max_per_owner,
+                                           std::function<void(uint64_t)> release)
+    : ttl_s_(ttl_s), release_(std::move(release)), max_per_owner_(max_per_owner) {}
+
+void InterceptionRegistry::put_back(PausedRequest p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gone_.erase(p.id);
+  const std::string id = p.id;
+  live_.emplace(id, std::move(p));
+}
+
+TakeError InterceptionRegistry::gone_reason(const std::string& owner, const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto g = gone_.find(id);
+  return g != gone_.end() && g->second.owner == owner ? g->second.what : TakeError::unknown;
+}
 
 std::string InterceptionRegistry::add(PausedRequest p, double now) {
   p.id = random_id("icpt_");
@@ -34,8 +70,8 @@ std::string InterceptionRegistry::add(PausedRequest p, double now) {
   return id;
 }
 
-std::optional<PausedRequest> InterceptionRegistry::take_match(const std::string& owner,
-                                                              const std::vector<int32_t>& prompt) {
+PausedLease InterceptionRegistry::take_match(const std::string& owner,
+                                             const std::vector<int32_t>& prompt) {
   std::lock_guard<std::mutex> lock(mu_);
   auto best = live_.end();
   size_t best_len = 0;
@@ -49,27 +85,26 @@ std::optional<PausedRequest> InterceptionRegistry::take_match(const std::string&
       best_len = lcp;
     }
   }
-  if (best == live_.end()) return std::nullopt;
+  if (best == live_.end()) return {};
   PausedRequest p = std::move(best->second);
   live_.erase(best);
   remember(p, TakeError::resumed);
-  return p;
+  return PausedLease(this, std::move(p));
 }
 
-std::optional<PausedRequest> InterceptionRegistry::take(const std::string& owner,
-                                                        const std::string& id, bool is_delete,
-                                                        TakeError* why) {
+PausedLease InterceptionRegistry::take(const std::string& owner, const std::string& id,
+                                      bool is_delete, TakeError* why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end() || it->second.owner != owner) {
     auto g = gone_.find(id);
     *why = g != gone_.end() && g->second.owner == owner ? g->second.what : TakeError::unknown;
-    return std::nullopt;
+    return {};
   }
   PausedRequest p = std::move(it->second);
   live_.erase(it);
   remember(p, is_delete ? TakeError::deleted : TakeError::resumed);
-  return p;
+  return PausedLease(this, std::move(p));
 }
 
 std::optional<PausedRequest> InterceptionRegistry::get(const std::string& owner,
@@ -80,13 +115,13 @@ std::optional<PausedRequest> InterceptionRegistry::get(const std::string& owner,
   return it->second;
 }
 
-std::vector<PausedRequest> InterceptionRegistry::take_expired(double now) {
+std::vector<PausedLease> InterceptionRegistry::take_expired(double now) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PausedRequest> out;
+  std::vector<PausedLease> out;
   for (auto it = live_.begin(); it != live_.end();) {
     if (it->second.expires_at <= now) {
       remember(it->second, TakeError::expired);
-      out.push_back(std::move(it->second));
+      out.emplace_back(this, std::move(it->second));
       it = live_.erase(it);
     } else {
       ++it;
@@ -95,10 +130,10 @@ std::vector<PausedRequest> InterceptionRegistry::take_expired(double now) {
   return out;
 }
 
-std::vector<PausedRequest> InterceptionRegistry::take_all() {
+std::vector<PausedLease> InterceptionRegistry::take_all() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PausedRequest> out;
-  for (auto& [id, p] : live_) out.push_back(std::move(p));
+  std::vector<PausedLease> out;
+  for (auto& [id, p] : live_) out.emplace_back(this, std::move(p));
   live_.clear();
   return out;
 }

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "core/check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -120,6 +122,13 @@ void Histogram::observe(double v) {
   count_++;
 }
 
+void Histogram::merge(const Histogram& o) {
+  CHECK(o.bounds_ == bounds_);
+  for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += o.counts_[i];
+  sum_ += o.sum_;
+  count_ += o.count_;
+}
+
 void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
   int64_t cum = 0;
   const std::string sep = labels.empty() ? "" : ",";
@@ -170,12 +179,34 @@ void Metrics::observe_e2e(double s) {
   std::lock_guard<std::mutex> lock(mu_);
   e2e_.observe(s);
 }
-void Metrics::observe_interception(const std::string& tool, double s) {
+void Metrics::observe_interception(const std::string& owner, const std::string& tool, double s) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = interception_by_tool_.find(tool);
+  std::string label = tool;
+  if (tool_labels_.count(label) == 0) {
+    if (tool_labels_.size() < kMaxToolLabels)
+      tool_labels_.insert(label);
+    else
+      label = "other";
+  }
+  auto it = interception_by_tool_.find({owner, label});
   if (it == interception_by_tool_.end())
-    it = interception_by_tool_.emplace(tool, Histogram(interception_buckets())).first;
+    it = interception_by_tool_.emplace(std::make_pair(owner, label),
+                                       Histogram(interception_buckets()))
+             .first;
   it->second.observe(s);
+}
+
+std::map<std::string, Histogram> Metrics::tools_for(const Viewer& viewer) const {
+  std::map<std::string, Histogram> out;
+  for (const auto& [key, h] : interception_by_tool_) {
+    if (!viewer.all && key.first != viewer.owner) continue;
+    auto it = out.find(key.second);
+    if (it == out.end())
+      out.emplace(key.second, h);
+    else
+      it->second.merge(h);
+  }
+  return out;
 }
 void Metrics::add_request(const std::string& endpoint, const std::string& finish_reason,
                           int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
@@ -206,7 +237,8 @@ void Metrics::add_rejected(const std::string& reason) {
   rejected_[reason]++;
 }
 
-std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused) const {
+std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused,
+                                const Viewer& viewer) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string o;
   const std::string p = "infercept:";
@@ -279,7 +311,7 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "interception_expired_total", "", (double)expired_);
   header(o, p + "interception_duration_seconds", "histogram",
          "How long a request stayed paused, by tool.");
-  for (const auto& [tool, h] : interception_by_tool_)
+  for (const auto& [tool, h] : tools_for(viewer))
     h.render(o, p + "interception_duration_seconds", "tool=\"" + escape_label(tool) + "\"");
 
   header(o, p + "engine_interceptions_total", "counter", "Pauses in the engine (every trigger).");
@@ -336,14 +368,17 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   return o;
 }
 
-nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t registry_paused) const {
+nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_paused,
+                                       const Viewer& viewer,
+                                       const std::set<uint64_t>& visible) const {
   std::lock_guard<std::mutex> lock(mu_);
   using nlohmann::json;
   const EngineStats& st = s.stats;
   json tools = json::object();
-  for (const auto& [tool, h] : interception_by_tool_) tools[tool] = h.to_json();
+  for (const auto& [tool, h] : tools_for(viewer)) tools[tool] = h.to_json();
   json paused = json::array();
   for (const PausedSeqInfo& p : s.paused_seqs) {
+    if (visible.count(p.id) == 0) continue;
     paused.push_back({{"tool", p.tool},
                       {"tier", p.tier()},
                       {"device_tokens", p.device_tokens},
@@ -360,7 +395,7 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t registry
         {"resuming", s.resuming},
         {"intercepted",
          {{"device", s.paused_device}, {"host", s.paused_host}, {"released", s.paused_released}}},
-        {"open_interceptions", registry_paused},
+        {"open_interceptions", visible_paused},
         {"finished", finished}}},
       {"kv",
        {{"device", {{"used", s.device_blocks_used}, {"total", s.device_blocks_total}}},

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,10 +53,18 @@ EngineSnapshot take_snapshot(const EngineCore& core);
 // answer within `timeout`).
 std::optional<EngineSnapshot> snapshot(Engine& engine, std::chrono::milliseconds timeout);
 
+// Who looks at a shared view: per-tool series and paused requests are the caller's own unless
+// `all` (an admin key, or a server without keys).
+struct Viewer {
+  std::string owner;
+  bool all = false;
+};
+
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
+  void merge(const Histogram& o);  // same bounds
   // Prometheus lines for `name` with `labels` ("" or `a="b"`).
   void render(std::string& out, const std::string& name, const std::string& labels) const;
   nlohmann::json to_json() const;
@@ -75,7 +84,10 @@ class Metrics {
   void observe_ttft(double s);
   void observe_itl(double s);
   void observe_e2e(double s);
-  void observe_interception(const std::string& tool, double s);
+  // How long `owner`'s request stayed paused for `tool` (a declared tool's name, or "other").
+  // At most kMaxToolLabels distinct names become label values; the rest count as "other".
+  void observe_interception(const std::string& owner, const std::string& tool, double s);
+  static constexpr size_t kMaxToolLabels = 64;
   void add_request(const std::string& endpoint, const std::string& finish_reason,
                    int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
   void add_http_status(int status);
@@ -84,13 +96,20 @@ class Metrics {
   void add_expired(int64_t n);
   void add_rejected(const std::string& reason);
 
-  std::string prometheus(const EngineSnapshot& s, int64_t registry_paused) const;
-  nlohmann::json dashboard_json(const EngineSnapshot& s, int64_t registry_paused) const;
+  std::string prometheus(const EngineSnapshot& s, int64_t registry_paused,
+                         const Viewer& viewer) const;
+  // `visible`: the engine ids of the paused requests the viewer may see.
+  nlohmann::json dashboard_json(const EngineSnapshot& s, int64_t visible_paused,
+                                const Viewer& viewer, const std::set<uint64_t>& visible) const;
 
  private:
   mutable std::mutex mu_;
   Histogram ttft_, itl_, e2e_;
-  std::map<std::string, Histogram> interception_by_tool_;
+  // The per-tool durations the viewer may see, merged by tool name.
+  std::map<std::string, Histogram> tools_for(const Viewer& viewer) const;
+
+  std::map<std::pair<std::string, std::string>, Histogram> interception_by_tool_;  // (owner, tool)
+  std::set<std::string> tool_labels_;
   std::map<std::pair<std::string, std::string>, int64_t> requests_;  // (endpoint, finish)
   std::map<int, int64_t> http_status_;
   std::map<std::string, int64_t> rejected_;
