@@ -232,6 +232,7 @@ TEST(ServerInterception, ExpiryDropsThePausedRequest) {
   const std::string id = first.body["interception"]["id"];
   EXPECT_TRUE(s.kv_empty_within(5.0));  // expired: KV back
   EXPECT_EQ(s.metric("infercept:interception_expired_total"), 1);
+  EXPECT_EQ(s.get("/v1/interceptions/" + id).status, 410);
   json results = {{"tool_results", json::array({{{"tool_call_id", "x"}, {"content", "y"}}})}};
   Reply late = s.post("/v1/interceptions/" + id + "/resume", results);
   EXPECT_EQ(late.status, 410);
@@ -276,6 +277,96 @@ TEST(ServerInterception, ClientsThatGoAway) {
                         {"max_tokens", 3}});
   EXPECT_EQ(other.status, 200);
   EXPECT_EQ(s.metric("infercept:num_requests_intercepted{tier=\"device\"}"), 1);
+}
+
+// A resume refused for its body (here a tool result past the context) leaves the
+// interception as it was: still listed, resumable, deletable; and no KV is held afterwards.
+TEST(ServerInterception, RefusedResumeKeepsTheInterception) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  Reply first = s.post("/v1/chat/completions", weather_request(s.model()));
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  const std::string id = first.body["interception"]["id"];
+  const std::string call_id = first.body["choices"][0]["message"]["tool_calls"][0]["id"];
+  std::string huge;
+  for (int i = 0; i < 6000; ++i) huge += "word ";
+  Reply refused = s.post(
+      "/v1/interceptions/" + id + "/resume",
+      {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", huge}}})}});
+  EXPECT_EQ(refused.status, 400) << refused.raw;
+  EXPECT_EQ(refused.body["error"]["code"], "context_length_exceeded") << refused.raw;
+  EXPECT_EQ(s.get("/v1/interceptions/" + id).status, 200);
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 1);
+  Reply resumed = s.post(
+      "/v1/interceptions/" + id + "/resume",
+      {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
+       {"max_tokens", 4},
+       {"intercept", false}});
+  EXPECT_EQ(resumed.status, 200) << resumed.raw;
+  EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id).status, 409);
+  // Refused then deleted: the blocks go back with the delete.
+  Reply second = s.post("/v1/chat/completions", weather_request(s.model()));
+  ASSERT_TRUE(second.body.contains("interception")) << second.raw;
+  const std::string id2 = second.body["interception"]["id"];
+  EXPECT_EQ(s.post("/v1/interceptions/" + id2 + "/resume",
+                   {{"tool_results", json::array({{{"tool_call_id", "x"}, {"content", huge}}})}})
+                .status,
+            400);
+  EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id2).status, 200);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 0);
+}
+
+// Keys see their own paused requests and tools in the shared views; an admin key sees all.
+// Tool names the model made up (not declared in the request) never become label values.
+TEST(ServerInterception, SharedViewsAreScopedToTheCaller) {
+  server::ServerOptions o = server_test_options();
+  o.api_keys = {"key-a", "key-b"};
+  o.admin_api_keys = {"key-admin"};
+  TestServer s(o);
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req["tools"][0]["function"]["name"] = "secret_tool_a";
+  req["tool_choice"]["function"]["name"] = "secret_tool_a";
+  req.erase("tool_choice");
+  req["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story."}}});
+  req["intercept_after_tokens"] = 2;
+  Reply first = s.post("/v1/chat/completions", req, "key-a");
+  ASSERT_EQ(first.status, 200) << first.raw;
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  const std::string id = first.body["interception"]["id"];
+  const std::string call_id = first.body["choices"][0]["message"]["tool_calls"][0]["id"];
+  // Resumed (so its pause is measured under its tool), and paused again.
+  json results = {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "ok"}}})},
+                  {"intercept_after_tokens", 2}};
+  Reply again = s.post("/v1/interceptions/" + id + "/resume", results, "key-a");
+  ASSERT_EQ(again.status, 200) << again.raw;
+  auto dashboard = [&](const std::string& key) { return s.get("/dashboard/data", key).raw; };
+  EXPECT_NE(dashboard("key-a").find("secret_tool_a"), std::string::npos);
+  EXPECT_EQ(dashboard("key-b").find("secret_tool_a"), std::string::npos);
+  EXPECT_NE(dashboard("key-admin").find("secret_tool_a"), std::string::npos);
+  EXPECT_EQ(s.get("/dashboard/data", "key-b").body["requests"]["open_interceptions"], 0);
+  EXPECT_EQ(s.get("/dashboard/data", "key-a").body["requests"]["open_interceptions"], 1);
+  EXPECT_EQ(s.get("/metrics", "key-b").raw.find("secret_tool_a"), std::string::npos);
+  EXPECT_NE(s.get("/metrics", "key-admin").raw.find("tool=\"secret_tool_a\""), std::string::npos);
+  EXPECT_EQ(s.get("/v1/interceptions", "key-b").body["data"].size(), 0u);
+  // The key in the query string: the dashboard only.
+  httplib::Client c("127.0.0.1", s.port());
+  auto dash = c.Get("/dashboard/data?api_key=key-a");
+  ASSERT_TRUE(dash);
+  EXPECT_EQ(dash->status, 200);
+  auto models = c.Get("/v1/models?api_key=key-a");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  // A call to a tool the request did not declare is measured as "other".
+  json undeclared = req;
+  undeclared["intercept_tool"] = "secret_tool_a";
+  EXPECT_EQ(s.request("DELETE",
+                      "/v1/interceptions/" + again.body["interception"]["id"].get<std::string>(),
+                      "", "key-a")
+                .status,
+            200);
+  EXPECT_TRUE(s.kv_empty_within(5.0, "key-admin"));
 }
 
 }  // namespace

@@ -94,8 +94,10 @@ void HttpServer::Impl::stop() {
                 [&] { return in_flight.empty(); });
     aborting_all = true;
     for (uint64_t id : in_flight) engine->abort(id);
-    // Cancelled streams end with an error event; give them a moment to go out.
-    cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return active == 0; });
+    // Cancelled streams end with an error event: give the engine a moment to process the
+    // aborts (at its next step) and the answers a moment to be produced. Bounded, so that
+    // the whole stop stays within the grace and a second whatever the clients do.
+    cv.wait_for(lock, std::chrono::milliseconds(700), [&] { return active == 0; });
   }
   transport->stop();
   {

@@ -202,7 +202,8 @@ class ProducerDriver : public std::enable_shared_from_this<ProducerDriver> {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(HttpTransport::Impl& t, tcp::socket socket) : t_(t), stream_(std::move(socket)) {
+  Session(HttpTransport::Impl& t, tcp::socket socket)
+      : t_(t), stream_(std::move(socket)), read_deadline_(stream_.get_executor()) {
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) remote_ = ep.address().to_string();
@@ -217,9 +218,13 @@ class Session : public std::enable_shared_from_this<Session> {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
   }
 
-  // From stop(): on the strand, close at once.
-  void shutdown_now() {
-    net::post(stream_.get_executor(), [self = shared_from_this()] { self->close(true); });
+  // From stop(), on the strand: a connection with an answer still going out (a cancelled
+  // stream's last event) may finish writing it; any other closes at once. `force`: now.
+  void shutdown(bool force) {
+    net::post(stream_.get_executor(), [self = shared_from_this(), force] {
+      if (force || (!self->writing_ && self->outq_.empty())) return self->close(true);
+      self->draining_ = true;
+    });
   }
 
   net::any_io_executor get_executor_for_driver() { return stream_.get_executor(); }
@@ -256,25 +261,47 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit((std::uint32_t)std::min<size_t>(t_.opt.max_header_bytes, UINT32_MAX));
     parser_->body_limit(t_.opt.max_body_bytes);
     req_ = HttpRequest();
-    stream_.expires_after(std::chrono::milliseconds((int64_t)(t_.opt.header_timeout_s * 1000)));
+    arm_read_deadline(t_.opt.header_timeout_s);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               self->on_header(ec);
                             });
   }
 
+  // Reads get a deadline of their own rather than the stream's (which closes the socket when
+  // it fires): past it the read is cancelled and the client still gets its 408.
+  void arm_read_deadline(double seconds) {
+    stream_.expires_never();
+    read_timed_out_ = false;
+    read_deadline_.expires_after(std::chrono::milliseconds((int64_t)(seconds * 1000)));
+    const uint64_t gen = ++read_gen_;
+    read_deadline_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      // Cancelled (the read finished in time), or a deadline of an earlier read.
+      if (ec || self->closed_ || gen != self->read_gen_) return;
+      self->read_timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+  }
+
+  void cancel_read_deadline() {
+    ++read_gen_;
+    read_deadline_.cancel();
+  }
+
   // The status a read error deserves (0: just close: the client went away or sent nothing).
   int status_of(const beast::error_code& ec, bool got_bytes) const {
+    if (read_timed_out_) return got_bytes ? 408 : 0;
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::connection_reset || ec == net::error::operation_aborted)
       return 0;
-    if (ec == beast::error::timeout) return got_bytes ? 408 : 0;
     if (ec == http::error::header_limit) return 431;
     if (ec == http::error::body_limit) return 413;
     return 400;
   }
 
   void fail_read(beast::error_code ec, bool got_bytes) {
+    cancel_read_deadline();
     const int status = status_of(ec, got_bytes);
     if (status == 0 || closed_) return close(false);
     req_.remote_addr = remote_;
@@ -309,6 +336,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& f : h) req_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     split_target(req_);
     keep_alive_ = h.keep_alive();
+    cancel_read_deadline();
     if (parser_->is_done()) return on_body({});
     // curl and others wait for this before they send a body of more than 1 KB.
     if (iequals(std::string(h[http::field::expect]), "100-continue")) {
@@ -325,7 +353,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_body() {
-    stream_.expires_after(std::chrono::milliseconds((int64_t)(t_.opt.body_timeout_s * 1000)));
+    arm_read_deadline(t_.opt.body_timeout_s);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->on_body(ec);
@@ -334,7 +362,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_body(beast::error_code ec) {
     if (ec) return fail_read(ec, true);
-    stream_.expires_never();
+    cancel_read_deadline();
     req_.body = std::move(parser_->get().body());
     parser_.reset();
     dispatch();
@@ -429,6 +457,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void write_queued() {
     if (writing_ || closed_) return;
     if (outq_.empty()) {
+      if (draining_) return close(true);
       if (chunked_ && !producing_) finish_response(status_);
       return;
     }
@@ -508,6 +537,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     closed_ = true;
     watching_ = false;
+    cancel_read_deadline();
     if (driver_) {
       driver_->cancel();
       driver_.reset();
@@ -526,6 +556,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   HttpTransport::Impl& t_;
   beast::tcp_stream stream_;
+  net::steady_timer read_deadline_;
+  bool read_timed_out_ = false;
+  uint64_t read_gen_ = 0;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest req_;
@@ -536,6 +569,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t watch_gen_ = 0;
   bool keep_alive_ = true, chunked_ = false, producing_ = false, writing_ = false;
   bool pending_ = false, watching_ = false, closed_ = false, logged_ = false;
+  bool draining_ = false;
 };
 
 void ProducerDriver::start() {
@@ -700,14 +734,24 @@ void HttpTransport::stop() {
     beast::error_code ec;
     t.acceptor.close(ec);
   });
-  std::vector<std::shared_ptr<Session>> live;
-  {
+  auto live_sessions = [&t] {
+    std::vector<std::shared_ptr<Session>> live;
     std::lock_guard<std::mutex> lock(t.sessions_mu);
     for (auto& [p, w] : t.sessions)
       if (auto s = w.lock()) live.push_back(std::move(s));
+    return live;
+  };
+  // Idle and reading connections close now; one still writing gets a moment to finish.
+  for (auto& s : live_sessions()) s->shutdown(false);
+  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < drain_end) {
+    {
+      std::lock_guard<std::mutex> lock(t.sessions_mu);
+      if (t.sessions.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  for (auto& s : live) s->shutdown_now();
-  live.clear();
+  for (auto& s : live_sessions()) s->shutdown(true);
   // The cancels the closes posted run on the workers; then nothing is left to do.
   t.workers->join();
   t.work.reset();
