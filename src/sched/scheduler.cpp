@@ -421,7 +421,10 @@ int64_t Scheduler::long_prefill_chunk(int64_t decode_rows) const {
   if (config_.long_prefill_tokens > 0) return config_.long_prefill_tokens;
   const int64_t floor = std::max<int64_t>(config_.min_long_prefill_chunk, 1);
   // Up to S a step costs about what its decode rows alone cost: a long chunk of S - R tokens
-  // is free for the requests beside it. Without a cost model, a share of the budget.
+  // is free for the requests beside it. Without a cost model, a share of the budget. The
+  // price is prefill throughput while prefills share steps: on the simulated H200 (S = 128)
+  // the mixed workload's mean TTFT rose from 70 to 110 ms at 5 req/s (docs/PERF.md, "Fair
+  // prefill (CPU)"); a larger --long-prefill-tokens trades it back.
   if (cost_ != nullptr) return std::max(cost_->saturation() - decode_rows, floor);
   return std::max(config_.max_tokens_per_step / 4, floor);
 }
@@ -442,7 +445,8 @@ int64_t Scheduler::long_prefill_chunk(int64_t decode_rows) const {
 //  c. a prefill alone in the step takes the whole budget (nobody waits: no slowdown).
 // Blocks are taken in the same order as FCFS's (running oldest first, preempting the newest
 // running sequence, which may be a decode row planned in a: it leaves the plan), and a waiting
-// request that does not fit stops admission, as before.
+// request that does not fit stops admission, as before (one held back only by the
+// partial-prefill limit keeps its place in the queue while younger ones that finish pass it).
 void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now) {
   const int64_t max_seqs = config_.max_seqs_per_step;
   // Preempts the newest running sequence for `s`; false when `s` is the newest itself.
