@@ -13,7 +13,8 @@ PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
 
-.PHONY: all deps pyenv model build run test format format-check bench fuzz clean
+.PHONY: all deps pyenv model build run test test-asan format format-check bench fuzz fuzz-ci \
+        fuzz-build clean
 
 all: build
 
@@ -75,15 +76,49 @@ format-check:
 bench: build model
 	bash bench/cpu_bench.sh
 
-# libFuzzer over both file parsers, 60 s each, in a separate clang build (needs clang and
-# libclang-rt-14-dev: installed here if missing).
-fuzz: deps
-	@dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1 || apt-get install -y -q clang-14 libclang-rt-14-dev
-	cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DINFERCEPT_TESTS=OFF >/dev/null
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf fuzz_safetensors
-	mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-st
-	build-fuzz/fuzz/fuzz_gguf -max_total_time=60 build-fuzz/corpus-gguf fuzz/corpus
-	build-fuzz/fuzz/fuzz_safetensors -max_total_time=60 build-fuzz/corpus-st fuzz/corpus
+# The whole suite (-LE gpu) under AddressSanitizer + UndefinedBehaviorSanitizer, CPU backend,
+# in build-asan (docs/DESIGN.md, "Sanitizers and fuzzing"). Every report goes to a file in
+# build-asan/sanitizer-logs, so a finding fails the run even when it comes from a process a
+# test does not check the exit of (`infercept serve` under the Python tests); the reports
+# are printed at the end. Leaks count (LeakSanitizer): tests/lsan.supp lists what is not ours.
+ASAN_BUILD := build-asan
+SANITIZER_LOGS := $(ASAN_BUILD)/sanitizer-logs
+SANITIZER_ENV := \
+  ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_stacktrace=1:strict_init_order=1:log_path=$(CURDIR)/$(SANITIZER_LOGS)/asan \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(CURDIR)/$(SANITIZER_LOGS)/ubsan \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
+test-asan: deps model
+	@$(MAKE) --no-print-directory pyenv BUILD=$(ASAN_BUILD)
+	cmake -S . -B $(ASAN_BUILD) -DINFERCEPT_CUDA=OFF -DINFERCEPT_SANITIZE=ON -DINFERCEPT_FUZZ=OFF >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@rm -rf $(SANITIZER_LOGS) && mkdir -p $(SANITIZER_LOGS)
+	@rc=0; $(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE gpu || rc=$$?; \
+	if [ -n "$$(ls -A $(SANITIZER_LOGS))" ]; then \
+	  for f in $(SANITIZER_LOGS)/*; do echo "==== $$f"; cat "$$f"; done; \
+	  echo "test-asan: sanitizer findings above"; exit 1; \
+	fi; exit $$rc
+
+# libFuzzer in a separate clang build (build-fuzz, ASan + UBSan): the file parsers (GGUF,
+# safetensors), the OpenAI request parser, the chat templates and the tokenizer, each
+# FUZZ_SECONDS from its seeds in fuzz/corpus (fuzz/run.sh; a crash, a sanitizer report or
+# a leak fails it, the input is left in build-fuzz/artifacts). `make fuzz` is the long run,
+# `make fuzz-ci` the short one of .ci/run. Needs clang-14 and libclang-rt-14-dev: installed
+# here if missing.
+FUZZ_SECONDS ?= 300
+FUZZ_CI_SECONDS ?= 45
+FUZZ_BUILD := build-fuzz
+FUZZ_TARGETS := fuzz_gguf fuzz_safetensors fuzz_openai_request fuzz_chat_template fuzz_tokenizer
+fuzz-build: deps model
+	@dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1 || { \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q clang-14 libclang-rt-14-dev; }
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++-14 -DINFERCEPT_TESTS=OFF -DINFERCEPT_CUDA=OFF \
+	  -DINFERCEPT_SANITIZE=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+fuzz: fuzz-build
+	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-ci: fuzz-build
+	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_CI_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BUILD)

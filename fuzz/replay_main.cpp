@@ -1,6 +1,7 @@
 // Replay driver for fuzz targets when libFuzzer is not available: runs
 // LLVMFuzzerTestOneInput over every file named on the command line (directories are walked).
-// A crash fails the run; a clean pass prints how many inputs were replayed.
+// A crash fails the run; so does a path that does not exist or no input at all, so a moved
+// corpus is not mistaken for a clean pass. A clean pass prints how many inputs were replayed.
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -25,10 +26,13 @@ int main(int argc, char** argv) {
     if (std::filesystem::is_directory(p)) {
       for (auto& e : std::filesystem::recursive_directory_iterator(p))
         if (e.is_regular_file()) n += replay(e.path());
-    } else {
+    } else if (std::filesystem::is_regular_file(p)) {
       n += replay(p);
+    } else {
+      std::fprintf(stderr, "no such corpus file or folder: %s\n", argv[i]);
+      return 1;
     }
   }
   std::printf("replayed %d inputs\n", n);
-  return 0;
+  return n > 0 ? 0 : 1;
 }
