@@ -48,17 +48,23 @@ def chat_ttft(base, i, timeout):
             "messages": [{"role": "user", "content": f"Say hello to guest number {i}."}]}
     t0 = time.monotonic()
     ttft = None
+    events = []
     with post(base, "/v1/chat/completions", body, timeout) as r:
         for raw in r:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             ev = json.loads(line[6:])
+            events.append(ev)
+            if "error" in ev:
+                raise RuntimeError(f"stream error: {ev['error']}")
             for ch in ev.get("choices", []):
-                if ttft is None and ch.get("delta", {}).get("content"):
+                # The first token: its content, or the finish of a turn that had none (the
+                # model's first token ended it).
+                if ttft is None and (ch.get("delta", {}).get("content") or ch.get("finish_reason")):
                     ttft = time.monotonic() - t0
     if ttft is None:
-        raise RuntimeError("stream without content")
+        raise RuntimeError(f"stream without a token: {json.dumps(events)[:500]}")
     return ttft
 
 
@@ -196,6 +202,9 @@ def main():
     for name, args in runs:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         results[name] = measure(opt.binary, args, opt)
+        if opt.json:  # after each server, so an interrupted run keeps what it measured
+            with open(opt.json, "w") as f:
+                json.dump(results, f, indent=1)
     print("| scheduler | idle TTFT (median) | TTFT during the long prefill: median / max (n) "
           "| ratio to idle (median / max) | long request | /health median / max |")
     print("|---|---|---|---|---|---|")
@@ -208,9 +217,6 @@ def main():
         print(f"| {name} | {idle * 1e3:.0f} ms | {med * 1e3:.0f} / {mx * 1e3:.0f} ms ({len(ld)}) "
               f"| {med / idle:.1f}x / {mx / idle:.1f}x "
               f"| {r['long']['prompt_tokens']} tokens, {r['long']['seconds']:.1f} s | {hs} |")
-    if opt.json:
-        with open(opt.json, "w") as f:
-            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
