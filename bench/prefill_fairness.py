@@ -151,11 +151,11 @@ def measure(binary, server_args, opt):
                     health.append(float("nan"))
                 stop.wait(0.5)
 
-        t_long = threading.Thread(target=run_long)
+        t_long = threading.Thread(target=run_long, daemon=True)
         t_start = time.monotonic()
         t_long.start()
         time.sleep(opt.lead)  # the long request is admitted and prefilling
-        t_probe = threading.Thread(target=probe)
+        t_probe = threading.Thread(target=probe, daemon=True)
         t_probe.start()
         loaded, sent_at = [], []
         i = 100
