@@ -149,11 +149,13 @@ struct HttpTransport::Impl {
 };
 
 // Drives one ResponseProducer: wakes from any thread become pumps on the worker pool, one at a
-// time; what a pump produced goes to the session's strand to be written.
+// time; what a pump produced goes to the session's strand to be written. It keeps its session
+// alive until the answer is complete or cancelled: while the producer waits for the engine,
+// no socket operation of the session may be pending to do it.
 class ProducerDriver : public std::enable_shared_from_this<ProducerDriver> {
  public:
   ProducerDriver(HttpTransport::Impl& t, std::shared_ptr<ResponseProducer> p,
-                 std::shared_ptr<HttpResponse> res, std::weak_ptr<Session> session)
+                 std::shared_ptr<HttpResponse> res, std::shared_ptr<Session> session)
       : t_(t), producer_(std::move(p)), res_(std::move(res)), session_(std::move(session)) {}
 
   void start();
@@ -184,6 +186,7 @@ class ProducerDriver : public std::enable_shared_from_this<ProducerDriver> {
         self->cancelled_ = true;
       }
       self->producer_->cancel();
+      self->session_.reset();
     });
   }
 
@@ -193,7 +196,7 @@ class ProducerDriver : public std::enable_shared_from_this<ProducerDriver> {
   HttpTransport::Impl& t_;
   std::shared_ptr<ResponseProducer> producer_;
   std::shared_ptr<HttpResponse> res_;
-  std::weak_ptr<Session> session_;
+  std::shared_ptr<Session> session_;  // until finished or cancelled (touched under pump_mu_)
   std::mutex pump_mu_;   // one pump (or the cancel) at a time
   std::mutex state_mu_;  // the flags below; never held while pumping
   bool scheduled_ = false, again_ = false, finished_ = false, cancelled_ = false;
@@ -439,7 +442,7 @@ class Session : public std::enable_shared_from_this<Session> {
     chunked_ = res->chunked;
     producing_ = true;
     status_ = res->status;
-    driver_ = std::make_shared<ProducerDriver>(t_, res->producer, res, weak_from_this());
+    driver_ = std::make_shared<ProducerDriver>(t_, res->producer, res, shared_from_this());
     if (chunked_) {
       // Status and headers now; the body as it is produced.
       std::string head = "HTTP/1.1 " + std::to_string(res->status) + " " + reason(res->status) +
@@ -521,6 +524,8 @@ class Session : public std::enable_shared_from_this<Session> {
               ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
           if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
             self->close(true);  // hung up
+          else if (n < 0)
+            self->watch_client();  // woken without data (an earlier edge): watch on
         });
   }
 
@@ -620,13 +625,13 @@ void ProducerDriver::run() {
     } else if (finished) {
       full = res_;
     }
-    if (!data.empty() || finished) {
-      if (auto s = session_.lock()) {
-        net::post(s->get_executor_for_driver(), [s, data = std::move(data), finished, full] {
-          s->on_produced(std::move(data), finished, full);
-        });
-      }
+    if ((!data.empty() || finished) && session_) {
+      auto s = session_;
+      net::post(s->get_executor_for_driver(), [s, data = std::move(data), finished, full] {
+        s->on_produced(std::move(data), finished, full);
+      });
     }
+    if (finished) session_.reset();
     std::lock_guard<std::mutex> lock(state_mu_);
     if (finished) {
       finished_ = true;
