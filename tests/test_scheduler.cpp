@@ -199,9 +199,9 @@ TEST(SchedulerFairPrefill, DecodeRowsRunWhileAnOlderLongPrefillIsInProgress) {
     ASSERT_EQ(p.scheduled.size(), 2u);
     EXPECT_EQ(p.scheduled[0].seq, chat);  // the younger decode row comes first
     EXPECT_EQ(p.scheduled[0].n_tokens, 1);
-    EXPECT_EQ(p.scheduled[1].seq, lng);  // alone as a prefill: the rest of the budget
-    EXPECT_EQ(p.scheduled[1].n_tokens, 63);
-    EXPECT_EQ(p.n_tokens, 64);
+    EXPECT_EQ(p.scheduled[1].seq, lng);  // alone as a prefill: still its chunk, no more
+    EXPECT_EQ(p.scheduled[1].n_tokens, 16);
+    EXPECT_EQ(p.n_tokens, 17);
   }
   EXPECT_EQ(chat->n_generated(), 11);
 }
@@ -234,7 +234,7 @@ TEST(SchedulerFairPrefill, FcfsWhenOnePartialPrefill) {
   auto p = g.step();
   EXPECT_EQ(find_in(p, old)->n_tokens, 8);
   EXPECT_EQ(find_in(p, young), nullptr);  // its decode row waits
-  // The same with fair prefill: the decode row first, the old prefill takes the rest.
+  // The same with fair prefill: the decode row first, then the old prefill's chunk.
   Harness f(1024, fair_config(8, 4, 4));
   Sequence* young2 = f.add(2, 20, 1.0);
   f.step();
@@ -244,7 +244,7 @@ TEST(SchedulerFairPrefill, FcfsWhenOnePartialPrefill) {
   ASSERT_EQ(q.scheduled.size(), 2u);
   EXPECT_EQ(q.scheduled[0].seq, young2);
   EXPECT_EQ(q.scheduled[1].seq, old2);
-  EXPECT_EQ(q.scheduled[1].n_tokens, 7);
+  EXPECT_EQ(q.scheduled[1].n_tokens, 4);
 }
 
 TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep) {
@@ -254,7 +254,8 @@ TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep
   Harness h(4096, c);
   Sequence* lng = h.add(4000, 1, 0.0);
   auto p1 = h.step();
-  EXPECT_EQ(p1.scheduled[0].n_tokens, 256);  // alone: the whole budget
+  EXPECT_EQ(h.sched.long_prefill_chunk(), 64);
+  EXPECT_EQ(p1.scheduled[0].n_tokens, 64);  // alone: its chunk (what a newcomer waits for)
   Sequence* chat = h.add(40, 3, 1.0);
   auto p2 = h.step();
   ASSERT_EQ(p2.scheduled.size(), 2u);
@@ -263,17 +264,52 @@ TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep
   EXPECT_TRUE(find_in(p2, chat)->sample);
   auto p3 = h.step();  // the chat decodes; the long one alone again, beside the decode row
   EXPECT_EQ(find_in(p3, chat)->n_tokens, 1);
-  EXPECT_EQ(find_in(p3, lng)->n_tokens, 255);
+  EXPECT_EQ(find_in(p3, lng)->n_tokens, 64);
 }
 
-TEST(SchedulerFairPrefill, AutomaticChunkIsSaturationMinusDecodeRows) {
+// A step-time curve flat up to S = 64, then 0.1 ms a token; T_fwd(1) = 5.01 ms.
+CostModel sloped_cost() {
   CostModel cost;
-  cost.t_fwd_samples = {{1, 0.01}, {64, 0.2}};
-  cost.saturation_tokens = 40;
-  SchedulerConfig c = fair_config(128, 4, 0);
-  c.min_long_prefill_chunk = 8;
-  BlockAllocator alloc(1024);
+  cost.t_fwd_samples = {{1, 0.00501}, {64, 0.02}, {512, 0.02 + 448 * 1e-4}};
+  cost.saturation_tokens = 64;
+  return cost;
+}
+
+TEST(SchedulerFairPrefill, AutomaticChunkComesFromTheStepTimeCurve) {
+  const CostModel cost = sloped_cost();
+  // ceil(8 x 5.01 ms / 0.1 ms per token) = 401: the step's fixed cost is an eighth of it.
+  EXPECT_EQ(automatic_long_prefill_chunk(&cost, 512, 16), 401);
+  // The budget past the last sample: the slope is extrapolated from the last stretch.
+  EXPECT_EQ(automatic_long_prefill_chunk(&cost, 1024, 16), 401);
+  EXPECT_EQ(automatic_long_prefill_chunk(&cost, 256, 16), 256);  // clamped to the budget
+  // S at the last sample (the budget not above it): the last stretch gives the slope.
+  CostModel late = cost;
+  late.saturation_tokens = 512;
+  EXPECT_EQ(automatic_long_prefill_chunk(&late, 512, 16), 401);
+  // A steep curve: the floor.
+  CostModel steep = cost;
+  steep.t_fwd_samples = {{1, 0.001}, {64, 0.002}, {512, 0.002 + 448 * 1e-2}};
+  EXPECT_EQ(automatic_long_prefill_chunk(&steep, 512, 16), 16);
+  // Flat (or falling, from noise) above S: a chunk costs nothing extra, the whole budget.
+  CostModel flat = cost;
+  flat.t_fwd_samples = {{1, 0.01}, {64, 0.02}, {512, 0.019}};
+  EXPECT_EQ(automatic_long_prefill_chunk(&flat, 512, 16), 512);
+  // Without a cost model: a quarter of the budget, not below the floor.
+  EXPECT_EQ(automatic_long_prefill_chunk(nullptr, 512, 16), 128);
+  EXPECT_EQ(automatic_long_prefill_chunk(nullptr, 32, 16), 16);
+}
+
+TEST(SchedulerFairPrefill, LongPrefillTakesTheAutomaticChunkAloneOrBesideOthers) {
+  const CostModel cost = sloped_cost();
+  SchedulerConfig c = fair_config(512, 4, 0);
+  BlockAllocator alloc(4096);
   Scheduler sched(c, alloc, nullptr, nullptr, &cost);
+  EXPECT_EQ(sched.long_prefill_chunk(), 401);
+  SchedulerConfig given = c;
+  given.long_prefill_tokens = 100;  // --long-prefill-tokens overrides
+  BlockAllocator alloc2(16);
+  EXPECT_EQ(Scheduler(given, alloc2, nullptr, nullptr, &cost).long_prefill_chunk(), 100);
+
   std::vector<std::unique_ptr<Sequence>> seqs;
   auto add = [&](int64_t prompt, double arrival) {
     auto q = std::make_unique<Sequence>();
@@ -295,14 +331,19 @@ TEST(SchedulerFairPrefill, AutomaticChunkIsSaturationMinusDecodeRows) {
   };
   Sequence* dec = add(3, 0.0);
   step(0.1);  // dec decodes from now on
-  Sequence* lng = add(1000, 1.0);
+  Sequence* lng = add(8000, 1.0);
+  StepPlan p1 = step(0.2);
+  ASSERT_EQ(p1.scheduled.size(), 2u);
+  EXPECT_EQ(p1.scheduled[0].seq, dec);
+  EXPECT_EQ(find_in(p1, lng)->n_tokens, 401);  // alone as a prefill: its chunk, not 511
+  EXPECT_EQ(p1.n_tokens, 402);
   Sequence* chat = add(20, 2.0);
-  StepPlan p = step(0.2);
-  ASSERT_EQ(p.scheduled.size(), 3u);
-  EXPECT_EQ(p.scheduled[0].seq, dec);
-  EXPECT_EQ(find_in(p, lng)->n_tokens, 39);  // S - 1 decode row
-  EXPECT_EQ(find_in(p, chat)->n_tokens, 20);
-  EXPECT_EQ(p.n_tokens, 60);
+  StepPlan p2 = step(0.3);
+  ASSERT_EQ(p2.scheduled.size(), 3u);
+  EXPECT_EQ(find_in(p2, lng)->n_tokens, 401);
+  EXPECT_EQ(find_in(p2, chat)->n_tokens, 20);  // all of it: its first token after one step
+  EXPECT_TRUE(find_in(p2, chat)->sample);
+  EXPECT_EQ(p2.n_tokens, 422);
 }
 
 TEST(SchedulerFairPrefill, PartialPrefillsAreLimitedButShortOnesStillJoin) {
@@ -377,7 +418,13 @@ class ScriptedPolicy : public Policy {
 };
 
 struct TieredHarness {
-  SchedulerConfig cfg{4, 64, 16, 0.05};
+  // A prompt of up to the budget runs in one step: these tests are about the tiers, not about
+  // long prompts sharing steps.
+  SchedulerConfig cfg = [] {
+    SchedulerConfig c{4, 64, 16, 0.05};
+    c.long_prefill_tokens = 64;
+    return c;
+  }();
   BlockAllocator device{16};
   BlockAllocator host{16};
   ScriptedPolicy policy;

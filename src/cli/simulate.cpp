@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "cli/workload_options.h"
 #include "engine/simulator.h"
+#include "sched/scheduler.h"
 #include "workload/metrics.h"
 #include "workload/trace.h"
 #include "workload/workload.h"
@@ -246,10 +247,14 @@ int run_simulate(int argc, char** argv) {
     }
     std::printf(
         "KV cache %lld tokens (%.1f GiB), swap space %lld tokens (%.1f GiB), "
-        "%lld tokens and %lld sequences per step\n",
+        "%lld tokens and %lld sequences per step, long-prefill chunk %lld\n",
         (long long)r.kv_cache_tokens, (double)r.kv_cache_tokens * m / (1 << 30),
         (long long)r.swap_space_tokens, (double)r.swap_space_tokens * m / (1 << 30),
-        (long long)cfg.max_tokens_per_step, (long long)cfg.max_seqs);
+        (long long)cfg.max_tokens_per_step, (long long)cfg.max_seqs,
+        (long long)(cfg.long_prefill_tokens > 0
+                        ? cfg.long_prefill_tokens
+                        : automatic_long_prefill_chunk(&cfg.cost, cfg.max_tokens_per_step,
+                                                       SchedulerConfig{}.min_long_prefill_chunk)));
     std::printf(
         "workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals "
         "(%.0f s simulated)\n",

@@ -220,9 +220,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   e->max_context_ =
       config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
   e->logits_.resize((size_t)(config.max_seqs * mc.vocab_size));
-  LOG_INFO("engine: %s, %lld KV blocks of %lld tokens (%.1f MiB)", config.model_path.c_str(),
-           (long long)n_blocks, (long long)config.block_size,
-           (double)(block_bytes * (size_t)n_blocks) / (1024.0 * 1024.0));
+  LOG_INFO("engine: %s, %lld KV blocks of %lld tokens (%.1f MiB), long-prefill chunk %lld",
+           config.model_path.c_str(), (long long)n_blocks, (long long)config.block_size,
+           (double)(block_bytes * (size_t)n_blocks) / (1024.0 * 1024.0),
+           (long long)e->scheduler_->long_prefill_chunk());
   return e;
 }
 

@@ -24,6 +24,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, Bloc
   CHECK_GT(config.block_size, 0);
   CHECK_GT(config.max_tokens_per_step, 0);
   CHECK_GT(config.max_seqs_per_step, 0);
+  long_chunk_ = config.long_prefill_tokens > 0
+                    ? config.long_prefill_tokens
+                    : automatic_long_prefill_chunk(cost, config.max_tokens_per_step,
+                                                   config.min_long_prefill_chunk);
 }
 
 int64_t Scheduler::capacity_tokens() const {
@@ -417,16 +421,27 @@ void Scheduler::plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chu
   }
 }
 
-int64_t Scheduler::long_prefill_chunk(int64_t decode_rows) const {
-  if (config_.long_prefill_tokens > 0) return config_.long_prefill_tokens;
-  const int64_t floor = std::max<int64_t>(config_.min_long_prefill_chunk, 1);
-  // Up to S a step costs about what its decode rows alone cost: a long chunk of S - R tokens
-  // is free for the requests beside it. Without a cost model, a share of the budget. The
-  // price is prefill throughput while prefills share steps: on the simulated H200 (S = 128)
-  // the mixed workload's mean TTFT rose from 70 to 110 ms at 5 req/s (docs/PERF.md, "Fair
-  // prefill (CPU)"); a larger --long-prefill-tokens trades it back.
-  if (cost_ != nullptr) return std::max(cost_->saturation() - decode_rows, floor);
-  return std::max(config_.max_tokens_per_step / 4, floor);
+// The chunk from the step-time curve. Before it, S minus the step's decode rows (what a
+// step holds at the cost of a decode step) was on the simulated H200 (S = 128) far below the
+// efficient size: the mixed workload's mean TTFT rose from 70 to 110 ms at 5 req/s against
+// FCFS; and a long prefill alone in a step took the whole budget, so on the CPU a request
+// arriving behind an 8k prompt waited ~2 s for the step in flight (docs/PERF.md, "Fair
+// prefill (CPU)").
+int64_t automatic_long_prefill_chunk(const CostModel* cost, int64_t budget, int64_t floor) {
+  floor = std::clamp<int64_t>(floor, 1, budget);
+  if (cost == nullptr || cost->t_fwd_samples.empty()) return std::max(budget / 4, floor);
+  const auto& samples = cost->t_fwd_samples;
+  int64_t x0 = std::max<int64_t>(cost->saturation(), 1);
+  int64_t x1 = budget > x0 ? budget : samples.back().first;
+  if (x1 <= x0 && samples.size() >= 2) {  // S at or past the last sample: its last stretch
+    x0 = samples[samples.size() - 2].first;
+    x1 = samples.back().first;
+  }
+  const double slope = x1 > x0 ? (cost->t_fwd(x1) - cost->t_fwd(x0)) / (double)(x1 - x0) : 0.0;
+  if (!(slope > 0.0)) return budget;  // flat: a chunk costs nothing over the step
+  const double chunk = std::ceil(kLongChunkCostRatio * cost->t_fwd(1) / slope);
+  if (!(chunk < (double)budget)) return budget;
+  return std::clamp<int64_t>((int64_t)chunk, floor, budget);
 }
 
 // The fair planner (vLLM's partial prefills). With FCFS a request's first token waited for
@@ -441,8 +456,9 @@ int64_t Scheduler::long_prefill_chunk(int64_t decode_rows) const {
 //     all they need first, so a short prompt's first token comes after one step. The oldest
 //     prefill is served first (up to L) so a stream of short prompts cannot starve it.
 //     At most max_partial_prefills of them stay unfinished after the step; one that finishes
-//     in it does not count (a burst of short prompts is admitted as FCFS would);
-//  c. a prefill alone in the step takes the whole budget (nobody waits: no slowdown).
+//     in it does not count (a burst of short prompts is admitted as FCFS would).
+// A long prefill gets at most L a step even alone: a request arriving meanwhile waits for the
+// step in flight, and L bounds that step (automatic_long_prefill_chunk says what L costs).
 // Blocks are taken in the same order as FCFS's (running oldest first, preempting the newest
 // running sequence, which may be a decode row planned in a: it leaves the plan), and a waiting
 // request that does not fit stops admission, as before (one held back only by the
@@ -489,7 +505,7 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     bool waiting;
     int64_t n = 0;
   };
-  const int64_t long_chunk = long_prefill_chunk((int64_t)plan.scheduled.size());
+  const int64_t long_chunk = long_chunk_;
   auto cap_of = [&](const Sequence* s) {
     const int64_t n = s->n_uncomputed();
     // Only the part below the peak is recomputation (capped, as in FCFS); new tokens (a
@@ -531,8 +547,6 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     if (c.n > 0 && c.n < c.seq->n_uncomputed() && ++partial > config_.max_partial_prefills) c.n = 0;
 
   bool admitting = true;
-  Prefill* only = nullptr;  // the one prefill of the step, when it is alone
-  int64_t n_prefills = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
     Prefill& c = cands[i];
     Sequence* s = c.seq;
@@ -561,17 +575,6 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
       insert_by_arrival(running_, s);
     }
     budget -= c.n;
-    n_prefills++;
-    only = &c;
-  }
-  // c. Alone in the step, a long prefill takes all the budget it can (blocks allowing,
-  //    without preempting anybody for the extra part).
-  if (n_prefills == 1 && only->n < only->cap && budget > 0) {
-    const int64_t more = std::min(only->cap - only->n, budget);
-    if (ensure_blocks(*only->seq, only->seq->n_computed + only->n + more, plan, now)) {
-      only->n += more;
-      budget -= more;
-    }
   }
   for (const Prefill& c : cands)
     if (c.n > 0) {

@@ -35,14 +35,14 @@ struct SchedulerConfig {
   // first token does not wait behind a long one. 1 = the FCFS planner (running sequences
   // oldest first, each taking all the budget it can; then waiting ones in arrival order).
   int64_t max_partial_prefills = 4;
-  // A prefill with more tokens left than this is long: while another prefill shares its step
-  // it gets at most this many. 0 = automatic: S minus the step's decode rows (what a step
-  // holds at the cost of a decode step), never below min_long_prefill_chunk; without a cost
-  // model a quarter of the budget.
+  // A prefill with more tokens left than this is long: it gets at most this many a step,
+  // alone in the step or not (what bounds the wait of a request arriving behind it). 0 =
+  // automatic (automatic_long_prefill_chunk): from the cost model's step-time curve, or
+  // without one a quarter of the budget.
   int64_t long_prefill_tokens = 0;
-  // The floor of the automatic long chunk: on a CPU S is ~1, and a chunk smaller than a short
-  // chat prompt would make that prompt long too (two steps for its first token).
-  int64_t min_long_prefill_chunk = 64;
+  // The floor of the automatic long chunk (a curve whose per-token cost is steep next to a
+  // step's fixed cost would ask for a chunk of a few tokens).
+  int64_t min_long_prefill_chunk = 16;
 };
 
 struct ScheduledSeq {
@@ -81,6 +81,19 @@ struct StepPlan {
 // context its sequences held before it, its sampled rows and its chunks (the sequences
 // computing more than one row). `shape` is overwritten; its chunk list keeps its capacity.
 void describe_step(const StepPlan& plan, StepShape& shape);
+
+// A chunk pays a step's fixed cost T_fwd(1) and a per-token cost above the saturation point.
+// The automatic long chunk is the smallest whose fixed cost is at most 1/kLongChunkCostRatio
+// of its step: smaller chunks shorten the wait of whoever arrives behind a long prompt (a
+// step is not cut short once it runs), and beyond it bigger chunks buy at most ~12% prefill
+// throughput.
+inline constexpr double kLongChunkCostRatio = 8.0;
+// ceil(kLongChunkCostRatio * T_fwd(1) / slope), slope the per-token cost of T_fwd between S
+// and the budget (or the largest sample when the budget is not above S), clamped to
+// [floor, budget]; a flat or falling curve (no per-token cost to pay for) gives the budget.
+// Without a cost model: a quarter of the budget, not below the floor.
+int64_t automatic_long_prefill_chunk(const CostModel* cost, int64_t budget, int64_t floor);
+
 // Blocks of the plan's longest scheduled sequence (what a step's block tables must hold).
 int32_t longest_blocks(const StepPlan& plan);
 
@@ -91,6 +104,8 @@ class Scheduler {
             Policy* policy = nullptr, const CostModel* cost = nullptr);
 
   const SchedulerConfig& config() const { return config_; }
+  // The long-prefill chunk: long_prefill_tokens, or the automatic one.
+  int64_t long_prefill_chunk() const { return long_chunk_; }
   // Adds a new sequence to the waiting queue (ordered by arrival time).
   void add(Sequence* seq);
   // Removes a sequence wherever it is and frees its blocks in both tiers (finish, abort).
@@ -130,8 +145,6 @@ class Scheduler {
   // `budget` is what is left of the step's tokens and is reduced by what they take.
   void plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
   void plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
-  // The long-prefill chunk of a step with `decode_rows` decode rows (long_prefill_tokens).
-  int64_t long_prefill_chunk(int64_t decode_rows) const;
   bool ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now);
   void release_device_blocks(Sequence& s);
   void release_host_blocks(Sequence& s);
@@ -157,6 +170,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;    // arrival order
   std::vector<Sequence*> paused_;    // intercepted, tool not yet answered; arrival order
   std::vector<Sequence*> resuming_;  // answered, KV partly on the host; arrival order
+  int64_t long_chunk_ = 1;
   int64_t last_step_tokens_ = 1;
   double last_now_ = -1.0;
 };
