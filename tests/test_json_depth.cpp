@@ -10,7 +10,7 @@ namespace {
 TEST(JsonDepth, CountsBracketsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("1"), 0);
   EXPECT_EQ(json_nesting_depth("{}"), 1);
-  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 3);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 4);
   // Brackets inside strings, escaped quotes included, do not count.
   EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{{", "b": "\"[[[", "c": [0]})"), 2);
   EXPECT_EQ(json_nesting_depth(R"(["\\", [[]]])"), 3);

@@ -97,7 +97,8 @@ void HttpServer::Impl::stop() {
     // Cancelled streams end with an error event: give the engine a moment to process the
     // aborts (at its next step) and the answers a moment to be produced. Bounded, so that
     // the whole stop stays within the grace and a second whatever the clients do.
-    cv.wait_for(lock, std::chrono::milliseconds(700), [&] { return active == 0; });
+    cv.wait_for(lock, std::chrono::duration<double>(opt.shutdown_drain_s),
+                [&] { return active == 0; });
   }
   transport->stop();
   {
