@@ -64,8 +64,9 @@ int run_serve(int argc, char** argv) {
   (void)argc;
   (void)argv;
   std::fprintf(stderr,
-               "error: this build has no HTTP server: cpp-httplib was not found when it was "
-               "configured (apt-get install libcpp-httplib-dev, then build again)\n");
+               "error: this build has no HTTP server: Boost or cpp-httplib was not found when it "
+               "was configured (apt-get install libboost-dev libcpp-httplib-dev, then build "
+               "again)\n");
   return 1;
 #else
   const std::set<std::string> server_flags = {"host",
