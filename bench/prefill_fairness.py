@@ -15,6 +15,8 @@ run is bounded (a few minutes on a 2-core CPU).
 
     python3 bench/prefill_fairness.py build/infercept
     python3 bench/prefill_fairness.py build/infercept --extra='--long-prefill-tokens 32'
+    python3 bench/prefill_fairness.py build/infercept --variants-only \
+        --variant "fair, --long-prefill-tokens 16=--long-prefill-tokens 16"
 Standard library only.
 """
 import argparse
@@ -190,11 +192,15 @@ def main():
     ap.add_argument("--extra", default="", help="more server flags, for both schedulers")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                     help="one more server to measure, with these flags added (repeatable)")
+    ap.add_argument("--variants-only", action="store_true",
+                    help="measure the --variant servers only (not fair and FCFS first)")
     ap.add_argument("--json", help="also write the raw figures here")
     opt = ap.parse_args()
     common = ["--kv-cache-tokens", str(opt.kv_cache_tokens)] + shlex.split(opt.extra)
     runs = [("fair (default)", common), ("FCFS (--max-partial-prefills 1)",
                                          common + ["--max-partial-prefills", "1"])]
+    if opt.variants_only:
+        runs = []
     for v in opt.variant:
         name, _, flags = v.partition("=")
         runs.append((name, common + shlex.split(flags)))
