@@ -87,20 +87,26 @@ void HttpServer::Impl::stop() {
   cv.notify_all();
   cancel_after = steady_now() + opt.shutdown_grace_s;
   stopping = true;  // new requests get 503
+  std::chrono::steady_clock::time_point drain_end;
   // In-flight requests may finish within the grace period; the rest are cancelled.
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, std::chrono::duration<double>(opt.shutdown_grace_s),
                 [&] { return in_flight.empty(); });
+    drain_end = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(opt.shutdown_drain_s));
     aborting_all = true;
     for (uint64_t id : in_flight) engine->abort(id);
     // Cancelled streams end with an error event: give the engine a moment to process the
-    // aborts (at its next step) and the answers a moment to be produced. Bounded, so that
-    // the whole stop stays within the grace and a second whatever the clients do.
-    cv.wait_for(lock, std::chrono::duration<double>(opt.shutdown_drain_s),
-                [&] { return active == 0; });
+    // aborts (at its next step) and the answers a moment to be produced and written.
+    // Bounded, so that the whole stop stays within the grace and shutdown_drain_s whatever
+    // the clients do.
+    cv.wait_until(lock, drain_end, [&] { return active == 0; });
   }
-  transport->stop();
+  transport->stop(std::max(0.1, std::chrono::duration<double>(
+                                    drain_end - std::chrono::steady_clock::now())
+                                    .count()));
   {
     std::lock_guard<std::mutex> lock(mu);
     reaper_stop = true;

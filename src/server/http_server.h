@@ -38,9 +38,10 @@ struct ServerOptions {
   SamplingParams defaults;         // for what a request leaves out (max_tokens: the default length)
   bool log_requests = false;       // one JSON line per request on stderr
   double shutdown_grace_s = 5.0;   // in-flight requests may finish this long after stop()
-  // Then the rest are aborted, and their last events (a stream's error) get this long to be
-  // produced before the connections close: the whole stop stays near grace + 1 s.
-  double shutdown_drain_s = 0.7;
+  // Then the rest are aborted, and their last answers (a stream's error event) get this long
+  // to be produced and written before the connections close: the stop stays within grace +
+  // shutdown_drain_s (and the engine's current step).
+  double shutdown_drain_s = 0.8;
   std::string tools_config;        // HTTP server-side tools (server_tools.h); "" = calculator only
   int max_server_tool_rounds = 8;  // server-side tool calls per response
   // Special tokens written in message content, tool names, arguments or definitions count

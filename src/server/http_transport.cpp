@@ -221,11 +221,14 @@ class Session : public std::enable_shared_from_this<Session> {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
   }
 
-  // From stop(), on the strand: a connection with an answer still going out (a cancelled
-  // stream's last event) may finish writing it; any other closes at once. `force`: now.
+  // From stop(), on the strand: a connection with an answer still to go out (a cancelled
+  // stream's last event, a handler's 503) may finish it; any other closes at once. `force`:
+  // now.
   void shutdown(bool force) {
     net::post(stream_.get_executor(), [self = shared_from_this(), force] {
-      if (force || (!self->writing_ && self->outq_.empty())) return self->close(true);
+      const bool answering =
+          self->writing_ || !self->outq_.empty() || self->pending_ || self->producing_;
+      if (force || !answering) return self->close(true);
       self->draining_ = true;
     });
   }
@@ -460,7 +463,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void write_queued() {
     if (writing_ || closed_) return;
     if (outq_.empty()) {
-      if (draining_) return close(true);
+      if (draining_ && !producing_) return close(true);
       if (chunked_ && !producing_) finish_response(status_);
       return;
     }
@@ -727,7 +730,7 @@ void HttpTransport::start() {
     t.io_threads.emplace_back([&t] { t.ioc.run(); });
 }
 
-void HttpTransport::stop() {
+void HttpTransport::stop(double drain_s) {
   Impl& t = *impl_;
   if (t.stopped.exchange(true)) return;
   if (!t.started) {
@@ -746,9 +749,10 @@ void HttpTransport::stop() {
       if (auto s = w.lock()) live.push_back(std::move(s));
     return live;
   };
-  // Idle and reading connections close now; one still writing gets a moment to finish.
+  // Idle and reading connections close now; one still answering gets until the drain ends.
   for (auto& s : live_sessions()) s->shutdown(false);
-  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  const auto drain_end = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds((int64_t)(std::max(0.0, drain_s) * 1000));
   while (std::chrono::steady_clock::now() < drain_end) {
     {
       std::lock_guard<std::mutex> lock(t.sessions_mu);

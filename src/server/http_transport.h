@@ -129,9 +129,10 @@ class HttpTransport {
   Result<int> bind();
   // Starts the io threads and the worker pool; returns at once.
   void start();
-  // Closes the listener and every connection (pending answers are cancelled), and joins all
-  // threads. Safe to call twice.
-  void stop();
+  // Closes the listener and every connection, and joins all threads. A connection still
+  // answering (its answer being produced or written) gets up to `drain_s` to finish; then
+  // pending answers are cancelled. Safe to call twice.
+  void stop(double drain_s = 0.0);
   int open_connections() const;
 
   struct Impl;
