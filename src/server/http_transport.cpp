@@ -228,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(stream_.get_executor(), [self = shared_from_this(), force] {
       const bool answering =
           self->writing_ || !self->outq_.empty() || self->pending_ || self->producing_;
-      if (force || !answering) return self->close(true);
+      if (force || !answering) return self->close();
       self->draining_ = true;
     });
   }
@@ -309,7 +309,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void fail_read(beast::error_code ec, bool got_bytes) {
     cancel_read_deadline();
     const int status = status_of(ec, got_bytes);
-    if (status == 0 || closed_) return close(false);
+    if (status == 0 || closed_) return close();
     req_.remote_addr = remote_;
     std::string message;
     switch (status) {
@@ -350,7 +350,7 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.expires_after(std::chrono::milliseconds((int64_t)(t_.opt.write_timeout_s * 1000)));
       net::async_write(stream_, net::buffer(*msg),
                        [self = shared_from_this(), msg](beast::error_code ec, size_t) {
-                         if (ec) return self->close(false);
+                         if (ec) return self->close();
                          self->read_body();
                        });
       return;
@@ -463,7 +463,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void write_queued() {
     if (writing_ || closed_) return;
     if (outq_.empty()) {
-      if (draining_ && !producing_) return close(true);
+      if (draining_ && !producing_) return close();
       if (chunked_ && !producing_) finish_response(status_);
       return;
     }
@@ -475,7 +475,7 @@ class Session : public std::enable_shared_from_this<Session> {
     net::async_write(stream_, net::buffer(*data),
                      [self = shared_from_this(), data](beast::error_code ec, size_t) {
                        self->writing_ = false;
-                       if (ec) return self->close(true);  // gone, or not reading: give up
+                       if (ec) return self->close();  // gone, or not reading: give up
                        self->stream_.expires_never();
                        self->write_queued();
                      });
@@ -496,7 +496,7 @@ class Session : public std::enable_shared_from_this<Session> {
     http::async_write(stream_, *msg,
                       [self = shared_from_this(), msg, status](beast::error_code ec, size_t) {
                         self->writing_ = false;
-                        if (ec) return self->close(false);
+                        if (ec) return self->close();
                         self->finish_response(status);
                       });
   }
@@ -506,7 +506,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stop_watching();
     if (t_.hooks.logger) t_.hooks.logger(req_, status);
     logged_ = true;
-    if (!keep_alive_ || t_.stopped) return close(false);
+    if (!keep_alive_ || t_.stopped) return close();
     logged_ = false;
     do_read();
   }
@@ -526,7 +526,7 @@ class Session : public std::enable_shared_from_this<Session> {
           const ssize_t n =
               ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
           if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-            self->close(true);  // hung up
+            self->close();  // hung up
           else if (n < 0)
             self->watch_client();  // woken without data (an earlier edge): watch on
         });
@@ -541,7 +541,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Closes the connection; a pending answer is cancelled (its engine request released).
-  void close(bool abandon) {
+  void close() {
     if (closed_) return;
     closed_ = true;
     watching_ = false;
@@ -554,7 +554,6 @@ class Session : public std::enable_shared_from_this<Session> {
       t_.hooks.logger(req_, 499);
       logged_ = true;
     }
-    (void)abandon;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
