@@ -848,21 +848,33 @@ def chunked_upload(port, path, total, chunk=65536, key=KEY_A, timeout=20.0):
             sent += chunk
         if sent >= total:
             s.sendall(b"0\r\n\r\n")
-        s.settimeout(max(1.0, timeout - (time.monotonic() - t0)))
-        while b"\r\n" not in got:
-            part = s.recv(4096)
-            if not part:
-                break
-            got += part
+        got = read_status_line(s, t0, timeout)
     except OSError:
-        try:
-            s.setblocking(False)
-            got += s.recv(4096)
-        except OSError:
-            pass
+        got = read_what_came(s)
     finally:
         s.close()
     return parse_status(got), sent, time.monotonic() - t0
+
+
+def read_status_line(s, t0, timeout):
+    """What the server sent until its status line ended or it closed (within `timeout` of t0)."""
+    got = b""
+    s.settimeout(max(1.0, timeout - (time.monotonic() - t0)))
+    while b"\r\n" not in got:
+        part = s.recv(4096)
+        if not part:
+            break
+        got += part
+    return got
+
+
+def read_what_came(s):
+    """After a send failed (the server closed on us): whatever answer is already buffered."""
+    try:
+        s.setblocking(False)
+        return s.recv(4096)
+    except OSError:
+        return b""
 
 
 def many_headers(port, count, size, timeout=20.0):
@@ -883,18 +895,9 @@ def many_headers(port, count, size, timeout=20.0):
             n += batch
         if n >= count:
             s.sendall(b"\r\n")
-        s.settimeout(max(1.0, timeout - (time.monotonic() - t0)))
-        while b"\r\n" not in got:
-            part = s.recv(4096)
-            if not part:
-                break
-            got += part
+        got = read_status_line(s, t0, timeout)
     except OSError:
-        try:
-            s.setblocking(False)
-            got += s.recv(4096)
-        except OSError:
-            pass
+        got = read_what_came(s)
     finally:
         s.close()
     return parse_status(got), n, time.monotonic() - t0

@@ -20,8 +20,7 @@ TEST(JsonDepth, StopsPastTheLimitAndRefusesDeepText) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_EQ(json_nesting_depth(deep, 10), 11);
   EXPECT_FALSE(json_depth_ok(deep));
-  const std::string at_limit =
-      std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  const std::string at_limit = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
   EXPECT_TRUE(json_depth_ok(at_limit));
   EXPECT_FALSE(json_depth_ok("[" + at_limit + "]"));
   // Sequential (not nested) arrays stay shallow however many there are.

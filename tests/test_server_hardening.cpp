@@ -137,7 +137,8 @@ TEST(ServerHardening, HeadsAndBodiesHaveWholeDeadlinesAndLimits) {
     // Headers without end: 431 at the head limit.
     RawConn c(s.port());
     std::string head = "GET /health HTTP/1.1\r\nHost: x\r\n";
-    for (int i = 0; i < 100; ++i) head += "X-" + std::to_string(i) + ": " + std::string(1000, 'v') + "\r\n";
+    for (int i = 0; i < 100; ++i)
+      head += "X-" + std::to_string(i) + ": " + std::string(1000, 'v') + "\r\n";
     c.send(head);
     const std::string got = c.read_all(3.0);
     EXPECT_EQ(status_of(got), 431) << got.substr(0, 200);
@@ -176,8 +177,8 @@ TEST(ServerHardening, DeepJsonIsRefusedEverywhere) {
        "function": {"name": "f", "arguments": ""}}]},
       {"role": "tool", "tool_call_id": "c1", "content": "ok"}])");
   msgs[1]["tool_calls"][0]["function"]["arguments"] = std::string(30000, '[');
-  Reply args = s.post("/v1/chat/completions",
-                      {{"model", s.model()}, {"messages", msgs}, {"max_tokens", 2}});
+  Reply args =
+      s.post("/v1/chat/completions", {{"model", s.model()}, {"messages", msgs}, {"max_tokens", 2}});
   EXPECT_EQ(args.status, 400) << args.raw.substr(0, 300);
   std::string schema = "{\"type\": \"object\", \"properties\": " + std::string(200, '[') +
                        std::string(200, ']') + "}";

@@ -290,18 +290,18 @@ TEST(ServerInterception, RefusedResumeKeepsTheInterception) {
   const std::string call_id = first.body["choices"][0]["message"]["tool_calls"][0]["id"];
   std::string huge;
   for (int i = 0; i < 6000; ++i) huge += "word ";
-  Reply refused = s.post(
-      "/v1/interceptions/" + id + "/resume",
-      {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", huge}}})}});
+  Reply refused =
+      s.post("/v1/interceptions/" + id + "/resume",
+             {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", huge}}})}});
   EXPECT_EQ(refused.status, 400) << refused.raw;
   EXPECT_EQ(refused.body["error"]["code"], "context_length_exceeded") << refused.raw;
   EXPECT_EQ(s.get("/v1/interceptions/" + id).status, 200);
   EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 1);
-  Reply resumed = s.post(
-      "/v1/interceptions/" + id + "/resume",
-      {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
-       {"max_tokens", 4},
-       {"intercept", false}});
+  Reply resumed =
+      s.post("/v1/interceptions/" + id + "/resume",
+             {{"tool_results", json::array({{{"tool_call_id", call_id}, {"content", "sunny"}}})},
+              {"max_tokens", 4},
+              {"intercept", false}});
   EXPECT_EQ(resumed.status, 200) << resumed.raw;
   EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id).status, 409);
   // Refused then deleted: the blocks go back with the delete.

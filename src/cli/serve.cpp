@@ -31,8 +31,8 @@ Result<server::ServerOptions> server_options_from(const Args& a, const SamplingP
   TRY_ASSIGN(so.header_timeout_s, a.get_double("header-timeout", so.header_timeout_s));
   TRY_ASSIGN(so.body_timeout_s, a.get_double("body-timeout", so.body_timeout_s));
   TRY_ASSIGN(so.write_timeout_s, a.get_double("write-timeout", so.write_timeout_s));
-  if (max_conns < 1 || max_conns > 1000000 || so.header_timeout_s <= 0 ||
-      so.body_timeout_s <= 0 || so.write_timeout_s <= 0)
+  if (max_conns < 1 || max_conns > 1000000 || so.header_timeout_s <= 0 || so.body_timeout_s <= 0 ||
+      so.write_timeout_s <= 0)
     return make_error(
         "--max-connections, --header-timeout, --body-timeout and --write-timeout must be > 0");
   so.max_connections = (int)max_conns;

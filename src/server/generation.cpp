@@ -17,8 +17,8 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
-void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner,
-                                PausedLease entry, HttpResponse& res) {
+void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
+                                HttpResponse& res) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
@@ -167,8 +167,7 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
 }
 
 std::optional<ApiError> HttpServer::Impl::start(Generation& g, GenerateRequest gr,
-                                                PausedLease entry,
-                                                bool explicit_resume) {
+                                                PausedLease entry, bool explicit_resume) {
   if (stopping) return server_error("the server is shutting down", 503);
   g.ch = std::make_shared<Channel>();
   auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };

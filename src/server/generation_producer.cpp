@@ -44,7 +44,6 @@ class GenerationProducer : public ResponseProducer {
     for (;;) {
       while (!g.done) {
         auto item = g.ch->try_pop();
-        s_.cancel_if_stopping(g);
         if (!item) return false;
         s_.consume(g, *item);
       }
@@ -59,9 +58,9 @@ class GenerationProducer : public ResponseProducer {
       if (f.error) {
         send_error(res, *f.error);
       } else {
-        send_json(res, 200,
-                  g.endpoint == Endpoint::chat ? s_.chat_response(g, f)
-                                               : s_.completion_response(g, f));
+        send_json(
+            res, 200,
+            g.endpoint == Endpoint::chat ? s_.chat_response(g, f) : s_.completion_response(g, f));
       }
       if (!g.resumed_from.empty()) res.set_header("X-Infercept-Resumed", g.resumed_from);
       return true;
@@ -92,7 +91,6 @@ class GenerationProducer : public ResponseProducer {
     }
     for (;;) {
       auto item = g.ch->try_pop();
-      s_.cancel_if_stopping(g);
       if (!item) return false;
       const size_t lp_before = g.lps.size();
       s_.consume(g, *item);
@@ -156,7 +154,8 @@ class GenerationProducer : public ResponseProducer {
               {{"index", i},
                {"id", f.calls[i].id},
                {"type", "function"},
-               {"function", {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
+               {"function",
+                {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
         out += sse(s_.chunk(g, {{"index", 0},
                                 {"delta", {{"tool_calls", calls}}},
                                 {"logprobs", nullptr},
@@ -180,13 +179,13 @@ class GenerationProducer : public ResponseProducer {
       out += sse(s_.chunk(g, choice));
     }
     if (g.include_usage) {
-      json u = {{"id", g.response_id},
-                {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", g.created},
-                {"model", g.model},
-                {"choices", json::array()},
-                {"usage",
-                 usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+      json u = {
+          {"id", g.response_id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", g.created},
+          {"model", g.model},
+          {"choices", json::array()},
+          {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
       out += sse(u);
     }
     out += "data: [DONE]\n\n";

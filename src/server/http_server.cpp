@@ -7,8 +7,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
                                                        ServerOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->opt = std::move(options);
-  TRY_ASSIGN(impl->keys, ApiKeys::load(impl->opt.api_keys, impl->opt.api_key_file,
-                                       impl->opt.admin_api_keys));
+  TRY_ASSIGN(impl->keys,
+             ApiKeys::load(impl->opt.api_keys, impl->opt.api_key_file, impl->opt.admin_api_keys));
   TRY_ASSIGN(impl->tools, ServerTools::load(impl->opt.tools_config));
   if (impl->opt.interception_expiry_s <= 0) return make_error("--interception-expiry must be > 0");
   if (impl->opt.http_threads < 1) return make_error("--http-threads must be >= 1");
@@ -85,7 +85,6 @@ void HttpServer::Impl::stop() {
     stopped = true;
   }
   cv.notify_all();
-  cancel_after = steady_now() + opt.shutdown_grace_s;
   stopping = true;  // new requests get 503
   std::chrono::steady_clock::time_point drain_end;
   // In-flight requests may finish within the grace period; the rest are cancelled.
@@ -104,9 +103,8 @@ void HttpServer::Impl::stop() {
     // the clients do.
     cv.wait_until(lock, drain_end, [&] { return active == 0; });
   }
-  transport->stop(std::max(0.1, std::chrono::duration<double>(
-                                    drain_end - std::chrono::steady_clock::now())
-                                    .count()));
+  transport->stop(std::max(
+      0.1, std::chrono::duration<double>(drain_end - std::chrono::steady_clock::now()).count()));
   {
     std::lock_guard<std::mutex> lock(mu);
     reaper_stop = true;
@@ -242,21 +240,17 @@ void HttpServer::Impl::setup_routes() {
   t.route("GET", "/v1/interceptions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_interception_list(req, res);
   });
-  t.route("GET", "/v1/interceptions/([^/]+)", [this](const HttpRequest& req, HttpResponse& res) {
-    handle_interception_get(req, res);
+  t.route("GET", "/v1/interceptions/([^/]+)",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_interception_get(req, res); });
+  t.route("DELETE", "/v1/interceptions/([^/]+)", [this](const HttpRequest& req, HttpResponse& res) {
+    handle_interception_delete(req, res);
   });
-  t.route("DELETE", "/v1/interceptions/([^/]+)",
-          [this](const HttpRequest& req, HttpResponse& res) {
-            handle_interception_delete(req, res);
-          });
-  t.route("POST", "/v1/interceptions/([^/]+)/resume",
-          [this](const HttpRequest& req, HttpResponse& res) {
-            handle_interception_resume(req, res);
-          });
-  t.route("POST", "/v1/interceptions/([^/]+)/hint",
-          [this](const HttpRequest& req, HttpResponse& res) {
-            handle_interception_hint(req, res);
-          });
+  t.route(
+      "POST", "/v1/interceptions/([^/]+)/resume",
+      [this](const HttpRequest& req, HttpResponse& res) { handle_interception_resume(req, res); });
+  t.route(
+      "POST", "/v1/interceptions/([^/]+)/hint",
+      [this](const HttpRequest& req, HttpResponse& res) { handle_interception_hint(req, res); });
   t.route("GET", "/metrics", [this](const HttpRequest& req, HttpResponse& res) {
     auto snap = snapshot(*engine, std::chrono::seconds(10));
     if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));

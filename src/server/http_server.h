@@ -1,8 +1,9 @@
 // The OpenAI-compatible HTTP server (docs/SERVER.md). HTTP worker threads parse, validate
-// and enqueue (the transport, http_transport.h, owns connections and deadlines); the engine thread (Engine) owns the model and the KV cache. A chat completion
-// that ends in tool calls leaves its request paused in the engine; the client's follow-up
-// (the same conversation plus the tool results) is recognized by its token prefix and
-// resumes it, or the client resumes it explicitly through /v1/interceptions.
+// and enqueue (the transport, http_transport.h, owns connections and deadlines); the engine thread
+// (Engine) owns the model and the KV cache. A chat completion that ends in tool calls leaves its
+// request paused in the engine; the client's follow-up (the same conversation plus the tool
+// results) is recognized by its token prefix and resumes it, or the client resumes it explicitly
+// through /v1/interceptions.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +36,9 @@ struct ServerOptions {
   double body_timeout_s = 60.0;
   double write_timeout_s = 30.0;
   size_t max_header_bytes = 64u << 10;
-  SamplingParams defaults;         // for what a request leaves out (max_tokens: the default length)
-  bool log_requests = false;       // one JSON line per request on stderr
-  double shutdown_grace_s = 5.0;   // in-flight requests may finish this long after stop()
+  SamplingParams defaults;        // for what a request leaves out (max_tokens: the default length)
+  bool log_requests = false;      // one JSON line per request on stderr
+  double shutdown_grace_s = 5.0;  // in-flight requests may finish this long after stop()
   // Then the rest are aborted, and their last answers (a stream's error event) get this long
   // to be produced and written before the connections close: the stop stays within grace +
   // shutdown_drain_s (and the engine's current step).

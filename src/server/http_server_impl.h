@@ -6,8 +6,8 @@
 
 #include "server/http_server.h"
 
-#include "server/http_transport.h"
 #include <signal.h>
+#include "server/http_transport.h"
 
 #include <atomic>
 #include <chrono>
@@ -48,7 +48,6 @@ struct Channel {
     double t = 0.0;  // when the engine produced it
   };
   std::mutex mu;
-  std::condition_variable cv;
   std::deque<Item> q;
   std::function<void()> waker;  // the response's producer: called after each push
 
@@ -59,7 +58,6 @@ struct Channel {
       q.push_back({o, steady_now()});
       wake = waker;
     }
-    cv.notify_all();
     if (wake) wake();
   }
   void set_waker(std::function<void()> w) {
@@ -69,13 +67,6 @@ struct Channel {
   std::optional<Item> try_pop() {
     std::lock_guard<std::mutex> lock(mu);
     if (q.empty()) return std::nullopt;
-    Item it = std::move(q.front());
-    q.pop_front();
-    return it;
-  }
-  std::optional<Item> pop(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, timeout, [&] { return !q.empty(); })) return std::nullopt;
     Item it = std::move(q.front());
     q.pop_front();
     return it;
@@ -120,7 +111,6 @@ struct Generation {
   int server_rounds = 0;
   json server_calls = json::array();
   int64_t completion_before = 0;  // tokens generated in earlier rounds
-  bool cancel_sent = false;
   int64_t completion_tokens() const { return completion_before + (int64_t)tokens.size(); }
 };
 
@@ -172,7 +162,6 @@ struct HttpServer::Impl {
   int port = -1;
   std::thread reaper;
   std::atomic<bool> stopping{false};
-  std::atomic<double> cancel_after{0.0};  // steady time past which stragglers cancel themselves
   std::mutex mu;
   std::condition_variable cv;
   std::set<uint64_t> in_flight;  // engine ids generating for an HTTP request
@@ -255,10 +244,9 @@ struct HttpServer::Impl {
   // --- generation ---------------------------------------------------------------------
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
-  void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
-                HttpResponse& res);
-  std::optional<ApiError> start(Generation& g, GenerateRequest gr,
-                                PausedLease entry, bool explicit_resume);
+  void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res);
+  std::optional<ApiError> start(Generation& g, GenerateRequest gr, PausedLease entry,
+                                bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
                                         bool max_tokens_given, const char* param) const;
   void consume(Generation& g, const Channel::Item& item);
@@ -270,13 +258,6 @@ struct HttpServer::Impl {
   json completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const;
   json chunk(const Generation& g, json choice) const;
   TokenInfo token_info(const RequestOutput& o, size_t i) const;
-  // A request that started while the server began to stop cancels itself after the grace.
-  void cancel_if_stopping(Generation& g) {
-    if (stopping && !g.cancel_sent && steady_now() > cancel_after) {
-      g.cancel_sent = true;
-      engine->abort(g.engine_id);
-    }
-  }
 
   // --- interceptions ----------------------------------------------------------------------
   void handle_interception_list(const HttpRequest& req, HttpResponse& res);

@@ -29,13 +29,6 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-bool iequals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower((unsigned char)a[i]) != std::tolower((unsigned char)b[i])) return false;
-  return true;
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -87,13 +80,13 @@ std::string reason(int status) {
 
 bool HttpRequest::has_header(const std::string& name) const {
   for (const auto& [k, v] : headers)
-    if (iequals(k, name)) return true;
+    if (beast::iequals(k, name)) return true;
   return false;
 }
 
 std::string HttpRequest::get_header_value(const std::string& name) const {
   for (const auto& [k, v] : headers)
-    if (iequals(k, name)) return v;
+    if (beast::iequals(k, name)) return v;
   return {};
 }
 
@@ -197,8 +190,8 @@ class ProducerDriver : public std::enable_shared_from_this<ProducerDriver> {
   std::shared_ptr<ResponseProducer> producer_;
   std::shared_ptr<HttpResponse> res_;
   std::shared_ptr<Session> session_;  // until finished or cancelled (touched under pump_mu_)
-  std::mutex pump_mu_;   // one pump (or the cancel) at a time
-  std::mutex state_mu_;  // the flags below; never held while pumping
+  std::mutex pump_mu_;                // one pump (or the cancel) at a time
+  std::mutex state_mu_;               // the flags below; never held while pumping
   bool scheduled_ = false, again_ = false, finished_ = false, cancelled_ = false;
   bool cancel_requested_ = false;
 };
@@ -268,10 +261,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(t_.opt.max_body_bytes);
     req_ = HttpRequest();
     arm_read_deadline(t_.opt.header_timeout_s);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->on_header(ec);
-                            });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
   // Reads get a deadline of their own rather than the stream's (which closes the socket when
@@ -339,13 +331,14 @@ class Session : public std::enable_shared_from_this<Session> {
     req_.method = std::string(h.method_string());
     req_.target = std::string(h.target());
     req_.remote_addr = remote_;
-    for (const auto& f : h) req_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    for (const auto& f : h)
+      req_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     split_target(req_);
     keep_alive_ = h.keep_alive();
     cancel_read_deadline();
     if (parser_->is_done()) return on_body({});
     // curl and others wait for this before they send a body of more than 1 KB.
-    if (iequals(std::string(h[http::field::expect]), "100-continue")) {
+    if (beast::iequals(h[http::field::expect], "100-continue")) {
       auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       stream_.expires_after(std::chrono::milliseconds((int64_t)(t_.opt.write_timeout_s * 1000)));
       net::async_write(stream_, net::buffer(*msg),
@@ -360,10 +353,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_body() {
     arm_read_deadline(t_.opt.body_timeout_s);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_body(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
   }
 
   void on_body(beast::error_code ec) {
@@ -703,7 +695,8 @@ Result<int> HttpTransport::bind() {
   Impl& t = *impl_;
   beast::error_code ec;
   auto address = net::ip::make_address(t.opt.host == "localhost" ? "127.0.0.1" : t.opt.host, ec);
-  if (ec) return make_error("cannot bind to ", t.opt.host, ": not an IP address (", ec.message(), ")");
+  if (ec)
+    return make_error("cannot bind to ", t.opt.host, ": not an IP address (", ec.message(), ")");
   tcp::endpoint ep(address, (unsigned short)t.opt.port);
   t.acceptor.open(ep.protocol(), ec);
   if (!ec) t.acceptor.set_option(net::socket_base::reuse_address(true), ec);

@@ -44,7 +44,7 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> params;   // the query, decoded
   std::vector<std::string> matches;                          // the route's regex groups; [0] whole
 
-  bool has_header(const std::string& name) const;           // case-insensitive
+  bool has_header(const std::string& name) const;               // case-insensitive
   std::string get_header_value(const std::string& name) const;  // "" when absent
   bool has_param(const std::string& name) const;
   std::string get_param_value(const std::string& name) const;  // "" when absent

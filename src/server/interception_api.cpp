@@ -54,8 +54,7 @@ ApiError HttpServer::Impl::take_error(const std::string& id, TakeError why) cons
   return e;
 }
 
-void HttpServer::Impl::handle_interception_list(const HttpRequest& req,
-                                                HttpResponse& res) {
+void HttpServer::Impl::handle_interception_list(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   const std::string owner = owner_of(req);
   auto snap = snapshot(*engine, std::chrono::seconds(10));
@@ -70,8 +69,7 @@ void HttpServer::Impl::handle_interception_list(const HttpRequest& req,
   send_json(res, 200, {{"object", "list"}, {"data", data}});
 }
 
-void HttpServer::Impl::handle_interception_get(const HttpRequest& req,
-                                               HttpResponse& res) {
+void HttpServer::Impl::handle_interception_get(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   const std::string owner = owner_of(req);
@@ -85,8 +83,7 @@ void HttpServer::Impl::handle_interception_get(const HttpRequest& req,
   send_json(res, 200, interception_json(*p, seq));
 }
 
-void HttpServer::Impl::handle_interception_delete(const HttpRequest& req,
-                                                  HttpResponse& res) {
+void HttpServer::Impl::handle_interception_delete(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   TakeError why = TakeError::unknown;
@@ -96,8 +93,7 @@ void HttpServer::Impl::handle_interception_delete(const HttpRequest& req,
   send_json(res, 200, {{"id", id}, {"object", "interception.deleted"}, {"deleted", true}});
 }
 
-void HttpServer::Impl::handle_interception_hint(const HttpRequest& req,
-                                                HttpResponse& res) {
+void HttpServer::Impl::handle_interception_hint(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   json body;
@@ -117,8 +113,7 @@ void HttpServer::Impl::handle_interception_hint(const HttpRequest& req,
             {{"id", id}, {"object", "interception"}, {"expected_duration_ms", ms->get<double>()}});
 }
 
-void HttpServer::Impl::handle_interception_resume(const HttpRequest& req,
-                                                  HttpResponse& res) {
+void HttpServer::Impl::handle_interception_resume(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   const std::string id = req.matches[1];
   const std::string owner = owner_of(req);

@@ -93,7 +93,7 @@ PausedLease InterceptionRegistry::take_match(const std::string& owner,
 }
 
 PausedLease InterceptionRegistry::take(const std::string& owner, const std::string& id,
-                                      bool is_delete, TakeError* why) {
+                                       bool is_delete, TakeError* why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end() || it->second.owner != owner) {

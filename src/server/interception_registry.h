@@ -88,8 +88,7 @@ class InterceptionRegistry {
   // its tokens), taken out; nullopt when none does.
   PausedLease take_match(const std::string& owner, const std::vector<int32_t>& prompt);
   // Takes out one paused request by id (resume or delete); another owner's id is unknown.
-  PausedLease take(const std::string& owner, const std::string& id, bool is_delete,
-                   TakeError* why);
+  PausedLease take(const std::string& owner, const std::string& id, bool is_delete, TakeError* why);
   // A copy of one paused request of `owner`.
   std::optional<PausedRequest> get(const std::string& owner, const std::string& id) const;
   // What became of an id that is no longer live (unknown for another owner's).

@@ -190,8 +190,8 @@ void Metrics::observe_interception(const std::string& owner, const std::string& 
   }
   auto it = interception_by_tool_.find({owner, label});
   if (it == interception_by_tool_.end())
-    it = interception_by_tool_.emplace(std::make_pair(owner, label),
-                                       Histogram(interception_buckets()))
+    it = interception_by_tool_
+             .emplace(std::make_pair(owner, label), Histogram(interception_buckets()))
              .first;
   it->second.observe(s);
 }

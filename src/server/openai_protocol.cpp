@@ -323,9 +323,9 @@ std::optional<ApiError> parse_body(const std::string& text, json& out) {
   if (text.empty())
     return invalid_request("the request body is empty; send a JSON object", "", "invalid_json");
   if (!json_depth_ok(text))
-    return invalid_request("the request body nests JSON deeper than " +
-                               std::to_string(kMaxJsonDepth) + " levels",
-                           "", "invalid_json");
+    return invalid_request(
+        "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels", "",
+        "invalid_json");
   out = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded()) {
     // Parse again for the position of the problem (a syntax error, or a number out of
