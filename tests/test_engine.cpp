@@ -4,7 +4,11 @@
 // clear errors for bad requests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "test_util.h"
@@ -337,6 +341,136 @@ TEST(Engine, ThreadedEngineStreamsToCallbacks) {
   std::unique_lock<std::mutex> lock(mu);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
   EXPECT_EQ(got.size(), 8u);
+}
+
+// A step that only advances prefills is given up when a newcomer is announced
+// (interrupt_step), never two in a row, and never one that samples: the requests still get
+// exactly the tokens they get without interruptions, and the KV comes back whole.
+TEST(Engine, InterruptedPrefillStepsChangeNoTokens) {
+  EngineConfig c = base_config();
+  c.long_prefill_tokens = 16;
+  auto e = make_engine(c);
+  ASSERT_TRUE(e);
+  std::string text;
+  for (const std::string& p : varied_prompts()) text += p + " ";
+  auto make_req = [&](const std::string& p, int64_t max_tokens) {
+    GenerateRequest r;
+    r.prompt = e->tokenizer().encode(p, true, false);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  const GenerateRequest long_req = make_req(text, 6), short_req = make_req("Hi there", 40);
+  ASSERT_GT((int64_t)long_req.prompt.size(), 8 * e->long_prefill_chunk());
+  auto long_id = e->add_request(long_req);
+  ASSERT_TRUE(long_id.ok());
+  const std::vector<int32_t> long_alone = run_all(*e)[*long_id];
+  auto short_id = e->add_request(short_req);
+  ASSERT_TRUE(short_id.ok());
+  const std::vector<int32_t> short_alone = run_all(*e)[*short_id];
+  ASSERT_EQ(e->stats().interrupted_steps, 0);
+
+  // Alone, announced before every step: every other step is given up.
+  const int64_t steps0 = e->stats().steps;
+  long_id = e->add_request(long_req);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  for (int guard = 0; e->has_work() && guard < 10000; ++guard) {
+    e->interrupt_step();
+    for (const RequestOutput& o : e->step())
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+  }
+  EXPECT_EQ(got[*long_id], long_alone);
+  const int64_t prefill_steps =
+      ((int64_t)long_req.prompt.size() + e->long_prefill_chunk() - 1) / e->long_prefill_chunk() - 1;
+  EXPECT_EQ(e->stats().interrupted_steps, prefill_steps);   // each prefill step once
+  EXPECT_EQ(e->stats().steps - steps0, prefill_steps + 6);  // then ran, as the decode steps
+  EXPECT_GT(e->stats().interrupted_seconds, 0.0);
+
+  // Beside a decoding request: its steps sample, so none of them is given up.
+  const int64_t interrupted0 = e->stats().interrupted_steps;
+  short_id = e->add_request(short_req);
+  e->step();  // the short prompt's prefill
+  long_id = e->add_request(long_req);
+  got.clear();
+  for (int guard = 0; e->has_work() && guard < 10000; ++guard) {
+    e->interrupt_step();
+    for (const RequestOutput& o : e->step())
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+  }
+  EXPECT_EQ(got[*long_id], long_alone);
+  EXPECT_EQ(got[*short_id].size() + 1, short_alone.size());  // one before the loop
+  EXPECT_TRUE(std::equal(got[*short_id].begin(), got[*short_id].end(), short_alone.begin() + 1));
+  // Once the short one finished, the long prefill's remaining steps were given up as above.
+  EXPECT_LT(e->stats().interrupted_steps - interrupted0, prefill_steps);
+  EXPECT_EQ(e->allocator().n_free(), e->allocator().n_blocks());
+
+  // Turned off: nothing is given up.
+  c.interrupt_prefill = false;
+  auto off = make_engine(c);
+  ASSERT_TRUE(off);
+  long_id = off->add_request(long_req);
+  got.clear();
+  for (int guard = 0; off->has_work() && guard < 10000; ++guard) {
+    off->interrupt_step();
+    for (const RequestOutput& o : off->step())
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+  }
+  EXPECT_EQ(got[*long_id], long_alone);
+  EXPECT_EQ(off->stats().interrupted_steps, 0);
+}
+
+// The threaded engine announces short newcomers itself: a short request submitted while a
+// long prompt prefills gets its tokens, and so does the long one, as alone.
+TEST(Engine, ShortRequestDuringALongPrefillOnTheThreadedEngine) {
+  EngineConfig c = base_config();
+  c.long_prefill_tokens = 16;
+  auto core = make_engine(c);
+  ASSERT_TRUE(core);
+  std::string text;
+  for (const std::string& p : varied_prompts()) text += p + " ";
+  auto make_req = [&](const std::string& p, int64_t max_tokens) {
+    GenerateRequest r;
+    r.prompt = core->tokenizer().encode(p, true, false);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  const GenerateRequest long_req = make_req(text + text, 4), short_req = make_req("Hi there", 4);
+  std::vector<int32_t> long_alone, short_alone;
+  {
+    auto id = core->add_request(long_req);
+    long_alone = run_all(*core)[*id];
+    id = core->add_request(short_req);
+    short_alone = run_all(*core)[*id];
+  }
+  Engine engine(std::move(core));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::vector<int32_t>> got;
+  int finished = 0;
+  auto cb = [&](const RequestOutput& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+    if (o.finished()) {
+      ++finished;
+      cv.notify_all();
+    }
+  };
+  auto long_id = engine.submit(long_req, cb);
+  ASSERT_TRUE(long_id.ok());
+  std::vector<uint64_t> short_ids;
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    auto id = engine.submit(short_req, cb);
+    ASSERT_TRUE(id.ok());
+    short_ids.push_back(*id);
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return finished == 4; }));
+  EXPECT_EQ(got[*long_id], long_alone);
+  for (uint64_t id : short_ids) EXPECT_EQ(got[id], short_alone);
 }
 
 // Device selection errors are values with a clear message, never a crash: an unknown

@@ -190,9 +190,9 @@ TEST(SchedulerFairPrefill, DecodeRowsRunWhileAnOlderLongPrefillIsInProgress) {
   Sequence* chat = h.add(6, 20, 1.0);
   auto p1 = h.step();
   ASSERT_NE(find_in(p1, chat), nullptr);
-  EXPECT_EQ(find_in(p1, chat)->n_tokens, 6);  // all of it beside the long one
+  EXPECT_EQ(find_in(p1, chat)->n_tokens, 6);  // all of it, in a step of its own
   EXPECT_TRUE(find_in(p1, chat)->sample);
-  EXPECT_EQ(find_in(p1, lng)->n_tokens, 16);  // the long one cut to its chunk
+  EXPECT_EQ(find_in(p1, lng), nullptr);  // the long one gives up this step
   for (int i = 0; i < 10; ++i) {
     ASSERT_GT(lng->n_uncomputed(), 1);  // still prefilling
     auto p = h.step();
@@ -247,7 +247,7 @@ TEST(SchedulerFairPrefill, FcfsWhenOnePartialPrefill) {
   EXPECT_EQ(q.scheduled[1].n_tokens, 4);
 }
 
-TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep) {
+TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAStepWithoutIt) {
   // The automatic chunk without a cost model: a quarter of the budget (above the floor).
   SchedulerConfig c = fair_config(256, 4, 0);
   c.min_long_prefill_chunk = 16;
@@ -258,11 +258,12 @@ TEST(SchedulerFairPrefill, ShortPromptDuringALongPrefillGetsAllItsTokensNextStep
   EXPECT_EQ(p1.scheduled[0].n_tokens, 64);  // alone: its chunk (what a newcomer waits for)
   Sequence* chat = h.add(40, 3, 1.0);
   auto p2 = h.step();
-  ASSERT_EQ(p2.scheduled.size(), 2u);
-  EXPECT_EQ(find_in(p2, lng)->n_tokens, 64);   // cut to its chunk
+  ASSERT_EQ(p2.scheduled.size(), 1u);
+  EXPECT_EQ(find_in(p2, lng), nullptr);        // the long one gives up the step
   EXPECT_EQ(find_in(p2, chat)->n_tokens, 40);  // all its tokens: first token after one step
   EXPECT_TRUE(find_in(p2, chat)->sample);
-  auto p3 = h.step();  // the chat decodes; the long one alone again, beside the decode row
+  EXPECT_EQ(p2.n_tokens, 40);
+  auto p3 = h.step();  // the chat decodes; the long one its chunk again, beside the decode row
   EXPECT_EQ(find_in(p3, chat)->n_tokens, 1);
   EXPECT_EQ(find_in(p3, lng)->n_tokens, 64);
 }
@@ -339,11 +340,14 @@ TEST(SchedulerFairPrefill, LongPrefillTakesTheAutomaticChunkAloneOrBesideOthers)
   EXPECT_EQ(p1.n_tokens, 402);
   Sequence* chat = add(20, 2.0);
   StepPlan p2 = step(0.3);
-  ASSERT_EQ(p2.scheduled.size(), 3u);
-  EXPECT_EQ(find_in(p2, lng)->n_tokens, 401);
+  ASSERT_EQ(p2.scheduled.size(), 2u);
+  EXPECT_EQ(find_in(p2, lng), nullptr);        // gives up the step to the short prompt
   EXPECT_EQ(find_in(p2, chat)->n_tokens, 20);  // all of it: its first token after one step
   EXPECT_TRUE(find_in(p2, chat)->sample);
-  EXPECT_EQ(p2.n_tokens, 422);
+  EXPECT_EQ(p2.n_tokens, 21);
+  StepPlan p3 = step(0.4);  // then its chunk again, beside both decode rows
+  EXPECT_EQ(find_in(p3, lng)->n_tokens, 401);
+  EXPECT_EQ(p3.n_tokens, 403);
 }
 
 TEST(SchedulerFairPrefill, PartialPrefillsAreLimitedButShortOnesStillJoin) {
@@ -351,14 +355,26 @@ TEST(SchedulerFairPrefill, PartialPrefillsAreLimitedButShortOnesStillJoin) {
   Sequence* a = h.add(500, 1, 0.0);
   Sequence* b = h.add(500, 1, 1.0);
   Sequence* c = h.add(500, 1, 2.0);  // a third unfinished prefill: waits
-  Sequence* d = h.add(5, 1, 3.0);    // finishes in the step: not limited
+  Sequence* d = h.add(5, 1, 3.0);    // short: a step of its own first
+  auto p0 = h.step();
+  ASSERT_EQ(p0.scheduled.size(), 1u);
+  EXPECT_EQ(find_in(p0, d)->n_tokens, 5);
   auto p = h.step();
   EXPECT_EQ(find_in(p, a)->n_tokens, 8);
   EXPECT_EQ(find_in(p, b)->n_tokens, 8);
   EXPECT_EQ(find_in(p, c), nullptr);
-  EXPECT_EQ(find_in(p, d)->n_tokens, 5);
   EXPECT_EQ(c->state, SeqState::waiting);
-  EXPECT_EQ(p.n_tokens, 21);
+  EXPECT_EQ(p.n_tokens, 16);
+  // A short one that finishes in its step is not limited by the two partial prefills: with
+  // the long ones in the step (they gave up the last one), it joins them.
+  Sequence* e = h.add(6, 1, 4.0);
+  h.step();  // e alone (the long ones give up a step again)
+  Sequence* f = h.add(5, 1, 5.0);
+  (void)e;
+  auto q = h.step();  // f arrives right after: the long ones do not give up two in a row
+  EXPECT_EQ(find_in(q, a)->n_tokens, 8);
+  EXPECT_EQ(find_in(q, b)->n_tokens, 8);
+  EXPECT_EQ(find_in(q, f)->n_tokens, 5);
 }
 
 TEST(SchedulerFairPrefill, AStreamOfShortPromptsDoesNotStarveTheOldestPrefill) {
@@ -370,6 +386,7 @@ TEST(SchedulerFairPrefill, AStreamOfShortPromptsDoesNotStarveTheOldestPrefill) {
     h.add(8, 1, 1.5 + i);
     h.add(8, 1, 1.7 + i);
     h.add(8, 1, 1.8 + i);
+    h.step();  // short prompts waiting: the long one may give up a step, not two in a row
     h.step();
     EXPECT_GE(lng->n_computed - before, 8);
   }

@@ -8,6 +8,7 @@
 //     queue them on its stream, and sync() waits.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -132,6 +133,12 @@ class Backend {
     (void)logits, (void)rows, (void)out;
     return false;
   }
+  // A step that may be given up part-way: while `*flag` (set by another thread) is true, the
+  // backend may skip what is left of the ops it runs (their outputs are then meaningless and
+  // the model reports the step as not run). Only a backend that runs ops as they are called
+  // can (the CPU); one that queues them on a device says interruptible() false. Null: none.
+  virtual bool interruptible() const { return false; }
+  virtual void set_interrupt(const std::atomic<bool>* flag) { (void)flag; }
   // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
   virtual int64_t free_memory_bytes() const { return -1; }
   virtual int64_t total_memory_bytes() const { return -1; }

@@ -22,6 +22,7 @@ const std::set<std::string> kEngineFlags = {"model",
                                             "max-batch-tokens",
                                             "max-partial-prefills",
                                             "long-prefill-tokens",
+                                            "interrupt-prefill",
                                             "max-seqs",
                                             "chat-template",
                                             "kv-dtype",
@@ -84,6 +85,10 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   TRY_ASSIGN(c.max_partial_prefills, a.get_int("max-partial-prefills", c.max_partial_prefills));
   TRY_ASSIGN(c.long_prefill_tokens, a.get_int("long-prefill-tokens", c.long_prefill_tokens));
   TRY_ASSIGN(c.max_seqs, a.get_int("max-seqs", c.max_seqs));
+  const std::string interrupt = a.get("interrupt-prefill", "on");
+  if (interrupt != "on" && interrupt != "off")
+    return make_error("--interrupt-prefill must be on or off, got '", interrupt, "'");
+  c.interrupt_prefill = interrupt == "on";
   c.n_threads = (int)threads;
   c.chat_template = a.get("chat-template");
   c.device = a.get("device", "cpu");

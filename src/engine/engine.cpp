@@ -551,8 +551,22 @@ std::vector<RequestOutput> EngineCore::step() {
   const int64_t vocab = model_config().vocab_size;
   const double t0 = now_seconds();
   const int64_t replayed_before = backend_->replayed_steps();
+  // A step that samples nothing only advances prefills: it may be given up for a newcomer
+  // (interrupt_step), and then nothing of it is committed (its blocks stay with their
+  // sequences for the step that runs the rows again).
+  const bool may_interrupt = config_.interrupt_prefill && backend_->interruptible() &&
+                             n_logit_rows == 0 && !last_step_interrupted_;
   // Every row to the host when none is drawn on the device; otherwise the logits stay there.
-  model_->forward(step_input_, *kv_, any_device ? nullptr : logits_.data());
+  const bool ran = model_->forward(step_input_, *kv_, any_device ? nullptr : logits_.data(),
+                                   may_interrupt ? &interrupt_ : nullptr);
+  last_step_interrupted_ = !ran;
+  if (!ran) {
+    stats_.interrupted_steps++;
+    stats_.interrupted_seconds += now_seconds() - t0;
+    // Not a trace row: the step did not happen (the gap before the next row's `t` holds it).
+    if (config_.check_invariants) scheduler_->check_invariants();
+    return outputs;
+  }
   if (any_device)
     row_sampling_.draw(*backend_, model_->last_logits(n_logit_rows), sample_rows_, logits_.data(),
                        vocab);
@@ -681,6 +695,7 @@ Result<uint64_t> Engine::submit(GenerateRequest req, Callback cb) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   callbacks_.emplace(id, std::move(cb));
+  if ((int64_t)req.prompt.size() <= core_->long_prefill_chunk()) core_->interrupt_step();
   inbox_.emplace_back(id, std::move(req));
   cv_.notify_all();
   return id;
@@ -702,6 +717,8 @@ Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callba
   TRY(core_->validate(req));
   auto done = std::make_shared<std::promise<Result<int64_t>>>();
   std::future<Result<int64_t>> result = done->get_future();
+  // An agent's turn waits on the resume: a prefill step in flight is given up for it.
+  core_->interrupt_step();
   post([this, id, done, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
     Result<int64_t> r = core.continue_paused(id, std::move(req));
     if (r.ok()) {
@@ -731,6 +748,8 @@ void Engine::loop() {
                core_->has_work();
       });
       if (stop_) return;
+      // What interrupted a step is queued below: the next step may be interrupted again.
+      core_->clear_interrupt();
       inbox.swap(inbox_);
       aborts.swap(aborts_);
       posted.swap(posted_);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -63,6 +64,11 @@ struct EngineConfig {
   // (1 = FCFS), and the long-prefill chunk (0 = automatic).
   int64_t max_partial_prefills = 4;
   int64_t long_prefill_tokens = 0;
+  // On a backend that runs ops as they are called (the CPU), a step that only advances
+  // prefills (no row sampled) is given up part-way when a short request arrives, so the
+  // newcomer's first token waits for a fraction of a step instead of a whole one
+  // (--interrupt-prefill on|off; EngineCore::interrupt_step).
+  bool interrupt_prefill = true;
 
   // Interception (docs/DESIGN.md).
   std::string policy = "minwaste";        // discard|improved-discard|preserve|swap|ttl|minwaste
@@ -157,6 +163,8 @@ struct EngineStats {
   int64_t recomputed_tokens = 0;
   double forward_seconds = 0.0;
   double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
+  int64_t interrupted_steps = 0;      // prefill steps given up for a newcomer (not in `steps`)
+  double interrupted_seconds = 0.0;   // forward time they had run (lost work)
   int64_t replayed_steps = 0;         // steps the backend ran from a recording (CUDA graphs)
   // Sampled rows whose logits went to the host (penalties, logprobs, or a backend that does
   // not draw them); the rest were drawn where the logits are.
@@ -195,6 +203,14 @@ class EngineCore {
   Status set_interception_hint(uint64_t id, double seconds);
   // Runs one step. Returns the outputs of the requests that sampled or finished.
   std::vector<RequestOutput> step();
+  // From any thread: a short request is on its way (Engine::submit, a resume). A step in
+  // flight that only advances prefills is given up (config().interrupt_prefill, an
+  // interruptible backend) unless the step before it was too, so a stream of newcomers
+  // cannot starve a long prompt; the caller clears the flag once the newcomer is queued.
+  void interrupt_step() { interrupt_.store(true, std::memory_order_relaxed); }
+  void clear_interrupt() { interrupt_.store(false, std::memory_order_relaxed); }
+  // Prompts of at most this many tokens are short (the scheduler's long-prefill chunk).
+  int64_t long_prefill_chunk() const { return scheduler_->long_prefill_chunk(); }
   bool has_work() const { return scheduler_->has_work(); }
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -239,6 +255,8 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StepTraceWriter> step_trace_;  // null unless config_.step_trace_path is set
   double t0_ = 0.0;
+  std::atomic<bool> interrupt_{false};  // interrupt_step()
+  bool last_step_interrupted_ = false;
   void execute_swaps(const StepPlan& plan, int64_t batch_tokens);
   bool check_interception(Active& a, RequestOutput& out);
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;

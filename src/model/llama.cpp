@@ -74,7 +74,8 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelSource& src, B
   return m;
 }
 
-void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
+bool LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits,
+                         const std::atomic<bool>* interrupt) {
   const ModelConfig& c = config_;
   const int64_t n = (int64_t)in.tokens.size();
   CHECK(n > 0 && n <= max_rows_);
@@ -96,19 +97,32 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
   const bool replayable = n == in.n_seqs();
   const int64_t nl = (int64_t)in.logit_rows.size();
   Tensor li = logits_in_.slice_rows(0, nl), lo = logits_.slice_rows(0, nl);
+  CHECK(interrupt == nullptr || b.interruptible());
+  auto interrupted = [&] {
+    return interrupt != nullptr && interrupt->load(std::memory_order_relaxed);
+  };
+  // The backend's flag is cleared on every way out.
+  struct InterruptScope {
+    Backend& b;
+    ~InterruptScope() { b.set_interrupt(nullptr); }
+  } scope{b};
+  b.set_interrupt(interrupt);
   for (int pass = 0;; ++pass) {
     CHECK_MSG(pass < 2, "a backend asked for a third pass over one step");
     b.begin_step(replayable);
     b.embed(weights_.tok_embd, in.tokens, x);
     for (int64_t l = 0; l < c.n_layers; ++l) {
+      if (interrupted()) return false;
       const LayerWeights& w = weights_.layers[(size_t)l];
       const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
       b.prefetch_hint(w.wo);
       b.self_attention_project(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l,
                                in.slots, batch, c.n_heads, scale, attn, w.wo, x, o);
+      if (interrupted()) return false;
       b.norm_gated_ffn(x, w.ffn_norm, c.rms_eps, h, w.w_gate, w.w_up, gate, up);
       b.project_add(gate, w.w_down, x, o);
     }
+    if (interrupted()) return false;
     if (nl > 0) {
       b.rmsnorm(x, weights_.output_norm, c.rms_eps, h);
       b.gather_rows(h, in.logit_rows, li);
@@ -116,8 +130,8 @@ void LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits) {
     }
     if (b.end_step()) break;
   }
-  if (nl == 0) return;
-  if (logits != nullptr) b.to_host_f32(lo, logits);
+  if (nl > 0 && logits != nullptr) b.to_host_f32(lo, logits);
+  return true;
 }
 
 }  // namespace infercept

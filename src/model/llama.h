@@ -3,6 +3,7 @@
 // prefill chunks and decode tokens from many sequences, flattened into rows.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,7 +42,12 @@ class LlamaModel {
 
   // Runs one step and writes logits [in.logit_rows.size(), vocab] to `logits`; with
   // `logits` null they stay on the backend (last_logits()), e.g. for device-side sampling.
-  void forward(const StepInput& in, KvStorage& kv, float* logits);
+  // With `interrupt` (an interruptible backend only), the step is given up between layers,
+  // and the backend skips work within one, once `*interrupt` is true: the return is then
+  // false and the rows' KV and logits are not to be used (the KV slots are written again
+  // when the rows run).
+  bool forward(const StepInput& in, KvStorage& kv, float* logits,
+               const std::atomic<bool>* interrupt = nullptr);
   // The logits of the last step, [rows, vocab] f32, on the backend.
   Tensor last_logits(int64_t rows) const { return logits_.slice_rows(0, rows); }
 

@@ -171,6 +171,7 @@ class Scheduler {
   std::vector<Sequence*> paused_;    // intercepted, tool not yet answered; arrival order
   std::vector<Sequence*> resuming_;  // answered, KV partly on the host; arrival order
   int64_t long_chunk_ = 1;
+  bool long_prefills_yielded_ = false;  // the last fair plan left its long prefills out
   int64_t last_step_tokens_ = 1;
   double last_now_ = -1.0;
 };

@@ -350,6 +350,12 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "engine_steps_total", "", (double)st.steps);
   header(o, p + "engine_forward_seconds_total", "counter", "Time in the model's forward pass.");
   sample(o, p + "engine_forward_seconds_total", "", st.forward_seconds);
+  header(o, p + "engine_interrupted_steps_total", "counter",
+         "Prefill-only steps given up part-way for a short newcomer (CPU; not in steps_total).");
+  sample(o, p + "engine_interrupted_steps_total", "", (double)st.interrupted_steps);
+  header(o, p + "engine_interrupted_seconds_total", "counter",
+         "Forward time those steps had run before they were given up (lost work).");
+  sample(o, p + "engine_interrupted_seconds_total", "", st.interrupted_seconds);
   header(o, p + "engine_replayed_steps_total", "counter",
          "Steps run from a recorded CUDA graph (decode steps whose shape repeated).");
   sample(o, p + "engine_replayed_steps_total", "", (double)st.replayed_steps);

@@ -4,6 +4,7 @@
 // so the f16 -> f32 conversion and the block-table walk are paid once per item, not per query.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -29,8 +30,11 @@ struct PagedKvView {
 //     (as in llama.cpp), and P*V costs ~1.5-1.8x.
 enum class AttentionOrder { fast, llama_cpp };
 
+// `stop`: once it reads true, the work items not yet started are skipped (their rows of
+// `out` are left as they were); the caller then discards the step (Backend::set_interrupt).
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
                          const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
-                         AttentionOrder order = AttentionOrder::fast);
+                         AttentionOrder order = AttentionOrder::fast,
+                         const std::atomic<bool>* stop = nullptr);
 
 }  // namespace infercept

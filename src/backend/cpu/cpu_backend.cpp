@@ -125,6 +125,8 @@ class CpuBackend final : public Backend {
   // host sampler's argmax: NaN is never chosen, the lowest id wins a tie, and a row whose
   // maximum is -inf (all masked or NaN) gives 0.
   bool greedy_on_device() const override { return true; }
+  bool interruptible() const override { return true; }
+  void set_interrupt(const std::atomic<bool>* flag) override { interrupt_ = flag; }
   bool argmax_rows(const Tensor& logits, int32_t* out) override {
     CHECK(logits.dtype == DType::f32);
     pool_.parallel_for(
@@ -321,7 +323,7 @@ class CpuBackend final : public Backend {
                  const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out) override {
     const auto& kv = static_cast<const CpuKvStorage&>(kv_base);
     PagedKvView view{kv.k(layer), kv.v(layer), kv.geometry()};
-    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out, attention_order_);
+    paged_attention_cpu(pool_, q, view, batch, n_heads, scale, out, attention_order_, interrupt_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -625,6 +627,7 @@ class CpuBackend final : public Backend {
   bool pack_weights_ = true;
   Q4_1Order q4_1_order_ = Q4_1Order::fast;
   AttentionOrder attention_order_ = AttentionOrder::fast;
+  const std::atomic<bool>* interrupt_ = nullptr;  // set_interrupt: the step may be given up
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> buffers_;
   std::vector<std::unique_ptr<uint8_t[], AlignedDelete>> packed_;  // Weight::packed copies
   std::vector<uint8_t> act_scratch_;
