@@ -9,7 +9,7 @@ a=$1 b=$2 rounds=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
 out=$(mktemp)
 # The host CPU: the shared machine has been an Intel Xeon and an AMD EPYC on different days
-# (docs/PERF.md 1.3), and batch 1 differs most between them.
+# (docs/PERF.md, "CPU: decode and prefill against llama.cpp"), and batch 1 differs most between them.
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2- | xargs), model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2- | xargs))"
 for r in $(seq 1 "$rounds"); do
   for batch in 32 1; do

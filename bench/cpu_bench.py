@@ -135,7 +135,7 @@ def fmt(res, key):
 def cpu_model():
     """The host CPU as /proc/cpuinfo names it, with its family and model numbers: the shared
     development machine has been an Intel Xeon and an AMD EPYC on different days, and the
-    figures (batch 1 above all) differ between them (docs/PERF.md 1.3)."""
+    figures (batch 1 above all) differ between them (docs/PERF.md, "CPU: decode and prefill against llama.cpp")."""
     fields = {}
     try:
         with open("/proc/cpuinfo") as f:

@@ -80,7 +80,7 @@ for stage in "$@"; do
       echo "$PROMPTS" >models/prompts.json
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
-      # Timings beside ours (PERF 4.2/4.3) for the benchmark shapes; none for the tiny one.
+      # Timings beside ours (docs/PERF.md, "H200: prefill against the FLOP floor and HF transformers") for the benchmark shapes; none for the tiny one.
       timing="--prefill-len 4096 --decode-batches 1,32,128"; [ "$shape" = tiny ] && timing="--no-timing"
       timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
         --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
@@ -127,7 +127,7 @@ for stage in "$@"; do
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncud-*)  # ncud-SHAPE: Nsight Compute's sections and L2/DRAM counters for two launches of the decode
-      # attention kernel at batch NCU_BATCH (32), context 1,024 (PERF 4.5t: where its KV reads go).
+      # attention kernel at batch NCU_BATCH (32), context 1,024 (where its KV reads go; docs/DESIGN.md, "The CUDA backend").
       model_of "$stage"
       log "ncu detail: $shape decode attention at batch ${NCU_BATCH:-32}"
       m=dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
@@ -141,7 +141,7 @@ for stage in "$@"; do
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncug-*)  # ncug-SHAPE: DRAM bytes and L2 sectors of NCU_COUNT (24) kernels of batch-1 decode steps
       # (context 1,024) matching NCU_KERNELS (the products and attend_project): does L2 serve
-      # a kernel's bytes once (PERF 4.5u)?
+      # a kernel's bytes once (docs/DESIGN.md, "The CUDA backend")?
       model_of "$stage"
       log "ncu counters: $shape decode batch 1"
       timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_hit_rate.pct \
@@ -152,7 +152,7 @@ for stage in "$@"; do
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
       # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one
-      # timed, so each kernel appears four times); where a prefill's time goes (PERF 4.3).
+      # timed, so each kernel appears four times); where a prefill's time goes (docs/PERF.md, "H200: prefill ...").
       model_of "$stage"
       log "ncu kernel times: $shape prefill of ${NCUP_TOKENS:-4096} tokens"
       timeout 400 ncu --clock-control none --cache-control ${NCU_CACHE:-none} --metrics gpu__time_duration.sum --csv \

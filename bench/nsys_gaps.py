@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kernel durations and the gaps between them, from an Nsight Systems GPU trace (issue 4).
 
-`ncu` times each kernel alone with its own ramp-up and drain (docs/PERF.md 4.5c), so its
+`ncu` times each kernel alone with its own ramp-up and drain (docs/DESIGN.md, "The CUDA backend"), so its
 sum overstates a replayed CUDA graph and cannot show the time *between* kernels, which is
 what a persistent kernel or programmatic launch would win back at batch 1. This reads
 `nsys stats --report cuda_gpu_trace --format csv` (kernels inside graphs traced with

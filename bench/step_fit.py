@@ -351,7 +351,7 @@ def first_sights(args, profile, base):
     """Steps with chunks timed on their own (the step before sampled, so the engine's clock
     holds just this step) over the profile's price, by whether the step's query-token count
     occurred before in the trace: a new count meant new GEMM shapes for the engine (cuBLASLt's
-    heuristic, a kernel's lazy load; docs/PERF.md 4.5j)."""
+    heuristic, a kernel's lazy load; docs/DESIGN.md, "The CUDA backend")."""
     rows, theta = profile_terms(profile)
     b = float(profile.get("sequence_seconds", 0.0))
     r = float(profile.get("sample_seconds_per_row", 0.0))

@@ -81,13 +81,13 @@ TEST(CostModel, SaturationDerivedOrGiven) {
   // A later dip under the limit is noise, not a second flat region.
   m.t_fwd_samples = {{1, 0.01}, {256, 0.011}, {512, 0.02}, {1024, 0.0115}};
   EXPECT_EQ(m.derive_saturation(0.2), 256);
-  // llama2-7b on the H200 (PERF.md 4.4, graphs and GEMV): a fast one-token step does not hide
+  // llama2-7b on the H200 (2026-12-01, graphs and GEMV): a fast one-token step does not hide
   // the flat stretch up to 128; 128 -> 256 grows 22%.
   m.t_fwd_samples = {{1, 5.69e-3},  {2, 6.13e-3},  {4, 6.59e-3},   {8, 6.79e-3},   {16, 6.90e-3},
                      {32, 7.21e-3}, {64, 6.94e-3}, {128, 7.39e-3}, {256, 9.04e-3}, {512, 14.17e-3}};
   EXPECT_EQ(m.derive_saturation(0.2), 128);
-  // The same after the fused one-row kernels (PERF.md 4.5c): x = 1 alone is fast (+25% to
-  // x = 2), the stretch 2..128 is flat: S = 128, not 1.
+  // The same after the fused one-row kernels (docs/DESIGN.md, "The CUDA backend"): x = 1 alone
+  // is fast (+25% to x = 2), the stretch 2..128 is flat: S = 128, not 1.
   m.t_fwd_samples = {{1, 4.17e-3},  {2, 5.21e-3},  {4, 5.68e-3},   {8, 5.72e-3},   {16, 5.86e-3},
                      {32, 6.16e-3}, {64, 5.88e-3}, {128, 6.37e-3}, {256, 8.21e-3}, {512, 13.39e-3}};
   EXPECT_EQ(m.derive_saturation(0.2), 128);

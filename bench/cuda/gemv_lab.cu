@@ -1,4 +1,5 @@
-// gemv_lab.cu: where a batch-1 product loses against the read rate (docs/PERF.md 4.5k).
+// gemv_lab.cu: where a batch-1 product loses against the read rate (docs/DESIGN.md, "The CUDA
+// backend").
 //
 // At batch 1 each of a decoder layer's products reads its weight once (32-180 MB on a 7B
 // shape), and the engine's GEMV reaches 2.4-3.7 TB/s of the 4.6 a long read-only kernel gets.
@@ -23,8 +24,8 @@
 //   tiled       the weight stored so the GEMV's warps sweep memory as a read does (see
 //               tile_kernel), with and without the math
 //   engine N / mma N   (--rows, N input rows, all the same row) the engine's GEMV and its
-//               tensor-core form (gemv_mma.cu, docs/PERF.md 4.5r) at N rows: how far a few-row
-//               product is from the read.
+//               tensor-core form (gemv_mma.cu; docs/DESIGN.md, "The CUDA backend") at N rows:
+//               how far a few-row product is from the read.
 // Every product is checked against an fp32 reference (relative error, no NaN).
 //
 // Build: with everything else when CUDA is on (target gemv_lab); run on the device:

@@ -1,5 +1,5 @@
 // kv_lab.cu: how fast the decode attention's KV reads can go, by cache layout and grid order
-// (docs/PERF.md 4.5t).
+// (docs/DESIGN.md, "The CUDA backend": the decode kernel's shared-memory layout).
 //
 // At a decode batch of 32-128 the attention reads more than the weights (a 7B step at
 // context 1,024: 17 GB of KV at batch 32 against 13 GB of weights), and the engine's decode
