@@ -7,9 +7,13 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE abl-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
-#     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it
-#                      (e.g. set:INFERCEPT_CUDA_GRAPHS=0, set:INFERCEPT_GEMV_MAX_ROWS=0)
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it:
+#                      this script's knobs (e.g. set:FWD_ARGS="--cuda-graphs off",
+#                      set:NCU_BATCH=32) and the engine's few variables (INFERCEPT_LOG,
+#                      INFERCEPT_MINWASTE_DISCARD). The CUDA backend reads no environment: its
+#                      choices are CudaBackendOptions (backend/cuda/cuda_backend.h); an A/B of
+#                      another build goes through bin:DIR
 #     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
 #     keep: fwd-SHAPE keeps big checkpoints for later stages
 # (run `pack` last, outside any timeout, so that what finished comes back)
@@ -42,8 +46,8 @@ model_of() {
 # The peer's llama.cpp sources (bench/peer_src_pack.sh) unpacked once into scratch/peer-cuda/src.
 peer_src() { [ -f scratch/peer-cuda/src/CMakeLists.txt ] ||
   { mkdir -p scratch/peer-cuda/src && tar xzf .carry/peer/llama-src.tar.gz -C scratch/peer-cuda/src; }; }
-# Result-file tag: the set: stages in force, or the swap copy mode as before.
-tag() { local t=${TAGS:-${INFERCEPT_SWAP_COPY:-default}}; echo "${t//[^A-Za-z0-9_,.-]/_}"; }
+# Result-file tag: the set: stages in force.
+tag() { local t=${TAGS:-default}; echo "${t//[^A-Za-z0-9_,.-]/_}"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 PROMPTS='[[1,504,3575,282,4649,314],[1,1489,28264,24,94,725],[1,5723,2056,253,655,28,281,253,1165,5945,28],[1,378,1751,3625,282],[1,20012,28,216,34,28,216,35,28,216,37],[1,2868,7160,5134,253]]'
 for stage in "$@"; do
@@ -80,7 +84,8 @@ for stage in "$@"; do
       echo "$PROMPTS" >models/prompts.json
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
-      # Timings beside ours (docs/PERF.md, "H200: prefill against the FLOP floor and HF transformers") for the benchmark shapes; none for the tiny one.
+      # Timings beside ours (docs/PERF.md, "H200: prefill against the FLOP floor and HF
+      # transformers") for the benchmark shapes; none for the tiny one.
       timing="--prefill-len 4096 --decode-batches 1,32,128"; [ "$shape" = tiny ] && timing="--no-timing"
       timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
         --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
@@ -98,16 +103,6 @@ for stage in "$@"; do
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
-    abl-*)  # abl-SHAPE: logits of one checkpoint with the switch AB (e.g. INFERCEPT_GEMV_BULK) =0 and =1
-      shape=${stage#abl-}; dir=models/$shape
-      [ -n "${AB:-}" ] || { echo "abl-$shape: set AB to the switch to compare"; continue; }
-      model_of "$stage"
-      echo "$PROMPTS" >models/prompts.json
-      log "logits with $AB=0 and =1: $shape"
-      for v in 0 1; do env "$AB=$v" $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --one-token-steps \
-        --out models/ab$v-$shape.npy 2>&1 | tail -1; done
-      python3 bench/compare_logits.py models/ab0-$shape.npy models/ab1-$shape.npy --label "$shape $AB=1 vs 0" 2>&1 |
-        tee "$OUT/abl-$shape.txt" | tail -8 ;;
     ncu-*)  # ncu-SHAPE: every kernel of decode steps at batch 1, context 1,024, timed by Nsight
       # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
       # The context is filled in one 1,024-row step first: NCU_SKIP skips its matching kernels
@@ -127,7 +122,8 @@ for stage in "$@"; do
       python3 bench/ncu_summary.py "$OUT/ncu-$shape-$(tag).csv" 2>&1 | tee -a "$OUT/summary.txt" | tail -30
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncud-*)  # ncud-SHAPE: Nsight Compute's sections and L2/DRAM counters for two launches of the decode
-      # attention kernel at batch NCU_BATCH (32), context 1,024 (where its KV reads go; docs/DESIGN.md, "The CUDA backend").
+      # attention kernel at batch NCU_BATCH (32), context 1,024 (where its KV reads go;
+      # docs/DESIGN.md, "The CUDA backend").
       model_of "$stage"
       log "ncu detail: $shape decode attention at batch ${NCU_BATCH:-32}"
       m=dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
@@ -152,7 +148,8 @@ for stage in "$@"; do
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     ncup-*)  # ncup-SHAPE: every kernel of a prefill of NCUP_TOKENS (4,096) tokens, timed by Nsight
       # Compute one at a time (bench-forward --prefill-only: three warm-up prefills and one
-      # timed, so each kernel appears four times); where a prefill's time goes (docs/PERF.md, "H200: prefill ...").
+      # timed, so each kernel appears four times); where a prefill's time goes (docs/PERF.md,
+      # "H200: prefill against the FLOP floor and HF transformers").
       model_of "$stage"
       log "ncu kernel times: $shape prefill of ${NCUP_TOKENS:-4096} tokens"
       timeout 400 ncu --clock-control none --cache-control ${NCU_CACHE:-none} --metrics gpu__time_duration.sum --csv \
@@ -258,8 +255,6 @@ for stage in "$@"; do
       TAGS="${TAGS:-}${TAGS:+,}${kv//,/+}"; log "from here on: $kv" ;;
     unset:*) name=${stage#unset:}; unset "$name"; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^$name=" | paste -sd, -); log "unset $name" ;;
     keep) KEEP=1 ;;
-    batchcopy) export INFERCEPT_SWAP_COPY=batch; log "swaps through cudaMemcpyBatchAsync from here on" ;;
-    kernelcopy) export INFERCEPT_SWAP_COPY=kernel; log "swaps through the copy kernel from here on" ;;
     hostprep) log "host time per step at 256 running requests (tiny model, CUDA)"
       $BIN/infercept bench-decode --device cuda --model models/tiny --batch 256 --prompt-tokens 64 --decode-tokens 32 \
         --max-seqs 256 --max-batch-tokens 4096 --kv-cache-tokens 32768 2>&1 | tail -1 | tee -a "$OUT/summary.txt" ;;
