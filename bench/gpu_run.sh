@@ -195,7 +195,7 @@ for stage in "$@"; do
       # which has no such field, with the calls made up by the client (--call-style synthetic:
       # the request ends, and its slot's prompt cache serves the next turn). Same tokens either
       # way. PEER_SERVER and PEER_DEVICE=cpu run it without a GPU. PEER_EXTRA: more llama-server
-      # flags (e.g. "--no-cache-idle-slots": docs/BENCHMARKS.md, "Peer on the H200").
+      # flags (e.g. "--cache-ram 0": docs/BENCHMARKS.md, "Peer: llama.cpp's server on the H200").
       shape=${stage#peer-}; dir=models/$shape; P=scratch/peer-cuda
       SERVER=${PEER_SERVER:-$P/build/bin/llama-server}
       # A llama-server built on the development machine (scratch/peer-cuda, the same cmake

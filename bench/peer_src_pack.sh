@@ -3,7 +3,8 @@
 # bench/peer_llama_cpp.sh fetches into scratch/) that building `llama-server` for CUDA and
 # converting a make-model checkpoint to GGUF need, for a device call: the device cannot reach
 # PyPI, and a call carries at most 64 MiB. `bench/gpu_run.sh peerbuild` unpacks and builds it
-# there; `peer-SHAPE` converts and runs the comparison (docs/BENCHMARKS.md, "Peer on the H200").
+# there; `peer-SHAPE` converts and runs the comparison (docs/BENCHMARKS.md, "Peer: llama.cpp's
+# server on the H200").
 #
 #   bash bench/peer_src_pack.sh        # writes .carry/peer/llama-src.tar.gz (git-ignored)
 #

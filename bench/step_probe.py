@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Probe traces that isolate one kind of step, to check the simulator's step cost against the
-engine's (docs/BENCHMARKS.md, "Validation against the H200 runs, with the step terms").
+engine's (docs/BENCHMARKS.md, "The simulator against the engine").
 
 Each trace exercises one step type the cost model prices differently:
   resume   4 agents, 2,000-token prompts, 20 pauses of 50 ms each returning 50 tokens: mixed

@@ -155,13 +155,14 @@ TEST(StepCost, TensorParallelismScalesTheDeviceTermsOnly) {
 }
 
 // The built-in 7B profile against the decode steps it was measured from (docs/bench/step-context3:
-// bench-forward on the H200 with session 11's engine, greedy on the device, step ms at each
-// batch and context, every sequence of a step at the same context). Since session 13 the
-// built-in carries D(n) x 0.9744 and a(n) x 1.6068, the scales the step traces of the seed-11
-// paper runs gave them (docs/BENCHMARKS.md, "Runs s11": the batches of a real run hold
-// sequences of mixed contexts, whose attention reads the context less evenly), so undone, a
-// decode-only step of n sequences at context c is D(n) / 0.9744 + a(n) / 1.6068 * n * c within
-// 2.5% of every measured step (the per-batch fit's worst was 2.1%, at 64 sequences).
+// bench-forward on the H200 with the engine of 2026-12-03, greedy on the device, step ms at
+// each batch and context, every sequence of a step at the same context). The built-in
+// carries D(n) x 0.9744 and a(n) x 1.6068, the scales the step traces of the seed-11
+// paper runs gave them (docs/BENCHMARKS.md, "The simulator against the engine": the batches
+// of a real run hold sequences of mixed contexts, whose attention reads the context less
+// evenly), so undone, a decode-only step of n sequences at context c is D(n) / 0.9744 + a(n) /
+// 1.6068 * n * c within 2.5% of every measured step (the per-batch fit's worst was 2.1%, at 64
+// sequences).
 TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
   auto p = load_sim_profile("h200-llama2-7b");
   ASSERT_TRUE(p.ok());
