@@ -9,7 +9,8 @@ a change pay for it. This groups the decode-only steps of engine step traces (`b
 --step-trace`) by k, their place in a run of decode-only steps of one sequence count (k = 0:
 the count differs from the decode-only step before; only steps whose predecessor was
 decode-only too are timed exactly, as the engine's host clock times them) and prints each
-group's mean time over the profile's D(n) + a(n) x context (docs/BENCHMARKS.md, build 9).
+group's mean time over the profile's D(n) + a(n) x context (docs/DESIGN.md, "The CUDA backend":
+CUDA graphs).
 
     python3 bench/batch_change_cost.py PROFILE.json TRACE.csv[.gz]...
 """
