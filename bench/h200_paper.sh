@@ -14,10 +14,8 @@
 #             b  mixed, the rest: discard at 3; improved-discard, preserve, swap, ttl at 2 and 6;
 #                minwaste at 5 with the oracle and elapsed estimators           (11 points)
 #             c  QA-only and chat-only at 6 req/s: discard, minwaste, preserve  (6 points)
-#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR[:VARIANT]]   e.g. mixed:minwaste:5:oracle (learned
-#                if left out); VARIANT "all" runs minwaste with INFERCEPT_MINWASTE_DISCARD=all (the
-#                paper's rule: discard every pause cheaper to discard), "deficit" with =deficit
-#                (discard only what the request next in line lacks: the default since run "g")
+#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR]   e.g. mixed:minwaste:5:oracle (learned if left
+#                out)
 #   device call:  bash bench/h200_paper.sh a     with carry [".carry/bin"] (a CUDA build of
 #                 infercept, cmake -B build-cuda -DINFERCEPT_NATIVE=OFF, copied there)
 #
@@ -128,13 +126,8 @@ for p in $POINTS; do
   est=${est:-learned}
   n=$((n + 1))
   name="$wl-$pol-$est-r$rate${var:+-$var}"
-  envs=()
-  case ${var:-} in
-    "") ;;
-    deficit|all) envs=(INFERCEPT_MINWASTE_DISCARD=$var) ;;
-    *) log "point $n $name: unknown variant '$var'"; continue ;;
-  esac
-  cmd=(env "${envs[@]}" "$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
+  [ -n "${var:-}" ] && { log "point $n $name: unknown variant '$var'"; continue; }
+  cmd=("$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
        --workload "$wl" --policy "$pol" --estimator "$est" --rate "$rate" "${SHARED[@]}"
        --json "$RES/$name.json")
   [ "$STEP_TRACE" = 1 ] && cmd+=(--step-trace "$RES/$name.trace.csv")

@@ -203,10 +203,7 @@ def simulate(points, binary, profile_override, extra, jobs, tmp):
         cmd = [binary, "simulate", "--profile", prof,
                "--workload", e["workload"], "--policy", e["base_policy"], "--estimator", e["estimator"],
                "--rate", str(e["rate"])] + list(e["shared_args"]) + more + ["--json", out, "--quiet"]
-        env = dict(os.environ)
-        if e.get("variant") in ("deficit", "all"):
-            env["INFERCEPT_MINWASTE_DISCARD"] = e["variant"]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             sys.stderr.write(f"simulate failed for {e['label']}: {p.stderr.strip()}\n  {' '.join(cmd)}\n")
             return None

@@ -285,7 +285,7 @@ TEST(MinWaste, DiscardsOnlyWhatTheNextRequestLacks) {
   EXPECT_EQ(d[2].action, KvAction::discard);
   EXPECT_EQ(d[0].action, KvAction::discard);
   EXPECT_EQ(d[1].action, KvAction::preserve);
-  // The paper's rule (INFERCEPT_MINWASTE_DISCARD=all) discards all three whatever the deficit.
+  // The paper's rule (minwaste_discard_to_deficit off) discards all three whatever the deficit.
   PolicyOptions paper_rule;
   paper_rule.minwaste_discard_to_deficit = false;
   Fixture g(PolicyKind::minwaste, "elapsed", paper_rule);
@@ -449,18 +449,22 @@ TEST(Policy, RandomizedBudgetsAreNeverExceeded) {
   }
 }
 
-// The minwaste discard rule defaults to the deficit rule; the environment can pick either,
-// and anything else leaves the default.
-TEST(PolicyOptions, FromEnvPicksTheMinwasteDiscardRule) {
-  unsetenv("INFERCEPT_MINWASTE_DISCARD");
-  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
-  setenv("INFERCEPT_MINWASTE_DISCARD", "all", 1);
-  EXPECT_FALSE(PolicyOptions::from_env().minwaste_discard_to_deficit);
-  setenv("INFERCEPT_MINWASTE_DISCARD", "deficit", 1);
-  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
-  setenv("INFERCEPT_MINWASTE_DISCARD", "bogus", 1);
-  EXPECT_TRUE(PolicyOptions::from_env().minwaste_discard_to_deficit);
-  unsetenv("INFERCEPT_MINWASTE_DISCARD");
+// The minwaste discard rule defaults to the deficit rule; the policy says what it owns: the
+// synchronous whole-context swap is the `swap` policy's, swapping on preemption minwaste's.
+TEST(PolicyOptions, DefaultsAndWhatEachPolicyOwns) {
+  EXPECT_TRUE(PolicyOptions{}.minwaste_discard_to_deficit);
+  CostModel cost;
+  cost.t_fwd_samples = {{1, 0.01}, {512, 0.05}};
+  cost.kv_bytes_per_token = 1000;
+  cost.swap_bytes_per_second = 1e9;
+  auto est = make_duration_estimator("learned");
+  ASSERT_TRUE(est.ok());
+  for (PolicyKind k : {PolicyKind::discard, PolicyKind::improved_discard, PolicyKind::preserve,
+                       PolicyKind::swap, PolicyKind::ttl, PolicyKind::minwaste}) {
+    auto p = make_policy(k, cost, **est);
+    EXPECT_EQ(p->swaps_synchronously(), k == PolicyKind::swap) << policy_name(k);
+    EXPECT_EQ(p->preempts_by_swapping(), k == PolicyKind::minwaste) << policy_name(k);
+  }
 }
 
 }  // namespace

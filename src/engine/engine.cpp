@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/profiler.h"
+#include "engine/request.h"
 #include "engine/tool_call.h"
 #include "io/gguf.h"
 
@@ -26,30 +27,6 @@ const char* finish_reason_name(FinishReason r) {
   }
   return "?";
 }
-
-// Engine-side state of one request, next to the scheduler's Sequence.
-struct EngineCore::Active {
-  Sequence seq;
-  SamplingParams params;
-  Sampler sampler;
-  StreamingDetokenizer detok;
-  StopMatcher stops;
-  std::vector<ScriptedInterception> script;
-  size_t next_script = 0;
-  int64_t sampled_since_resume = 0;
-  int64_t n_sampled = 0;  // tokens the model generated (tool results excluded)
-  std::vector<std::string> intercept_strings;
-  std::vector<int32_t> intercept_token_ids;
-  bool detect_tool_calls = false;
-  bool pause_at_tool_turn_end = false;
-  std::unordered_map<std::string, double> tool_hints;
-  int32_t logprobs = -1;
-  std::string recent_text;  // generated text since the last interception (trigger search)
-  std::optional<std::string> json_tool_call;  // a Llama 3 JSON tool call just completed
-  int64_t max_computed = 0;  // high-water mark of n_computed: below it, prefill recomputes
-  Active(const SamplingParams& p, uint64_t seed, const Tokenizer& tok)
-      : params(p), sampler(p, seed), detok(tok), stops(p.stop) {}
-};
 
 namespace {
 double now_seconds() {
@@ -78,9 +55,14 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const ModelSource& src) {
 
 // `--device`: cpu, cuda or cuda:N.
 Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
-  if (config.device == "cpu") return make_cpu_backend(config.n_threads, config.cpu_numerics);
+  if (config.device == "cpu") {
+    CpuBackendOptions o;
+    o.n_threads = config.n_threads;
+    o.numerics = config.cpu_numerics.value_or(CpuNumerics::fast);
+    return make_cpu_backend(o);
+  }
   if (config.device.rfind("cuda", 0) == 0) {
-    CudaBackendOptions o;
+    CudaBackendOptions o = config.cuda;
     if (config.device.size() > 4) {
       if (config.device[4] != ':' || config.device.size() == 5 ||
           config.device.find_first_not_of("0123456789", 5) != std::string::npos)
@@ -94,6 +76,31 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
   return make_error("unknown --device '", config.device, "' (expected cpu, cuda or cuda:N)");
 }
 
+// The model as the step loop's executor: moves the plan's blocks between the tiers, runs the
+// forward pass on the backend and samples the step's rows (StepExecutor).
+class EngineCore::Executor : public StepExecutor {
+ public:
+  explicit Executor(EngineCore& e) : e_(e) {}
+  StepTiming execute(const StepPlan& plan, const StepShape& shape,
+                     std::vector<int32_t>& tokens) override;
+
+ private:
+  EngineCore& e_;
+};
+
+// The requests' side of the step (StepRequests): each sampled token through its Request
+// (text, stop strings, tool triggers) into the step's outputs.
+class EngineCore::Requests : public StepRequests {
+ public:
+  explicit Requests(EngineCore& e) : e_(e) {}
+  TokenOutcome on_token(Sequence& s, int32_t token, size_t row, double end) override;
+  void on_finished(Sequence& s, double end) override;
+
+ private:
+  EngineCore& e_;
+};
+
+EngineCore::EngineCore() = default;
 EngineCore::~EngineCore() = default;
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config) {
@@ -204,7 +211,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   TRY(e->cost_.validate());
   TRY_ASSIGN(e->estimator_, make_duration_estimator(config.estimator));
   TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  e->policy_ = make_policy(kind, e->cost_, *e->estimator_, PolicyOptions::from_env());
+  e->policy_ = make_policy(kind, e->cost_, *e->estimator_);
   SchedulerConfig sc;
   sc.block_size = config.block_size;
   sc.max_tokens_per_step = config.max_tokens_per_step;
@@ -216,6 +223,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   if (!config.step_trace_path.empty()) {
     TRY_ASSIGN(e->step_trace_, StepTraceWriter::open(config.step_trace_path));
   }
+  if (config.virtual_step_seconds < 0.0) return make_error("the virtual step time must be >= 0");
+  e->loop_ = std::make_unique<StepLoop>(*e->scheduler_, *e->allocator_, *e->host_allocator_,
+                                        *e->estimator_, e->stats_, e->cost_.kv_bytes_per_token,
+                                        config.interception_timeout_s, e->step_trace_.get(),
+                                        config.check_invariants);
+  e->executor_ = std::make_unique<Executor>(*e);
+  e->requests_ = std::make_unique<Requests>(*e);
   e->t0_ = now_seconds();
   e->max_context_ =
       config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
@@ -253,22 +267,10 @@ Result<uint64_t> EngineCore::add_request(GenerateRequest req) {
 void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   CHECK(active_.find(id) == active_.end());
   next_id_ = std::max(next_id_, id + 1);
-  auto a =
-      std::make_unique<Active>(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull, *tokenizer_);
-  a->script = std::move(req.script);
-  a->intercept_strings = std::move(req.intercept_strings);
-  a->intercept_token_ids = std::move(req.intercept_token_ids);
-  a->detect_tool_calls = req.detect_tool_calls;
-  a->pause_at_tool_turn_end = req.pause_at_tool_turn_end;
-  a->tool_hints = std::move(req.tool_duration_hints);
-  a->logprobs = req.logprobs;
-  a->recent_text = std::move(req.turn_prefix);
-  a->seq.id = id;
-  a->seq.arrival_time = now();
-  a->seq.n_prompt = (int64_t)req.prompt.size();
-  a->seq.tokens = std::move(req.prompt);
-  scheduler_->add(&a->seq);
-  active_.emplace(id, std::move(a));
+  auto r = std::make_unique<Request>(id, std::move(req), config_.seed + id * 0x9e3779b97f4a7c15ull,
+                                     *tokenizer_, now());
+  scheduler_->add(&r->seq);
+  active_.emplace(id, std::move(r));
 }
 
 void EngineCore::abort(uint64_t id) {
@@ -323,7 +325,12 @@ void EngineCore::build_step_input(const StepPlan& plan) {
 }
 
 double EngineCore::now() const {
-  return now_seconds() - t0_;
+  return config_.virtual_step_seconds > 0.0 ? virtual_now_ : now_seconds() - t0_;
+}
+
+void EngineCore::advance_clock(double t) {
+  CHECK(config_.virtual_step_seconds > 0.0);
+  virtual_now_ = std::max(virtual_now_, t);
 }
 
 Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
@@ -341,18 +348,16 @@ Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
     return make_error("the tool result does not fit the context (", std::to_string(limit),
                       " tokens)");
   const double t = now();
-  estimator_->observe(s.interception->tool, t - s.interception->call_time);
+  loop_->note_resume(s, t);
   scheduler_->resume(&s, returned, t);
-  it->second->sampled_since_resume = 0;
-  it->second->recent_text.clear();
-  stats_.resumes++;
+  it->second->on_resume();
   return ok_status();
 }
 
 Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
   auto it = active_.find(id);
   if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
-  Active& a = *it->second;
+  Request& a = *it->second;
   Sequence& s = a.seq;
   if (!s.is_paused() || !s.interception || s.interception->resumed ||
       std::find(scheduler_->paused().begin(), scheduler_->paused().end(), &s) ==
@@ -369,28 +374,9 @@ Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
   scheduler_->truncate_paused(&s, keep);
   const int64_t reused = s.n_computed;
   const double t = now();
-  estimator_->observe(s.interception->tool, t - s.interception->call_time);
-  stats_.resumes++;
+  loop_->note_resume(s, t);
   // The request starts over as `req` would: new parameters, triggers and counts.
-  a.params = req.params;
-  a.sampler = Sampler(req.params, config_.seed + id * 0x9e3779b97f4a7c15ull);
-  (void)a.detok.flush();
-  a.stops = StopMatcher(req.params.stop);
-  a.script = std::move(req.script);
-  a.next_script = 0;
-  a.sampled_since_resume = 0;
-  a.n_sampled = 0;
-  a.intercept_strings = std::move(req.intercept_strings);
-  a.intercept_token_ids = std::move(req.intercept_token_ids);
-  a.detect_tool_calls = req.detect_tool_calls;
-  a.pause_at_tool_turn_end = req.pause_at_tool_turn_end;
-  a.tool_hints = std::move(req.tool_duration_hints);
-  a.logprobs = req.logprobs;
-  a.recent_text = std::move(req.turn_prefix);
-  a.json_tool_call.reset();
-  a.max_computed = reused;
-  s.tokens = std::move(req.prompt);
-  s.n_prompt = (int64_t)s.tokens.size();
+  a.restart(std::move(req), config_.seed + id * 0x9e3779b97f4a7c15ull);
   scheduler_->resume(&s, {}, t);
   return reused;
 }
@@ -414,7 +400,7 @@ Status EngineCore::release(uint64_t id) {
   return ok_status();
 }
 
-void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
+void EngineCore::execute_swaps(const StepPlan& plan, StepTiming& timing) {
   if (plan.swap_out.empty() && plan.swap_in.empty()) return;
   const double t = now_seconds();
   std::vector<int32_t> src, dst;
@@ -433,246 +419,111 @@ void EngineCore::execute_swaps(const StepPlan& plan, int64_t batch_tokens) {
   run(plan.swap_in, *host_kv_, *kv_);
   run(plan.swap_out, *kv_, *host_kv_);
   // A device backend only queues the copies on its copy streams: they run under the forward
-  // pass, and what is not hidden shows up in the step time, not as a stall here. The naive
-  // `swap` policy (the paper's baseline: the whole context at once, synchronously) waits for
-  // its copies on every backend, and the wait is its stall.
-  const bool async = backend_->copies_are_async() && policy_->kind() != PolicyKind::swap;
+  // pass, and what is not hidden shows up in the step time, not as a stall here. A
+  // synchronous swap (the `swap` policy: the paper's baseline, the whole context at once)
+  // waits for its copies on every backend, and the wait is its stall.
+  const bool async = backend_->copies_are_async() && !plan.sync_swap;
   if (!async) backend_->sync();
   const double dt = now_seconds() - t;
-  stats_.swap_seconds += dt;
-  stats_.swapped_out_tokens += (int64_t)plan.swap_out.size() * config_.block_size;
-  stats_.swapped_in_tokens += (int64_t)plan.swap_in.size() * config_.block_size;
+  timing.copy_seconds = dt;
   // The CPU backend copies on the engine thread: every copy is a stall for the batch.
-  if (!async) stats_.waste_swap_stall += dt * (double)batch_tokens * cost_.kv_bytes_per_token;
+  if (!async) timing.stall_seconds = dt;
+  if (config_.virtual_step_seconds > 0.0) timing.copy_seconds = timing.stall_seconds = 0.0;
 }
 
-// Pauses the request when one of its interception triggers fired on the token just sampled.
-bool EngineCore::check_interception(Active& a, RequestOutput& out) {
-  std::string tool;
-  std::optional<double> hint;
-  bool fire = false;
-  if (a.json_tool_call) {
-    tool = *a.json_tool_call;
-    a.json_tool_call.reset();
-    if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
-    fire = true;
-  } else if (a.next_script < a.script.size() &&
-             a.sampled_since_resume >= a.script[a.next_script].after_generated) {
-    tool = a.script[a.next_script].tool;
-    hint = a.script[a.next_script].hint;
-    ++a.next_script;
-    fire = true;
-  }
-  if (!fire && !a.seq.tokens.empty()) {
-    const int32_t last = a.seq.tokens.back();
-    for (int32_t t : a.intercept_token_ids)
-      if (t == last) {
-        tool = "token:" + std::to_string(t);
-        fire = true;
-        break;
-      }
-  }
-  if (!fire) {
-    for (const std::string& str : a.intercept_strings)
-      if (!str.empty() && a.recent_text.find(str) != std::string::npos) {
-        tool = str;
-        fire = true;
-        break;
-      }
-  }
-  if (!fire && a.detect_tool_calls) {
-    if (auto call = find_hermes_tool_call(a.recent_text)) {
-      tool = call->name;
-      if (auto h = a.tool_hints.find(tool); h != a.tool_hints.end()) hint = h->second;
-      fire = true;
-    }
-  }
-  if (!fire) return false;
-  // Whatever text was held back belongs to the call: emit it with the pause.
-  out.text += a.stops.flush();
-  out.intercepted = true;
-  out.tool = tool;
-  a.recent_text.clear();
-  a.sampled_since_resume = 0;
-  InterceptionInfo info;
-  info.tool = tool;
-  info.call_time = now();
-  info.hint = hint;
-  scheduler_->intercept(&a.seq, std::move(info));
-  stats_.interceptions++;
-  return true;
-}
-
-std::vector<RequestOutput> EngineCore::step() {
-  std::vector<RequestOutput> outputs;
-  const double t_now = now();
-  // Paused requests nobody answered in time give their KV back (their tokens stay).
-  for (Sequence* s : std::vector<Sequence*>(scheduler_->paused()))
-    if (s->interception && !s->interception->expired && s->n_computed > 0 &&
-        t_now - s->interception->call_time > config_.interception_timeout_s) {
-      scheduler_->release_paused(s);
-      stats_.expirations++;
-    }
-  const double t_host = now_seconds();
-  StepPlan plan = scheduler_->schedule(t_now);
-  double host_s = now_seconds() - t_host;
-  stats_.preemptions += (int64_t)plan.preempted.size();
-  stats_.swap_preemptions += plan.n_swap_preemptions;
-  stats_.recomputed_tokens += plan.dropped_tokens;
-  stats_.discard_decisions += plan.n_discards;
-  stats_.swap_decisions += plan.n_swap_decisions;
-  stats_.preserve_decisions += plan.n_preserve_decisions;
-  int64_t batch_tokens = 0;
-  for (const ScheduledSeq& ss : plan.scheduled) batch_tokens += ss.seq->n_computed + ss.n_tokens;
-  execute_swaps(plan, batch_tokens);
-  StepTraceRow trace_row;
-  if (step_trace_) trace_row = step_trace_row(plan, *scheduler_, *allocator_, t_now);
+StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& shape,
+                                         std::vector<int32_t>& tokens) {
+  (void)shape;
+  EngineCore& e = e_;
+  StepTiming timing;
+  e.execute_swaps(plan, timing);
   if (plan.scheduled.empty()) {
-    backend_->flush_copies();  // no step follows to start them
-    if (step_trace_ && plan_did_something(plan)) step_trace_->write(trace_row);
-    if (config_.check_invariants) scheduler_->check_invariants();
-    return outputs;
+    e.backend_->flush_copies();  // no step follows to start them
+    return timing;
   }
   const double t_build = now_seconds();
-  build_step_input(plan);
-  host_s += now_seconds() - t_build;
-  stats_.host_prepare_seconds += host_s;
+  e.build_step_input(plan);
   // Where each sampled row is drawn (RowSampling): plain ones where the logits are, those
   // with logprobs or penalties on the host.
-  sample_rows_.clear();
+  e.sample_rows_.clear();
   for (const ScheduledSeq& ss : plan.scheduled) {
     if (!ss.sample) continue;
-    Active& a = *active_.at(ss.seq->id);
-    sample_rows_.push_back({&a.params, &a.sampler, a.params.has_penalties() || a.logprobs >= 0});
+    Request& r = *e.active_.at(ss.seq->id);
+    e.sample_rows_.push_back({&r.params(), &r.sampler(), r.needs_host_logits()});
   }
-  const int64_t n_logit_rows = (int64_t)step_input_.logit_rows.size();
-  CHECK((int64_t)sample_rows_.size() == n_logit_rows);
-  const bool any_device = row_sampling_.plan(*backend_, sample_rows_);
-  const int64_t vocab = model_config().vocab_size;
+  const int64_t n_logit_rows = (int64_t)e.step_input_.logit_rows.size();
+  CHECK((int64_t)e.sample_rows_.size() == n_logit_rows);
+  const bool any_device = e.row_sampling_.plan(*e.backend_, e.sample_rows_);
+  const int64_t vocab = e.model_config().vocab_size;
+  timing.host_seconds = now_seconds() - t_build;
   const double t0 = now_seconds();
-  const int64_t replayed_before = backend_->replayed_steps();
+  const int64_t replayed_before = e.backend_->replayed_steps();
   // A step that samples nothing only advances prefills: it may be given up for a newcomer
   // (interrupt_step), and then nothing of it is committed (its blocks stay with their
   // sequences for the step that runs the rows again).
-  const bool may_interrupt = config_.interrupt_prefill && backend_->interruptible() &&
-                             n_logit_rows == 0 && !last_step_interrupted_;
+  const bool may_interrupt = e.config_.interrupt_prefill && e.backend_->interruptible() &&
+                             n_logit_rows == 0 && !e.last_step_interrupted_;
   // Every row to the host when none is drawn on the device; otherwise the logits stay there.
-  const bool ran = model_->forward(step_input_, *kv_, any_device ? nullptr : logits_.data(),
-                                   may_interrupt ? &interrupt_ : nullptr);
-  last_step_interrupted_ = !ran;
+  const bool ran = e.model_->forward(e.step_input_, *e.kv_, any_device ? nullptr : e.logits_.data(),
+                                     may_interrupt ? &e.interrupt_ : nullptr);
+  e.last_step_interrupted_ = !ran;
   if (!ran) {
-    stats_.interrupted_steps++;
-    stats_.interrupted_seconds += now_seconds() - t0;
-    // Not a trace row: the step did not happen (the gap before the next row's `t` holds it).
-    if (config_.check_invariants) scheduler_->check_invariants();
-    return outputs;
+    timing.ran = false;
+    timing.forward_seconds = now_seconds() - t0;
+    return timing;
   }
   if (any_device)
-    row_sampling_.draw(*backend_, model_->last_logits(n_logit_rows), sample_rows_, logits_.data(),
-                       vocab);
-  stats_.host_sampled_rows += row_sampling_.host_rows();
-  const double step_s = now_seconds() - t0;
-  stats_.forward_seconds += step_s;
-  stats_.replayed_steps = backend_->replayed_steps();
-  if (step_trace_) {
-    trace_row.seconds = step_s;
-    trace_row.replayed = stats_.replayed_steps > replayed_before ? 1 : 0;
-    step_trace_->write(trace_row);
-  }
-  stats_.steps++;
-  // Recompute waste: the share of this step spent on tokens whose KV had existed before,
-  // times the KV memory the batch holds meanwhile.
-  int64_t recompute_rows = 0;
+    e.row_sampling_.draw(*e.backend_, e.model_->last_logits(n_logit_rows), e.sample_rows_,
+                         e.logits_.data(), vocab);
+  e.stats_.host_sampled_rows += e.row_sampling_.host_rows();
+  timing.forward_seconds =
+      e.config_.virtual_step_seconds > 0.0 ? e.config_.virtual_step_seconds : now_seconds() - t0;
+  e.stats_.replayed_steps = e.backend_->replayed_steps();
+  timing.replayed = e.stats_.replayed_steps > replayed_before ? 1 : 0;
+  size_t row = 0;
   for (const ScheduledSeq& ss : plan.scheduled) {
-    const Active& a = *active_.at(ss.seq->id);
-    recompute_rows += std::max<int64_t>(
-        0, std::min(a.max_computed, ss.seq->n_computed + ss.n_tokens) - ss.seq->n_computed);
-  }
-  if (recompute_rows > 0)
-    stats_.waste_recompute += step_s * (double)recompute_rows / (double)plan.n_tokens *
-                              (double)batch_tokens * cost_.kv_bytes_per_token;
-  scheduler_->commit(plan);
-
-  size_t logit_index = 0;
-  std::vector<uint64_t> done;
-  for (const ScheduledSeq& ss : plan.scheduled) {
-    Sequence& s = *ss.seq;
-    Active& a = *active_.at(s.id);
-    a.max_computed = std::max(a.max_computed, s.n_computed);
-    if (ss.is_prompt()) stats_.prompt_tokens_computed += ss.n_tokens;
     if (!ss.sample) continue;
-    std::span<const float> row(logits_.data() + logit_index * (size_t)vocab, (size_t)vocab);
+    const Sequence& s = *ss.seq;
+    Request& r = *e.active_.at(s.id);
+    const std::span<const float> logits(e.logits_.data() + row * (size_t)vocab, (size_t)vocab);
     const std::span<const int32_t> all(s.tokens);
-    const int32_t tok =
-        !row_sampling_.on_host(logit_index)
-            ? row_sampling_.device_token(logit_index)
-            : a.sampler.sample(row, all.first((size_t)s.n_prompt), all.subspan((size_t)s.n_prompt));
-    ++logit_index;
-    s.tokens.push_back(tok);
-    a.sampled_since_resume++;
-    a.n_sampled++;
-    stats_.decode_tokens++;
+    tokens.push_back(!e.row_sampling_.on_host(row)
+                         ? e.row_sampling_.device_token(row)
+                         : r.sampler().sample(logits, all.first((size_t)s.n_prompt),
+                                              all.subspan((size_t)s.n_prompt)));
+    ++row;
+  }
+  return timing;
+}
 
-    RequestOutput out;
-    out.id = s.id;
-    out.new_tokens.push_back(tok);
-    if (a.logprobs >= 0) {
-      out.logprobs.push_back(log_softmax_at(row, tok));
-      if (a.logprobs > 0) out.top_logprobs.push_back(top_logprobs(row, a.logprobs));
-    }
-    out.prompt_tokens = s.n_prompt;
-    out.completion_tokens = a.n_sampled;
-    FinishReason reason = FinishReason::none;
-    const bool is_stop_token =
-        (!a.params.ignore_eos && tokenizer_->is_eog(tok)) ||
-        std::find(a.params.stop_token_ids.begin(), a.params.stop_token_ids.end(), tok) !=
-            a.params.stop_token_ids.end();
-    if (is_stop_token) reason = FinishReason::stop;
-    if (is_stop_token && (a.detect_tool_calls || a.pause_at_tool_turn_end)) {
-      // A JSON tool call closed by end-of-turn pauses the request instead of ending it; so
-      // does a turn with Hermes calls in it when the request pauses at the turn's end.
-      if (auto call = parse_json_tool_call(a.recent_text)) {
-        a.json_tool_call = call->name;
-        reason = FinishReason::none;
-      } else if (a.pause_at_tool_turn_end) {
-        if (auto hermes = find_hermes_tool_call(a.recent_text)) {
-          a.json_tool_call = hermes->name;
-          reason = FinishReason::none;
-        }
-      }
-    }
-    const std::string piece_text = is_stop_token ? std::string() : a.detok.push(tok);
-    if (!a.intercept_strings.empty() || a.detect_tool_calls || a.pause_at_tool_turn_end)
-      a.recent_text += piece_text;
-    auto piece = a.stops.push(piece_text);
-    out.text = std::move(piece.text);
-    if (piece.stopped) reason = FinishReason::stop;
-    const int64_t limit = token_limit();
-    if (reason == FinishReason::none &&
-        (a.n_sampled >= a.params.max_tokens || (int64_t)s.tokens.size() >= limit))
-      reason = FinishReason::length;
-    if (reason == FinishReason::none) {
-      check_interception(a, out);
-    } else {
-      if (!a.stops.stopped()) {
-        // Held-back bytes and text turned out not to be a stop string: release them.
-        auto rest = a.stops.push(a.detok.flush());
-        out.text += rest.text;
-        if (!rest.stopped) out.text += a.stops.flush();
-      }
-      out.finish = reason;
-      scheduler_->finish(&s);
-      done.push_back(s.id);
-    }
-    outputs.push_back(std::move(out));
+TokenOutcome EngineCore::Requests::on_token(Sequence& s, int32_t token, size_t row, double end) {
+  (void)end;
+  EngineCore& e = e_;
+  Request& r = *e.active_.at(s.id);
+  RequestOutput out;
+  out.id = s.id;
+  out.new_tokens.push_back(token);
+  if (r.logprobs() >= 0) {
+    const int64_t vocab = e.model_config().vocab_size;
+    const std::span<const float> logits(e.logits_.data() + row * (size_t)vocab, (size_t)vocab);
+    out.logprobs.push_back(log_softmax_at(logits, token));
+    if (r.logprobs() > 0) out.top_logprobs.push_back(top_logprobs(logits, r.logprobs()));
   }
-  for (uint64_t id : done) {
-    const Sequence& s = active_.at(id)->seq;
-    stats_.waste_preserve += s.preserved_token_seconds * cost_.kv_bytes_per_token;
-    active_.erase(id);
-  }
-  if (config_.check_invariants) scheduler_->check_invariants();
-  return outputs;
+  TokenOutcome outcome = r.on_token(token, e.token_limit(), out);
+  e.outputs_.push_back(std::move(out));
+  return outcome;
+}
+
+void EngineCore::Requests::on_finished(Sequence& s, double end) {
+  (void)end;
+  e_.active_.erase(s.id);
+}
+
+std::vector<RequestOutput> EngineCore::step() {
+  outputs_.clear();
+  const StepTiming timing = loop_->step(now(), *executor_, *requests_);
+  if (config_.virtual_step_seconds > 0.0) virtual_now_ += timing.duration();
+  return std::move(outputs_);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,9 +19,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/result.h"
 #include "engine/row_sampling.h"
 #include "engine/sampling.h"
+#include "engine/step_loop.h"
 #include "engine/stop_matcher.h"
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
@@ -39,7 +42,7 @@ namespace infercept {
 struct EngineConfig {
   std::string model_path;
   int n_threads = 0;  // 0 = all cores
-  // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: INFERCEPT_CPU_NUMERICS, else fast.
+  // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: fast.
   std::optional<CpuNumerics> cpu_numerics;
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int64_t block_size = 16;
@@ -48,8 +51,11 @@ struct EngineConfig {
   // On a GPU, when > 0 and no explicit cache size was given: the KV pool takes what is left
   // of this share of the device's memory after the weights and activations.
   double gpu_memory_utilization = 0.0;
-  bool kv_cache_size_given = false;   // --kv-cache-gb/mb/tokens was passed
-  bool cuda_graphs = true;            // --cuda-graphs on|off: decode steps replayed as graphs
+  bool kv_cache_size_given = false;  // --kv-cache-gb/mb/tokens was passed
+  bool cuda_graphs = true;           // --cuda-graphs on|off: decode steps replayed as graphs
+  // The CUDA backend's other options (tests, bench tools); device, graphs and dtype come from
+  // `device`, `cuda_graphs` and `compute_dtype`.
+  CudaBackendOptions cuda;
   DType compute_dtype = DType::bf16;  // --dtype bf16|f16: weights and activations on a GPU
   DType kv_dtype = DType::f16;
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
@@ -59,6 +65,10 @@ struct EngineConfig {
   uint64_t seed = 0x5eed;             // base for requests without their own seed
   bool check_invariants = false;      // run the KV invariants after every step (tests)
   std::string step_trace_path;        // --step-trace: one CSV row per step (sched/step_trace.h)
+  // Tests: > 0 makes the engine's clock virtual, every forward pass lasting this long and
+  // copies hidden under it (the simulator's clock with a flat cost model); advance_clock()
+  // moves it between steps.
+  double virtual_step_seconds = 0.0;
 
   // Fair prefill (SchedulerConfig): prefills left unfinished per step beside the decode rows
   // (1 = FCFS), and the long-prefill chunk (0 = automatic).
@@ -144,32 +154,16 @@ struct RequestOutput {
   bool finished() const { return finish != FinishReason::none; }
 };
 
-struct EngineStats {
-  int64_t steps = 0;
-  int64_t interceptions = 0;
-  int64_t resumes = 0;
-  int64_t expirations = 0;
-  int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
-  int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks
-  double swap_seconds = 0.0;  // time copying between tiers (a stall on the CPU)
-  // Waste in byte-seconds of KV memory, by cause (docs/DESIGN.md):
-  double waste_recompute = 0.0;        // share of step time spent recomputing x context held
-  double waste_preserve = 0.0;         // device KV held by paused requests x time
-  double waste_swap_stall = 0.0;       // copy time not hidden under a forward x context held
-  int64_t prompt_tokens_computed = 0;  // prefill rows run, recomputation included
-  int64_t decode_tokens = 0;           // tokens sampled
-  int64_t preemptions = 0;
-  int64_t swap_preemptions = 0;  // of which the KV went to the host tier (minwaste)
-  int64_t recomputed_tokens = 0;
-  double forward_seconds = 0.0;
-  double host_prepare_seconds = 0.0;  // scheduling + step input preparation (steps that ran)
-  int64_t interrupted_steps = 0;      // prefill steps given up for a newcomer (not in `steps`)
-  double interrupted_seconds = 0.0;   // forward time they had run (lost work)
-  int64_t replayed_steps = 0;         // steps the backend ran from a recording (CUDA graphs)
+// The step loop's counters (StepStats: steps, decisions, waste by cause, ...) and what only
+// the engine knows.
+struct EngineStats : StepStats {
+  int64_t replayed_steps = 0;  // steps the backend ran from a recording (CUDA graphs)
   // Sampled rows whose logits went to the host (penalties, logprobs, or a backend that does
   // not draw them); the rest were drawn where the logits are.
   int64_t host_sampled_rows = 0;
 };
+
+class Request;
 
 class EngineCore {
  public:
@@ -230,13 +224,16 @@ class EngineCore {
   const DurationEstimator& estimator() const { return *estimator_; }
   const Policy& policy() const { return *policy_; }
   double now() const;
+  // With config().virtual_step_seconds: moves the virtual clock to `t` (never back).
+  void advance_clock(double t);
   // Renders a chat with the model's template and tokenizes it (special tokens parsed).
   Result<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
                                            const std::vector<ToolDefinition>& tools) const;
 
  private:
-  struct Active;
-  EngineCore() = default;
+  class Executor;
+  class Requests;
+  EngineCore();
   void build_step_input(const StepPlan& plan);
 
   EngineConfig config_;
@@ -255,11 +252,11 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StepTraceWriter> step_trace_;  // null unless config_.step_trace_path is set
   double t0_ = 0.0;
+  double virtual_now_ = 0.0;            // the clock under config_.virtual_step_seconds
   std::atomic<bool> interrupt_{false};  // interrupt_step()
   bool last_step_interrupted_ = false;
-  void execute_swaps(const StepPlan& plan, int64_t batch_tokens);
-  bool check_interception(Active& a, RequestOutput& out);
-  std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;
+  void execute_swaps(const StepPlan& plan, StepTiming& timing);
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> active_;
   uint64_t next_id_ = 1;
   int64_t max_context_ = 0;
   StepInput step_input_;
@@ -267,6 +264,12 @@ class EngineCore {
   std::vector<RowToSample> sample_rows_;  // this step's sampled rows, in logit-row order
   RowSampling row_sampling_;              // where each is drawn; the device-drawn tokens
   EngineStats stats_;
+  // The step (step_loop.h): the loop, the model as its executor, the requests' side, and
+  // the outputs of the step in progress.
+  std::unique_ptr<StepLoop> loop_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Requests> requests_;
+  std::vector<RequestOutput> outputs_;
 };
 
 // EngineCore on its own thread. Callbacks run on the engine thread: keep them short.

@@ -1,5 +1,6 @@
-// The simulator: EngineCore::step's bookkeeping around the real Scheduler, with the forward
-// pass replaced by the cost model and the wall clock by a virtual one. See simulator.h.
+// The simulator: the engine's step loop (step_loop.h) around the real Scheduler, with the
+// forward pass priced by the cost model and the wall clock replaced by a virtual one. See
+// simulator.h.
 #include "engine/simulator.h"
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "core/check.h"
 #include "engine/engine.h"
+#include "engine/step_loop.h"
 #include "kv/block_allocator.h"
 #include "sched/policy.h"
 #include "sched/scheduler.h"
@@ -225,6 +227,101 @@ struct ResumeEvent {
   bool operator>(const ResumeEvent& o) const { return at != o.at ? at > o.at : order > o.order; }
 };
 
+using ResumeQueue =
+    std::priority_queue<ResumeEvent, std::vector<ResumeEvent>, std::greater<ResumeEvent>>;
+
+// The step's cost instead of its forward pass: CostModel::step_seconds for the plan's shape,
+// the engine's artifacts (EngineArtifacts) and the copies at the profile's bandwidth. A
+// generated token is a placeholder (0).
+class SimExecutor : public StepExecutor {
+ public:
+  SimExecutor(const SimConfig& config, int64_t limit, const SimStats& stats)
+      : config_(config),
+        limit_(limit),
+        stats_(stats),
+        seen_counts_(config.artifacts.seen_token_counts.begin(),
+                     config.artifacts.seen_token_counts.end()),
+        jitter_rng_(config.jitter_seed) {
+    if (config.artifacts.graph_cache_entries > 0)
+      graph_cache_ =
+          std::make_unique<GraphCacheModel>((size_t)config.artifacts.graph_cache_entries);
+  }
+
+  StepTiming execute(const StepPlan& plan, const StepShape& shape,
+                     std::vector<int32_t>& tokens) override {
+    const CostModel& cost = config_.cost;
+    const EngineArtifacts& art = config_.artifacts;
+    const int64_t bs = config_.block_size;
+    // Copies: bytes / bandwidth per direction. On copy streams the two directions run at once
+    // (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward pass; on
+    // the CPU they run one after the other on the engine thread.
+    const double t_in = cost.t_swap((int64_t)plan.swap_in.size() * bs);
+    const double t_out = cost.t_swap((int64_t)plan.swap_out.size() * bs);
+    StepTiming timing;
+    timing.copy_seconds = config_.copies_overlap ? std::max(t_in, t_out) : t_in + t_out;
+    double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
+    if (!plan.scheduled.empty()) {
+      if (shape.decode_only())
+        fwd += graph_seconds(plan, shape);
+      else if (art.first_sight_seconds > 0.0 && seen_counts_.insert(shape.query_tokens).second)
+        fwd += art.first_sight_seconds;
+    }
+    // Copies queued with the step that its layers wait for (EngineArtifacts); a synchronous
+    // copy (the `swap` policy, or copies that do not overlap) is done before the step starts.
+    if (fwd > 0.0 && config_.copies_overlap && !plan.sync_swap)
+      fwd += art.copy_in_interference * t_in + art.copy_out_interference * t_out;
+    if (config_.step_jitter > 0.0 && fwd > 0.0) {  // mean 1: E[exp(sN - s^2/2)] = 1
+      const double sigma = config_.step_jitter;
+      fwd *= std::exp(sigma * jitter_normal_(jitter_rng_) - 0.5 * sigma * sigma);
+    }
+    timing.forward_seconds = fwd;
+    // The `swap` policy's whole-context copy is synchronous by definition (the paper's naive
+    // swap): the step waits for all of it.
+    const bool hidden = config_.copies_overlap && !plan.sync_swap;
+    const double duration = hidden ? std::max(fwd, timing.copy_seconds) : fwd + timing.copy_seconds;
+    timing.stall_seconds = duration - fwd;
+    for (const ScheduledSeq& ss : plan.scheduled)
+      if (ss.sample) tokens.push_back(0);
+    return timing;
+  }
+
+ private:
+  // What a decode-only step pays the engine's graph cache.
+  double graph_seconds(const StepPlan& plan, const StepShape& shape) {
+    const EngineArtifacts& art = config_.artifacts;
+    if (graph_cache_) {
+      const int32_t width = block_table_width(longest_blocks(plan),
+                                              BlockTable::blocks_for(limit_, config_.block_size));
+      switch (graph_cache_->step(shape.sequences, width, stats_.steps)) {
+        case GraphCacheModel::Pass::replay:
+          return 0.0;
+        case GraphCacheModel::Pass::eager:
+          return art.new_batch_seconds;
+        case GraphCacheModel::Pass::capture:
+          return art.second_batch_seconds;
+      }
+    }
+    double extra = 0.0;
+    if (shape.sequences != last_decode_sequences_) {
+      extra = art.new_batch_seconds;
+      steps_since_new_batch_ = 0;
+    } else if (++steps_since_new_batch_ == 1) {
+      extra = art.second_batch_seconds;
+    }
+    last_decode_sequences_ = shape.sequences;
+    return extra;
+  }
+
+  const SimConfig& config_;
+  int64_t limit_;
+  const SimStats& stats_;  // the step count keys the graph cache's recency
+  std::unique_ptr<GraphCacheModel> graph_cache_;
+  int64_t last_decode_sequences_ = -1, steps_since_new_batch_ = 0;  // the batch-change rule
+  std::unordered_set<int64_t> seen_counts_;                         // first_sight_seconds
+  std::mt19937_64 jitter_rng_;
+  std::normal_distribution<double> jitter_normal_{0.0, 1.0};
+};
+
 int64_t final_context(const TraceRequest& r) {
   int64_t n = r.prompt_tokens;
   for (const Segment& s : r.segments) n += (int64_t)s.generate_tokens + s.return_tokens;
@@ -345,7 +442,7 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
   TRY_ASSIGN(std::unique_ptr<DurationEstimator> estimator,
              make_duration_estimator(config.estimator));
   TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator, PolicyOptions::from_env());
+  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator);
   SchedulerConfig sc;
   sc.block_size = bs;
   sc.max_tokens_per_step = config.max_tokens_per_step;
@@ -367,194 +464,74 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
 
   // One slot per trace request; unique_ptr keeps each Sequence where the scheduler saw it.
   std::vector<std::unique_ptr<SimRequest>> reqs(trace.size());
-  std::priority_queue<ResumeEvent, std::vector<ResumeEvent>, std::greater<ResumeEvent>> resumes;
+  ResumeQueue resumes;
   uint64_t resume_order = 0;
-  // Pauses by call time (`order` = the sequence's interception count), for expiry.
-  std::priority_queue<ResumeEvent, std::vector<ResumeEvent>, std::greater<ResumeEvent>> expiries;
   size_t next = 0;
   int64_t live = 0;
   const double hard_stop = config.duration_s + config.drain_s;
   double t = 0.0;
 
-  auto finish = [&](SimRequest& r, double now) {
-    sched.finish(&r.seq);
-    st.waste_preserve += r.seq.preserved_token_seconds * m;
-    r.record.end_s = now;
-    r.record.completed = true;
-    res.records.push_back(r.record);
-    r.seq.tokens = {};  // an hour of traffic: only live requests keep their token vectors
-    --live;
-  };
-
-  // EngineCore::step with the cost model as the forward pass. Returns the step's duration.
-  std::vector<size_t> done;
-  StepShape shape;  // reused: its chunk list keeps its capacity across steps
-  const EngineArtifacts& art = config.artifacts;
-  int64_t last_decode_sequences = -1, steps_since_new_batch = 0;  // the batch-change rule
-  std::unique_ptr<GraphCacheModel> graph_cache;
-  if (art.graph_cache_entries > 0)
-    graph_cache = std::make_unique<GraphCacheModel>((size_t)art.graph_cache_entries);
-  // What a decode-only step pays the engine's graph cache.
-  auto graph_seconds = [&](const StepPlan& plan) {
-    if (graph_cache) {
-      const int32_t width =
-          block_table_width(longest_blocks(plan), BlockTable::blocks_for(limit, bs));
-      switch (graph_cache->step(shape.sequences, width, st.steps)) {
-        case GraphCacheModel::Pass::replay:
-          return 0.0;
-        case GraphCacheModel::Pass::eager:
-          return art.new_batch_seconds;
-        case GraphCacheModel::Pass::capture:
-          return art.second_batch_seconds;
-      }
-    }
-    double extra = 0.0;
-    if (shape.sequences != last_decode_sequences) {
-      extra = art.new_batch_seconds;
-      steps_since_new_batch = 0;
-    } else if (++steps_since_new_batch == 1) {
-      extra = art.second_batch_seconds;
-    }
-    last_decode_sequences = shape.sequences;
-    return extra;
-  };
-  std::unordered_set<int64_t> seen_counts(art.seen_token_counts.begin(),
-                                          art.seen_token_counts.end());  // first_sight_seconds
-  std::mt19937_64 jitter_rng(config.jitter_seed);
-  std::normal_distribution<double> jitter_normal(0.0, 1.0);
-  const double jitter_sigma = config.step_jitter;
-  auto step = [&](double now) -> double {
-    // Expiry, as EngineCore::step: paused longer than the timeout gives the KV back. A heap
-    // of pause times instead of a scan of every paused request every step (thousands).
-    while (!expiries.empty() && now - expiries.top().at > config.interception_timeout_s) {
-      const ResumeEvent ev = expiries.top();
-      expiries.pop();
-      Sequence& s = reqs[ev.index]->seq;
-      // Still the same pause (not answered since: resume() clears `interception`).
-      if (s.is_paused() && s.interception && (uint64_t)s.n_interceptions == ev.order &&
-          !s.interception->expired && s.n_computed > 0) {
-        sched.release_paused(&s);
-        st.expirations++;
-      }
-    }
-
-    StepPlan plan = sched.schedule(now);
-    StepTraceRow trace_row;
-    if (step_trace) trace_row = step_trace_row(plan, sched, device, now);
-    st.preemptions += (int64_t)plan.preempted.size();
-    st.swap_preemptions += plan.n_swap_preemptions;
-    st.recomputed_tokens += plan.dropped_tokens;
-    st.discard_decisions += plan.n_discards;
-    st.swap_decisions += plan.n_swap_decisions;
-    st.preserve_decisions += plan.n_preserve_decisions;
-    st.max_running = std::max<int64_t>(st.max_running, (int64_t)sched.n_running());
-    st.max_paused = std::max<int64_t>(st.max_paused, (int64_t)sched.n_paused());
-    st.max_waiting = std::max<int64_t>(st.max_waiting, (int64_t)sched.n_waiting());
-    st.peak_device_blocks = std::max<int64_t>(st.peak_device_blocks, device.n_used());
-    st.peak_host_blocks = std::max<int64_t>(st.peak_host_blocks, host.n_used());
-
-    // batch_tokens: the KV the batch holds during the step (waste accounting); the step
-    // reads what existed before it (shape.context_tokens); T_fwd(x) covers the rest.
-    describe_step(plan, shape);
-    CHECK(shape.query_tokens == plan.n_tokens);
-    const int64_t batch_tokens = shape.context_tokens + shape.query_tokens;
-    // Copies: bytes / bandwidth per direction. On copy streams the two directions run at
-    // once (the H200 moved 98.6 GB/s both ways against 55 one way) and under the forward
-    // pass; on the CPU they run one after the other on the engine thread.
-    const double t_in = cost.t_swap((int64_t)plan.swap_in.size() * bs);
-    const double t_out = cost.t_swap((int64_t)plan.swap_out.size() * bs);
-    const double copy = config.copies_overlap ? std::max(t_in, t_out) : t_in + t_out;
-    st.swapped_out_tokens += (int64_t)plan.swap_out.size() * bs;
-    st.swapped_in_tokens += (int64_t)plan.swap_in.size() * bs;
-    st.swap_seconds += copy;
-    double fwd = plan.scheduled.empty() ? 0.0 : cost.step_seconds(shape);
-    if (!plan.scheduled.empty()) {
-      if (shape.decode_only())
-        fwd += graph_seconds(plan);
-      else if (art.first_sight_seconds > 0.0 && seen_counts.insert(shape.query_tokens).second)
-        fwd += art.first_sight_seconds;
-    }
-    // Copies queued with the step that its layers wait for (EngineArtifacts); a synchronous
-    // copy (the `swap` policy, or copies that do not overlap) is done before the step starts.
-    if (fwd > 0.0 && config.copies_overlap && !plan.sync_swap)
-      fwd += art.copy_in_interference * t_in + art.copy_out_interference * t_out;
-    if (jitter_sigma > 0.0 && fwd > 0.0)  // mean 1: E[exp(sN - s^2/2)] = 1
-      fwd *= std::exp(jitter_sigma * jitter_normal(jitter_rng) - 0.5 * jitter_sigma * jitter_sigma);
-    if (step_trace && plan_did_something(plan)) {
-      trace_row.seconds = fwd;
-      step_trace->write(trace_row);
-    }
-    // The `swap` policy's whole-context copy is synchronous by definition (the paper's naive
-    // swap): the step waits for all of it.
-    const bool hidden = config.copies_overlap && !plan.sync_swap;
-    const double duration = hidden ? std::max(fwd, copy) : fwd + copy;
-    const double stall = duration - fwd;
-    st.swap_stall_seconds += stall;
-    st.waste_swap_stall += stall * (double)batch_tokens * m;
-    st.busy_seconds += duration;
-    if (plan.scheduled.empty()) {
-      if (copy > 0.0) st.copy_only_steps++;
-      if (config.check_invariants) sched.check_invariants();
-      return duration;
-    }
-    st.steps++;
-    if (shape.decode_only()) {
-      st.decode_only_steps++;
-      st.decode_only_seconds += fwd;
-    }
-    st.forward_seconds += fwd;
-    // Recompute waste as EngineCore::step: the step's share spent on rows whose KV existed
-    // before (below the high-water mark), times the KV the batch holds meanwhile.
-    int64_t recompute_rows = 0;
-    for (const ScheduledSeq& ss : plan.scheduled)
-      recompute_rows +=
-          std::max<int64_t>(0, std::min(ss.seq->n_computed_peak, ss.seq->n_computed + ss.n_tokens) -
-                                   ss.seq->n_computed);
-    st.recompute_rows += recompute_rows;
-    if (recompute_rows > 0)
-      st.waste_recompute +=
-          fwd * (double)recompute_rows / (double)plan.n_tokens * (double)batch_tokens * m;
-    sched.commit(plan);
-
-    const double end = now + duration;
-    for (const ScheduledSeq& ss : plan.scheduled) {
-      Sequence& s = *ss.seq;
-      SimRequest& r = *reqs[(size_t)s.id];
-      if (ss.is_prompt()) st.prompt_tokens_computed += ss.n_tokens;
-      if (!ss.sample) continue;
-      s.tokens.push_back(0);  // a placeholder: nothing is sampled
+  StepLoop loop(sched, device, host, *estimator, st, m, config.interception_timeout_s,
+                step_trace.get(), config.check_invariants);
+  SimExecutor executor(config, limit, st);
+  // What a sampled token means for a scripted request: its segment's count reached pauses it
+  // for the segment's tool, its last token finishes it.
+  class Requests : public StepRequests {
+   public:
+    Requests(std::vector<std::unique_ptr<SimRequest>>& reqs, SimResult& res, int64_t limit,
+             bool hints, ResumeQueue& resumes, uint64_t& resume_order, int64_t& live)
+        : reqs_(reqs),
+          res_(res),
+          limit_(limit),
+          hints_(hints),
+          resumes_(resumes),
+          resume_order_(resume_order),
+          live_(live) {}
+    TokenOutcome on_token(Sequence& s, int32_t, size_t, double end) override {
+      SimRequest& r = *reqs_[(size_t)s.id];
       r.sampled_since_resume++;
       r.n_sampled++;
-      st.decode_tokens++;
       if (!r.has_first_token) {
         r.has_first_token = true;
         r.record.first_token_s = end;
       }
       r.record.output_tokens++;
-      if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit) {
-        done.push_back((size_t)s.id);
-        continue;
-      }
+      if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit_)
+        return TokenOutcome::finish();
       const Segment& sg = r.trace->segments[r.segment];
-      if (!sg.is_last() && r.sampled_since_resume >= sg.generate_tokens) {
-        InterceptionInfo info;
-        info.tool = sg.tool;
-        info.call_time = end;
-        if (config.hints) info.hint = sg.tool_seconds;
-        sched.intercept(&s, std::move(info));
-        st.interceptions++;
-        r.sampled_since_resume = 0;
-        r.segment++;
-        r.paused_at = end;
-        resumes.push({end + sg.tool_seconds, resume_order++, (size_t)s.id});
-        expiries.push({end, (uint64_t)s.n_interceptions, (size_t)s.id});
-      }
+      if (sg.is_last() || r.sampled_since_resume < sg.generate_tokens) return TokenOutcome::go_on();
+      InterceptionInfo info;
+      info.tool = sg.tool;
+      if (hints_) info.hint = sg.tool_seconds;
+      return TokenOutcome::pause_for(std::move(info));
     }
-    for (size_t i : done) finish(*reqs[i], end);
-    done.clear();
-    if (config.check_invariants) sched.check_invariants();
-    return duration;
-  };
+    void on_paused(Sequence& s, double end) override {
+      SimRequest& r = *reqs_[(size_t)s.id];
+      const Segment& sg = r.trace->segments[r.segment];
+      r.sampled_since_resume = 0;
+      r.segment++;
+      r.paused_at = end;
+      resumes_.push({end + sg.tool_seconds, resume_order_++, (size_t)s.id});
+    }
+    void on_finished(Sequence& s, double end) override {
+      SimRequest& r = *reqs_[(size_t)s.id];
+      r.record.end_s = end;
+      r.record.completed = true;
+      res_.records.push_back(r.record);
+      r.seq.tokens = {};  // an hour of traffic: only live requests keep their token vectors
+      --live_;
+    }
+
+   private:
+    std::vector<std::unique_ptr<SimRequest>>& reqs_;
+    SimResult& res_;
+    int64_t limit_;
+    bool hints_;
+    ResumeQueue& resumes_;
+    uint64_t& resume_order_;
+    int64_t& live_;
+  } requests(reqs, res, limit, config.hints, resumes, resume_order, live);
+  auto step = [&](double now) { return loop.step(now, executor, requests).duration(); };
 
   while (true) {
     // Arrivals whose time has come.
@@ -589,9 +566,8 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
       resumes.pop();
       SimRequest& r = *reqs[ev.index];
       const Segment& sg = r.trace->segments[r.segment - 1];
-      estimator->observe(sg.tool, t - r.seq.interception->call_time);
+      loop.note_resume(r.seq, t);
       sched.resume(&r.seq, std::vector<int32_t>((size_t)sg.return_tokens, 0), t);
-      st.resumes++;
       r.record.interception_s += t - r.paused_at;
       r.record.output_tokens += sg.return_tokens;
     }

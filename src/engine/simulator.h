@@ -4,8 +4,8 @@
 //
 // What is real: every scheduling decision (continuous batching, chunked prefill, preemption,
 // the policy's keep/swap/discard per paused request per step, swap-in order, FCFS queues),
-// the estimators' learning, the block accounting of both tiers and the waste accounting of
-// EngineCore::step (recompute, preserve, swap stall; docs/DESIGN.md).
+// the estimators' learning, the block accounting of both tiers and the step's accounting,
+// which is the engine's own step loop (engine/step_loop.h; recompute, preserve, swap stall).
 // What is modelled: a step lasts CostModel::step_seconds(): T_fwd(x) for its x query tokens
 // from the CostModel (the profiler's cache format, or a built-in H200 profile), plus the
 // terms T_fwd(x) lacks when the profile has them (the built-in H200 profiles do; a cache of
@@ -22,7 +22,7 @@
 // work; while only paused requests exist the engine ticks every `idle_tick_s` as
 // `infercept bench` does (so time-driven policies such as ttl still act).
 //
-// The loop mirrors `infercept bench` (src/cli/bench.cpp) against EngineCore::step: arrivals
+// The event loop mirrors `infercept bench` (src/cli/bench.cpp) against the engine: arrivals
 // and tool returns are admitted between steps, a request that cannot fit the engine at all
 // is skipped, the tool's true duration is passed as the hint (the oracle estimator's input),
 // and a run stops at `duration_s + drain_s` of virtual time or when every request is done.
@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/step_loop.h"
 #include "sched/cost_model.h"
 #include "sched/duration_estimator.h"
 #include "workload/metrics.h"
@@ -152,32 +153,10 @@ struct SimConfig {
       step_trace_path;  // one CSV row per step, as `bench --step-trace` (sched/step_trace.h)
 };
 
-// EngineStats' counters and waste by cause, plus what only a simulation knows.
-struct SimStats {
-  int64_t steps = 0;                 // steps with a forward pass
-  int64_t decode_only_steps = 0;     // of which every sequence computed one row (the engine
-                                     // replays these from CUDA graphs once their shape repeats)
-  double decode_only_seconds = 0.0;  // their share of forward_seconds
-  int64_t copy_only_steps = 0;       // plans with copies but nothing to run
-  int64_t idle_ticks = 0;            // schedule() calls while only paused requests existed
-  int64_t interceptions = 0, resumes = 0, expirations = 0;
-  int64_t discard_decisions = 0, swap_decisions = 0, preserve_decisions = 0;
-  int64_t swapped_out_tokens = 0, swapped_in_tokens = 0;  // whole blocks
-  int64_t prompt_tokens_computed = 0;                     // prefill rows, recomputation included
-  int64_t decode_tokens = 0;                              // tokens sampled
-  int64_t preemptions = 0;
-  int64_t swap_preemptions = 0;     // of which the KV went to the host tier (minwaste)
-  int64_t recomputed_tokens = 0;    // computed tokens whose KV was dropped
-  int64_t recompute_rows = 0;       // rows run again because their KV had been dropped
-  double forward_seconds = 0.0;     // sum of T_fwd over steps
-  double busy_seconds = 0.0;        // forward + stalls: the engine was not idle
-  double swap_seconds = 0.0;        // copy time (both directions)
-  double swap_stall_seconds = 0.0;  // copy time not hidden under a forward pass
-  double waste_recompute = 0.0;     // byte-seconds, as EngineStats
-  double waste_preserve = 0.0;
-  double waste_swap_stall = 0.0;
-  int64_t max_running = 0, max_paused = 0, max_waiting = 0;
-  int64_t peak_device_blocks = 0, peak_host_blocks = 0;
+// The step loop's counters and waste by cause (StepStats, as EngineStats), plus what only a
+// simulation knows.
+struct SimStats : StepStats {
+  int64_t idle_ticks = 0;  // schedule() calls while only paused requests existed
 };
 
 struct SimResult {

@@ -25,20 +25,6 @@ Result<PolicyKind> parse_policy(const std::string& name) {
       "' (expected one of: minwaste, discard, improved-discard, preserve, swap, ttl)");
 }
 
-PolicyOptions PolicyOptions::from_env() {
-  PolicyOptions o;
-  if (const char* e = std::getenv("INFERCEPT_MINWASTE_DISCARD"); e != nullptr) {
-    const std::string v = e;
-    if (v == "all")
-      o.minwaste_discard_to_deficit = false;
-    else if (v == "deficit")
-      o.minwaste_discard_to_deficit = true;
-    else
-      LOG_WARN("INFERCEPT_MINWASTE_DISCARD=%s is neither 'all' nor 'deficit': ignored", e);
-  }
-  return o;
-}
-
 const char* policy_name(PolicyKind k) {
   switch (k) {
     case PolicyKind::discard:
@@ -115,6 +101,7 @@ class SwapPolicy final : public Policy {
  public:
   PolicyKind kind() const override { return PolicyKind::swap; }
   bool keeps_arrival_on_resume() const override { return true; }
+  bool swaps_synchronously() const override { return true; }
   std::vector<PausedDecision> decide(const PolicyInput& in) override {
     CHECK_GT(in.block_size, 0);
     std::vector<PausedDecision> out;
@@ -179,6 +166,7 @@ class MinWastePolicy final : public Policy {
       : cost_(cost), estimator_(estimator), options_(options) {}
   PolicyKind kind() const override { return PolicyKind::minwaste; }
   bool keeps_arrival_on_resume() const override { return true; }
+  bool preempts_by_swapping() const override { return true; }
 
   std::vector<PausedDecision> decide(const PolicyInput& in) override {
     // Without pressure preserve is free: nothing waits for the blocks a paused request

@@ -75,6 +75,12 @@ class Policy {
   virtual std::vector<PausedDecision> decide(const PolicyInput& in) = 0;
   // Whether a resumed request keeps its original arrival time in the queues.
   virtual bool keeps_arrival_on_resume() const = 0;
+  // Whether its swaps (out and back in) are one synchronous copy of the whole context that
+  // the step waits for (the paper's naive `swap`), not copies hidden under the forward pass.
+  virtual bool swaps_synchronously() const { return false; }
+  // Whether a running request preempted for lack of blocks has its KV copied to the host
+  // when that costs less than recomputing it (minwaste), instead of always dropped.
+  virtual bool preempts_by_swapping() const { return false; }
 };
 
 // Knobs of the policies that have any; the defaults are what `serve` uses without flags.
@@ -90,12 +96,8 @@ struct PolicyOptions {
   // to reclaim when the running requests grow. On by default since the H200 A/B of
   // 2026-12-01 (docs/BENCHMARKS.md run "g": 7B, one call, same requests: chat-only at
   // 4 req/s 6.51 -> 6.26 ms/token, below ttl's 6.35; mixed at 4 req/s 18.0 -> 14.9).
-  // INFERCEPT_MINWASTE_DISCARD=all restores the paper's rule (every pause whose discard is
-  // cheaper is discarded); =deficit is this (PolicyOptions::from_env).
+  // false restores the paper's rule (every pause whose discard is cheaper is discarded).
   bool minwaste_discard_to_deficit = true;
-
-  // The defaults, with the ablation switches of the environment applied.
-  static PolicyOptions from_env();
 };
 
 // The policy keeps references to `cost` and `estimator`: both must outlive it. The estimator

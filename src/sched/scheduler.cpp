@@ -5,18 +5,12 @@
 #include <limits>
 
 #include "core/check.h"
+#include "sched/queues.h"
 
 namespace infercept {
 
-namespace {
-bool by_arrival(const Sequence* a, const Sequence* b) {
-  return a->arrival_time < b->arrival_time;
-}
-template <typename Q>
-void erase_from(Q& q, Sequence* s) {
-  q.erase(std::remove(q.begin(), q.end(), s), q.end());
-}
-}  // namespace
+using sched_queues::by_arrival;
+using sched_queues::erase_from;
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, BlockAllocator* host,
                      Policy* policy, const CostModel* cost)
@@ -44,25 +38,6 @@ void Scheduler::insert_by_arrival(std::vector<Sequence*>& q, Sequence* s) {
 void Scheduler::add(Sequence* seq) {
   CHECK(seq->state == SeqState::waiting && seq->blocks.blocks.empty());
   insert_by_arrival(waiting_, seq);
-}
-
-void Scheduler::release_device_blocks(Sequence& s) {
-  for (int32_t b : s.blocks.blocks) device_.release(b);
-  s.blocks.blocks.clear();
-}
-
-void Scheduler::release_host_blocks(Sequence& s) {
-  for (int32_t b : s.host_blocks) host_->release(b);
-  s.host_blocks.clear();
-}
-
-void Scheduler::drop_kv(Sequence& s, StepPlan& plan) {
-  release_device_blocks(s);
-  if (!s.host_blocks.empty()) release_host_blocks(s);
-  plan.dropped_tokens += s.n_computed;
-  s.n_recomputed += s.n_computed;
-  s.n_computed = 0;
-  s.blocks.n_tokens = 0;
 }
 
 void Scheduler::finish(Sequence* seq) {
@@ -103,270 +78,6 @@ void Scheduler::resume(Sequence* seq, const std::vector<int32_t>& returned, doub
   } else {
     seq->state = SeqState::running;
     insert_by_arrival(running_, seq);
-  }
-}
-
-void Scheduler::release_paused(Sequence* seq) {
-  CHECK(seq->state == SeqState::intercepted);
-  StepPlan ignored;
-  drop_kv(*seq, ignored);
-  if (seq->interception) seq->interception->expired = true;
-  if (std::find(resuming_.begin(), resuming_.end(), seq) != resuming_.end()) {
-    // Already answered but its KV was still coming back: it now recomputes instead.
-    erase_from(resuming_, seq);
-    seq->state = SeqState::waiting;
-    insert_by_arrival(waiting_, seq);
-  }
-}
-
-void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
-  CHECK(seq->state == SeqState::intercepted);
-  CHECK(std::find(paused_.begin(), paused_.end(), seq) != paused_.end());
-  const int64_t bs = config_.block_size;
-  const int64_t keep = std::clamp<int64_t>(n_keep, 0, seq->n_computed);
-  const int64_t dev_cap = (int64_t)seq->blocks.blocks.size() * bs;
-  if (keep <= dev_cap) {
-    if (!seq->host_blocks.empty()) release_host_blocks(*seq);
-    const auto need = (size_t)BlockTable::blocks_for(keep, bs);
-    while (seq->blocks.blocks.size() > need) {
-      device_.release(seq->blocks.blocks.back());
-      seq->blocks.blocks.pop_back();
-    }
-  } else {
-    const auto need = (size_t)BlockTable::blocks_for(keep - dev_cap, bs);
-    while (seq->host_blocks.size() > need) {
-      host_->release(seq->host_blocks.back());
-      seq->host_blocks.pop_back();
-    }
-  }
-  seq->n_computed = keep;
-  seq->n_computed_peak = keep;
-  seq->blocks.n_tokens = std::min(keep, (int64_t)seq->blocks.blocks.size() * bs);
-}
-
-// Memory pressure, as the policies that read it (minwaste, ttl) see it: the request next in
-// line for device blocks cannot get them from the free pool, or the pool is nearly full.
-// Queued requests are served oldest first, so only the oldest waiting and the oldest
-// resuming request are counted, and only for what they need before they can run:
-//  - a new request: its next prefill chunk (chunked prefill admits it chunk by chunk);
-//  - a request whose KV was dropped (preempted by recomputation, discarded or expired while
-//    paused): its whole context. It cannot sample before all of it is back, and it is
-//    recomputed in small chunks over many steps; counting only the first chunk would leave
-//    the rest to be taken, step after step, from paused requests by dropping their KV
-//    (free_a_paused_block) when the policy could have swapped it out under the budget;
-//  - a resuming request: its host part, plus, after a swap preemption, the headroom that
-//    swap_in_resuming() waits for (a block per running sequence).
-// Any waiting request used to count as pressure. With chunked prefill every arrival waits
-// one step, so minwaste (and ttl) moved or dropped paused KV with most of the cache free:
-// the CPU sweep and the simulator both showed it (docs/PERF.md 3.3, docs/BENCHMARKS.md).
-bool Scheduler::memory_pressure() const {
-  return memory_deficit_blocks() > 0;
-}
-
-int64_t Scheduler::memory_deficit_blocks() const {
-  const int64_t bs = config_.block_size;
-  int64_t need = 0;
-  if (!waiting_.empty()) {
-    const Sequence* s = waiting_.front();
-    const int64_t tokens = s->n_computed_peak > 0
-                               ? (int64_t)s->tokens.size()
-                               : std::min(s->n_uncomputed(), config_.max_tokens_per_step);
-    need += BlockTable::blocks_for(tokens, bs);  // a waiting request holds no blocks
-  }
-  if (!resuming_.empty()) {
-    const Sequence* s = resuming_.front();
-    need += (int64_t)s->host_blocks.size();
-    if (s->swap_preempted) need += (int64_t)running_.size();
-  }
-  const int64_t free = (int64_t)device_.n_free();
-  if (need > free) return need - free;
-  const double floor = config_.pressure_watermark * (double)device_.n_blocks();
-  return (double)free < floor ? (int64_t)std::ceil(floor - (double)free) : 0;
-}
-
-// Takes one device block from a paused request (newest first) by dropping its KV. Used
-// when a running request needs a block and none is free: a paused request can afford the
-// recomputation better than a running one can afford to stall.
-bool Scheduler::free_a_paused_block(StepPlan& plan) {
-  for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
-    Sequence* s = *it;
-    if (s->blocks.blocks.empty()) continue;
-    drop_kv(*s, plan);
-    plan.n_discards++;
-    return true;
-  }
-  return false;
-}
-
-bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now) {
-  (void)now;
-  const int64_t need =
-      BlockTable::blocks_for(n_tokens_total, config_.block_size) - (int64_t)s.blocks.blocks.size();
-  if (need <= 0) return true;
-  while (!device_.can_allocate((int32_t)need))
-    if (!free_a_paused_block(plan)) return false;
-  for (int64_t i = 0; i < need; ++i) s.blocks.blocks.push_back(*device_.allocate());
-  return true;
-}
-
-// Under minwaste a preempted sequence's KV goes to the host tier when that costs less than
-// recomputing it: the copy out now and back later against a prefill of its whole context.
-// (Measured on the CPU sweep: recompute-only preemption was minwaste's main loss, because
-// memory its swaps freed admitted new work that returning requests then preempted.)
-bool Scheduler::swap_preempt_worthwhile(const Sequence& s) const {
-  if (host_ == nullptr || policy_ == nullptr || policy_->kind() != PolicyKind::minwaste ||
-      cost_ == nullptr || cost_->swap_bytes_per_second <= 0)
-    return false;
-  if (s.n_computed == 0 || !s.host_blocks.empty() || s.blocks.blocks.empty()) return false;
-  if (host_->n_free() < (int32_t)s.blocks.blocks.size()) return false;
-  const double bytes = (double)s.n_computed * cost_->kv_bytes_per_token;
-  const double copy_s = 2.0 * bytes / cost_->swap_bytes_per_second;
-  return copy_s < cost_->t_fwd(s.n_computed);
-}
-
-void Scheduler::preempt(Sequence& s, StepPlan& plan) {
-  if (swap_preempt_worthwhile(s)) {
-    // Swap-style preemption: every device block to the host, in order; the sequence waits in
-    // the resuming queue (by arrival) and runs again once its blocks are back.
-    const int64_t bs = config_.block_size;
-    for (int32_t db : s.blocks.blocks) {
-      const auto hb = host_->allocate();
-      CHECK(hb.has_value());
-      plan.swap_out.push_back({db, *hb});
-      s.host_blocks.push_back(*hb);
-      device_.release(db);  // the copy runs before anything reuses it (see apply_policy)
-    }
-    s.blocks.blocks.clear();
-    s.n_swapped_out += (int64_t)s.host_blocks.size() * bs;
-    s.n_preemptions++;
-    s.swap_preempted = true;
-    s.state = SeqState::intercepted;  // not runnable until its KV is back, like a resume
-    erase_from(running_, &s);
-    insert_by_arrival(resuming_, &s);
-    plan.preempted.push_back(&s);
-    plan.n_swap_preemptions++;
-    return;
-  }
-  // Recompute-style preemption: the KV is dropped and the whole context (prompt and what was
-  // generated so far) is prefilled again when the sequence is readmitted.
-  drop_kv(s, plan);
-  s.n_preemptions++;
-  s.state = SeqState::waiting;
-  erase_from(running_, &s);
-  insert_by_arrival(waiting_, &s);
-  plan.preempted.push_back(&s);
-}
-
-void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
-  if (paused_.empty()) return;
-  const int64_t bs = config_.block_size;
-  if (policy_ == nullptr) {
-    plan.n_preserve_decisions += (int64_t)paused_.size();
-    return;
-  }
-  PolicyInput in;
-  in.block_size = bs;
-  in.free_device_blocks = device_.n_free();
-  in.free_host_blocks = host_ != nullptr ? host_->n_free() : 0;
-  in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
-  in.deficit_blocks = memory_deficit_blocks();
-  in.memory_pressure = in.deficit_blocks > 0;
-  for (const Sequence* s : running_) {
-    in.running_context_tokens += (int64_t)s->tokens.size();
-    if (s->n_uncomputed() <= 1) in.decode_tokens++;
-  }
-  std::vector<Sequence*> with_kv;
-  for (Sequence* s : paused_) {
-    if (s->n_computed == 0) continue;
-    PausedView v;
-    v.id = s->id;
-    v.tool = s->interception->tool;
-    v.context_tokens = s->n_computed;
-    v.device_tokens = s->device_tokens(bs);
-    v.host_tokens = s->host_tokens(bs);
-    v.elapsed = std::max(0.0, now - s->interception->call_time);
-    v.hint = s->interception->hint;
-    in.paused.push_back(v);
-    with_kv.push_back(s);
-  }
-  if (in.paused.empty()) return;
-  const std::vector<PausedDecision> decisions = policy_->decide(in);
-  CHECK_EQ(decisions.size(), in.paused.size());
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    Sequence& s = *with_kv[i];
-    const PausedDecision& d = decisions[i];
-    CHECK_EQ(d.id, s.id);
-    switch (d.action) {
-      case KvAction::preserve:
-        plan.n_preserve_decisions++;
-        break;
-      case KvAction::discard:
-        drop_kv(s, plan);
-        plan.n_discards++;
-        break;
-      case KvAction::swap_out: {
-        if (host_ == nullptr || d.swap_out_tokens <= 0) break;
-        plan.n_swap_decisions++;
-        const bool sync = policy_->kind() == PolicyKind::swap;
-        plan.sync_swap = plan.sync_swap || sync;
-        // Whole blocks from the back of the device table to the front of the host suffix.
-        int64_t blocks = BlockTable::blocks_for(d.swap_out_tokens, bs);
-        blocks = std::min<int64_t>(blocks, (int64_t)s.blocks.blocks.size());
-        std::vector<int32_t> moved;
-        for (int64_t b = 0; b < blocks; ++b) {
-          auto hb = host_->allocate();
-          if (!hb) break;
-          const int32_t db = s.blocks.blocks.back();
-          s.blocks.blocks.pop_back();
-          plan.swap_out.push_back({db, *hb});
-          moved.push_back(*hb);
-          device_.release(db);  // the copy runs before anything reuses it this step
-        }
-        std::reverse(moved.begin(), moved.end());
-        s.host_blocks.insert(s.host_blocks.begin(), moved.begin(), moved.end());
-        s.n_swapped_out += (int64_t)moved.size() * bs;  // whole blocks move
-        if (!sync) swap_budget = std::max<int64_t>(0, swap_budget - (int64_t)moved.size() * bs);
-        break;
-      }
-    }
-  }
-}
-
-void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
-  const int64_t bs = config_.block_size;
-  const bool sync = policy_ != nullptr && policy_->kind() == PolicyKind::swap;
-  for (size_t i = 0; i < resuming_.size();) {
-    Sequence& s = *resuming_[i];
-    // A sequence preempted by swapping comes back only whole and with a block of headroom
-    // per running sequence: partly back it would hold blocks without running, and the
-    // running ones would preempt it again at once (swap ping-pong).
-    if (s.swap_preempted &&
-        (int64_t)device_.n_free() < (int64_t)s.host_blocks.size() + (int64_t)running_.size()) {
-      ++i;
-      continue;
-    }
-    // From the front of the host suffix, block by block, while budget and blocks allow.
-    while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && device_.n_free() > 0) {
-      const auto db = device_.allocate();
-      const int32_t hb = s.host_blocks.front();
-      s.host_blocks.erase(s.host_blocks.begin());
-      plan.swap_in.push_back({hb, *db});
-      s.blocks.blocks.push_back(*db);
-      host_->release(hb);  // the copy runs before the host block is reused (next step)
-      s.n_swapped_in += bs;
-      if (sync)
-        plan.sync_swap = true;
-      else
-        swap_budget -= bs;
-    }
-    if (s.host_blocks.empty()) {
-      resuming_.erase(resuming_.begin() + (ptrdiff_t)i);
-      s.swap_preempted = false;
-      s.state = SeqState::running;
-      insert_by_arrival(running_, &s);
-    } else {
-      ++i;
-    }
   }
 }
 
@@ -600,8 +311,14 @@ StepPlan Scheduler::schedule(double now) {
   // Paused requests hold device tokens over time: the preserve waste, measured.
   if (last_now_ >= 0.0) {
     const double dt = std::max(0.0, now - last_now_);
-    for (Sequence* s : paused_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
-    for (Sequence* s : resuming_) s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+    for (Sequence* s : paused_) {
+      s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+      preserved_token_seconds_ += (double)s->device_tokens(bs) * dt;
+    }
+    for (Sequence* s : resuming_) {
+      s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
+      preserved_token_seconds_ += (double)s->device_tokens(bs) * dt;
+    }
   }
   last_now_ = now;
 

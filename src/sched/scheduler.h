@@ -136,6 +136,9 @@ class Scheduler {
   size_t n_resuming() const { return resuming_.size(); }
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !resuming_.empty(); }
   const std::vector<Sequence*>& paused() const { return paused_; }
+  // Device tokens held by paused (and resuming) requests, integrated over time at every
+  // schedule(): the preserve waste in token-seconds, as it accrues.
+  double preserved_token_seconds() const { return preserved_token_seconds_; }
   // Capacity of the device cache in tokens: what a single sequence can ever hold.
   int64_t capacity_tokens() const;
   void check_invariants() const;
@@ -145,6 +148,7 @@ class Scheduler {
   // `budget` is what is left of the step's tokens and is reduced by what they take.
   void plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
   void plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chunk, double now);
+  // Where blocks move or are dropped (kv_moves.cpp, the one place that does).
   bool ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& plan, double now);
   void release_device_blocks(Sequence& s);
   void release_host_blocks(Sequence& s);
@@ -171,7 +175,8 @@ class Scheduler {
   std::vector<Sequence*> paused_;    // intercepted, tool not yet answered; arrival order
   std::vector<Sequence*> resuming_;  // answered, KV partly on the host; arrival order
   int64_t long_chunk_ = 1;
-  bool long_prefills_yielded_ = false;  // the last fair plan left its long prefills out
+  bool long_prefills_yielded_ = false;
+  double preserved_token_seconds_ = 0.0;  // the last fair plan left its long prefills out
   int64_t last_step_tokens_ = 1;
   double last_now_ = -1.0;
 };

@@ -1,0 +1,147 @@
+#include "engine/request.h"
+
+#include <algorithm>
+
+#include "engine/tool_call.h"
+
+namespace infercept {
+
+Request::Request(uint64_t id, GenerateRequest req, uint64_t seed, const Tokenizer& tokenizer,
+                 double arrival_time)
+    : tokenizer_(tokenizer),
+      sampler_(req.params, seed),
+      detok_(tokenizer),
+      stops_(req.params.stop) {
+  seq.id = id;
+  seq.arrival_time = arrival_time;
+  configure(req, seed);
+}
+
+void Request::restart(GenerateRequest req, uint64_t seed) {
+  (void)detok_.flush();
+  configure(req, seed);
+  json_tool_call_.reset();
+}
+
+// Everything a request takes from its GenerateRequest, for a new one and a restart alike.
+void Request::configure(GenerateRequest& req, uint64_t seed) {
+  params_ = req.params;
+  sampler_ = Sampler(req.params, seed);
+  stops_ = StopMatcher(req.params.stop);
+  script_ = std::move(req.script);
+  next_script_ = 0;
+  sampled_since_resume_ = 0;
+  n_sampled_ = 0;
+  intercept_strings_ = std::move(req.intercept_strings);
+  intercept_token_ids_ = std::move(req.intercept_token_ids);
+  detect_tool_calls_ = req.detect_tool_calls;
+  pause_at_tool_turn_end_ = req.pause_at_tool_turn_end;
+  tool_hints_ = std::move(req.tool_duration_hints);
+  logprobs_ = req.logprobs;
+  recent_text_ = std::move(req.turn_prefix);
+  seq.n_prompt = (int64_t)req.prompt.size();
+  seq.tokens = std::move(req.prompt);
+}
+
+void Request::on_resume() {
+  sampled_since_resume_ = 0;
+  recent_text_.clear();
+}
+
+// The triggers in order: a JSON tool call completed by end-of-turn, the script, a token id, a
+// string in the generated text, a Hermes tool call.
+std::optional<InterceptionInfo> Request::fired_trigger() {
+  InterceptionInfo info;
+  auto hint_of = [&](const std::string& tool) -> std::optional<double> {
+    if (auto h = tool_hints_.find(tool); h != tool_hints_.end()) return h->second;
+    return std::nullopt;
+  };
+  if (json_tool_call_) {
+    info.tool = *json_tool_call_;
+    json_tool_call_.reset();
+    info.hint = hint_of(info.tool);
+    return info;
+  }
+  if (next_script_ < script_.size() &&
+      sampled_since_resume_ >= script_[next_script_].after_generated) {
+    info.tool = script_[next_script_].tool;
+    info.hint = script_[next_script_].hint;
+    ++next_script_;
+    return info;
+  }
+  if (!seq.tokens.empty()) {
+    const int32_t last = seq.tokens.back();
+    for (int32_t t : intercept_token_ids_)
+      if (t == last) {
+        info.tool = "token:" + std::to_string(t);
+        return info;
+      }
+  }
+  for (const std::string& str : intercept_strings_)
+    if (!str.empty() && recent_text_.find(str) != std::string::npos) {
+      info.tool = str;
+      return info;
+    }
+  if (detect_tool_calls_)
+    if (auto call = find_hermes_tool_call(recent_text_)) {
+      info.tool = call->name;
+      info.hint = hint_of(info.tool);
+      return info;
+    }
+  return std::nullopt;
+}
+
+TokenOutcome Request::on_token(int32_t token, int64_t limit, RequestOutput& out) {
+  sampled_since_resume_++;
+  n_sampled_++;
+  out.prompt_tokens = seq.n_prompt;
+  out.completion_tokens = n_sampled_;
+  FinishReason reason = FinishReason::none;
+  const bool is_stop_token = (!params_.ignore_eos && tokenizer_.is_eog(token)) ||
+                             std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
+                                       token) != params_.stop_token_ids.end();
+  if (is_stop_token) reason = FinishReason::stop;
+  if (is_stop_token && (detect_tool_calls_ || pause_at_tool_turn_end_)) {
+    // A JSON tool call closed by end-of-turn pauses the request instead of ending it; so
+    // does a turn with Hermes calls in it when the request pauses at the turn's end.
+    if (auto call = parse_json_tool_call(recent_text_)) {
+      json_tool_call_ = call->name;
+      reason = FinishReason::none;
+    } else if (pause_at_tool_turn_end_) {
+      if (auto hermes = find_hermes_tool_call(recent_text_)) {
+        json_tool_call_ = hermes->name;
+        reason = FinishReason::none;
+      }
+    }
+  }
+  const std::string piece_text = is_stop_token ? std::string() : detok_.push(token);
+  if (!intercept_strings_.empty() || detect_tool_calls_ || pause_at_tool_turn_end_)
+    recent_text_ += piece_text;
+  auto piece = stops_.push(piece_text);
+  out.text = std::move(piece.text);
+  if (piece.stopped) reason = FinishReason::stop;
+  if (reason == FinishReason::none &&
+      (n_sampled_ >= params_.max_tokens || (int64_t)seq.tokens.size() >= limit))
+    reason = FinishReason::length;
+  if (reason == FinishReason::none) {
+    std::optional<InterceptionInfo> fired = fired_trigger();
+    if (!fired) return TokenOutcome::go_on();
+    // Whatever text was held back belongs to the call: emit it with the pause.
+    out.text += stops_.flush();
+    out.intercepted = true;
+    out.tool = fired->tool;
+    recent_text_.clear();
+    sampled_since_resume_ = 0;
+    return TokenOutcome::pause_for(std::move(*fired));
+  }
+  if (!stops_.stopped()) {
+    // Held-back bytes and text turned out not to be a stop string: release them.
+    auto rest = stops_.push(detok_.flush());
+    out.text += rest.text;
+    if (!rest.stopped) out.text += stops_.flush();
+  }
+  out.finish = reason;
+  return TokenOutcome::finish();
+}
+
+}  // namespace infercept
