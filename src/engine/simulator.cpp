@@ -417,8 +417,9 @@ CostModel scale_cost_model(const CostModel& one, int gpus, double efficiency) {
   return c;
 }
 
-Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceRequest>& trace) {
-  const auto wall_start = std::chrono::steady_clock::now();
+namespace {
+
+Status validate(const SimConfig& config, const std::vector<TraceRequest>& trace) {
   TRY(config.cost.validate());
   if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
     return make_error("block size, tokens per step and sequences per step must be positive");
@@ -432,179 +433,209 @@ Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceReque
     if (trace[i].arrival_s < trace[i - 1].arrival_s)
       return make_error("trace request ", std::to_string(trace[i].id),
                         " arrives before the one listed before it");
+  return ok_status();
+}
 
-  const int64_t bs = config.block_size;
-  const CostModel& cost = config.cost;
-  const double m = cost.kv_bytes_per_token;
-  BlockAllocator device((int32_t)BlockTable::blocks_for(config.kv_cache_tokens, bs));
-  BlockAllocator host(
-      (int32_t)std::max<int64_t>(1, BlockTable::blocks_for(config.swap_space_tokens, bs)));
-  TRY_ASSIGN(std::unique_ptr<DurationEstimator> estimator,
-             make_duration_estimator(config.estimator));
-  TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  std::unique_ptr<Policy> policy = make_policy(kind, cost, *estimator);
-  SchedulerConfig sc;
-  sc.block_size = bs;
-  sc.max_tokens_per_step = config.max_tokens_per_step;
-  sc.max_seqs_per_step = config.max_seqs;
-  sc.max_partial_prefills = config.max_partial_prefills;
-  sc.long_prefill_tokens = config.long_prefill_tokens;
-  Scheduler sched(sc, device, &host, policy.get(), &cost);
-  std::unique_ptr<StepTraceWriter> step_trace;
-  if (!config.step_trace_path.empty()) {
-    TRY_ASSIGN(step_trace, StepTraceWriter::open(config.step_trace_path));
+// One simulation: the engine's parts (allocators, estimator, policy, scheduler, step loop)
+// with the cost-model executor, the trace's requests as the requests' side, and the event
+// loop around them (simulator.h says what it mirrors).
+class SimRun : public StepRequests {
+ public:
+  SimRun(const SimConfig& config, const std::vector<TraceRequest>& trace)
+      : config_(config),
+        trace_(trace),
+        device_((int32_t)BlockTable::blocks_for(config.kv_cache_tokens, config.block_size)),
+        host_((int32_t)std::max<int64_t>(
+            1, BlockTable::blocks_for(config.swap_space_tokens, config.block_size))),
+        reqs_(trace.size()) {}
+
+  Status init() {
+    TRY_ASSIGN(estimator_, make_duration_estimator(config_.estimator));
+    TRY_ASSIGN(PolicyKind kind, parse_policy(config_.policy));
+    policy_ = make_policy(kind, config_.cost, *estimator_);
+    SchedulerConfig sc;
+    sc.block_size = config_.block_size;
+    sc.max_tokens_per_step = config_.max_tokens_per_step;
+    sc.max_seqs_per_step = config_.max_seqs;
+    sc.max_partial_prefills = config_.max_partial_prefills;
+    sc.long_prefill_tokens = config_.long_prefill_tokens;
+    sched_ = std::make_unique<Scheduler>(sc, device_, &host_, policy_.get(), &config_.cost);
+    if (!config_.step_trace_path.empty()) {
+      TRY_ASSIGN(step_trace_, StepTraceWriter::open(config_.step_trace_path));
+    }
+    const int64_t capacity = sched_->capacity_tokens();
+    limit_ = config_.max_context > 0 ? std::min(config_.max_context, capacity) : capacity;
+    loop_ = std::make_unique<StepLoop>(
+        *sched_, device_, host_, *estimator_, res_.stats, config_.cost.kv_bytes_per_token,
+        config_.interception_timeout_s, step_trace_.get(), config_.check_invariants);
+    executor_ = std::make_unique<SimExecutor>(config_, limit_, res_.stats);
+    res_.kv_cache_tokens = (int64_t)device_.n_blocks() * config_.block_size;
+    res_.swap_space_tokens = (int64_t)host_.n_blocks() * config_.block_size;
+    return ok_status();
   }
 
-  SimResult res;
-  res.kv_cache_tokens = (int64_t)device.n_blocks() * bs;
-  res.swap_space_tokens = (int64_t)host.n_blocks() * bs;
-  SimStats& st = res.stats;
-  const int64_t capacity = sched.capacity_tokens();
-  const int64_t limit = config.max_context > 0 ? std::min(config.max_context, capacity) : capacity;
-
-  // One slot per trace request; unique_ptr keeps each Sequence where the scheduler saw it.
-  std::vector<std::unique_ptr<SimRequest>> reqs(trace.size());
-  ResumeQueue resumes;
-  uint64_t resume_order = 0;
-  size_t next = 0;
-  int64_t live = 0;
-  const double hard_stop = config.duration_s + config.drain_s;
-  double t = 0.0;
-
-  StepLoop loop(sched, device, host, *estimator, st, m, config.interception_timeout_s,
-                step_trace.get(), config.check_invariants);
-  SimExecutor executor(config, limit, st);
-  // What a sampled token means for a scripted request: its segment's count reached pauses it
-  // for the segment's tool, its last token finishes it.
-  class Requests : public StepRequests {
-   public:
-    Requests(std::vector<std::unique_ptr<SimRequest>>& reqs, SimResult& res, int64_t limit,
-             bool hints, ResumeQueue& resumes, uint64_t& resume_order, int64_t& live)
-        : reqs_(reqs),
-          res_(res),
-          limit_(limit),
-          hints_(hints),
-          resumes_(resumes),
-          resume_order_(resume_order),
-          live_(live) {}
-    TokenOutcome on_token(Sequence& s, int32_t, size_t, double end) override {
-      SimRequest& r = *reqs_[(size_t)s.id];
-      r.sampled_since_resume++;
-      r.n_sampled++;
-      if (!r.has_first_token) {
-        r.has_first_token = true;
-        r.record.first_token_s = end;
+  // The event loop: arrivals and tool answers between steps, steps back to back while there
+  // is work, idle ticks while only paused requests exist, until every request is done or
+  // the hard stop.
+  Status run() {
+    const double hard_stop = config_.duration_s + config_.drain_s;
+    SimStats& st = res_.stats;
+    while (true) {
+      admit_arrivals();
+      deliver_tool_answers();
+      if (t_ > hard_stop || (next_ >= trace_.size() && live_ == 0)) break;
+      const bool busy = sched_->has_work();
+      if (busy) {
+        const int64_t before = st.steps + st.copy_only_steps;
+        step();
+        if (st.steps + st.copy_only_steps > before) continue;
+        // Work is queued but nothing could run or move (a resumed request waits for device
+        // blocks that only a tool answer will free): the real engine spins until something
+        // changes; here time moves on as when idle.
       }
-      r.record.output_tokens++;
-      if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit_)
-        return TokenOutcome::finish();
-      const Segment& sg = r.trace->segments[r.segment];
-      if (sg.is_last() || r.sampled_since_resume < sg.generate_tokens) return TokenOutcome::go_on();
-      InterceptionInfo info;
-      info.tool = sg.tool;
-      if (hints_) info.hint = sg.tool_seconds;
-      return TokenOutcome::pause_for(std::move(info));
+      // Idle until the next arrival or tool answer; with paused requests around the engine
+      // wakes every idle_tick_s (expiry, time-driven policy decisions), as bench does.
+      double wake = hard_stop;
+      if (next_ < trace_.size()) wake = std::min(wake, trace_[next_].arrival_s);
+      if (!resumes_.empty()) wake = std::min(wake, resumes_.top().at);
+      if (!(wake > t_)) break;  // the hard stop, with nothing left to do before it
+      if (busy && std::isinf(wake))
+        return make_error("simulation stalled at t = ", std::to_string(t_),
+                          " s: work is queued, nothing can run and no event is pending (a bug)");
+      if (sched_->n_paused() == 0 && !busy) {
+        t_ = wake;
+        continue;
+      }
+      t_ = std::min(wake, t_ + config_.idle_tick_s);
+      if (busy) continue;  // the next loop's step() is the engine's next try
+      st.idle_ticks++;
+      step();
     }
-    void on_paused(Sequence& s, double end) override {
-      SimRequest& r = *reqs_[(size_t)s.id];
-      const Segment& sg = r.trace->segments[r.segment];
-      r.sampled_since_resume = 0;
-      r.segment++;
-      r.paused_at = end;
-      resumes_.push({end + sg.tool_seconds, resume_order_++, (size_t)s.id});
-    }
-    void on_finished(Sequence& s, double end) override {
-      SimRequest& r = *reqs_[(size_t)s.id];
-      r.record.end_s = end;
-      r.record.completed = true;
-      res_.records.push_back(r.record);
-      r.seq.tokens = {};  // an hour of traffic: only live requests keep their token vectors
-      --live_;
-    }
+    return ok_status();
+  }
 
-   private:
-    std::vector<std::unique_ptr<SimRequest>>& reqs_;
-    SimResult& res_;
-    int64_t limit_;
-    bool hints_;
-    ResumeQueue& resumes_;
-    uint64_t& resume_order_;
-    int64_t& live_;
-  } requests(reqs, res, limit, config.hints, resumes, resume_order, live);
-  auto step = [&](double now) { return loop.step(now, executor, requests).duration(); };
+  SimResult finish() {
+    res_.end_time_s = t_;
+    for (auto& r : reqs_)
+      if (r && !r->record.completed) res_.records.push_back(r->record);  // unfinished
+    res_.tools = estimator_->stats();
+    res_.device_blocks_in_use = device_.n_used();
+    res_.host_blocks_in_use = host_.n_used();
+    return std::move(res_);
+  }
 
-  while (true) {
-    // Arrivals whose time has come.
-    while (next < trace.size() && trace[next].arrival_s <= t) {
-      const size_t i = next++;
-      const TraceRequest& tr = trace[i];
-      // As bench: a request that cannot fit the engine at all is skipped, and so is one the
-      // engine would reject (a prompt as long as the limit, an empty script).
-      if (final_context(tr) > limit - 1 || tr.prompt_tokens <= 0 || tr.segments.empty()) {
-        ++res.skipped;
+  // StepRequests: a scripted request's segment count reached pauses it for the segment's
+  // tool; its last token finishes it.
+  TokenOutcome on_token(Sequence& s, int32_t, size_t, double end) override {
+    SimRequest& r = *reqs_[(size_t)s.id];
+    r.sampled_since_resume++;
+    r.n_sampled++;
+    if (!r.has_first_token) {
+      r.has_first_token = true;
+      r.record.first_token_s = end;
+    }
+    r.record.output_tokens++;
+    if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit_)
+      return TokenOutcome::finish();
+    const Segment& sg = r.trace->segments[r.segment];
+    if (sg.is_last() || r.sampled_since_resume < sg.generate_tokens) return TokenOutcome::go_on();
+    InterceptionInfo info;
+    info.tool = sg.tool;
+    if (config_.hints) info.hint = sg.tool_seconds;
+    return TokenOutcome::pause_for(std::move(info));
+  }
+  void on_paused(Sequence& s, double end) override {
+    SimRequest& r = *reqs_[(size_t)s.id];
+    const Segment& sg = r.trace->segments[r.segment];
+    r.sampled_since_resume = 0;
+    r.segment++;
+    r.paused_at = end;
+    resumes_.push({end + sg.tool_seconds, resume_order_++, (size_t)s.id});
+  }
+  void on_finished(Sequence& s, double end) override {
+    SimRequest& r = *reqs_[(size_t)s.id];
+    r.record.end_s = end;
+    r.record.completed = true;
+    res_.records.push_back(r.record);
+    r.seq.tokens = {};  // an hour of traffic: only live requests keep their token vectors
+    --live_;
+  }
+
+ private:
+  void step() { t_ += loop_->step(t_, *executor_, *this).duration(); }
+
+  // Arrivals whose time has come. As bench: a request that cannot fit the engine at all is
+  // skipped, and so is one the engine would reject (a prompt as long as the limit, an empty
+  // script).
+  void admit_arrivals() {
+    while (next_ < trace_.size() && trace_[next_].arrival_s <= t_) {
+      const size_t i = next_++;
+      const TraceRequest& tr = trace_[i];
+      if (final_context(tr) > limit_ - 1 || tr.prompt_tokens <= 0 || tr.segments.empty()) {
+        ++res_.skipped;
         continue;
       }
       auto r = std::make_unique<SimRequest>();
       r->trace = &tr;
       r->max_tokens = generated(tr);
       r->seq.id = i;
-      r->seq.arrival_time = t;
+      r->seq.arrival_time = t_;
       r->seq.n_prompt = tr.prompt_tokens;
       r->seq.tokens.reserve((size_t)final_context(tr));
       r->seq.tokens.assign((size_t)tr.prompt_tokens, 0);
       r->record.id = tr.id;
       r->record.augmentation = tr.augmentation;
       r->record.arrival_s = tr.arrival_s;
-      sched.add(&r->seq);
-      reqs[i] = std::move(r);
-      ++live;
-      ++res.submitted;
+      sched_->add(&r->seq);
+      reqs_[i] = std::move(r);
+      ++live_;
+      ++res_.submitted;
     }
-    // Tools that have answered.
-    while (!resumes.empty() && resumes.top().at <= t) {
-      const ResumeEvent ev = resumes.top();
-      resumes.pop();
-      SimRequest& r = *reqs[ev.index];
+  }
+
+  // Tools that have answered: their tokens are appended and the request queues again.
+  void deliver_tool_answers() {
+    while (!resumes_.empty() && resumes_.top().at <= t_) {
+      const ResumeEvent ev = resumes_.top();
+      resumes_.pop();
+      SimRequest& r = *reqs_[ev.index];
       const Segment& sg = r.trace->segments[r.segment - 1];
-      loop.note_resume(r.seq, t);
-      sched.resume(&r.seq, std::vector<int32_t>((size_t)sg.return_tokens, 0), t);
-      r.record.interception_s += t - r.paused_at;
+      loop_->note_resume(r.seq, t_);
+      sched_->resume(&r.seq, std::vector<int32_t>((size_t)sg.return_tokens, 0), t_);
+      r.record.interception_s += t_ - r.paused_at;
       r.record.output_tokens += sg.return_tokens;
     }
-    if (t > hard_stop || (next >= trace.size() && live == 0)) break;
-    const bool busy = sched.has_work();
-    if (busy) {
-      const int64_t before = st.steps + st.copy_only_steps;
-      t += step(t);
-      if (st.steps + st.copy_only_steps > before) continue;
-      // Work is queued but nothing could run or move (a resumed request waits for device
-      // blocks that only a tool answer will free): the real engine spins until something
-      // changes; here time moves on as when idle.
-    }
-    // Idle until the next arrival or tool answer; with paused requests around the engine
-    // wakes every idle_tick_s (expiry, time-driven policy decisions), as bench does.
-    double wake = hard_stop;
-    if (next < trace.size()) wake = std::min(wake, trace[next].arrival_s);
-    if (!resumes.empty()) wake = std::min(wake, resumes.top().at);
-    if (!(wake > t)) break;  // the hard stop, with nothing left to do before it
-    if (busy && std::isinf(wake))
-      return make_error("simulation stalled at t = ", std::to_string(t),
-                        " s: work is queued, nothing can run and no event is pending (a bug)");
-    if (sched.n_paused() == 0 && !busy) {
-      t = wake;
-      continue;
-    }
-    t = std::min(wake, t + config.idle_tick_s);
-    if (busy) continue;  // the next loop's step() is the engine's next try
-    st.idle_ticks++;
-    t += step(t);
   }
-  res.end_time_s = t;
-  for (auto& r : reqs)
-    if (r && !r->record.completed) res.records.push_back(r->record);  // unfinished
-  res.tools = estimator->stats();
-  res.device_blocks_in_use = device.n_used();
-  res.host_blocks_in_use = host.n_used();
+
+  const SimConfig& config_;
+  const std::vector<TraceRequest>& trace_;
+  BlockAllocator device_, host_;
+  std::unique_ptr<DurationEstimator> estimator_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<StepTraceWriter> step_trace_;
+  std::unique_ptr<StepLoop> loop_;
+  std::unique_ptr<SimExecutor> executor_;
+  SimResult res_;
+  int64_t limit_ = 0;
+  // One slot per trace request; unique_ptr keeps each Sequence where the scheduler saw it.
+  std::vector<std::unique_ptr<SimRequest>> reqs_;
+  ResumeQueue resumes_;
+  uint64_t resume_order_ = 0;  // ties in time resolve in the order the pauses happened
+  size_t next_ = 0;            // the next trace request to arrive
+  int64_t live_ = 0;           // admitted and not finished
+  double t_ = 0.0;             // virtual time
+};
+
+}  // namespace
+
+Result<SimResult> simulate(const SimConfig& config, const std::vector<TraceRequest>& trace) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  TRY(validate(config, trace));
+  SimRun run(config, trace);
+  TRY(run.init());
+  TRY(run.run());
+  SimResult res = run.finish();
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return res;
