@@ -34,8 +34,8 @@ namespace {
 
 // Built-in H200 profiles (the lent H200, bf16 weights and KV, 16-token blocks).
 //
-// llama2-7b (2026-12-03, the engine of session 11: docs/PERF.md 4.5k) and llama2-13b
-// (2026-12-01, the engine of session 9: PERF 4.5g/4.5h), every term measured apart from the
+// llama2-7b (the engine of 2026-12-03) and llama2-13b (the engine of 2026-12-01), every
+// term measured apart from the
 // runs the simulator is validated on (docs/BENCHMARKS.md, "The simulator's cost terms measured
 // apart from the runs", "Runs q" and, for the 7B as it is now, "Runs s11"):
 //   - D(n), a(n): bench-forward decode steps of n = 1..64 sequences at contexts 256-3,072
@@ -44,7 +44,7 @@ namespace {
 //     within 2.1% / 0.8%): the decode-only step the engine replays from a CUDA graph, and its
 //     price per context token;
 //   - T_fwd(x <= 512): the engine's start-up profile in its step-probe run (7B step-probe9,
-//     13B step-probe-13b-3); x >= 1,024: bench-forward of PERF.md 4.4 (prefill-bound); a step
+//     13B step-probe-13b-3); x >= 1,024: bench-forward of 2026-12-01 (prefill-bound); a step
 //     with a chunk lasts kT x T_fwd;
 //   - 13B: kT, p(rows), q and the engine's artifacts (a chunk step's first sight of its row
 //     count; graph misses; SimProfile) fitted together to the step probes (`bench/step_fit.py
@@ -57,9 +57,9 @@ namespace {
 //     validation (every run at seed 7) does not use: kT 1.0139, first sight 3.3 ms, a graph
 //     key's first sight 0.65 ms and its capture 4.9 ms, 0.240 / 0.338 s of forward pass a
 //     second of swap-in / swap-out copy at the fit's 54.06 GB/s, i.e. 0.244 / 0.343 a second at
-//     the built-in's 55. (Fitted to the probes, session 12, the same engine missed the knee by
+//     the built-in's 55. (Fitted to the probes instead, the same engine missed the knee by
 //     21%.)
-// llama3-8b: bench-forward of PERF.md 4.4 and the context constant of 4.2, engines of that
+// llama3-8b: bench-forward of 2026-12-01 and its decode-step context constant, engines of that
 // time (not re-measured since).
 struct Shape {
   const char* name;
@@ -81,8 +81,9 @@ struct Shape {
   // Seconds of forward pass per second of swap-in / swap-out copy queued with the step
   // (EngineArtifacts::copy_in_interference / copy_out_interference).
   double copy_in_interference, copy_out_interference;
-  // Logits to the host per sampled row, (with logits - without) / B from PERF.md 4.2 (the
-  // engine's greedy and top-p rows sample on the device since: 0 where measured so).
+  // Logits to the host per sampled row, (with logits - without) / B from bench-forward decode steps
+  // of 2026-12-01 (the engine's greedy and top-p rows sample on the device since: 0 where measured
+  // so).
   double sample_us_per_row;
   const char* source;
 };
@@ -112,7 +113,7 @@ const std::vector<Shape>& shapes() {
        per_batch({0.3060, 0.2943, 0.2775, 0.2495, 0.2446, 0.2853, 0.2445, 0.2796, 0.2400, 0.2488,
                   0.2456}),
        {{2, 0.565}, {9, 0.141}}, 3.605, 3.329, 0.653, 4.937, 64, 0.244, 0.343, 0.0,
-       "built-in: H200 2026-12-03, the engine of session 11 (D(n) and a(n) measured by "
+       "built-in: H200 2026-12-03, the engine of that day (D(n) and a(n) measured by "
        "bench-forward at four contexts, docs/bench/step-context3, then scaled, and kT, prefill "
        "chunks, the engine's first-sight, graph-cache and copy-interference costs fitted, to the "
        "step traces of the paper runs at seed 11, docs/bench/h200-paper/s11), copies 55 GB/s "
@@ -124,7 +125,7 @@ const std::vector<Shape>& shapes() {
         {32, 7.295225}, {64, 7.126920}, {128, 7.596248}, {256, 9.456842}, {512, 15.378560},
         {1024, 27.706171}, {2048, 56.430700}, {4096, 118.693318}}, 1.0,
        32, 8, 128, 16.060, 8192, {}, {{1, 0.097}}, {}, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 71.0,
-       "built-in: H200 bench-forward 2026-12-01 (docs/PERF.md 4.4; context term 4.2), copies "
+       "built-in: H200 bench-forward 2026-12-01 (T_fwd and one context term), copies "
        "55 GB/s each way"},
       {"h200-llama2-13b",
        {{1, 8.459634}, {16, 9.153949}, {64, 9.817365}, {128, 10.636260}, {256, 13.788468},
@@ -135,7 +136,7 @@ const std::vector<Shape>& shapes() {
        per_batch({0.3527, 0.2547, 0.2283, 0.2426, 0.2812, 0.2496, 0.2808, 0.2446, 0.2487, 0.2530,
                   0.2413}),
        {{2, 0.595}, {9, 0.106}}, 4.587, 5.272, 0.936, 1.403, 0, 0.0, 0.0, 0.0,
-       "built-in: H200 2026-12-01, the engine of session 9 (decode steps D(n) and a(n) from "
+       "built-in: H200 2026-12-01, the engine of that day (decode steps D(n) and a(n) from "
        "bench-forward at three contexts, docs/bench/step-context2; kT, prefill chunks and the "
        "engine's first-sight and graph-miss costs fitted to its step probes, "
        "docs/bench/step-probe-13b-5), copies 55 GB/s each way"},
@@ -148,7 +149,7 @@ const std::vector<Shape>& shapes() {
 // keeps for activations, workspaces and the CUDA context.
 constexpr double kH200MemoryGiB = 140.0;
 constexpr double kReservedGiBPerDevice = 2.0;
-constexpr double kH200CopyBytesPerSecond = 55e9;  // pinned, each way (PERF.md 4.1/4.5)
+constexpr double kH200CopyBytesPerSecond = 55e9;  // pinned, each way (docs/PERF.md "H200: floors")
 
 SimProfile builtin(const Shape& s) {
   SimProfile p;
@@ -157,7 +158,8 @@ SimProfile builtin(const Shape& s) {
   p.cost.chunk_step_scale = s.chunk_step_scale;
   p.cost.kv_bytes_per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * 2.0;  // K+V, bf16
   p.cost.swap_bytes_per_second = kH200CopyBytesPerSecond;
-  p.cost.saturation_tokens = 128;  // measured S for all three shapes (PERF.md 4.4)
+  p.cost.saturation_tokens = 128;  // measured S for all three shapes (docs/PERF.md "H200: T_fwd(x)
+                                   // and the saturation point")
   p.copies_overlap = true;
   p.device_memory_gib = kH200MemoryGiB;
   p.weights_gib = s.weights_gb * 1e9 / (1024.0 * 1024.0 * 1024.0);

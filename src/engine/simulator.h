@@ -56,15 +56,15 @@ namespace infercept {
 // A machine to simulate: a one-GPU (or CPU) cost model and the defaults that come with it.
 // What the CUDA engine pays that its scheduler does not see, so not terms of the cost model
 // (which the scheduler decides with): the built-in H200 profiles fit them along with the cost
-// model's terms, the 13B to its step probes (docs/BENCHMARKS.md session 10), the 7B to the
-// step traces of paper runs at another seed than the validation's (session 13); a cost-model JSON
-// file may carry "first_sight_seconds", "graph_miss_seconds": [new, second],
-// "graph_cache_entries" and "copy_interference": [in, out]; all 0: none.
+// model's terms, the 13B to its step probes (2026-12-01), the 7B to the step traces of paper runs
+// at another seed than the validation's (2026-12-03; docs/BENCHMARKS.md "The simulator against the
+// engine"); a cost-model JSON file may carry "first_sight_seconds", "graph_miss_seconds": [new,
+// second], "graph_cache_entries" and "copy_interference": [in, out]; all 0: none.
 struct EngineArtifacts {
   // A step with chunks whose query-token count (its GEMMs' row count) the process has not run
-  // before: cuBLASLt's heuristic and a kernel's lazy load (docs/PERF.md 4.5j). Counts in
-  // `seen_token_counts` count as run: an engine that profiled itself at start-up ran its
-  // profile's counts (1, 16, 64, 128, 256, 512), one that loaded the cached profile (every
+  // before: cuBLASLt's heuristic and a kernel's lazy load (docs/DESIGN.md, "The CUDA backend": GEMM
+  // plans). Counts in `seen_token_counts` count as run: an engine that profiled itself at start-up
+  // ran its profile's counts (1, 16, 64, 128, 256, 512), one that loaded the cached profile (every
   // process after the first on a model) ran none, the default.
   double first_sight_seconds = 0.0;
   std::vector<int64_t> seen_token_counts;
@@ -83,7 +83,8 @@ struct EngineArtifacts {
   // stores into a block a copy still reads or writes, or attends over a block being swapped
   // in, waits for that layer's copy (cuda/swap_engine.h); where memory is tight the step
   // reuses what a swap-out frees and runs what a swap-in brings at once. Step traces of the
-  // 7B near its knee: 0.15-0.34 s a second of copy (docs/BENCHMARKS.md, runs "s11").
+  // 7B near its knee: 0.15-0.34 s a second of copy (docs/BENCHMARKS.md, "The simulator against the
+  // engine").
   double copy_in_interference = 0.0;
   double copy_out_interference = 0.0;
 };
@@ -106,9 +107,8 @@ struct SimProfile {
   int64_t default_kv_cache_tokens(int gpus, double util = 0.9) const;
 };
 
-// Built-in profiles measured on the lent H200 (docs/PERF.md sections 4.4, and 4.8 for the 7B's
-// context term; bench-forward, bf16 weights and KV): h200-llama2-7b, h200-llama3-8b,
-// h200-llama2-13b.
+// Built-in profiles measured on the lent H200 (bench-forward and the step traces named in
+// simulator.cpp; bf16 weights and KV): h200-llama2-7b, h200-llama3-8b, h200-llama2-13b.
 const std::vector<std::string>& builtin_sim_profile_names();
 // A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache). A file
 // whose name says it was profiled on the CPU (`.profile-cpu-`) copies synchronously.
@@ -144,7 +144,7 @@ struct SimConfig {
   // Step-time noise, 0 by default: every forward step's time is multiplied by a lognormal
   // factor of mean 1 whose log has this standard deviation, drawn from jitter_seed. The
   // engine's replayed decode steps scatter by ~1-3% around their median (H200 traces,
-  // docs/BENCHMARKS.md session 10), and near a knee such differences decide whether a
+  // H200 traces of 2026-12-01), and near a knee such differences decide whether a
   // preemption cascade starts; simulations with several seeds give the spread a deterministic
   // one hides.
   double step_jitter = 0.0;

@@ -14,10 +14,10 @@
 // with n the sequences in the step and B = D(n) for a decode-only step (every sequence one
 // row) when decode samples are given, else T_fwd(x). Why each term:
 //  - a(n) falls with n: attention over few sequences cannot fill a GPU (on the H200 0.59 us
-//    per token at 1 sequence, 0.19 from 32; PERF.md 4.8).
+//    per token at 1 sequence, 0.19 from 32; bench-forward decode steps, 2026-12-01).
 //  - D(n): the engine replays decode-only steps from CUDA graphs (GEMV kernels, no launch
 //    gaps), while T_fwd(x) of the profiler is one sequence of x tokens run eagerly: on the
-//    H200 D(1) = 4.3 ms against T_fwd(1) = 6.2 (PERF.md 4.5c).
+//    H200 D(1) = 4.3 ms against T_fwd(1) = 6.2 (docs/DESIGN.md, "The CUDA backend": CUDA graphs).
 //  - p(rows): a prefill chunk (a new prompt's later chunks, a resumed request's returned
 //    tokens, discard's recomputation) reads its cached context through other kernels than a
 //    decode row. On CUDA a chunk of 9-63 rows is one 32-row item per KV head that streams the

@@ -93,7 +93,7 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
 //    swap_in_resuming() waits for (a block per running sequence).
 // Any waiting request used to count as pressure. With chunked prefill every arrival waits
 // one step, so minwaste (and ttl) moved or dropped paused KV with most of the cache free:
-// the CPU sweep and the simulator both showed it (docs/PERF.md 3.3, docs/BENCHMARKS.md).
+// the CPU sweep and the simulator both showed it (docs/PERF.md "CPU: interception policies").
 bool Scheduler::memory_pressure() const {
   return memory_deficit_blocks() > 0;
 }

@@ -94,7 +94,7 @@ struct PolicyOptions {
   // The idea: memory held by a pause wastes nothing while nobody waits for it, and what is
   // discarded beyond the need is taken by new admissions at once, leaving no paused memory
   // to reclaim when the running requests grow. On by default since the H200 A/B of
-  // 2026-12-01 (docs/BENCHMARKS.md run "g": 7B, one call, same requests: chat-only at
+  // 2026-12-01 (7B, one device call, same requests: chat-only at
   // 4 req/s 6.51 -> 6.26 ms/token, below ttl's 6.35; mixed at 4 req/s 18.0 -> 14.9).
   // false restores the paper's rule (every pause whose discard is cheaper is discarded).
   bool minwaste_discard_to_deficit = true;

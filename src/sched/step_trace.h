@@ -3,7 +3,8 @@
 // --step-trace F`) from the same fields, so that a measured run and its simulation can be
 // laid side by side step by step (bench/trace_diff.py): where the two first part (free
 // blocks, preemptions, prompt rows) says which part of the cost model or of the event
-// timing is off, which the end-of-run means cannot (docs/BENCHMARKS.md, run "i").
+// timing is off, which the end-of-run means cannot (docs/BENCHMARKS.md, "The simulator against the
+// engine").
 #pragma once
 
 #include <cstdint>
