@@ -1,6 +1,8 @@
 // The OpenAI-compatible server over HTTP: chat (plain and streamed), completions, models,
 // errors as OpenAI error objects with proper status codes (the server still serving and no
 // KV block held afterwards), metrics, API keys, limits, graceful shutdown.
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "io/gguf.h"
@@ -245,6 +247,20 @@ TEST(Server, MetricsAreExposed) {
               s.metric(
                   "infercept:request_success_total{endpoint=\"chat\",finished_reason=\"stop\"}")),
       1.0);
+  // Values print in full: integers as integers, bucket edges as written, no exponents.
+  EXPECT_NE(m.raw.find("infercept:time_to_first_token_seconds_bucket{le=\"10\"}"),
+            std::string::npos)
+      << m.raw;
+  EXPECT_NE(m.raw.find("le=\"0.001\""), std::string::npos);
+  EXPECT_NE(m.raw.find("le=\"160\""), std::string::npos);
+  EXPECT_TRUE(std::regex_search(m.raw, std::regex("\ninfercept:generation_tokens_total [1-4]\n")));
+  std::istringstream lines(m.raw);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string value = line.substr(line.rfind(' ') + 1);
+    EXPECT_EQ(value.find_first_of("eE"), std::string::npos) << line;
+    EXPECT_TRUE(std::regex_match(value, std::regex("-?[0-9]+(\\.[0-9]+)?|\\+Inf"))) << line;
+  }
   Reply d = s.get("/dashboard");
   EXPECT_EQ(d.status, 200);
   EXPECT_NE(d.raw.find("<html"), std::string::npos);
@@ -267,6 +283,23 @@ TEST(Server, ApiKeysAndIsolation) {
   EXPECT_EQ(s.post("/v1/chat/completions", chat(s.model(), "hi", 2)).status, 401);
   EXPECT_EQ(s.get("/v1/models", "key-one").status, 200);
   EXPECT_EQ(s.get("/dashboard/data?api_key=key-two").status, 200);
+  // The dashboard without a key: a page for the person in the browser that says how to pass
+  // one, not an error object; with a wrong key, that it was not accepted.
+  for (const std::string& path :
+       {std::string("/dashboard"), std::string("/dashboard?api_key=wrong")}) {
+    Reply page = s.get(path);
+    EXPECT_EQ(page.status, 401) << path;
+    EXPECT_NE(page.raw.find("<html"), std::string::npos) << path;
+    EXPECT_NE(page.raw.find("?api_key="), std::string::npos) << path;
+    EXPECT_NE(page.raw.find("Authorization: Bearer"), std::string::npos) << path;
+    EXPECT_NE(page.raw.find(path == "/dashboard" ? "No API key" : "not accepted"),
+              std::string::npos)
+        << path;
+    EXPECT_EQ(page.headers.find("Content-Type")->second, "text/html; charset=utf-8");
+  }
+  EXPECT_NE(s.get("/dashboard", "wrong").raw.find("not accepted"), std::string::npos);
+  EXPECT_EQ(s.get("/dashboard?api_key=key-one").status, 200);
+  EXPECT_EQ(s.get("/dashboard/data").body["error"]["code"], "invalid_api_key");  // a program
 
   // key-one pauses a request; key-two can neither see nor resume it, nor pick it up by prefix.
   Reply r = s.post("/v1/chat/completions", weather_request(s.model()), "key-one");

@@ -1,5 +1,6 @@
-// The dashboard in headless Chromium (Debian's `chromium`): the page loads, shows a running
-// request while one is generating and an intercepted one while a tool call is pending.
+// The dashboard in headless Chromium (Debian's `chromium`): the page loads, its charts have
+// axes, units and legends, and it shows a running request while one is generating and an
+// intercepted one while a tool call is pending.
 // Skipped when no chromium is installed.
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,12 @@ TEST(ServerDashboard, ShowsRunningAndInterceptedRequestsInChromium) {
   EXPECT_EQ(element_text(dom, "model"), s.model()) << dom.substr(0, 2000);
   EXPECT_EQ(element_text(dom, "running"), "1");
   EXPECT_EQ(element_text(dom, "err"), "");
+  // The charts have a y axis in their unit, a time axis and a legend.
+  for (const char* text :
+       {">% of blocks in use<", ">decisions/s<", ">MB·s of KV per s<", ">now<", ">device<",
+        ">host<", ">preserve<", ">swap<", ">discard<", ">recompute<", ">swap stall<", ">100<"})
+    EXPECT_NE(dom.find(text), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_search(dom, std::regex(">-[0-9.]+ s<"))) << "no time axis";
   stop_reading = true;  // the client goes away; the request is cancelled
   gen.join();
   ASSERT_TRUE(s.kv_empty_within(10.0, "dash-key"));
@@ -92,6 +99,8 @@ TEST(ServerDashboard, ShowsRunningAndInterceptedRequestsInChromium) {
   EXPECT_EQ(element_text(dom, "running"), "0");
   EXPECT_NE(dom.find("paused-row"), std::string::npos);
   EXPECT_NE(dom.find("get_weather"), std::string::npos);
+  // Waits with their unit; the tool's bucket edges named.
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<td>[0-9.]+ (ms|s)</td></tr>"))) << "waited";
 }
 
 }  // namespace

@@ -18,6 +18,44 @@ json follow_up(const std::string& model, const json& assistant_message) {
   return req;
 }
 
+// The one tool-call rule at the server: a call the model did not finish is text. A turn
+// forced to open a call and cut after a few tokens comes back as content, with no tool_calls
+// and nothing paused, the same streamed or not.
+TEST(ServerInterception, CutToolCallIsTextAndNothingPauses) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req["max_tokens"] = 3;
+  Reply whole = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(whole.status, 200) << whole.raw;
+  const json& choice = whole.body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "length") << whole.raw;
+  EXPECT_FALSE(choice["message"].contains("tool_calls")) << whole.raw;
+  const std::string content = choice["message"]["content"];
+  EXPECT_EQ(content.rfind("<tool_call>", 0), 0u) << content;  // the forced opening, as text
+  EXPECT_FALSE(whole.body.contains("interception"));
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"].size(), 0u);
+
+  req["stream"] = true;
+  Reply streamed = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(streamed.status, 200);
+  bool done = false;
+  std::string text;
+  for (const json& ev : sse_events(streamed.raw, &done)) {
+    const json& c = ev["choices"][0];
+    EXPECT_FALSE(c["delta"].contains("tool_calls")) << ev.dump();
+    if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) {
+      EXPECT_EQ(c["finish_reason"], "length");
+    }
+    EXPECT_FALSE(ev.contains("interception"));
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(text, content);
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 0);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
 TEST(ServerInterception, RoundTripResumesByPrefixAndMatchesAFreshServer) {
   TestServer s;
   ASSERT_TRUE(s.ok());

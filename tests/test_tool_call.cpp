@@ -1,10 +1,16 @@
-// Tool-call recognition in generated text (the interception trigger of chat formats).
+// The one tool-call parser (engine/tool_call.h): the engine's pause triggers and the whole
+// turns the server reports read the same calls, and a malformed call is text to both.
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "engine/tool_call.h"
 
 namespace infercept {
 namespace {
+
+constexpr ToolCallFormat kHermes = ToolCallFormat::hermes;
+constexpr ToolCallFormat kJson = ToolCallFormat::json_turn;
 
 TEST(ToolCall, HermesCompleteCallIsFoundWithNameAndArguments) {
   auto c = find_hermes_tool_call(
@@ -17,14 +23,79 @@ TEST(ToolCall, HermesCompleteCallIsFoundWithNameAndArguments) {
 
 TEST(ToolCall, HermesIncompleteOrAbsentIsNotACall) {
   EXPECT_FALSE(find_hermes_tool_call("<tool_call>{\"name\": \"x\""));
+  EXPECT_FALSE(find_hermes_tool_call("<tool_call>{\"name\": \"x\"}"));  // not closed yet
   EXPECT_FALSE(find_hermes_tool_call("no call here"));
   EXPECT_FALSE(find_hermes_tool_call("</tool_call> before <tool_call>"));
 }
 
-TEST(ToolCall, HermesMalformedBodyStillPauses) {
-  auto c = find_hermes_tool_call("<tool_call>not json</tool_call>");
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->name, "tool");
+// The rule: a block that is not a JSON object with a non-empty string "name" is text. It does
+// not pause the request, and the server returns it as content.
+TEST(ToolCall, HermesMalformedBodyIsTextAndDoesNotPause) {
+  for (const char* body : {"not json", "{\"name\": 42}", "{\"name\": \"\"}", "[1, 2]",
+                           "{\"arguments\": {}}", "{\"name\": \"x\", }"}) {
+    const std::string text = std::string("Sure.\n<tool_call>") + body + "</tool_call>";
+    EXPECT_FALSE(find_hermes_tool_call(text)) << body;
+    ParsedTurn turn = parse_tool_turn(text, kHermes);
+    EXPECT_TRUE(turn.calls.empty()) << body;
+    EXPECT_EQ(turn.content, text) << body;
+  }
+}
+
+TEST(ToolCall, HermesMalformedBlockThenACallBothAgree) {
+  const std::string text =
+      "<tool_call>oops</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+      "{\"q\": \"x\"}}\n</tool_call>";
+  auto found = find_hermes_tool_call(text);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->name, "search");
+  ParsedTurn turn = parse_tool_turn(text, kHermes);
+  ASSERT_EQ(turn.calls.size(), 1u);
+  EXPECT_EQ(turn.calls[0].name, "search");
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"q\":\"x\"}");
+  EXPECT_EQ(turn.content, "<tool_call>oops</tool_call>");  // the malformed block, as text
+  // An opening tag inside a malformed block does not hide the call after it.
+  const std::string nested = "<tool_call>bad <tool_call>{\"name\": \"a\"}</tool_call>";
+  ASSERT_TRUE(find_hermes_tool_call(nested));
+  EXPECT_EQ(find_hermes_tool_call(nested)->name, "a");
+  ParsedTurn t2 = parse_tool_turn(nested, kHermes);
+  ASSERT_EQ(t2.calls.size(), 1u);
+  EXPECT_EQ(t2.content, "<tool_call>bad");
+}
+
+TEST(ToolCall, HermesWholeTurnContentAndSeveralCalls) {
+  ParsedTurn turn = parse_tool_turn(
+      "Checking both.\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"b\": 1, \"a\": 2}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"v\", \"arguments\": \"{\\\"x\\\": 1}\"}\n"
+      "</tool_call>\n",
+      kHermes);
+  ASSERT_EQ(turn.calls.size(), 2u);
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"b\":1,\"a\":2}");  // the model's key order
+  EXPECT_EQ(turn.calls[1].name, "v");
+  EXPECT_EQ(turn.calls[1].arguments_json, "{\"x\": 1}");  // a string is taken as the text
+  EXPECT_EQ(turn.content, "Checking both.");
+  // Only calls and white space: no content.
+  EXPECT_EQ(parse_tool_turn("\n<tool_call>{\"name\": \"w\"}</tool_call>\n", kHermes).content, "");
+  EXPECT_EQ(parse_tool_turn("\n<tool_call>{\"name\": \"w\"}</tool_call>\n", kHermes)
+                .calls[0]
+                .arguments_json,
+            "{}");
+}
+
+TEST(ToolCall, HermesTurnMayEndWithoutTheClosingTag) {
+  ParsedTurn turn = parse_tool_turn("<tool_call>\n{\"name\": \"w\", \"arguments\": {}}", kHermes);
+  ASSERT_EQ(turn.calls.size(), 1u);
+  EXPECT_EQ(turn.calls[0].name, "w");
+  // Cut in the middle of its JSON: text.
+  ParsedTurn cut = parse_tool_turn("<tool_call>\n{\"name\": \"w\", \"argu", kHermes);
+  EXPECT_TRUE(cut.calls.empty());
+  EXPECT_EQ(cut.content, "<tool_call>\n{\"name\": \"w\", \"argu");
+}
+
+TEST(ToolCall, DeepArgumentsAreNotACall) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string text = "<tool_call>{\"name\": \"x\", \"arguments\": " + deep + "}</tool_call>";
+  EXPECT_FALSE(find_hermes_tool_call(text));
+  EXPECT_TRUE(parse_tool_turn(text, kHermes).calls.empty());
 }
 
 TEST(ToolCall, Llama3JsonTurn) {
@@ -37,9 +108,45 @@ TEST(ToolCall, Llama3JsonTurn) {
   ASSERT_TRUE(p);
   EXPECT_EQ(p->name, "calc");
   EXPECT_EQ(p->arguments_json, "{}");
+  // "arguments" is read when "parameters" is absent (Llama 2 and models that mix them up).
+  EXPECT_EQ(parse_json_tool_call("{\"name\": \"a\", \"arguments\": {\"k\": 1}}")->arguments_json,
+            "{\"k\":1}");
   EXPECT_FALSE(parse_json_tool_call("The answer is {\"name\": 1}"));
   EXPECT_FALSE(parse_json_tool_call("{\"parameters\": {}}"));
   EXPECT_FALSE(parse_json_tool_call("{\"name\": 42}"));
+}
+
+TEST(ToolCall, JsonTurnOneCallPerLine) {
+  const std::string text =
+      "{\"name\": \"a\", \"parameters\": {}}\n{\"name\": \"b\", \"parameters\": {\"x\": 1}}";
+  ParsedTurn turn = parse_tool_turn(text, kJson);
+  ASSERT_EQ(turn.calls.size(), 2u);
+  EXPECT_EQ(turn.calls[1].name, "b");
+  EXPECT_EQ(turn.content, "");
+  ASSERT_TRUE(parse_json_tool_call(text));  // the engine pauses on such a turn
+  EXPECT_EQ(parse_json_tool_call(text)->name, "a");
+}
+
+// A JSON turn with one line that is not a call is text, all of it, to the engine and the
+// server alike.
+TEST(ToolCall, JsonTurnMalformedIsTextAndDoesNotPause) {
+  for (const char* text : {"{\"name\": \"a\", \"parameters\": {}}\nand then some words",
+                           "{\"name\": \"a\", \"parameters\": {", "{\"name\": null}",
+                           "<|python_tag|>{not json}", "{\"name\": \"\"}"}) {
+    EXPECT_FALSE(parse_json_tool_call(text)) << text;
+    ParsedTurn turn = parse_tool_turn(text, kJson);
+    EXPECT_TRUE(turn.calls.empty()) << text;
+    EXPECT_EQ(turn.content, text) << text;
+  }
+}
+
+TEST(ToolCall, FormatFollowsTheChatTemplate) {
+  EXPECT_EQ(tool_call_format(ChatTemplateKind::chatml), ToolCallFormat::hermes);
+  EXPECT_EQ(tool_call_format(ChatTemplateKind::llama3), ToolCallFormat::json_turn);
+  EXPECT_EQ(tool_call_format(ChatTemplateKind::llama2), ToolCallFormat::json_turn);
+  // A Hermes block is not a call in a JSON-turn format, and the other way round.
+  EXPECT_TRUE(parse_tool_turn("<tool_call>{\"name\": \"a\"}</tool_call>", kJson).calls.empty());
+  EXPECT_TRUE(parse_tool_turn("{\"name\": \"a\"}", kHermes).calls.empty());
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ h1{font-size:18px;margin:0 0 8px} h2{font-size:14px;margin:0 0 6px;color:#555}
 .stat{min-width:80px} .lbl{color:#777;font-size:12px}
 .bar{height:14px;background:#eee;border-radius:3px;overflow:hidden} .bar>div{height:100%;background:#4a7}
 table{border-collapse:collapse;width:100%;font-size:12px} td,th{border-bottom:1px solid #eee;padding:2px 4px;text-align:left}
-svg{width:100%;height:120px;background:#fcfcfc} #err{color:#b00}
+svg{width:100%;height:auto;background:#fcfcfc;font:10px system-ui,sans-serif}
+svg .tick{fill:#777} svg .unit{fill:#555} svg .legend{fill:#333} #err{color:#b00}
 </style></head><body>
 <h1>infercept <span id="model"></span> <span class="lbl" id="policy"></span></h1>
 <div id="err"></div>
@@ -32,15 +33,15 @@ svg{width:100%;height:120px;background:#fcfcfc} #err{color:#b00}
  <div class="card"><h2>KV cache</h2>
   <div class="lbl">device <span id="kv_dev_txt"></span></div><div class="bar"><div id="kv_dev" style="width:0"></div></div>
   <div class="lbl" style="margin-top:6px">host <span id="kv_host_txt"></span></div><div class="bar"><div id="kv_host" style="width:0"></div></div>
-  <svg id="kv_chart" viewBox="0 0 300 100" preserveAspectRatio="none"></svg>
+  <svg id="kv_chart" viewBox="0 0 360 130"></svg>
  </div>
- <div class="card"><h2>Decisions per second (preserve / swap / discard)</h2><svg id="dec_chart" viewBox="0 0 300 100" preserveAspectRatio="none"></svg><div class="lbl" id="dec_txt"></div></div>
- <div class="card"><h2>Waste per second, MB&middot;s/s (recompute / preserve / swap stall)</h2><svg id="waste_chart" viewBox="0 0 300 100" preserveAspectRatio="none"></svg><div class="lbl" id="waste_txt"></div></div>
- <div class="card"><h2>Tool waits</h2><table id="tools"><tr><th>tool</th><th>n</th><th>p50 s</th><th>p95 s</th><th>distribution</th></tr></table></div>
- <div class="card"><h2>Paused now</h2><table id="paused"><tr><th>tool</th><th>tier</th><th>device</th><th>host</th><th>waited s</th></tr></table></div>
+ <div class="card"><h2>Policy decisions per second</h2><svg id="dec_chart" viewBox="0 0 360 130"></svg><div class="lbl" id="dec_txt"></div></div>
+ <div class="card"><h2>KV memory waste per second, by cause</h2><svg id="waste_chart" viewBox="0 0 360 130"></svg><div class="lbl" id="waste_txt"></div></div>
+ <div class="card"><h2>Tool waits</h2><table id="tools"><tr><th>tool</th><th>n</th><th>p50</th><th>p95</th><th>distribution (<span id="tool_edges"></span>)</th></tr></table></div>
+ <div class="card"><h2>Paused now</h2><table id="paused"><tr><th>tool</th><th>tier</th><th>device tokens</th><th>host tokens</th><th>waited</th></tr></table></div>
  <div class="card"><h2>Latency</h2><div class="row">
-  <div class="stat"><div class="big" id="ttft">-</div><div class="lbl">TTFT p50 s</div></div>
-  <div class="stat"><div class="big" id="itl">-</div><div class="lbl">inter-token p50 s</div></div>
+  <div class="stat"><div class="big" id="ttft">-</div><div class="lbl">time to first token, p50</div></div>
+  <div class="stat"><div class="big" id="itl">-</div><div class="lbl">inter-token latency, p50</div></div>
   <div class="stat"><div class="big" id="tok">-</div><div class="lbl">tokens generated</div></div>
   <div class="stat"><div class="big" id="cached">-</div><div class="lbl">prompt tokens reused</div></div>
   <div class="stat"><div class="big" id="recomp">-</div><div class="lbl">tokens recomputed</div></div>
@@ -51,12 +52,49 @@ const key = new URLSearchParams(location.search).get('api_key');
 const hist = [];  // {t, dev, host, dec:[p,s,d], waste:[r,p,s]}
 const colors = ['#4a7', '#47c', '#c54'];
 function $(id){ return document.getElementById(id); }
-function line(svg, series, maxv){
-  const n = series[0].length; if (n < 2) { svg.innerHTML=''; return; }
+// A number for people: 3 significant digits, no exponent for ordinary values.
+function fmt(v){
+  if (!isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  if (a === 0) return '0';
+  if (a >= 1000) return String(Math.round(v));
+  return String(Number(v.toPrecision(3)));
+}
+// Seconds as people read them: "850 ms", "2.5 s".
+function secs(v){ const a = Math.abs(v); return a > 0 && a < 1 ? fmt(v * 1000) + ' ms' : fmt(v) + ' s'; }
+// A chart of the last polls: one line per series, a y axis in `unit` (0, half, top), the
+// time axis in seconds before now, and a legend naming the series.
+function chart(svg, series, names, unit, maxv){
+  const W = 360, H = 130, L = 46, R = 8, T = 22, B = 18, pw = W - L - R, ph = H - T - B;
+  const n = series[0].length;
   let m = maxv || 0; if (!maxv) for (const s of series) for (const v of s) m = Math.max(m, v);
   if (m <= 0) m = 1;
-  svg.innerHTML = series.map((s, k) => '<polyline fill="none" stroke-width="1.5" stroke="' + colors[k] + '" points="' +
-    s.map((v, i) => (i * 300 / (n - 1)).toFixed(1) + ',' + (100 - v / m * 95).toFixed(1)).join(' ') + '"/>').join('');
+  if (!maxv) {  // the top of the axis a round number: 1, 2 or 5 times a power of ten
+    const p = Math.pow(10, Math.floor(Math.log10(m)));
+    m = [1, 2, 5, 10].map(f => f * p).find(t => t >= m * (1 - 1e-9));
+  }
+  const y = v => (T + ph - Math.min(1, v / m) * ph).toFixed(1);
+  let g = '<text class="unit" x="2" y="10">' + esc(unit) + '</text>';
+  for (const f of [0, 0.5, 1]) {
+    const yy = (T + ph - f * ph).toFixed(1);
+    g += '<line x1="' + L + '" x2="' + (L + pw) + '" y1="' + yy + '" y2="' + yy + '" stroke="#eee"/>';
+    g += '<text class="tick" x="' + (L - 3) + '" y="' + (+yy + 3) + '" text-anchor="end">' + fmt(m * f) + '</text>';
+  }
+  g += '<line x1="' + L + '" x2="' + L + '" y1="' + T + '" y2="' + (T + ph) + '" stroke="#999"/>';
+  g += '<line x1="' + L + '" x2="' + (L + pw) + '" y1="' + (T + ph) + '" y2="' + (T + ph) + '" stroke="#999"/>';
+  const span = n > 1 ? hist[hist.length - 1].t - hist[hist.length - n].t : 0;
+  g += '<text class="tick" x="' + L + '" y="' + (H - 4) + '">' + (n > 1 ? '-' + fmt(span) + ' s' : '') + '</text>';
+  g += '<text class="tick" x="' + (L + pw) + '" y="' + (H - 4) + '" text-anchor="end">now</text>';
+  let lx = W - R - names.reduce((w, name) => w + 20 + 6 * name.length, 0);  // right-aligned
+  names.forEach((name, k) => {
+    g += '<rect x="' + lx + '" y="6" width="10" height="3" fill="' + colors[k] + '"/>';
+    g += '<text class="legend" x="' + (lx + 13) + '" y="11">' + esc(name) + '</text>';
+    lx += 20 + 6 * name.length;
+  });
+  if (n >= 2)
+    g += series.map((s, k) => '<polyline fill="none" stroke-width="1.5" stroke="' + colors[k] + '" points="' +
+      s.map((v, i) => (L + i * pw / (n - 1)).toFixed(1) + ',' + y(v)).join(' ') + '"/>').join('');
+  svg.innerHTML = g;
 }
 function esc(s){ return String(s).replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
 async function tick(){
@@ -82,36 +120,75 @@ async function tick(){
     cur.decRate = prev ? cur.dec.map((v, i) => (v - prev.dec[i]) / Math.max(1e-3, now - prev.t)) : [0, 0, 0];
     cur.wasteRate = prev ? cur.waste.map((v, i) => (v - prev.waste[i]) / 1e6 / Math.max(1e-3, now - prev.t)) : [0, 0, 0];
     hist.push(cur); if (hist.length > 120) hist.shift();
-    line($('kv_chart'), [hist.map(h => h.dev), hist.map(h => h.host)], 1);
-    line($('dec_chart'), [0, 1, 2].map(i => hist.map(h => h.decRate[i])));
-    line($('waste_chart'), [0, 1, 2].map(i => hist.map(h => h.wasteRate[i])));
+    chart($('kv_chart'), [hist.map(h => h.dev * 100), hist.map(h => h.host * 100)], ['device', 'host'],
+          '% of blocks in use', 100);
+    chart($('dec_chart'), [0, 1, 2].map(i => hist.map(h => h.decRate[i])), ['preserve', 'swap', 'discard'],
+          'decisions/s');
+    chart($('waste_chart'), [0, 1, 2].map(i => hist.map(h => h.wasteRate[i])), ['recompute', 'preserve', 'swap stall'],
+          'MB·s of KV per s');
     $('dec_txt').textContent = 'total: preserve ' + cur.dec[0] + ', swap ' + cur.dec[1] + ', discard ' + cur.dec[2];
-    $('waste_txt').textContent = 'total MB·s: recompute ' + (cur.waste[0] / 1e6).toFixed(2) + ', preserve ' +
-      (cur.waste[1] / 1e6).toFixed(2) + ', swap stall ' + (cur.waste[2] / 1e6).toFixed(2);
-    let rows = '<tr><th>tool</th><th>n</th><th>p50 s</th><th>p95 s</th><th>distribution</th></tr>';
+    $('waste_txt').textContent = 'total MB·s: recompute ' + fmt(cur.waste[0] / 1e6) + ', preserve ' +
+      fmt(cur.waste[1] / 1e6) + ', swap stall ' + fmt(cur.waste[2] / 1e6);
+    let rows = '<tr><th>tool</th><th>n</th><th>p50</th><th>p95</th><th>distribution (<span id="tool_edges"></span>)</th></tr>';
+    let edges = '';
     for (const [name, h] of Object.entries(d.tools)) {
       const m = Math.max(1, ...h.buckets.map(b => b.count));
-      const bars = h.buckets.map(b => '<span title="le ' + b.le + ': ' + b.count + '" style="display:inline-block;width:6px;background:#47c;height:' +
+      const bars = h.buckets.map((b, i) => '<span title="' + (i ? 'over ' + secs(h.buckets[i - 1].le) : 'from 0') +
+        (b.le === '+Inf' ? '' : ' up to ' + secs(b.le)) + ': ' + b.count + '" style="display:inline-block;width:6px;background:#47c;height:' +
         Math.round(2 + 14 * b.count / m) + 'px;margin-right:1px;vertical-align:bottom"></span>').join('');
-      rows += '<tr><td>' + esc(name) + '</td><td>' + h.count + '</td><td>' + h.p50 + '</td><td>' + h.p95 + '</td><td>' + bars + '</td></tr>';
+      const fin = h.buckets.filter(b => b.le !== '+Inf');
+      if (fin.length) edges = 'buckets from 0 to ' + secs(fin[0].le) + ', ..., over ' + secs(fin[fin.length - 1].le);
+      rows += '<tr><td>' + esc(name) + '</td><td>' + h.count + '</td><td>' + secs(h.p50) + '</td><td>' + secs(h.p95) +
+        '</td><td>' + bars + '</td></tr>';
     }
-    $('tools').innerHTML = rows;
-    rows = '<tr><th>tool</th><th>tier</th><th>device</th><th>host</th><th>waited s</th></tr>';
+    $('tools').innerHTML = rows; $('tool_edges').textContent = edges || 'no waits yet';
+    rows = '<tr><th>tool</th><th>tier</th><th>device tokens</th><th>host tokens</th><th>waited</th></tr>';
     for (const p of d.paused)
       rows += '<tr class="paused-row"><td>' + esc(p.tool) + '</td><td>' + p.tier + '</td><td>' + p.device_tokens + '</td><td>' +
-        p.host_tokens + '</td><td>' + p.waited_s.toFixed(1) + '</td></tr>';
+        p.host_tokens + '</td><td>' + secs(p.waited_s) + '</td></tr>';
     $('paused').innerHTML = rows;
-    $('ttft').textContent = d.latency.ttft.p50; $('itl').textContent = d.latency.itl.p50;
+    $('ttft').textContent = d.latency.ttft.count ? secs(d.latency.ttft.p50) : '-';
+    $('itl').textContent = d.latency.itl.count ? secs(d.latency.itl.p50) : '-';
     $('tok').textContent = d.tokens.generation; $('cached').textContent = d.tokens.cached; $('recomp').textContent = d.tokens.recomputed;
   } catch (e) { $('err').textContent = 'cannot reach the server: ' + e.message; }
 }
 tick(); setInterval(tick, 1000);
 </script></body></html>
 )HTML";
+
+const char* const kKeyPage = R"HTML(<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>infercept dashboard: API key needed</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:32px auto;max-width:640px;color:#222}
+code{background:#f2f2f2;padding:1px 4px;border-radius:3px} #why{color:#b00}
+input{font:inherit;padding:4px;width:60%} button{font:inherit;padding:4px 10px}
+</style></head><body>
+<h1>infercept dashboard</h1>
+<p id="why">@WHY@</p>
+<p>This server has API keys. Open the dashboard with your key in the address:</p>
+<p><code>/dashboard?api_key=YOUR_KEY</code></p>
+<p>or send it in the header <code>Authorization: Bearer YOUR_KEY</code> (curl, a proxy or a
+browser extension that sets headers). The page then shows your own paused requests and tool
+waits (an admin key: everyone's).</p>
+<form method="get" action="/dashboard"><input name="api_key" type="password"
+ placeholder="API key" autocomplete="off"> <button type="submit">Open the dashboard</button></form>
+</body></html>
+)HTML";
+
 }  // namespace
 
 const std::string& dashboard_html() {
   static const std::string page(kPage);
+  return page;
+}
+
+std::string dashboard_key_page(bool key_given) {
+  std::string page(kKeyPage);
+  const std::string mark = "@WHY@";
+  page.replace(page.find(mark), mark.size(),
+               key_given ? "The API key given was not accepted." : "No API key was given.");
   return page;
 }
 

@@ -17,78 +17,118 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
+// A chat turn: the request's tools settled, its prompt rendered and measured, a paused
+// request of the same owner looked for, then the engine request started and answered.
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
                                 HttpResponse& res) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
                              "--chat-template chatml|llama3|llama2 or use /v1/completions"));
+  auto g = new_generation(Endpoint::chat, "chatcmpl-", owner);
+  g->kind = core->chat_template().kind;
+  if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error(res, *e);
+  if (auto e = check_tool_choice(cr)) return send_error(res, *e);
+  if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
+  GenerateRequest gr = chat_engine_request(cr, *g);
+  const bool explicit_resume = (bool)entry;
+  if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
+  if (!entry && g->keep_paused && registry->full(owner)) {
+    metrics.add_rejected("too_many_paused");
+    return send_error(res, too_many_paused(owner));
+  }
+  g->chat = std::move(cr);
+  if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
+    return send_error(res, *e);
+  respond(g, res);
+}
+
+std::shared_ptr<Generation> HttpServer::Impl::new_generation(Endpoint endpoint,
+                                                             const char* id_prefix,
+                                                             const std::string& owner) const {
   auto g = std::make_shared<Generation>();
-  g->endpoint = Endpoint::chat;
+  g->endpoint = endpoint;
   g->t_received = steady_now();
-  g->response_id = random_id("chatcmpl-");
+  g->response_id = random_id(id_prefix);
   g->created = unix_now();
   g->model = model_name;
   g->owner = owner;
-  g->kind = core->chat_template().kind;
-  // Server-side tools join the client's in the prompt.
-  const std::vector<std::string> st_names = cr.all_server_tools ? tools.names() : cr.server_tools;
-  for (const std::string& name : st_names) {
+  return g;
+}
+
+// Server-side tools the request names join its tools in the prompt.
+std::optional<ApiError> HttpServer::Impl::add_server_tools(ChatRequest& cr, bool resume,
+                                                           Generation& g) const {
+  const std::vector<std::string> names = cr.all_server_tools ? tools.names() : cr.server_tools;
+  for (const std::string& name : names) {
     const ServerTool* t = tools.find(name);
     if (t == nullptr) {
       std::string have;
       for (const std::string& n : tools.names()) have += (have.empty() ? "" : ", ") + n;
-      return send_error(
-          res, invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
-                               "server_tools"));
+      return invalid_request("no server-side tool '" + name + "' (this server has: " + have + ")",
+                             "server_tools");
     }
-    if (g->server_tool_names.count(name) != 0) continue;
+    if (g.server_tool_names.count(name) != 0) continue;
     for (const ToolDefinition& d : cr.tools)
-      if (d.name == name && !entry)
-        return send_error(
-            res, invalid_request("tool '" + name + "' is both a client and a server-side tool",
-                                 "tools"));
-    g->server_tool_names.insert(name);
+      if (d.name == name && !resume)
+        return invalid_request("tool '" + name + "' is both a client and a server-side tool",
+                               "tools");
+    g.server_tool_names.insert(name);
     bool listed = false;
     for (const ToolDefinition& d : cr.tools) listed = listed || d.name == name;
     if (!listed) cr.tools.push_back(t->def);
   }
-  if (cr.tool_choice == ToolChoice::named) {
-    bool known = false;
-    for (const ToolDefinition& d : cr.tools) known = known || d.name == cr.tool_choice_name;
-    if (!known)
-      return send_error(res, invalid_request("tool_choice names '" + cr.tool_choice_name +
-                                                 "', which is not in tools",
-                                             "tool_choice.function.name"));
-  }
+  return std::nullopt;
+}
+
+// A named tool_choice must name one of the tools.
+std::optional<ApiError> HttpServer::Impl::check_tool_choice(const ChatRequest& cr) const {
+  if (cr.tool_choice != ToolChoice::named) return std::nullopt;
+  for (const ToolDefinition& d : cr.tools)
+    if (d.name == cr.tool_choice_name) return std::nullopt;
+  return invalid_request("tool_choice names '" + cr.tool_choice_name + "', which is not in tools",
+                         "tool_choice.function.name");
+}
+
+// The prompt (with the tools unless tool_choice is none, and a forced call's opening), and
+// how the turn is read: fills g's prompt, tool settings and stream filter; cuts max_tokens
+// to the context.
+std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Generation& g) {
   const std::vector<ToolDefinition> prompt_tools =
       cr.tool_choice == ToolChoice::none ? std::vector<ToolDefinition>() : cr.tools;
-  g->tools_active = !prompt_tools.empty();
-  g->forced_prefix = forced_tool_prefix(g->kind, cr.tool_choice, cr.tool_choice_name);
-  g->keep_paused = opt.interception && cr.intercept && g->tools_active;
-  g->stream = cr.stream;
-  g->include_usage = cr.include_usage;
-  g->logprobs = cr.logprobs;
-  g->return_token_ids = cr.return_token_ids;
-  g->filter = ToolTextFilter(g->kind, g->tools_active);
-  (void)g->filter.push(g->forced_prefix);
+  g.tools_active = !prompt_tools.empty();
+  g.forced_prefix = forced_tool_prefix(g.kind, cr.tool_choice, cr.tool_choice_name);
+  g.keep_paused = opt.interception && cr.intercept && g.tools_active;
+  g.stream = cr.stream;
+  g.include_usage = cr.include_usage;
+  g.logprobs = cr.logprobs;
+  g.return_token_ids = cr.return_token_ids;
+  g.filter = ToolTextFilter(g.kind, g.tools_active);
+  (void)g.filter.push(g.forced_prefix);
   // Message content is text (special tokens only from the template); rendering stops past
   // what the context could hold (each token stands for max_token_bytes() at most).
   const size_t prompt_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
   auto prompt =
       encode_chat(core->tokenizer(), core->chat_template(), cr.messages, prompt_tools,
-                  {true, g->forced_prefix, opt.allow_special_tokens_in_content, prompt_bytes});
-  if (!prompt.ok()) return send_error(res, invalid_request(prompt.error().message, "messages"));
-  g->prompt = std::move(*prompt);
-  if (auto e = check_lengths(g->prompt, cr.params, cr.max_tokens_given, "messages")) {
+                  {true, g.forced_prefix, opt.allow_special_tokens_in_content, prompt_bytes});
+  if (!prompt.ok()) return invalid_request(prompt.error().message, "messages");
+  g.prompt = std::move(*prompt);
+  if (auto e = check_lengths(g.prompt, cr.params, cr.max_tokens_given, "messages")) {
     metrics.add_rejected("context_length");
-    return send_error(res, *e);
+    return e;
   }
+  return std::nullopt;
+}
+
+// What the engine runs for a chat turn: it pauses at a turn with tool calls when the
+// request is kept for its client or has server-side tools; intercept_after_tokens scripts
+// the pause.
+GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Generation& g) const {
   GenerateRequest gr;
-  gr.prompt = g->prompt;
+  gr.prompt = g.prompt;
   gr.params = cr.params;
-  gr.pause_at_tool_turn_end = g->keep_paused || (g->tools_active && !g->server_tool_names.empty());
-  gr.turn_prefix = g->forced_prefix;
+  gr.pause_at_tool_turn_end = g.keep_paused || (g.tools_active && !g.server_tool_names.empty());
+  gr.turn_prefix = g.forced_prefix;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
   if (cr.intercept_after_tokens > 0) {
@@ -101,24 +141,19 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
     // The engine ends a request at max_tokens before it looks for a pause: with N equal to
     // max_tokens the call must still win, so leave one token of room (never generated).
     if (gr.params.max_tokens == cr.intercept_after_tokens) gr.params.max_tokens += 1;
-    g->scripted_tool = cr.intercept_tool;
+    g.scripted_tool = cr.intercept_tool;
   }
-  const bool explicit_resume = (bool)entry;
-  if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
-  if (!entry && g->keep_paused && registry->full(owner)) {
-    metrics.add_rejected("too_many_paused");
-    ApiError e;
-    e.status = 429;
-    e.type = "rate_limit_error";
-    e.code = "too_many_paused_requests";
-    e.message = "this key already has " + std::to_string(registry->count(owner)) +
-                " paused requests (the limit): resume or DELETE /v1/interceptions/{id} first";
-    return send_error(res, e);
-  }
-  g->chat = std::move(cr);
-  if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
-    return send_error(res, *e);
-  respond(g, res);
+  return gr;
+}
+
+ApiError HttpServer::Impl::too_many_paused(const std::string& owner) const {
+  ApiError e;
+  e.status = 429;
+  e.type = "rate_limit_error";
+  e.code = "too_many_paused_requests";
+  e.message = "this key already has " + std::to_string(registry->count(owner)) +
+              " paused requests (the limit): resume or DELETE /v1/interceptions/{id} first";
+  return e;
 }
 
 void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& res) {
@@ -130,13 +165,7 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
   if (cr.model != model_name)
     return send_error(res,
                       not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
-  auto g = std::make_shared<Generation>();
-  g->endpoint = Endpoint::completion;
-  g->t_received = steady_now();
-  g->response_id = random_id("cmpl-");
-  g->created = unix_now();
-  g->model = model_name;
-  g->owner = owner_of(req);
+  auto g = new_generation(Endpoint::completion, "cmpl-", owner_of(req));
   g->stream = cr.stream;
   g->include_usage = cr.include_usage;
   g->logprobs = cr.logprobs;
@@ -234,6 +263,8 @@ void HttpServer::Impl::consume(Generation& g, const Channel::Item& item) {
   }
 }
 
+// The end of a turn: what it said (content and calls), whether the server runs the calls
+// itself, else whether the request stays paused for its client, and the turn counted.
 FinalTurn HttpServer::Impl::finalize(Generation& g) {
   FinalTurn f;
   g.finalized = true;
@@ -245,6 +276,30 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
     f.finish_reason = "abort";
     return f;
   }
+  read_turn(g, f);
+  if (server_round_due(g, f)) {
+    f.server_round = true;
+    return f;
+  }
+  untrack(g.engine_id);
+  if (g.intercepted) {
+    if (!f.calls.empty() && g.keep_paused && !stopping)
+      f.interception = keep_paused(g, f, t_end);
+    else
+      engine->abort(g.engine_id);  // nobody will resume it
+    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
+  } else if (g.finish == FinishReason::length) {
+    f.finish_reason = "length";
+  } else {
+    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
+  }
+  record_finished(g, f, t_end);
+  return f;
+}
+
+// The turn's content and calls (parse_assistant_turn: a malformed call is content), or the
+// call intercept_after_tokens scripted.
+void HttpServer::Impl::read_turn(const Generation& g, FinalTurn& f) const {
   AssistantTurn turn;
   if (g.endpoint == Endpoint::chat && g.tools_active)
     turn = parse_assistant_turn(g.forced_prefix + g.text, g.kind);
@@ -260,51 +315,46 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
     c.arguments_json = "{}";
     f.calls.push_back(std::move(c));
   }
-  if (g.intercepted && !f.calls.empty() && !g.server_tool_names.empty() && !stopping &&
-      g.server_rounds < opt.max_server_tool_rounds) {
-    bool all_server = true;
-    for (const ToolCall& c : f.calls)
-      all_server = all_server && g.server_tool_names.count(c.name) != 0;
-    if (all_server) {
-      f.server_round = true;
-      return f;
-    }
+}
+
+// Every call is to a server-side tool (and rounds are left): the server runs them.
+bool HttpServer::Impl::server_round_due(const Generation& g, const FinalTurn& f) const {
+  if (!g.intercepted || f.calls.empty() || g.server_tool_names.empty() || stopping ||
+      g.server_rounds >= opt.max_server_tool_rounds)
+    return false;
+  for (const ToolCall& c : f.calls)
+    if (g.server_tool_names.count(c.name) == 0) return false;
+  return true;
+}
+
+// The paused request registered for its client's follow-up; the response's "interception".
+json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, double t_end) {
+  PausedRequest p;
+  p.owner = g.owner;
+  p.engine_id = g.engine_id;
+  p.tokens = g.prompt;
+  p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
+  p.n_prompt = (int64_t)g.prompt.size();
+  p.request = g.chat;
+  ChatMessage assistant;
+  assistant.role = "assistant";
+  assistant.content = f.content;
+  assistant.tool_calls = f.calls;
+  p.request.messages.push_back(std::move(assistant));
+  for (const ToolCall& c : f.calls) {
+    p.tool_names.push_back(c.name);
+    p.call_ids.push_back(c.id);
   }
-  untrack(g.engine_id);
-  if (g.intercepted) {
-    if (!f.calls.empty() && g.keep_paused && !stopping) {
-      PausedRequest p;
-      p.owner = g.owner;
-      p.engine_id = g.engine_id;
-      p.tokens = g.prompt;
-      p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
-      p.n_prompt = (int64_t)g.prompt.size();
-      p.request = g.chat;
-      ChatMessage assistant;
-      assistant.role = "assistant";
-      assistant.content = f.content;
-      assistant.tool_calls = f.calls;
-      p.request.messages.push_back(std::move(assistant));
-      for (const ToolCall& c : f.calls) {
-        p.tool_names.push_back(c.name);
-        p.call_ids.push_back(c.id);
-      }
-      p.paused_at = t_end;
-      const std::string id = registry->add(std::move(p), t_end);
-      auto stored = registry->get(g.owner, id);
-      f.interception = {{"id", id},
-                        {"expires_at", stored ? stored->expires_at_unix : unix_now()},
-                        {"resume_url", "/v1/interceptions/" + id + "/resume"}};
-      metrics.add_pause();
-    } else {
-      engine->abort(g.engine_id);  // nobody will resume it
-    }
-    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
-  } else if (g.finish == FinishReason::length) {
-    f.finish_reason = "length";
-  } else {
-    f.finish_reason = f.calls.empty() ? "stop" : "tool_calls";
-  }
+  p.paused_at = t_end;
+  const std::string id = registry->add(std::move(p), t_end);
+  auto stored = registry->get(g.owner, id);
+  metrics.add_pause();
+  return {{"id", id},
+          {"expires_at", stored ? stored->expires_at_unix : unix_now()},
+          {"resume_url", "/v1/interceptions/" + id + "/resume"}};
+}
+
+void HttpServer::Impl::record_finished(const Generation& g, const FinalTurn& f, double t_end) {
   metrics.observe_e2e(t_end - g.t_received);
   metrics.add_request(g.endpoint == Endpoint::chat ? "chat" : "completion", f.finish_reason,
                       (int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens);
@@ -320,7 +370,6 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
             {"interception", f.interception.is_null() ? json(nullptr) : f.interception["id"]},
             {"ttft_ms", g.t_first > 0 ? (g.t_first - g.t_received) * 1000.0 : 0.0},
             {"e2e_ms", (t_end - g.t_received) * 1000.0}});
-  return f;
 }
 
 std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const FinalTurn& f) {
@@ -399,48 +448,12 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   return std::nullopt;
 }
 
-json HttpServer::Impl::chunk(const Generation& g, json choice) const {
-  json c = {{"id", g.response_id},
-            {"object", g.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", g.created},
-            {"model", g.model},
-            {"choices", json::array({std::move(choice)})}};
-  if (g.include_usage) c["usage"] = nullptr;
-  return c;
-}
-
-json HttpServer::Impl::completion_logprobs(const std::vector<TokenInfo>& lps,
-                                           size_t text_offset) const {
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
-       offsets = json::array();
-  size_t off = text_offset;
-  for (const TokenInfo& t : lps) {
-    tokens.push_back(t.text);
-    token_lps.push_back(t.logprob);
-    json top = json::object();
-    for (const auto& [text, lp] : t.top) top[text] = lp;
-    tops.push_back(top);
-    offsets.push_back(off);
-    off += t.text.size();
-  }
-  return {{"tokens", tokens},
-          {"token_logprobs", token_lps},
-          {"top_logprobs", tops},
-          {"text_offset", offsets}};
-}
-
 json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) const {
   json msg = {{"role", "assistant"}};
   msg["content"] = f.calls.empty() || !f.content.empty() ? json(f.content) : json(nullptr);
   if (!f.calls.empty()) msg["tool_calls"] = tool_calls_json(f.calls);
   json choice = {{"index", 0}, {"message", msg}, {"finish_reason", f.finish_reason}};
-  if (g.logprobs >= 0) {
-    json content = json::array();
-    for (const TokenInfo& t : g.lps) content.push_back(chat_logprob_entry(t));
-    choice["logprobs"] = {{"content", content}};
-  } else {
-    choice["logprobs"] = nullptr;
-  }
+  choice["logprobs"] = g.logprobs >= 0 ? chat_logprobs_json(g.lps) : json(nullptr);
   if (g.return_token_ids) choice["token_ids"] = g.tokens;
   json r = {
       {"id", g.response_id},
@@ -456,7 +469,7 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
 
 json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn& f) const {
   json choice = {{"index", 0}, {"text", f.content}, {"finish_reason", f.finish_reason}};
-  choice["logprobs"] = g.logprobs >= 0 ? completion_logprobs(g.lps, 0) : json(nullptr);
+  choice["logprobs"] = g.logprobs >= 0 ? completion_logprobs_json(g.lps, 0) : json(nullptr);
   if (g.return_token_ids) choice["token_ids"] = g.tokens;
   return {
       {"id", g.response_id},

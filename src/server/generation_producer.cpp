@@ -67,52 +67,34 @@ class GenerationProducer : public ResponseProducer {
     }
   }
 
+  StreamHeader header() const {
+    const Generation& g = *g_;
+    return {g.response_id, g.endpoint == Endpoint::chat, g.created, g.model, g.include_usage};
+  }
   json chat_logprobs(const std::vector<TokenInfo>& lps) const {
-    if (g_->logprobs < 0) return nullptr;
-    json content = json::array();
-    for (const TokenInfo& t : lps) content.push_back(chat_logprob_entry(t));
-    return {{"content", content}};
+    return g_->logprobs >= 0 ? chat_logprobs_json(lps) : json(nullptr);
+  }
+  json completion_logprobs(const std::vector<TokenInfo>& lps) const {
+    return g_->logprobs >= 0 ? completion_logprobs_json(lps, text_offset_) : json(nullptr);
   }
 
   // Server-sent events: what is ready goes out, content that may be (the start of) a tool
   // call is held back, and the end of the turn brings the calls, the finish and the usage.
   bool pump_stream(HttpResponse& res) {
     Generation& g = *g_;
-    const bool chat = g.endpoint == Endpoint::chat;
     if (!started_) {
       started_ = true;
-      if (chat) {
-        json choice = {{"index", 0},
-                       {"delta", {{"role", "assistant"}, {"content", ""}}},
-                       {"logprobs", nullptr},
-                       {"finish_reason", nullptr}};
-        res.body += sse(s_.chunk(g, choice));
-      }
+      if (g.endpoint == Endpoint::chat)
+        res.body += sse_event(stream_chunk(header(), chat_chunk_choice(chat_first_delta())));
     }
     for (;;) {
       auto item = g.ch->try_pop();
       if (!item) return false;
       const size_t lp_before = g.lps.size();
       s_.consume(g, *item);
-      std::vector<TokenInfo> new_lps(g.lps.begin() + (ptrdiff_t)lp_before, g.lps.end());
+      const std::vector<TokenInfo> new_lps(g.lps.begin() + (ptrdiff_t)lp_before, g.lps.end());
       if (!g.done) {
-        const std::string piece = chat ? g.filter.push(item->out.text) : item->out.text;
-        if (piece.empty() && new_lps.empty()) continue;
-        json choice;
-        if (chat) {
-          choice = {{"index", 0},
-                    {"delta", {{"content", piece}}},
-                    {"logprobs", chat_logprobs(new_lps)},
-                    {"finish_reason", nullptr}};
-        } else {
-          choice = {{"index", 0},
-                    {"text", piece},
-                    {"logprobs", g.logprobs >= 0 ? s_.completion_logprobs(new_lps, text_offset_)
-                                                 : json(nullptr)},
-                    {"finish_reason", nullptr}};
-          text_offset_ += piece.size();
-        }
-        res.body += sse(s_.chunk(g, choice));
+        res.body += progress_event(item->out.text, new_lps);
         continue;
       }
       // The turn is over.
@@ -124,72 +106,65 @@ class GenerationProducer : public ResponseProducer {
         else
           continue;
       }
-      if (f.error) {
-        res.body += sse(error_body(*f.error));
-        res.body += "data: [DONE]\n\n";
-        return true;
-      }
-      finish_stream(res, f, *item, new_lps);
+      res.body += f.error ? sse_event(error_body(*f.error)) + sse_done()
+                          : final_events(f, item->out.text, new_lps);
       return true;
     }
   }
 
-  void finish_stream(HttpResponse& res, const FinalTurn& f, const Channel::Item& item,
-                     const std::vector<TokenInfo>& new_lps) {
+  // The event for new text (and logprobs) while the turn goes on; "" when there is nothing
+  // to send yet (chat content held back as a possible tool call).
+  std::string progress_event(const std::string& text, const std::vector<TokenInfo>& new_lps) {
     Generation& g = *g_;
-    const bool chat = g.endpoint == Endpoint::chat;
+    if (g.endpoint == Endpoint::chat) {
+      const std::string piece = g.filter.push(text);
+      if (piece.empty() && new_lps.empty()) return {};
+      return sse_event(
+          stream_chunk(header(), chat_chunk_choice({{"content", piece}}, chat_logprobs(new_lps))));
+    }
+    if (text.empty() && new_lps.empty()) return {};
+    std::string ev = sse_event(
+        stream_chunk(header(), completion_chunk_choice(text, completion_logprobs(new_lps))));
+    text_offset_ += text.size();
+    return ev;
+  }
+
+  // The end of the stream: the rest of the turn, the finish, the usage when asked, [DONE].
+  std::string final_events(const FinalTurn& f, const std::string& last_text,
+                           const std::vector<TokenInfo>& new_lps) {
+    const Generation& g = *g_;
+    std::string out = g.endpoint == Endpoint::chat ? chat_final_events(f, new_lps)
+                                                   : completion_final_event(f, last_text, new_lps);
+    if (g.include_usage)
+      out += sse_event(usage_chunk(
+          header(), usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)));
+    return out + sse_done();
+  }
+
+  // Chat: the content held back that turned out not to be a call, the calls, the finish.
+  std::string chat_final_events(const FinalTurn& f, const std::vector<TokenInfo>& new_lps) {
+    const Generation& g = *g_;
     std::string out;
-    if (chat) {
-      const size_t sent = g.filter.emitted();
-      const std::string rest = f.content.size() > sent ? f.content.substr(sent) : std::string();
-      if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
-        out += sse(s_.chunk(g, {{"index", 0},
-                                {"delta", {{"content", rest}}},
-                                {"logprobs", chat_logprobs(new_lps)},
-                                {"finish_reason", nullptr}}));
-      if (!f.calls.empty()) {
-        json calls = json::array();
-        for (size_t i = 0; i < f.calls.size(); ++i)
-          calls.push_back(
-              {{"index", i},
-               {"id", f.calls[i].id},
-               {"type", "function"},
-               {"function",
-                {{"name", f.calls[i].name}, {"arguments", f.calls[i].arguments_json}}}});
-        out += sse(s_.chunk(g, {{"index", 0},
-                                {"delta", {{"tool_calls", calls}}},
-                                {"logprobs", nullptr},
-                                {"finish_reason", nullptr}}));
-      }
-      json last = s_.chunk(g, {{"index", 0},
-                               {"delta", json::object()},
-                               {"logprobs", nullptr},
-                               {"finish_reason", f.finish_reason}});
-      if (!f.interception.is_null()) last["interception"] = f.interception;
-      if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
-      if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
-      out += sse(last);
-    } else {
-      json choice = {{"index", 0},
-                     {"text", item.out.text},
-                     {"logprobs", g.logprobs >= 0 ? s_.completion_logprobs(new_lps, text_offset_)
-                                                  : json(nullptr)},
-                     {"finish_reason", f.finish_reason}};
-      if (g.return_token_ids) choice["token_ids"] = g.tokens;
-      out += sse(s_.chunk(g, choice));
-    }
-    if (g.include_usage) {
-      json u = {
-          {"id", g.response_id},
-          {"object", chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", g.created},
-          {"model", g.model},
-          {"choices", json::array()},
-          {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
-      out += sse(u);
-    }
-    out += "data: [DONE]\n\n";
-    res.body += out;
+    const size_t sent = g.filter.emitted();
+    const std::string rest = f.content.size() > sent ? f.content.substr(sent) : std::string();
+    if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
+      out += sse_event(
+          stream_chunk(header(), chat_chunk_choice({{"content", rest}}, chat_logprobs(new_lps))));
+    if (!f.calls.empty())
+      out += sse_event(stream_chunk(header(), chat_chunk_choice(tool_calls_delta(f.calls))));
+    json last = stream_chunk(header(), chat_chunk_choice(json::object(), nullptr, f.finish_reason));
+    if (!f.interception.is_null()) last["interception"] = f.interception;
+    if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
+    if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
+    return out + sse_event(last);
+  }
+
+  std::string completion_final_event(const FinalTurn& f, const std::string& last_text,
+                                     const std::vector<TokenInfo>& new_lps) {
+    const Generation& g = *g_;
+    json choice = completion_chunk_choice(last_text, completion_logprobs(new_lps), f.finish_reason);
+    if (g.return_token_ids) choice["token_ids"] = g.tokens;
+    return sse_event(stream_chunk(header(), choice));
   }
 
   HttpServer::Impl& s_;

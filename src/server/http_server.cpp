@@ -131,7 +131,15 @@ void HttpServer::Impl::reap_loop() {
   }
 }
 
+// The transport with its limits and hooks, then the routes by area.
 void HttpServer::Impl::setup_routes() {
+  transport = std::make_unique<HttpTransport>(transport_options(), transport_hooks());
+  add_openai_routes(*transport);
+  add_interception_routes(*transport);
+  add_observability_routes(*transport);
+}
+
+TransportOptions HttpServer::Impl::transport_options() const {
   TransportOptions to;
   to.host = opt.host;
   to.port = opt.port;
@@ -142,71 +150,91 @@ void HttpServer::Impl::setup_routes() {
   to.write_timeout_s = opt.write_timeout_s;
   to.max_header_bytes = opt.max_header_bytes;
   to.max_body_bytes = opt.max_body_bytes;
+  return to;
+}
 
+TransportHooks HttpServer::Impl::transport_hooks() {
   TransportHooks hooks;
   hooks.pre_routing = [this](const HttpRequest& req, HttpResponse& res) {
-    if (req.path == "/health") return false;
-    if (stopping) {
-      send_error(res, server_error("the server is shutting down", 503));
-      return true;
-    }
-    if (!keys.authenticate(req.get_header_value("Authorization"), query_key(req))) {
-      ApiError e;
-      e.status = 401;
-      e.type = "authentication_error";
-      e.code = "invalid_api_key";
-      e.message = req.has_header("Authorization")
-                      ? "Incorrect API key provided."
-                      : "You didn't provide an API key: send \"Authorization: Bearer <key>\".";
-      send_error(res, e);
-      res.set_header("WWW-Authenticate", "Bearer");
-      metrics.add_rejected("unauthorized");
-      return true;
-    }
-    return false;
+    return refuse_before_routing(req, res);
   };
   hooks.error = [this](const HttpRequest&, int status, const std::string& message,
-                       HttpResponse& res) {
-    ApiError e;
-    e.status = status;
-    e.message = message;
-    switch (status) {
-      case 404:
-        e.code = "not_found";
-        break;
-      case 408:
-        e.code = "request_timeout";
-        break;
-      case 413:
-        e.code = "payload_too_large";
-        metrics.add_rejected("body_too_large");
-        break;
-      case 431:
-        e.code = "headers_too_large";
-        metrics.add_rejected("headers_too_large");
-        break;
-      case 503:
-        e.type = "service_unavailable";
-        e.code = "too_many_connections";
-        break;
-      default:
-        if (status >= 500) e.type = "server_error";
-    }
-    if (status == 503 && stopping) e.code = "";
-    send_error(res, e);
-  };
-  hooks.logger = [this](const HttpRequest& req, int status) {
-    metrics.add_http_status(status);
-    log_line({{"event", "http"},
-              {"method", req.method},
-              {"path", req.path},
-              {"status", status},
-              {"remote", req.remote_addr},
-              {"owner", owner_of(req)}});
-  };
-  transport = std::make_unique<HttpTransport>(std::move(to), std::move(hooks));
-  HttpTransport& t = *transport;
+                       HttpResponse& res) { send_error(res, transport_error(status, message)); };
+  hooks.logger = [this](const HttpRequest& req, int status) { log_http(req, status); };
+  return hooks;
+}
 
+// Every request but /health: 503 while stopping, 401 without a valid key.
+bool HttpServer::Impl::refuse_before_routing(const HttpRequest& req, HttpResponse& res) {
+  if (req.path == "/health") return false;
+  if (stopping) {
+    send_error(res, server_error("the server is shutting down", 503));
+    return true;
+  }
+  if (keys.authenticate(req.get_header_value("Authorization"), query_key(req))) return false;
+  metrics.add_rejected("unauthorized");
+  res.set_header("WWW-Authenticate", "Bearer");
+  const bool key_given = req.has_header("Authorization") || !query_key(req).empty();
+  if (req.path == "/dashboard") {
+    // A person in a browser: a page that says how to pass the key, not an error object.
+    res.status = 401;
+    res.set_content(dashboard_key_page(key_given), "text/html; charset=utf-8");
+    return true;
+  }
+  ApiError e;
+  e.status = 401;
+  e.type = "authentication_error";
+  e.code = "invalid_api_key";
+  e.message = req.has_header("Authorization")
+                  ? "Incorrect API key provided."
+                  : "You didn't provide an API key: send \"Authorization: Bearer <key>\".";
+  send_error(res, e);
+  return true;
+}
+
+// What the transport refuses itself (no route, a slow or oversized request, the
+// connection cap), as an OpenAI error object; the refusals that are limits are counted.
+ApiError HttpServer::Impl::transport_error(int status, const std::string& message) {
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  switch (status) {
+    case 404:
+      e.code = "not_found";
+      break;
+    case 408:
+      e.code = "request_timeout";
+      break;
+    case 413:
+      e.code = "payload_too_large";
+      metrics.add_rejected("body_too_large");
+      break;
+    case 431:
+      e.code = "headers_too_large";
+      metrics.add_rejected("headers_too_large");
+      break;
+    case 503:
+      e.type = "service_unavailable";
+      e.code = "too_many_connections";
+      break;
+    default:
+      if (status >= 500) e.type = "server_error";
+  }
+  if (status == 503 && stopping) e.code = "";
+  return e;
+}
+
+void HttpServer::Impl::log_http(const HttpRequest& req, int status) {
+  metrics.add_http_status(status);
+  log_line({{"event", "http"},
+            {"method", req.method},
+            {"path", req.path},
+            {"status", status},
+            {"remote", req.remote_addr},
+            {"owner", owner_of(req)}});
+}
+
+void HttpServer::Impl::add_openai_routes(HttpTransport& t) {
   // Inline: answered on the io thread, whatever the engine and the workers are doing.
   t.route(
       "GET", "/health",
@@ -217,26 +245,30 @@ void HttpServer::Impl::setup_routes() {
           send_json(res, 200, {{"status", "ok"}});
       },
       /*run_inline=*/true);
-  auto model_obj = [this] {
-    return json{{"id", model_name},
-                {"object", "model"},
-                {"created", 0},
-                {"owned_by", "infercept"},
-                {"max_model_len", context_limit}};
-  };
-  t.route("GET", "/v1/models", [model_obj](const HttpRequest&, HttpResponse& res) {
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_obj()})}});
+  t.route("GET", "/v1/models", [this](const HttpRequest&, HttpResponse& res) {
+    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json()})}});
   });
-  t.route("GET", "/v1/models/(.+)", [this, model_obj](const HttpRequest& req, HttpResponse& res) {
+  t.route("GET", "/v1/models/(.+)", [this](const HttpRequest& req, HttpResponse& res) {
     if (req.matches[1] != model_name)
       return send_error(
           res, not_found("The model '" + req.matches[1] + "' does not exist.", "model_not_found"));
-    send_json(res, 200, model_obj());
+    send_json(res, 200, model_json());
   });
   t.route("POST", "/v1/chat/completions",
           [this](const HttpRequest& req, HttpResponse& res) { handle_chat(req, res); });
   t.route("POST", "/v1/completions",
           [this](const HttpRequest& req, HttpResponse& res) { handle_completion(req, res); });
+}
+
+json HttpServer::Impl::model_json() const {
+  return {{"id", model_name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "infercept"},
+          {"max_model_len", context_limit}};
+}
+
+void HttpServer::Impl::add_interception_routes(HttpTransport& t) {
   t.route("GET", "/v1/interceptions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_interception_list(req, res);
   });
@@ -251,29 +283,38 @@ void HttpServer::Impl::setup_routes() {
   t.route(
       "POST", "/v1/interceptions/([^/]+)/hint",
       [this](const HttpRequest& req, HttpResponse& res) { handle_interception_hint(req, res); });
-  t.route("GET", "/metrics", [this](const HttpRequest& req, HttpResponse& res) {
-    auto snap = snapshot(*engine, std::chrono::seconds(10));
-    if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
-    res.status = 200;
-    res.set_content(metrics.prometheus(*snap, (int64_t)registry->size(), viewer_of(req)),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
+}
+
+void HttpServer::Impl::add_observability_routes(HttpTransport& t) {
+  t.route("GET", "/metrics",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_metrics(req, res); });
   t.route("GET", "/dashboard", [](const HttpRequest&, HttpResponse& res) {
     res.status = 200;
     res.set_content(dashboard_html(), "text/html; charset=utf-8");
   });
-  t.route("GET", "/dashboard/data", [this](const HttpRequest& req, HttpResponse& res) {
-    auto snap = snapshot(*engine, std::chrono::seconds(10));
-    if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
-    // The paused requests the caller may see: its own (all for an admin).
-    const Viewer v = viewer_of(req);
-    std::set<uint64_t> visible;
-    for (const PausedRequest& p : registry->list(v.owner, v.all)) visible.insert(p.engine_id);
-    json j = metrics.dashboard_json(*snap, (int64_t)visible.size(), v, visible);
-    j["model"] = model_name;
-    j["time"] = unix_now();
-    send_json(res, 200, j);
-  });
+  t.route("GET", "/dashboard/data",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_dashboard_data(req, res); });
+}
+
+void HttpServer::Impl::handle_metrics(const HttpRequest& req, HttpResponse& res) {
+  auto snap = snapshot(*engine, std::chrono::seconds(10));
+  if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
+  res.status = 200;
+  res.set_content(metrics.prometheus(*snap, (int64_t)registry->size(), viewer_of(req)),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void HttpServer::Impl::handle_dashboard_data(const HttpRequest& req, HttpResponse& res) {
+  auto snap = snapshot(*engine, std::chrono::seconds(10));
+  if (!snap) return send_error(res, server_error("the engine did not answer in time", 503));
+  // The paused requests the caller may see: its own (all for an admin).
+  const Viewer v = viewer_of(req);
+  std::set<uint64_t> visible;
+  for (const PausedRequest& p : registry->list(v.owner, v.all)) visible.insert(p.engine_id);
+  json j = metrics.dashboard_json(*snap, (int64_t)visible.size(), v, visible);
+  j["model"] = model_name;
+  j["time"] = unix_now();
+  send_json(res, 200, j);
 }
 
 // --- generation -------------------------------------------------------------------------

@@ -141,10 +141,6 @@ inline void send_error(HttpResponse& res, const ApiError& e) {
   send_json(res, e.status, error_body(e));
 }
 
-inline std::string sse(const json& j) {
-  return "data: " + dump(j) + "\n\n";
-}
-
 struct HttpServer::Impl {
   ServerOptions opt;
   std::unique_ptr<Engine> engine;
@@ -238,25 +234,46 @@ struct HttpServer::Impl {
     std::fwrite(s.data(), 1, s.size(), stderr);
   }
 
+  // --- routes (http_server.cpp) ---------------------------------------------------------
   void setup_routes();
+  TransportOptions transport_options() const;
+  TransportHooks transport_hooks();
+  bool refuse_before_routing(const HttpRequest& req, HttpResponse& res);
+  ApiError transport_error(int status, const std::string& message);
+  void log_http(const HttpRequest& req, int status);
+  void add_openai_routes(HttpTransport& t);
+  void add_interception_routes(HttpTransport& t);
+  void add_observability_routes(HttpTransport& t);
+  json model_json() const;
+  void handle_metrics(const HttpRequest& req, HttpResponse& res);
+  void handle_dashboard_data(const HttpRequest& req, HttpResponse& res);
   void reap_loop();
 
   // --- generation ---------------------------------------------------------------------
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
   void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res);
+  std::shared_ptr<Generation> new_generation(Endpoint endpoint, const char* id_prefix,
+                                             const std::string& owner) const;
+  std::optional<ApiError> add_server_tools(ChatRequest& cr, bool resume, Generation& g) const;
+  std::optional<ApiError> check_tool_choice(const ChatRequest& cr) const;
+  std::optional<ApiError> render_chat_prompt(ChatRequest& cr, Generation& g);
+  GenerateRequest chat_engine_request(const ChatRequest& cr, Generation& g) const;
+  ApiError too_many_paused(const std::string& owner) const;
   std::optional<ApiError> start(Generation& g, GenerateRequest gr, PausedLease entry,
                                 bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,
                                         bool max_tokens_given, const char* param) const;
   void consume(Generation& g, const Channel::Item& item);
   FinalTurn finalize(Generation& g);
+  void read_turn(const Generation& g, FinalTurn& f) const;
+  bool server_round_due(const Generation& g, const FinalTurn& f) const;
+  json keep_paused(const Generation& g, const FinalTurn& f, double t_end);
+  void record_finished(const Generation& g, const FinalTurn& f, double t_end);
   std::optional<ApiError> server_tool_round(Generation& g, const FinalTurn& f);
   void respond(std::shared_ptr<Generation> g, HttpResponse& res);
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
-  json completion_logprobs(const std::vector<TokenInfo>& lps, size_t text_offset) const;
-  json chunk(const Generation& g, json choice) const;
   TokenInfo token_info(const RequestOutput& o, size_t i) const;
 
   // --- interceptions ----------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 #include "core/check.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -19,15 +21,35 @@ std::vector<double> interception_buckets() {
   return {0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0};
 }
 
-// The shortest text that reads back as the same double.
-std::string num(double v) {
+}  // namespace
+
+// Integers as integers ("20", "1536"); other values in plain decimal notation with the
+// fewest digits that read back as the same double ("0.25", "0.0123"); exponent notation
+// only where plain notation would be unreadable (below 1e-6 or from 1e15 on).
+std::string format_metric_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == 0.0) return "0";
   char buf[64];
+  const double a = std::fabs(v);
+  if (a < 1e15 && v == std::trunc(v)) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
+  if (a >= 1e-6 && a < 1e15) {
+    for (int decimals = 1; decimals <= 24; ++decimals) {
+      std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+      if (std::strtod(buf, nullptr) == v) return buf;
+    }
+  }
   for (int prec = 1; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
     if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
 }
+
+namespace {
 
 std::string escape_label(const std::string& s) {
   std::string out;
@@ -49,7 +71,7 @@ void header(std::string& out, const std::string& name, const char* type, const c
 void sample(std::string& out, const std::string& name, const std::string& labels, double v) {
   out += name;
   if (!labels.empty()) out += "{" + labels + "}";
-  out += " " + num(v) + "\n";
+  out += " " + format_metric_value(v) + "\n";
 }
 
 }  // namespace
@@ -134,7 +156,7 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   const std::string sep = labels.empty() ? "" : ",";
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cum += counts_[i];
-    const std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
+    const std::string le = i < bounds_.size() ? format_metric_value(bounds_[i]) : "+Inf";
     sample(out, name + "_bucket", labels + sep + "le=\"" + le + "\"", (double)cum);
   }
   sample(out, name + "_sum", labels, sum_);
@@ -155,13 +177,20 @@ nlohmann::json Histogram::to_json() const {
 
 double Histogram::quantile(double q) const {
   if (count_ == 0) return 0.0;
-  const double target = q * (double)count_;
-  int64_t cum = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    cum += counts_[i];
-    if ((double)cum >= target)
-      return i < bounds_.size() ? bounds_[i] : (bounds_.empty() ? 0.0 : bounds_.back());
+  const double rank = std::clamp(q, 0.0, 1.0) * (double)count_;
+  int64_t below = 0;  // observations in the buckets before i
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (counts_[i] > 0 && (double)(below + counts_[i]) >= rank) {
+      // Spread evenly within the bucket, as Prometheus' histogram_quantile assumes; the
+      // first bucket starts at 0 (durations).
+      const double lo = i == 0 ? std::min(0.0, bounds_[0]) : bounds_[i - 1];
+      const double hi = bounds_[i];
+      const double within = std::max(0.0, rank - (double)below) / (double)counts_[i];
+      return lo + (hi - lo) * within;
+    }
+    below += counts_[i];
   }
+  // In the +Inf bucket: nothing known past the last bound.
   return bounds_.empty() ? 0.0 : bounds_.back();
 }
 

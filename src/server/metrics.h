@@ -60,6 +60,10 @@ struct Viewer {
   bool all = false;
 };
 
+// A metric value as /metrics prints it: integers as integers ("20", not "2e+01"), others in
+// plain decimals with the digits that read back as the same double; "+Inf", "-Inf", "NaN".
+std::string format_metric_value(double v);
+
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
@@ -68,7 +72,10 @@ class Histogram {
   // Prometheus lines for `name` with `labels` ("" or `a="b"`).
   void render(std::string& out, const std::string& name, const std::string& labels) const;
   nlohmann::json to_json() const;
-  double quantile(double q) const;  // from the buckets (upper bound of the bucket reached)
+  // The q-quantile estimated from the buckets: interpolated linearly within the bucket it
+  // falls in (the first bucket starts at 0), as Prometheus' histogram_quantile does; in the
+  // +Inf bucket, the last finite bound. 0 when empty.
+  double quantile(double q) const;
   int64_t count() const { return count_; }
 
  private:

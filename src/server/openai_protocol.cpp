@@ -618,33 +618,4 @@ std::string random_id(const std::string& prefix) {
   return s;
 }
 
-json chat_logprob_entry(const TokenInfo& t) {
-  auto bytes = [](const std::string& s) {
-    json b = json::array();
-    for (unsigned char c : s) b.push_back((int)c);
-    return b;
-  };
-  json top = json::array();
-  for (const auto& [text, lp] : t.top)
-    top.push_back({{"token", text}, {"logprob", lp}, {"bytes", bytes(text)}});
-  return {
-      {"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes(t.text)}, {"top_logprobs", top}};
-}
-
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
-}
-
-json tool_calls_json(const std::vector<ToolCall>& calls) {
-  json arr = json::array();
-  for (const ToolCall& c : calls)
-    arr.push_back({{"id", c.id},
-                   {"type", "function"},
-                   {"function", {{"name", c.name}, {"arguments", c.arguments_json}}}});
-  return arr;
-}
-
 }  // namespace infercept::server

@@ -1,6 +1,7 @@
 // The OpenAI wire format: request bodies parsed and validated into typed requests (every
-// problem an ApiError naming the parameter, never an exception), responses and streaming
-// chunks built from what the engine produced, and the OpenAI error object.
+// problem an ApiError naming the parameter, never an exception; openai_protocol.cpp), the
+// parts of answers and a stream's chunks and event framing (openai_protocol_responses.cpp),
+// and the OpenAI error object.
 #pragma once
 
 #include <cstdint>
@@ -114,7 +115,45 @@ json chat_logprob_entry(const TokenInfo& t);
 // The usage object; cached_tokens goes under prompt_tokens_details.
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
-// finish_reason as OpenAI names it ("stop", "length", "tool_calls").
+// A message's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}].
 json tool_calls_json(const std::vector<ToolCall>& calls);
+
+// Logprobs of a chat choice ({"content": [entry...]}) and of a completion choice
+// ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}, offsets counted from
+// `text_offset`, the bytes of text before these tokens).
+json chat_logprobs_json(const std::vector<TokenInfo>& lps);
+json completion_logprobs_json(const std::vector<TokenInfo>& lps, size_t text_offset);
+
+// --- streaming (stream: true) -------------------------------------------------------------
+// A stream is chunks, each a server-sent event `data: <json>\n\n`, ended by
+// `data: [DONE]\n\n`. Chat: a first chunk with the role, content deltas, the tool calls in
+// one chunk, a last chunk with finish_reason, then the usage chunk when asked.
+
+// What every chunk of one response repeats.
+struct StreamHeader {
+  std::string id;
+  bool chat = true;  // object "chat.completion.chunk", else "text_completion"
+  int64_t created = 0;
+  std::string model;
+  bool include_usage = false;  // stream_options.include_usage: every chunk has "usage": null
+};
+
+// {"id", "object", "created", "model", "choices": [choice]} (+ "usage": null).
+json stream_chunk(const StreamHeader& h, json choice);
+// The usage chunk: "choices": [] and the usage object.
+json usage_chunk(const StreamHeader& h, json usage);
+// A chat chunk's choice: {"index": 0, "delta", "logprobs", "finish_reason"}.
+json chat_chunk_choice(json delta, json logprobs = nullptr, json finish_reason = nullptr);
+// The first chat delta: {"role": "assistant", "content": ""}.
+json chat_first_delta();
+// The delta with a turn's calls, each complete: {"tool_calls": [{"index", "id", "type",
+// "function": {"name", "arguments"}}]}.
+json tool_calls_delta(const std::vector<ToolCall>& calls);
+// A completion chunk's choice: {"index": 0, "text", "logprobs", "finish_reason"}.
+json completion_chunk_choice(const std::string& text, json logprobs, json finish_reason = nullptr);
+// One server-sent event: "data: " + the JSON + a blank line.
+std::string sse_event(const json& j);
+// The stream's end: "data: [DONE]" and a blank line.
+std::string sse_done();
 
 }  // namespace infercept::server

@@ -1,6 +1,8 @@
 // The model's tool calls, in the format its chat template taught it, turned into OpenAI
 // tool_calls: Hermes <tool_call>{"name", "arguments"}</tool_call> blocks (ChatML models:
-// Qwen, SmolLM2) or a Llama 3.1 JSON turn {"name", "parameters"}. Also the text a
+// Qwen, SmolLM2) or a Llama 3.1 JSON turn {"name", "parameters"}, read by the engine's
+// parser (engine/tool_call.h), so a turn the engine paused at is the turn reported here as
+// calls, and a malformed call is text to both. Also the text a
 // generation is made to start with when the client requires a tool call, and a streaming
 // filter that lets a turn's text through but holds back what may be a tool call.
 #pragma once
@@ -18,8 +20,9 @@ struct AssistantTurn {
   std::vector<ToolCall> calls;  // ids assigned ("call_...")
 };
 
-// Splits a whole assistant turn into content and tool calls. A call whose body is not JSON
-// with a string "name" is not a call (its text stays in the content).
+// Splits a whole assistant turn into content and tool calls (parse_tool_turn), ids assigned.
+// A call whose body is not JSON with a non-empty string "name" is not a call: its text stays
+// in the content.
 AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kind);
 
 // What the generation is made to start with for tool_choice "required" (a call of some
