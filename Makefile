@@ -8,7 +8,7 @@ MODEL_DIR := models
 MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
-                libcpp-httplib-dev libboost-dev pkg-config chromium python3-httpx python3-matplotlib
+                libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx python3-matplotlib
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
@@ -46,17 +46,28 @@ build: deps pyenv
 	cmake -S . -B $(BUILD) -DINFERCEPT_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Starts the OpenAI-compatible server on the default model (Ctrl-C stops it).
+# Starts the OpenAI-compatible server on the default model (Ctrl-C stops it). The curl
+# example comes last, once the server answers /health, so the build's and the server's
+# start-up lines do not bury it; the sub-makes of the build keep quiet about directories.
+# Ctrl-C reaches the shell (a background job ignores SIGINT), which stops the server with
+# SIGTERM: the same graceful stop.
+run: export MAKEFLAGS += --no-print-directory
 run: build model
-	@echo "Starting the OpenAI-compatible server on http://127.0.0.1:$(PORT) (Ctrl-C stops it)."
-	@echo "From another terminal:"
-	@echo ""
-	@echo "  curl http://127.0.0.1:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
-	@echo "    -d '{\"model\": \"$(SERVED_MODEL)\", \"messages\": [{\"role\": \"user\", \"content\": \"What is a KV cache?\"}], \"max_tokens\": 64}'"
-	@echo ""
-	@echo "Dashboard: http://127.0.0.1:$(PORT)/dashboard   Metrics: http://127.0.0.1:$(PORT)/metrics"
-	@echo ""
-	$(BIN) serve --port $(PORT)
+	@$(BIN) serve --port $(PORT) & pid=$$!; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
+	until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$(PORT)/health', timeout=1)" \
+	    2>/dev/null; do \
+	  kill -0 $$pid 2>/dev/null || { wait $$pid; exit $$?; }; sleep 0.3; \
+	done; \
+	echo ""; \
+	echo "Serving on http://127.0.0.1:$(PORT) (Ctrl-C stops it). From another terminal:"; \
+	echo ""; \
+	echo "  curl http://127.0.0.1:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"; \
+	echo "    -d '{\"model\": \"$(SERVED_MODEL)\", \"messages\": [{\"role\": \"user\", \"content\": \"What is a KV cache?\"}], \"max_tokens\": 64}'"; \
+	echo ""; \
+	echo "Dashboard: http://127.0.0.1:$(PORT)/dashboard   Metrics: http://127.0.0.1:$(PORT)/metrics"; \
+	echo ""; \
+	wait $$pid
 
 test: build model
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE gpu

@@ -47,53 +47,72 @@ struct Resume {
   bool operator>(const Resume& o) const { return at > o.at; }
 };
 
-}  // namespace
+struct BenchFlags {
+  EngineFlags engine;
+  WorkloadFlags workload;
+  std::string json_path, step_trace;
+  bool quiet = false;
+};
 
-int run_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, kWorkloadFlags, {"json", "step-trace"}}),
-                          {"quiet"});
-  if (!args.ok()) return fail(args.error());
-  const Args& a = *args;
-  auto cfg = engine_config_from(a);
-  if (!cfg.ok()) return fail(cfg.error());
-  if (a.has("step-trace")) cfg->step_trace_path = a.get("step-trace");
+void add_bench_flags(CLI::App& app, BenchFlags& f) {
+  app.add_option("--json", f.json_path, "also write the results as JSON to this file");
+  app.add_option("--step-trace", f.step_trace, "write one CSV row per engine step to this file");
+  app.add_flag("--quiet", f.quiet, "print no table");
+  add_workload_flags(app, f.workload);
+  add_engine_flags(app, f.engine);
+}
 
-  // The workload: a built-in generator or a trace file.
-  auto run = workload_from(a);
-  if (!run.ok()) return fail(run.error());
-  const std::string& wl = run->name;
-  const std::vector<TraceRequest>& trace = run->trace;
-  const double duration = run->duration_s;
+// The benchmark's request loop in real time: arrivals are added when their time comes, a
+// paused request's tool "runs" by the clock and its returned tokens resume it, and each
+// request's record is kept for the metrics.
+class BenchLoop {
+ public:
+  BenchLoop(EngineCore& e, const WorkloadRun& run)
+      : e_(e),
+        trace_(run.trace),
+        hard_stop_(run.duration_s + run.drain_s),
+        vocab_((int32_t)e.model_config().vocab_size),
+        limit_(std::min(e.max_context(), e.kv_capacity_tokens()) - 1),
+        progress_("bench") {}
 
-  auto engine = EngineCore::create(*cfg);
-  if (!engine.ok()) return fail(engine.error());
-  EngineCore& e = **engine;
-  const int32_t vocab = (int32_t)e.model_config().vocab_size;
-  const int64_t limit = std::min(e.max_context(), e.kv_capacity_tokens()) - 1;
+  Status run() {
+    while (true) {
+      const double t = elapsed();
+      admit_arrivals(t);
+      TRY(deliver_tool_answers(t));
+      if (t > hard_stop_ || (next_ >= trace_.size() && live_.empty())) break;
+      if (e_.has_work())
+        run_step();
+      else
+        wait_idle();
+      progress_.update(elapsed(), (int64_t)records_.size());
+    }
+    progress_.finish();
+    for (auto& [id, l] : live_) records_.push_back(l.record);  // unfinished
+    wall_s_ = elapsed();
+    return ok_status();
+  }
 
-  std::map<uint64_t, Live> live;  // by engine id
-  std::vector<RequestRecord> records;
-  std::priority_queue<Resume, std::vector<Resume>, std::greater<Resume>> resumes;
-  size_t next = 0;
-  int64_t skipped = 0;
+  const std::vector<RequestRecord>& records() const { return records_; }
+  int64_t skipped() const { return skipped_; }
+  double wall_s() const { return wall_s_; }
+  double idle_s() const { return idle_s_; }
+  double step_wall_s() const { return step_wall_s_; }
+
+ private:
   using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
-  const double hard_stop = duration + run->drain_s;
-  double idle_s = 0.0;       // slept while the engine had no work
-  double step_wall_s = 0.0;  // inside e.step() while it had work
+  double elapsed() const { return std::chrono::duration<double>(clock::now() - start_).count(); }
 
-  while (true) {
-    const double t = elapsed();
-    // Arrivals whose time has come.
-    while (next < trace.size() && trace[next].arrival_s <= t) {
-      const TraceRequest& tr = trace[next++];
-      if (tr.final_context_tokens() > limit) {
-        ++skipped;  // cannot fit this engine at all
+  // Arrivals whose time has come, as requests with their tool pauses scripted.
+  void admit_arrivals(double t) {
+    while (next_ < trace_.size() && trace_[next_].arrival_s <= t) {
+      const TraceRequest& tr = trace_[next_++];
+      if (tr.final_context_tokens() > limit_) {
+        ++skipped_;  // cannot fit this engine at all
         continue;
       }
       GenerateRequest req;
-      req.prompt = synth_tokens(tr.seed, 0, tr.prompt_tokens, vocab);
+      req.prompt = synth_tokens(tr.seed, 0, tr.prompt_tokens, vocab_);
       req.params.temperature = 0.0f;
       req.params.ignore_eos = true;
       req.params.max_tokens = (int32_t)tr.generated_tokens();
@@ -105,9 +124,9 @@ int run_bench(int argc, char** argv) {
         si.hint = sg.tool_seconds;
         req.script.push_back(si);
       }
-      auto id = e.add_request(std::move(req));
+      auto id = e_.add_request(std::move(req));
       if (!id.ok()) {
-        ++skipped;
+        ++skipped_;
         continue;
       }
       Live l;
@@ -116,40 +135,45 @@ int run_bench(int argc, char** argv) {
       l.record.id = tr.id;
       l.record.augmentation = tr.augmentation;
       l.record.arrival_s = tr.arrival_s;
-      live.emplace(*id, l);
+      live_.emplace(*id, l);
     }
-    // Tools that have answered.
-    while (!resumes.empty() && resumes.top().at <= t) {
-      Resume r = resumes.top();
-      resumes.pop();
-      Live& l = live.at(r.engine_id);
+  }
+
+  // Tools that have answered: their returned tokens resume the paused requests.
+  Status deliver_tool_answers(double t) {
+    while (!resumes_.empty() && resumes_.top().at <= t) {
+      Resume r = resumes_.top();
+      resumes_.pop();
+      Live& l = live_.at(r.engine_id);
       const Segment& sg = l.trace->segments[l.segment - 1];
-      Status st =
-          e.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab));
-      if (!st.ok()) return fail(st.error());
+      TRY(e_.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab_)));
       l.record.interception_s += t - l.paused_at;
       l.record.output_tokens += sg.return_tokens;
     }
-    if (t > hard_stop || (next >= trace.size() && live.empty())) break;
-    if (!e.has_work()) {
-      // Idle: sleep until the next arrival or tool answer (bounded so expiry stays live).
-      double wake = hard_stop;
-      if (next < trace.size()) wake = std::min(wake, trace[next].arrival_s);
-      if (!resumes.empty()) wake = std::min(wake, resumes.top().at);
-      const double dt = std::clamp(wake - elapsed(), 0.0, 0.05);
-      std::this_thread::sleep_for(std::chrono::duration<double>(dt));
-      idle_s += dt;
-      e.step();  // lets the policy see paused requests and expiries
-      continue;
-    }
+    return ok_status();
+  }
+
+  // Idle: sleep until the next arrival or tool answer (bounded so expiry stays live).
+  void wait_idle() {
+    double wake = hard_stop_;
+    if (next_ < trace_.size()) wake = std::min(wake, trace_[next_].arrival_s);
+    if (!resumes_.empty()) wake = std::min(wake, resumes_.top().at);
+    const double dt = std::clamp(wake - elapsed(), 0.0, 0.05);
+    std::this_thread::sleep_for(std::chrono::duration<double>(dt));
+    idle_s_ += dt;
+    e_.step();  // lets the policy see paused requests and expiries
+  }
+
+  // One engine step, and what it did to each request: first tokens, pauses, ends.
+  void run_step() {
     const double step_start = elapsed();
-    const std::vector<RequestOutput> outputs = e.step();
+    const std::vector<RequestOutput> outputs = e_.step();
     // The whole step as the requests see it (schedule, copies, forward, sampling, output
     // handling): set against forward_seconds it shows what a cost model of the forward
     // alone leaves out (docs/BENCHMARKS.md, simulator validation).
-    step_wall_s += elapsed() - step_start;
+    step_wall_s_ += elapsed() - step_start;
     for (const RequestOutput& o : outputs) {
-      Live& l = live.at(o.id);
+      Live& l = live_.at(o.id);
       const double now = elapsed();
       if (!o.new_tokens.empty() && l.record.first_token_s == 0.0) l.record.first_token_s = now;
       l.record.output_tokens += (int64_t)o.new_tokens.size();
@@ -157,88 +181,141 @@ int run_bench(int argc, char** argv) {
         const Segment& sg = l.trace->segments[l.segment];
         l.segment++;
         l.paused_at = now;
-        resumes.push({now + sg.tool_seconds, o.id});
+        resumes_.push({now + sg.tool_seconds, o.id});
       }
       if (o.finished()) {
         l.record.end_s = now;
         l.record.completed = true;
-        records.push_back(l.record);
-        live.erase(o.id);
+        records_.push_back(l.record);
+        live_.erase(o.id);
       }
     }
   }
-  for (auto& [id, l] : live) records.push_back(l.record);  // unfinished
 
-  const double wall = elapsed();
-  const Summary sum = summarize(records, duration);
+  EngineCore& e_;
+  const std::vector<TraceRequest>& trace_;
+  const double hard_stop_;
+  const int32_t vocab_;
+  const int64_t limit_;
+  ProgressLine progress_;
+  const clock::time_point start_ = clock::now();
+  std::map<uint64_t, Live> live_;  // by engine id
+  std::vector<RequestRecord> records_;
+  std::priority_queue<Resume, std::vector<Resume>, std::greater<Resume>> resumes_;
+  size_t next_ = 0;
+  int64_t skipped_ = 0;
+  double idle_s_ = 0.0;       // slept while the engine had no work
+  double step_wall_s_ = 0.0;  // inside e.step() while it had work
+  double wall_s_ = 0.0;
+};
+
+double arrival_rate(const WorkloadRun& run) {
+  return run.trace.empty() ? 0.0 : (double)run.trace.size() / run.duration_s;
+}
+
+void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchLoop& loop,
+                   const EngineCore& e) {
+  const Summary sum = summarize(loop.records(), run.duration_s);
   const EngineStats& st = e.stats();
   const double gb = 1e9;
-  if (!a.flag("quiet")) {
-    std::printf(
-        "workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals (%.0f s run)\n",
-        wl.c_str(), cfg->policy.c_str(), cfg->estimator.c_str(),
-        trace.empty() ? 0.0 : (double)trace.size() / duration, duration, wall);
-    std::printf("%s",
-                format_summary_table(sum, summarize_by_augmentation(records, duration)).c_str());
-    std::printf(
-        "interceptions %lld, recomputed tokens %lld, swapped out/in %lld/%lld tokens, "
-        "preemptions %lld, skipped %lld\n",
-        (long long)st.interceptions, (long long)st.recomputed_tokens,
-        (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens,
-        (long long)st.preemptions, (long long)skipped);
-    std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
-                (long long)st.swap_decisions, (long long)st.preserve_decisions);
-    std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
-                st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
-    for (const ToolStats& ts : e.estimator().stats())
-      std::printf("tool %-12s n=%-5lld p50 %.3fs p95 %.3fs p99 %.3fs\n", ts.tool.c_str(),
-                  (long long)ts.count, ts.p50, ts.p95, ts.p99);
-  }
-  if (a.has("json")) {
-    nlohmann::json j;
-    j["workload"] = wl;
-    j["policy"] = cfg->policy;
-    j["estimator"] = cfg->estimator;
-    j["rate"] = trace.empty() ? 0.0 : (double)trace.size() / duration;
-    j["duration_s"] = duration;
-    j["summary"] = to_json(sum);
-    j["interceptions"] = st.interceptions;
-    j["recomputed_tokens"] = st.recomputed_tokens;
-    j["swapped_out_tokens"] = st.swapped_out_tokens;
-    j["swapped_in_tokens"] = st.swapped_in_tokens;
-    j["preemptions"] = st.preemptions;
-    j["skipped"] = skipped;
-    j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
-                               {"preserve", st.waste_preserve},
-                               {"swap_stall", st.waste_swap_stall}};
-    j["decisions"] = {{"discard", st.discard_decisions},
-                      {"swap", st.swap_decisions},
-                      {"preserve", st.preserve_decisions}};
-    nlohmann::json tools = nlohmann::json::array();
-    for (const ToolStats& ts : e.estimator().stats())
-      tools.push_back({{"tool", ts.tool},
-                       {"count", ts.count},
-                       {"p50", ts.p50},
-                       {"p95", ts.p95},
-                       {"p99", ts.p99}});
-    j["tools"] = tools;
-    // Where the engine's time went: a measured run set against a simulated one needs these.
-    j["engine"] = {
-        {"steps", st.steps},
-        {"forward_seconds", st.forward_seconds},
-        {"mean_step_ms", st.steps > 0 ? st.forward_seconds / (double)st.steps * 1e3 : 0.0},
-        {"host_prepare_seconds", st.host_prepare_seconds},
-        {"swap_seconds", st.swap_seconds},
-        {"prompt_tokens_computed", st.prompt_tokens_computed},
-        {"decode_tokens", st.decode_tokens},
-        {"replayed_steps", st.replayed_steps},
-        {"swap_preemptions", st.swap_preemptions},
-        {"run_seconds", wall},
-        {"step_wall_seconds", step_wall_s},
-        {"idle_seconds", idle_s}};
-    std::ofstream out(a.get("json"));
-    if (!out) return fail(Error{"cannot write '" + a.get("json") + "'"});
-    out << j.dump(2) << "\n";
+  std::printf(
+      "workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals (%.0f s run)\n",
+      run.name.c_str(), cfg.policy.c_str(), cfg.estimator.c_str(), arrival_rate(run),
+      run.duration_s, loop.wall_s());
+  std::printf(
+      "%s",
+      format_summary_table(sum, summarize_by_augmentation(loop.records(), run.duration_s)).c_str());
+  std::printf(
+      "interceptions %lld, recomputed tokens %lld, swapped out/in %lld/%lld tokens, "
+      "preemptions %lld, skipped %lld\n",
+      (long long)st.interceptions, (long long)st.recomputed_tokens,
+      (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens, (long long)st.preemptions,
+      (long long)loop.skipped());
+  std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
+              (long long)st.swap_decisions, (long long)st.preserve_decisions);
+  std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
+              st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
+  for (const ToolStats& ts : e.estimator().stats())
+    std::printf("tool %-12s n=%-5lld p50 %.3fs p95 %.3fs p99 %.3fs\n", ts.tool.c_str(),
+                (long long)ts.count, ts.p50, ts.p95, ts.p99);
+}
+
+nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, const BenchLoop& loop,
+                            const EngineCore& e) {
+  const EngineStats& st = e.stats();
+  nlohmann::json j;
+  j["workload"] = run.name;
+  j["policy"] = cfg.policy;
+  j["estimator"] = cfg.estimator;
+  j["rate"] = arrival_rate(run);
+  j["duration_s"] = run.duration_s;
+  j["summary"] = to_json(summarize(loop.records(), run.duration_s));
+  j["interceptions"] = st.interceptions;
+  j["recomputed_tokens"] = st.recomputed_tokens;
+  j["swapped_out_tokens"] = st.swapped_out_tokens;
+  j["swapped_in_tokens"] = st.swapped_in_tokens;
+  j["preemptions"] = st.preemptions;
+  j["skipped"] = loop.skipped();
+  j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
+                             {"preserve", st.waste_preserve},
+                             {"swap_stall", st.waste_swap_stall}};
+  j["decisions"] = {{"discard", st.discard_decisions},
+                    {"swap", st.swap_decisions},
+                    {"preserve", st.preserve_decisions}};
+  nlohmann::json tools = nlohmann::json::array();
+  for (const ToolStats& ts : e.estimator().stats())
+    tools.push_back({{"tool", ts.tool},
+                     {"count", ts.count},
+                     {"p50", ts.p50},
+                     {"p95", ts.p95},
+                     {"p99", ts.p99}});
+  j["tools"] = tools;
+  // Where the engine's time went: a measured run set against a simulated one needs these.
+  j["engine"] = {{"steps", st.steps},
+                 {"forward_seconds", st.forward_seconds},
+                 {"mean_step_ms", st.steps > 0 ? st.forward_seconds / (double)st.steps * 1e3 : 0.0},
+                 {"host_prepare_seconds", st.host_prepare_seconds},
+                 {"swap_seconds", st.swap_seconds},
+                 {"prompt_tokens_computed", st.prompt_tokens_computed},
+                 {"decode_tokens", st.decode_tokens},
+                 {"replayed_steps", st.replayed_steps},
+                 {"swap_preemptions", st.swap_preemptions},
+                 {"run_seconds", loop.wall_s()},
+                 {"step_wall_seconds", loop.step_wall_s()},
+                 {"idle_seconds", loop.idle_s()}};
+  return j;
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  CLI::App app{
+      "The offline agent benchmark: Poisson arrivals of requests that pause for tools, "
+      "run in real time against the engine; prints normalized latency, TTFT, "
+      "throughput and the waste breakdown.",
+      "infercept bench"};
+  set_up_app(app,
+             "infercept bench --workload mixed --policy minwaste --rate 1 --duration 60 "
+             "--time-scale 0.1 --context-scale 0.25 --kv-cache-tokens 1024");
+  BenchFlags f;
+  add_bench_flags(app, f);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto cfg = engine_config_from(f.engine);
+  if (!cfg.ok()) return fail(cfg.error());
+  if (!f.step_trace.empty()) cfg->step_trace_path = f.step_trace;
+  auto run = workload_from(f.workload);
+  if (!run.ok()) return fail(run.error());
+  auto engine = EngineCore::create(*cfg);
+  if (!engine.ok()) return fail(engine.error());
+  EngineCore& e = **engine;
+
+  BenchLoop loop(e, *run);
+  if (Status st = loop.run(); !st.ok()) return fail(st.error());
+  if (!f.quiet) print_results(*cfg, *run, loop, e);
+  if (!f.json_path.empty()) {
+    std::ofstream out(f.json_path);
+    if (!out) return fail(Error{"cannot write '" + f.json_path + "'"});
+    out << results_json(*cfg, *run, loop, e).dump(2) << "\n";
   }
   return 0;
 }

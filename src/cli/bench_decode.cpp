@@ -14,20 +14,25 @@
 namespace infercept::cli {
 
 int run_bench_decode(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv, merge({kEngineFlags, {"batch", "prompt-tokens", "decode-tokens"}}), {"json"});
-  if (!args.ok()) return fail(args.error());
-  auto cfg = engine_config_from(*args);
+  CLI::App app{
+      "Measures prefill and batched decode throughput: --batch requests of "
+      "--prompt-tokens each, decoding --decode-tokens together.",
+      "infercept bench-decode"};
+  set_up_app(app, "infercept bench-decode --batch 32 --prompt-tokens 128 --decode-tokens 64");
+  EngineFlags engine_flags;
+  int64_t batch = 1, prompt_tokens = 128, decode_tokens = 64;
+  bool json = false;
+  app.add_option("--batch", batch, "requests decoding together");
+  app.add_option("--prompt-tokens", prompt_tokens, "prompt length of each request");
+  app.add_option("--decode-tokens", decode_tokens, "tokens each request generates (>= 2)");
+  app.add_flag("--json", json, "print the result as JSON");
+  add_engine_flags(app, engine_flags);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto cfg = engine_config_from(engine_flags);
   if (!cfg.ok()) return fail(cfg.error());
-  auto batch = args->get_int("batch", 1);
-  auto prompt_tokens = args->get_int("prompt-tokens", 128);
-  auto decode_tokens = args->get_int("decode-tokens", 64);
-  if (!batch.ok()) return fail(batch.error());
-  if (!prompt_tokens.ok()) return fail(prompt_tokens.error());
-  if (!decode_tokens.ok()) return fail(decode_tokens.error());
-  if (*batch < 1 || *prompt_tokens < 1 || *decode_tokens < 2)
+  if (batch < 1 || prompt_tokens < 1 || decode_tokens < 2)
     return fail(Error{"--batch and --prompt-tokens must be >= 1, --decode-tokens >= 2"});
-  cfg->max_seqs = std::max<int64_t>(cfg->max_seqs, *batch);
+  cfg->max_seqs = std::max<int64_t>(cfg->max_seqs, batch);
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());
   EngineCore& e = **engine;
@@ -36,24 +41,24 @@ int run_bench_decode(int argc, char** argv) {
   const std::string base_text =
       "The history of computing is a story of machines that learned to remember. ";
   std::vector<int32_t> pool;
-  while ((int64_t)pool.size() < *prompt_tokens + *batch)
+  while ((int64_t)pool.size() < prompt_tokens + batch)
     for (int32_t t : e.tokenizer().encode(base_text, false, false)) pool.push_back(t);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  for (int64_t i = 0; i < *batch; ++i) {
+  for (int64_t i = 0; i < batch; ++i) {
     GenerateRequest r;
-    r.prompt.assign(pool.begin() + i, pool.begin() + i + *prompt_tokens);
+    r.prompt.assign(pool.begin() + i, pool.begin() + i + prompt_tokens);
     r.params.temperature = 0.0f;
-    r.params.max_tokens = (int32_t)*decode_tokens;
+    r.params.max_tokens = (int32_t)decode_tokens;
     r.params.ignore_eos = true;
     auto id = e.add_request(std::move(r));
     if (!id.ok()) return fail(id.error());
   }
   int64_t started = 0, decode_tokens_total = 0;
   clock::time_point t_all_started{}, t_end{};
-  std::vector<char> seen((size_t)*batch + 2, 0);
+  std::vector<char> seen((size_t)batch + 2, 0);
   while (e.has_work()) {
-    const bool all_decoding = started == *batch;
+    const bool all_decoding = started == batch;
     auto outs = e.step();
     for (const RequestOutput& o : outs) {
       if (o.new_tokens.empty()) continue;
@@ -64,7 +69,7 @@ int run_bench_decode(int argc, char** argv) {
         ++decode_tokens_total;
       }
     }
-    if (!all_decoding && started == *batch) t_all_started = clock::now();
+    if (!all_decoding && started == batch) t_all_started = clock::now();
   }
   t_end = clock::now();
   const double prefill_s = std::chrono::duration<double>(t_all_started - t0).count();
@@ -72,10 +77,10 @@ int run_bench_decode(int argc, char** argv) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   nlohmann::json j;
-  j["batch"] = *batch;
-  j["prompt_tokens"] = *prompt_tokens;
-  j["decode_tokens"] = *decode_tokens;
-  j["prompt_tokens_per_s"] = (double)(*batch * *prompt_tokens) / prefill_s;
+  j["batch"] = batch;
+  j["prompt_tokens"] = prompt_tokens;
+  j["decode_tokens"] = decode_tokens;
+  j["prompt_tokens_per_s"] = (double)(batch * prompt_tokens) / prefill_s;
   j["decode_tokens_per_s"] = (double)decode_tokens_total / decode_s;
   j["peak_rss_mb"] = (double)ru.ru_maxrss / 1024.0;
   j["preemptions"] = e.stats().preemptions;
@@ -83,13 +88,13 @@ int run_bench_decode(int argc, char** argv) {
       e.stats().host_prepare_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
   j["forward_ms_per_step"] =
       e.stats().forward_seconds * 1e3 / (double)std::max<int64_t>(1, e.stats().steps);
-  if (args->flag("json")) {
+  if (json) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
         "batch %lld: prompt %.1f tok/s, decode %.1f tok/s (aggregate), peak RSS %.0f MiB, "
         "host %.3f ms + forward %.3f ms per step\n",
-        (long long)*batch, j["prompt_tokens_per_s"].get<double>(),
+        (long long)batch, j["prompt_tokens_per_s"].get<double>(),
         j["decode_tokens_per_s"].get<double>(), j["peak_rss_mb"].get<double>(),
         j["host_prepare_ms_per_step"].get<double>(), j["forward_ms_per_step"].get<double>());
   }

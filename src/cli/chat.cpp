@@ -10,18 +10,29 @@
 namespace infercept::cli {
 
 int run_chat(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, {"system"}}), {});
-  if (!args.ok()) return fail(args.error());
-  auto cfg = engine_config_from(*args);
+  CLI::App app{
+      "An interactive chat in the terminal: each turn streamed token by token; /reset "
+      "clears the history, /quit or end of input leaves.",
+      "infercept chat"};
+  set_up_app(app, "infercept chat --system \"You are terse.\" --temperature 0.7");
+  EngineFlags engine_flags;
+  SamplingFlags sampling_flags;
+  std::string system;
+  CLI::Option* system_opt =
+      app.add_option("--system", system, "system message opening the chat")->default_str("");
+  add_engine_flags(app, engine_flags);
+  add_sampling_flags(app, sampling_flags, /*default_temperature=*/0.7f);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto cfg = engine_config_from(engine_flags);
   if (!cfg.ok()) return fail(cfg.error());
-  auto params = sampling_params_from(*args, 0.7f);
+  auto params = sampling_params_from(sampling_flags);
   if (!params.ok()) return fail(params.error());
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());
   EngineCore& e = **engine;
 
   std::vector<ChatMessage> history;
-  if (args->has("system")) history.push_back({"system", args->get("system"), {}, "", ""});
+  if (given(system_opt)) history.push_back({"system", system, {}, "", ""});
   const size_t base = history.size();
   std::fprintf(stderr, "infercept chat (%s). /reset clears, /quit leaves.\n",
                e.model_config().name.empty() ? e.model_config().arch.c_str()

@@ -2,50 +2,45 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 namespace infercept::cli {
 
-const std::set<std::string> kEngineFlags = {"model",
-                                            "threads",
-                                            "kv-cache-mb",
-                                            "kv-cache-tokens",
-                                            "block-size",
-                                            "kv-cache-gb",
-                                            "swap-space-gb",
-                                            "swap-space-mb",
-                                            "policy",
-                                            "estimator",
-                                            "interception-timeout",
-                                            "max-batch-tokens",
-                                            "max-partial-prefills",
-                                            "long-prefill-tokens",
-                                            "interrupt-prefill",
-                                            "max-seqs",
-                                            "chat-template",
-                                            "kv-dtype",
-                                            "device",
-                                            "gpu-memory-utilization",
-                                            "cuda-graphs",
-                                            "cpu-numerics",
-                                            "dtype"};
-const std::set<std::string> kSamplingFlags = {"max-tokens",
-                                              "temperature",
-                                              "top-p",
-                                              "top-k",
-                                              "min-p",
-                                              "seed",
-                                              "repetition-penalty",
-                                              "presence-penalty",
-                                              "frequency-penalty",
-                                              "stop"};
+void set_up_app(CLI::App& app, const std::string& example) {
+  app.option_defaults()->always_capture_default();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(34);
+  app.footer("Example:\n  " + example);
+}
 
-std::set<std::string> merge(std::initializer_list<std::set<std::string>> sets) {
-  std::set<std::string> out;
-  for (const auto& s : sets) out.insert(s.begin(), s.end());
-  return out;
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
+  // CLI11 takes the arguments last first.
+  std::vector<std::string> args(argv, argv + argc);
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s: %s\n('%s --help' lists its flags)\n", app.get_name().c_str(),
+                 e.what(), app.get_name().c_str());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+CLI::Option* add_repeated(CLI::App& app, const std::string& name, std::vector<std::string>& out,
+                          const std::string& help) {
+  return app.add_option(name, out, help + " (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false)
+      ->default_str("");
 }
 
 std::string default_model_path() {
@@ -61,68 +56,92 @@ std::string default_model_path() {
   return name;  // the error message will name the path tried
 }
 
-Result<EngineConfig> engine_config_from(const Args& a) {
-  EngineConfig c;
-  c.model_path = a.get("model", default_model_path());
-  TRY_ASSIGN(int64_t threads, a.get_int("threads", 0));
-  TRY_ASSIGN(c.kv_cache_mb, a.get_double("kv-cache-mb", c.kv_cache_mb));
-  if (a.has("kv-cache-gb")) {
-    TRY_ASSIGN(double gb, a.get_double("kv-cache-gb", 0.0));
-    c.kv_cache_mb = gb * 1024.0;
-  }
-  TRY_ASSIGN(c.swap_space_mb, a.get_double("swap-space-mb", c.swap_space_mb));
-  if (a.has("swap-space-gb")) {
-    TRY_ASSIGN(double gb, a.get_double("swap-space-gb", 0.0));
-    c.swap_space_mb = gb * 1024.0;
-  }
-  c.policy = a.get("policy", c.policy);
-  c.estimator = a.get("estimator", c.estimator);
-  TRY_ASSIGN(c.interception_timeout_s,
-             a.get_double("interception-timeout", c.interception_timeout_s));
-  TRY_ASSIGN(c.kv_cache_tokens, a.get_int("kv-cache-tokens", 0));
-  TRY_ASSIGN(c.block_size, a.get_int("block-size", c.block_size));
-  TRY_ASSIGN(c.max_tokens_per_step, a.get_int("max-batch-tokens", c.max_tokens_per_step));
-  TRY_ASSIGN(c.max_partial_prefills, a.get_int("max-partial-prefills", c.max_partial_prefills));
-  TRY_ASSIGN(c.long_prefill_tokens, a.get_int("long-prefill-tokens", c.long_prefill_tokens));
-  TRY_ASSIGN(c.max_seqs, a.get_int("max-seqs", c.max_seqs));
-  const std::string interrupt = a.get("interrupt-prefill", "on");
-  if (interrupt != "on" && interrupt != "off")
-    return make_error("--interrupt-prefill must be on or off, got '", interrupt, "'");
-  c.interrupt_prefill = interrupt == "on";
-  c.n_threads = (int)threads;
-  c.chat_template = a.get("chat-template");
-  c.device = a.get("device", "cpu");
-  TRY_ASSIGN(c.gpu_memory_utilization, a.get_double("gpu-memory-utilization", 0.0));
-  const std::string graphs = a.get("cuda-graphs", "on");
-  if (graphs != "on" && graphs != "off")
-    return make_error("--cuda-graphs must be on or off, got '", graphs, "'");
-  c.cuda_graphs = graphs == "on";
-  if (a.has("cpu-numerics")) {
-    TRY_ASSIGN(CpuNumerics numerics, parse_cpu_numerics(a.get("cpu-numerics")));
+void add_engine_flags(CLI::App& app, EngineFlags& f) {
+  EngineConfig& c = f.config;
+  c.model_path = default_model_path();
+  const std::string g = "Engine";
+  app.add_option("-m,--model", c.model_path, "a .gguf file or a Hugging Face checkpoint directory")
+      ->group(g);
+  app.add_option("--device", c.device, "cpu, cuda or cuda:N")->group(g);
+  app.add_option("--threads", f.threads, "CPU threads (0: all cores)")->group(g);
+  f.kv_cache_mb_opt =
+      app.add_option("--kv-cache-mb", c.kv_cache_mb, "KV cache size in MiB")->group(g);
+  f.kv_cache_gb_opt =
+      app.add_option("--kv-cache-gb", f.kv_cache_gb, "KV cache size in GiB (instead of MiB)")
+          ->default_str("")
+          ->group(g);
+  f.kv_cache_tokens_opt = app.add_option("--kv-cache-tokens", c.kv_cache_tokens,
+                                         "KV cache size in tokens (0: from the MiB)")
+                              ->group(g);
+  app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                 "share of GPU memory to use, KV cache sized from it (0: off)")
+      ->group(g);
+  app.add_option("--swap-space-mb", c.swap_space_mb, "host pool for swapped-out KV, MiB")->group(g);
+  f.swap_space_gb_opt =
+      app.add_option("--swap-space-gb", f.swap_space_gb, "host pool in GiB (instead of MiB)")
+          ->default_str("")
+          ->group(g);
+  app.add_option("--block-size", c.block_size, "tokens per KV block")->group(g);
+  app.add_option("--max-batch-tokens", c.max_tokens_per_step,
+                 "tokens per step (the chunked-prefill budget)")
+      ->group(g);
+  app.add_option("--max-seqs", c.max_seqs, "sequences per step")->group(g);
+  app.add_option("--max-partial-prefills", c.max_partial_prefills,
+                 "unfinished prefills sharing a step (1: FCFS)")
+      ->group(g);
+  app.add_option("--long-prefill-tokens", c.long_prefill_tokens,
+                 "chunk of a long prefill sharing a step (0: automatic)")
+      ->group(g);
+  app.add_option("--interrupt-prefill", f.interrupt_prefill,
+                 "give up a prefill-only step for a short newcomer")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(g);
+  app.add_option("--policy", c.policy,
+                 "paused KV: discard|improved-discard|preserve|swap|ttl|minwaste")
+      ->group(g);
+  app.add_option("--estimator", c.estimator, "tool durations: oracle|elapsed|learned")->group(g);
+  app.add_option("--interception-timeout", c.interception_timeout_s,
+                 "seconds a request may stay paused before its KV is released")
+      ->group(g);
+  app.add_option("--chat-template", c.chat_template,
+                 "chatml|llama3|llama2 (default: from the model)")
+      ->group(g);
+  app.add_option("--kv-dtype", f.kv_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f16", "bf16", "f32"}))
+      ->group(g);
+  app.add_option("--dtype", f.dtype, "weights and activations on a GPU")
+      ->check(CLI::IsMember({"bf16", "f16"}))
+      ->group(g);
+  app.add_option("--cuda-graphs", f.cuda_graphs, "replay decode steps as CUDA graphs")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(g);
+  f.cpu_numerics_opt =
+      app.add_option("--cpu-numerics", f.cpu_numerics,
+                     "fast|llama.cpp: round as llama.cpp's CPU backend does (default: "
+                     "$INFERCEPT_CPU_NUMERICS, else fast)")
+          ->group(g);
+}
+
+Result<EngineConfig> engine_config_from(const EngineFlags& f) {
+  EngineConfig c = f.config;
+  if (given(f.kv_cache_gb_opt)) c.kv_cache_mb = f.kv_cache_gb * 1024.0;
+  if (given(f.swap_space_gb_opt)) c.swap_space_mb = f.swap_space_gb * 1024.0;
+  c.kv_cache_size_given =
+      given(f.kv_cache_gb_opt) || given(f.kv_cache_mb_opt) || given(f.kv_cache_tokens_opt);
+  c.n_threads = (int)f.threads;
+  c.interrupt_prefill = f.interrupt_prefill == "on";
+  c.cuda_graphs = f.cuda_graphs == "on";
+  if (given(f.cpu_numerics_opt)) {
+    TRY_ASSIGN(CpuNumerics numerics, parse_cpu_numerics(f.cpu_numerics));
     c.cpu_numerics = numerics;
   }
-  const std::string dt = a.get("dtype", "bf16");
-  if (dt == "bf16")
-    c.compute_dtype = DType::bf16;
-  else if (dt == "f16")
-    c.compute_dtype = DType::f16;
-  else
-    return make_error("--dtype must be bf16 or f16, got '", dt, "'");
-  c.kv_cache_size_given = a.has("kv-cache-gb") || a.has("kv-cache-mb") || a.has("kv-cache-tokens");
-  const std::string kv = a.get("kv-dtype", "f16");
-  if (kv == "f16")
-    c.kv_dtype = DType::f16;
-  else if (kv == "bf16")
-    c.kv_dtype = DType::bf16;
-  else if (kv == "f32")
-    c.kv_dtype = DType::f32;
-  else
-    return make_error("--kv-dtype must be f16, bf16 or f32, got '", kv, "'");
+  c.compute_dtype = f.dtype == "f16" ? DType::f16 : DType::bf16;
+  c.kv_dtype = f.kv_dtype == "bf16" ? DType::bf16 : f.kv_dtype == "f32" ? DType::f32 : DType::f16;
   if (c.kv_cache_mb <= 0 || c.swap_space_mb < 0 || c.interception_timeout_s <= 0)
     return make_error(
         "--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
         "--interception-timeout > 0");
-  if (threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
+  if (f.threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
     return make_error(
         "--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");
   if (c.max_partial_prefills < 1 || c.long_prefill_tokens < 0)
@@ -132,29 +151,27 @@ Result<EngineConfig> engine_config_from(const Args& a) {
   return c;
 }
 
-Result<SamplingParams> sampling_params_from(const Args& a, float default_temperature) {
-  SamplingParams p;
-  TRY_ASSIGN(int64_t max_tokens, a.get_int("max-tokens", 256));
-  TRY_ASSIGN(double t, a.get_double("temperature", default_temperature));
-  TRY_ASSIGN(double top_p, a.get_double("top-p", 1.0));
-  TRY_ASSIGN(int64_t top_k, a.get_int("top-k", 0));
-  TRY_ASSIGN(double min_p, a.get_double("min-p", 0.0));
-  TRY_ASSIGN(double rep, a.get_double("repetition-penalty", 1.0));
-  TRY_ASSIGN(double pres, a.get_double("presence-penalty", 0.0));
-  TRY_ASSIGN(double freq, a.get_double("frequency-penalty", 0.0));
-  p.max_tokens = (int32_t)max_tokens;
-  p.temperature = (float)t;
-  p.top_p = (float)top_p;
-  p.top_k = (int32_t)top_k;
-  p.min_p = (float)min_p;
-  p.repetition_penalty = (float)rep;
-  p.presence_penalty = (float)pres;
-  p.frequency_penalty = (float)freq;
-  if (a.has("seed")) {
-    TRY_ASSIGN(int64_t seed, a.get_int("seed", 0));
-    p.seed = (uint64_t)seed;
-  }
-  p.stop = a.get_all("stop");
+void add_sampling_flags(CLI::App& app, SamplingFlags& f, float default_temperature) {
+  SamplingParams& p = f.params;
+  p.temperature = default_temperature;
+  const std::string g = "Sampling";
+  app.add_option("--max-tokens", p.max_tokens, "tokens to generate at most")->group(g);
+  app.add_option("--temperature", p.temperature, "0: greedy")->group(g);
+  app.add_option("--top-p", p.top_p, "nucleus sampling (1: off)")->group(g);
+  app.add_option("--top-k", p.top_k, "0: off")->group(g);
+  app.add_option("--min-p", p.min_p, "relative to the most likely token (0: off)")->group(g);
+  f.seed_opt = app.add_option("--seed", f.seed, "sampling seed (default: one per request)")
+                   ->default_str("")
+                   ->group(g);
+  app.add_option("--repetition-penalty", p.repetition_penalty, "1: off")->group(g);
+  app.add_option("--presence-penalty", p.presence_penalty, "0: off")->group(g);
+  app.add_option("--frequency-penalty", p.frequency_penalty, "0: off")->group(g);
+  add_repeated(app, "--stop", p.stop, "stop string")->group(g);
+}
+
+Result<SamplingParams> sampling_params_from(const SamplingFlags& f) {
+  SamplingParams p = f.params;
+  if (given(f.seed_opt)) p.seed = (uint64_t)f.seed;
   TRY(p.validate());
   return p;
 }
@@ -162,6 +179,45 @@ Result<SamplingParams> sampling_params_from(const Args& a, float default_tempera
 int fail(const Error& e) {
   std::fprintf(stderr, "error: %s\n", e.message.c_str());
   return 1;
+}
+
+namespace {
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ProgressLine::ProgressLine(std::string what)
+    : what_(std::move(what)), tty_(isatty(fileno(stderr)) != 0) {}
+
+void ProgressLine::update(double elapsed_s, int64_t done) {
+  if (!tty_) return;
+  const double now = wall_now();
+  if (last_wall_ >= 0.0 && now - last_wall_ < 0.5) return;
+  // The rate over the time since the last redraw, so it follows the run's current pace.
+  if (last_wall_ >= 0.0 && elapsed_s > last_elapsed_)
+    rate_ = (double)(done - last_done_) / (elapsed_s - last_elapsed_);
+  last_wall_ = now;
+  last_elapsed_ = elapsed_s;
+  last_done_ = done;
+  std::fprintf(stderr, "\r\033[K%s: %.0f s, %lld requests done, %.2f/s", what_.c_str(), elapsed_s,
+               (long long)done, rate_);
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void ProgressLine::show(const std::string& text) {
+  if (!tty_) return;
+  std::fprintf(stderr, "\r\033[K%s: %s", what_.c_str(), text.c_str());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void ProgressLine::finish() {
+  if (!shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
 }
 
 }  // namespace infercept::cli

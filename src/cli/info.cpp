@@ -8,9 +8,14 @@
 namespace infercept::cli {
 
 int run_info(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"model"}, {});
-  if (!args.ok()) return fail(args.error());
-  const std::string path = args->get("model", default_model_path());
+  CLI::App app{
+      "Prints what a model file holds: architecture, sizes, tensor types, and what one "
+      "token of KV cache costs.",
+      "infercept info"};
+  set_up_app(app, "infercept info --model models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  std::string path = default_model_path();
+  app.add_option("-m,--model", path, "a .gguf file or a Hugging Face checkpoint directory");
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
   auto src = open_model_source(path);
   if (!src.ok()) return fail(src.error());
   const ModelConfig& c = (*src)->config();

@@ -12,38 +12,80 @@
 
 namespace infercept::cli {
 
-int run_logits(int argc, char** argv) {
-  auto args =
-      Args::parse(argc, argv, merge({kEngineFlags, {"tokens-file", "out"}}), {"one-token-steps"});
-  if (!args.ok()) return fail(args.error());
-  auto cfg = engine_config_from(*args);
-  if (!cfg.ok()) return fail(cfg.error());
-  const std::string tokens_path = args->get("tokens-file"), out_path = args->get("out");
-  if (tokens_path.empty() || out_path.empty())
-    return fail(Error{"--tokens-file and --out are required"});
-  std::ifstream tf(tokens_path);
-  if (!tf) return fail(Error{"cannot read " + tokens_path});
+namespace {
+
+// The token file: a JSON list of non-empty lists of ids, or an object holding one under
+// "tokens" or "sequences".
+Result<std::vector<std::vector<int32_t>>> read_token_sequences(const std::string& path) {
+  std::ifstream tf(path);
+  if (!tf) return make_error("cannot read ", path);
   auto j = nlohmann::json::parse(tf, nullptr, false);
   if (j.is_object())
     j = j.contains("tokens") ? j["tokens"] : j.value("sequences", nlohmann::json());
   if (!j.is_array() || j.empty())
-    return fail(Error{tokens_path + ": expected a JSON list of token-id lists"});
+    return make_error(path, ": expected a JSON list of token-id lists");
   std::vector<std::vector<int32_t>> seqs;
-  size_t longest = 0;
   for (auto& s : j) {
     if (!s.is_array() || s.empty())
-      return fail(Error{tokens_path + ": every sequence must be a non-empty list"});
+      return make_error(path, ": every sequence must be a non-empty list");
     seqs.emplace_back();
     for (auto& t : s) {
-      if (!t.is_number_integer()) return fail(Error{tokens_path + ": token ids must be integers"});
+      if (!t.is_number_integer()) return make_error(path, ": token ids must be integers");
       seqs.back().push_back(t.get<int32_t>());
     }
-    longest = std::max(longest, seqs.back().size());
   }
+  return seqs;
+}
+
+// .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, then the data.
+Status write_npy(const std::string& path, const std::vector<float>& data, size_t rows,
+                 int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  if (!f) return make_error("cannot write ", path);
+  const uint16_t hlen = (uint16_t)header.size();
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(reinterpret_cast<const char*>(&hlen), 2);
+  f << header;
+  f.write(reinterpret_cast<const char*>(data.data()),
+          (std::streamsize)(data.size() * sizeof(float)));
+  if (!f.good()) return make_error("cannot write ", path);
+  return ok_status();
+}
+
+}  // namespace
+
+int run_logits(int argc, char** argv) {
+  CLI::App app{
+      "Writes the last-position logits of token sequences as a float32 .npy "
+      "[n_sequences, vocab].",
+      "infercept logits"};
+  set_up_app(app, "infercept logits --tokens-file tokens.json --out logits.npy");
+  EngineFlags engine_flags;
+  std::string tokens_path, out_path;
+  bool one_token_steps = false;
+  app.add_option("--tokens-file", tokens_path, "JSON list of token-id lists (required)");
+  app.add_option("--out", out_path, "the .npy to write (required)");
+  app.add_flag("--one-token-steps", one_token_steps,
+               "feed each sequence one token a step (decode steps) instead of one prefill");
+  add_engine_flags(app, engine_flags);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  if (tokens_path.empty() || out_path.empty())
+    return fail(Error{"--tokens-file and --out are required"});
+  auto cfg = engine_config_from(engine_flags);
+  if (!cfg.ok()) return fail(cfg.error());
+  auto sequences = read_token_sequences(tokens_path);
+  if (!sequences.ok()) return fail(sequences.error());
+  const std::vector<std::vector<int32_t>>& seqs = *sequences;
+  size_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.size());
   auto src = open_model_source(cfg->model_path);
   if (!src.ok()) return fail(src.error());
   const ModelConfig& mc = (*src)->config();
-  for (auto& s : seqs)
+  for (const auto& s : seqs)
     for (int32_t t : s)
       if (t < 0 || t >= mc.vocab_size)
         return fail(Error{"token id " + std::to_string(t) + " is outside the vocabulary"});
@@ -80,8 +122,7 @@ int run_logits(int argc, char** argv) {
     if (last) in.logit_rows = {len - 1};
     (*model)->forward(in, **kv, last ? row.data() : nullptr);
   };
-  const bool one_token_steps = args->flag("one-token-steps");
-  for (auto& s : seqs) {
+  for (const auto& s : seqs) {
     const int32_t n = (int32_t)s.size();
     if (one_token_steps)
       for (int32_t p = 0; p < n; ++p) step(s, p, 1, p == n - 1);
@@ -89,21 +130,11 @@ int run_logits(int argc, char** argv) {
       step(s, 0, n, true);
     all.insert(all.end(), row.begin(), row.end());
   }
-  // .npy v1.0: magic, header length, a Python dict literal padded to 64 bytes, then data.
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(seqs.size()) + ", " + std::to_string(mc.vocab_size) + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream f(out_path, std::ios::binary);
-  if (!f) return fail(Error{"cannot write " + out_path});
-  const uint16_t hlen = (uint16_t)header.size();
-  f.write("\x93NUMPY\x01\x00", 8);
-  f.write(reinterpret_cast<const char*>(&hlen), 2);
-  f << header;
-  f.write(reinterpret_cast<const char*>(all.data()), (std::streamsize)(all.size() * sizeof(float)));
+  if (Status st = write_npy(out_path, all, seqs.size(), mc.vocab_size); !st.ok())
+    return fail(st.error());
   std::printf("wrote %s: %zu x %lld logits (%s)\n", out_path.c_str(), seqs.size(),
               (long long)mc.vocab_size, (*backend)->name().c_str());
-  return f.good() ? 0 : 1;
+  return 0;
 }
 
 }  // namespace infercept::cli

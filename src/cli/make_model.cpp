@@ -3,7 +3,6 @@
 // without its trained weights.
 #include <unistd.h>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "cli/common.h"
@@ -13,26 +12,65 @@ namespace infercept::cli {
 
 namespace {
 
-void make_model_usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: infercept make-model --shape llama2-7b|llama2-13b|llama3-8b|tiny --out DIR\n"
-      "                            [--seed N] [--dtype bf16|f16] [--tokenizer auto|default|byte]\n"
-      "                            [--threads N] [--max-shard-gb G]\n"
-      "Writes a Hugging Face Llama checkpoint (config.json, generation_config.json,\n"
-      "tokenizer.json, tokenizer_config.json, safetensors shards of at most --max-shard-gb,\n"
-      "default 5, with model.safetensors.index.json) with random weights of the shape:\n"
-      "  llama2-7b   hidden 4096, 32 layers, 32 heads, ffn 11008, vocab 32000  (13.5 GB bf16)\n"
-      "  llama2-13b  hidden 5120, 40 layers, 40 heads, ffn 13824, vocab 32000  (26.0 GB bf16)\n"
-      "  llama3-8b   Llama 3.1 8B: hidden 4096, 32 layers, 32/8 heads, ffn 14336,\n"
-      "              vocab 128256, rope theta 500000 with llama3 scaling      (16.1 GB bf16)\n"
-      "  tiny        hidden 256, 4 layers, 8/4 heads, ffn 768, vocab 49152   (runs in ms on a "
-      "CPU)\n"
-      "Tokenizer (--tokenizer auto): the default model's (SmolLM2, byte-level BPE, 49152\n"
-      "tokens, ChatML) for llama3-8b (rows past 49152 are padding) and tiny; for the llama2\n"
-      "shapes, whose 32000 ids cannot hold it, a byte-level fallback cut from it: its special\n"
-      "tokens, the 256 byte tokens and its first merges, 32000 tokens in all. --tokenizer byte\n"
-      "forces the fallback, --tokenizer default the default model's. Same seed, same bytes.\n");
+// What `--help` adds below the flags: the shapes and the tokenizer each gets.
+const char* const kShapesHelp =
+    "Writes a Hugging Face Llama checkpoint (config.json, generation_config.json,\n"
+    "tokenizer.json, tokenizer_config.json, safetensors shards of at most --max-shard-gb,\n"
+    "with model.safetensors.index.json) with random weights of the shape:\n"
+    "  llama2-7b   hidden 4096, 32 layers, 32 heads, ffn 11008, vocab 32000  (13.5 GB bf16)\n"
+    "  llama2-13b  hidden 5120, 40 layers, 40 heads, ffn 13824, vocab 32000  (26.0 GB bf16)\n"
+    "  llama3-8b   Llama 3.1 8B: hidden 4096, 32 layers, 32/8 heads, ffn 14336,\n"
+    "              vocab 128256, rope theta 500000 with llama3 scaling      (16.1 GB bf16)\n"
+    "  tiny        hidden 256, 4 layers, 8/4 heads, ffn 768, vocab 49152   (runs in ms on a CPU)\n"
+    "Tokenizer (--tokenizer auto): the default model's (SmolLM2, byte-level BPE, 49152\n"
+    "tokens, ChatML) for llama3-8b (rows past 49152 are padding) and tiny; for the llama2\n"
+    "shapes, whose 32000 ids cannot hold it, a byte-level fallback cut from it: its special\n"
+    "tokens, the 256 byte tokens and its first merges, 32000 tokens in all. --tokenizer byte\n"
+    "forces the fallback, --tokenizer default the default model's. Same seed, same bytes.\n";
+
+struct MakeModelFlags {
+  std::string shape, out, dtype = "bf16", tokenizer = "auto";
+  int64_t seed = 0, threads = 0;
+  double max_shard_gb = 5.0;
+};
+
+void add_make_model_flags(CLI::App& app, MakeModelFlags& f) {
+  // --shape and --out are required; checked after parsing, so that an unknown flag is the
+  // error named first.
+  app.add_option("--shape", f.shape, "the model's shape (required)")
+      ->check(CLI::IsMember({"llama2-7b", "llama2-13b", "llama3-8b", "tiny"}));
+  app.add_option("--out", f.out, "directory to write (required)");
+  app.add_option("--seed", f.seed, "weights seed (same seed, same bytes)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dtype", f.dtype, "weight type")->check(CLI::IsMember({"bf16", "f16"}));
+  app.add_option("--tokenizer", f.tokenizer, "which tokenizer the checkpoint gets")
+      ->check(CLI::IsMember({"auto", "default", "byte"}));
+  app.add_option("--threads", f.threads, "writer threads (0: all cores)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--max-shard-gb", f.max_shard_gb, "largest safetensors shard, GB")
+      ->check(CLI::Range(0.001, 1e6));
+}
+
+// The options of write_random_checkpoint, from checked flags.
+Result<RandomCheckpointOptions> checkpoint_options_from(const MakeModelFlags& f) {
+  if (f.shape.empty() || f.out.empty()) return make_error("make-model needs --shape and --out");
+  RandomCheckpointOptions o;
+  TRY_ASSIGN(o.shape, find_llama_shape(f.shape));
+  o.out_dir = f.out;
+  o.seed = (uint64_t)f.seed;
+  o.dtype = f.dtype == "f16" ? DType::f16 : DType::bf16;
+  o.tokenizer = f.tokenizer == "default" ? CheckpointTokenizer::default_model
+                : f.tokenizer == "byte"  ? CheckpointTokenizer::byte_level
+                                         : CheckpointTokenizer::automatic;
+  o.tokenizer_source = default_model_path();
+  // A bytes-only tokenizer needs no source model: machines without the default model (a
+  // bare GPU box) can still write the llama2 shapes with --tokenizer byte.
+  if (o.tokenizer == CheckpointTokenizer::byte_level &&
+      !std::filesystem::exists(o.tokenizer_source))
+    o.tokenizer_source.clear();
+  o.n_threads = (int)f.threads;
+  o.max_shard_bytes = (uint64_t)(f.max_shard_gb * 1e9);
+  return o;
 }
 
 std::string human_bytes(double b) {
@@ -47,65 +85,19 @@ std::string human_bytes(double b) {
 }  // namespace
 
 int run_make_model(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      make_model_usage(stdout);
-      return 0;
-    }
-  auto args = Args::parse(
-      argc, argv, {"shape", "out", "seed", "dtype", "tokenizer", "threads", "max-shard-gb"}, {});
-  if (!args.ok()) {
-    make_model_usage(stderr);
-    return fail(args.error());
-  }
-  if (!args->has("shape") || !args->has("out")) {
-    make_model_usage(stderr);
-    return fail(make_error("make-model needs --shape and --out"));
-  }
-  RandomCheckpointOptions o;
-  {
-    auto shape = find_llama_shape(args->get("shape"));
-    if (!shape.ok()) return fail(shape.error());
-    o.shape = *shape;
-  }
-  o.out_dir = args->get("out");
-  auto seed = args->get_int("seed", 0);
-  if (!seed.ok()) return fail(seed.error());
-  if (*seed < 0) return fail(make_error("--seed must be >= 0"));
-  o.seed = (uint64_t)*seed;
-  const std::string dtype = args->get("dtype", "bf16");
-  if (dtype == "bf16") {
-    o.dtype = DType::bf16;
-  } else if (dtype == "f16") {
-    o.dtype = DType::f16;
-  } else {
-    return fail(make_error("--dtype must be bf16 or f16, not '", dtype, "'"));
-  }
-  const std::string tok = args->get("tokenizer", "auto");
-  if (tok == "auto") {
-    o.tokenizer = CheckpointTokenizer::automatic;
-  } else if (tok == "default") {
-    o.tokenizer = CheckpointTokenizer::default_model;
-  } else if (tok == "byte") {
-    o.tokenizer = CheckpointTokenizer::byte_level;
-  } else {
-    return fail(make_error("--tokenizer must be auto, default or byte, not '", tok, "'"));
-  }
-  o.tokenizer_source = default_model_path();
-  // A bytes-only tokenizer needs no source model: machines without the default model (a
-  // bare GPU box) can still write the llama2 shapes with --tokenizer byte.
-  if (o.tokenizer == CheckpointTokenizer::byte_level &&
-      !std::filesystem::exists(o.tokenizer_source))
-    o.tokenizer_source.clear();
-  auto threads = args->get_int("threads", 0);
-  if (!threads.ok()) return fail(threads.error());
-  if (*threads < 0 || *threads > 4096) return fail(make_error("--threads must be in [0, 4096]"));
-  o.n_threads = (int)*threads;
-  auto shard_gb = args->get_double("max-shard-gb", 5.0);
-  if (!shard_gb.ok()) return fail(shard_gb.error());
-  if (!(*shard_gb >= 0.001 && *shard_gb <= 1e6))
-    return fail(make_error("--max-shard-gb must be between 0.001 and 1e6"));
-  o.max_shard_bytes = (uint64_t)(*shard_gb * 1e9);
+  CLI::App app{"Writes a random-weight Hugging Face Llama checkpoint of a real shape.",
+               "infercept make-model"};
+  set_up_app(app, "infercept make-model --shape tiny --out /tmp/tiny --seed 1");
+  app.footer(std::string(kShapesHelp) +
+             "Example:\n  infercept make-model --shape tiny --out "
+             "/tmp/tiny --seed 1");
+  MakeModelFlags f;
+  add_make_model_flags(app, f);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto options = checkpoint_options_from(f);
+  if (!options.ok()) return fail(options.error());
+  RandomCheckpointOptions& o = *options;
+  const std::string& dtype = f.dtype;
 
   const bool tty = isatty(fileno(stderr)) != 0;
   double last_print = -1.0;

@@ -8,18 +8,25 @@
 namespace infercept::cli {
 
 int run_profile(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, {"max-tokens-profiled"}}), {});
-  if (!args.ok()) return fail(args.error());
-  auto cfg = engine_config_from(*args);
+  CLI::App app{
+      "Measures the forward time T_fwd(x) for x query tokens and the KV copy bandwidth, "
+      "prints the cost model and caches it next to the model.",
+      "infercept profile"};
+  set_up_app(app, "infercept profile --max-tokens-profiled 1024");
+  EngineFlags engine_flags;
+  int64_t max_x = 2048;
+  app.add_option("--max-tokens-profiled", max_x, "largest x of T_fwd(x) measured");
+  add_engine_flags(app, engine_flags);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto cfg = engine_config_from(engine_flags);
   if (!cfg.ok()) return fail(cfg.error());
-  auto max_x = args->get_int("max-tokens-profiled", 2048);
-  if (!max_x.ok()) return fail(max_x.error());
-  cfg->max_tokens_per_step = std::max<int64_t>(cfg->max_tokens_per_step, *max_x);
-  cfg->kv_cache_tokens = std::max<int64_t>(cfg->kv_cache_tokens, *max_x + 64);
+  if (max_x < 1) return fail(make_error("--max-tokens-profiled must be >= 1"));
+  cfg->max_tokens_per_step = std::max<int64_t>(cfg->max_tokens_per_step, max_x);
+  cfg->kv_cache_tokens = std::max<int64_t>(cfg->kv_cache_tokens, max_x + 64);
   cfg->force_profile = true;
-  for (int64_t x = 1; x <= *max_x; x *= 2) {
+  for (int64_t x = 1; x <= max_x; x *= 2) {
     cfg->profile_tokens.push_back(x);
-    if (x >= 8 && x * 3 / 2 <= *max_x) cfg->profile_tokens.push_back(x * 3 / 2);
+    if (x >= 8 && x * 3 / 2 <= max_x) cfg->profile_tokens.push_back(x * 3 / 2);
   }
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());

@@ -16,46 +16,88 @@ namespace infercept::cli {
 
 #ifdef INFERCEPT_HAVE_SERVER
 namespace {
-Result<server::ServerOptions> server_options_from(const Args& a, const SamplingParams& defaults) {
-  server::ServerOptions so;
-  so.host = a.get("host", so.host);
-  TRY_ASSIGN(int64_t port, a.get_int("port", so.port));
-  TRY_ASSIGN(double body_mb, a.get_double("max-body-mb", (double)so.max_body_bytes / 1048576.0));
-  TRY_ASSIGN(so.max_tokens_limit, a.get_int("max-tokens-limit", 0));
-  TRY_ASSIGN(so.max_paused_per_key, a.get_int("max-paused", so.max_paused_per_key));
-  TRY_ASSIGN(so.interception_expiry_s,
-             a.get_double("interception-expiry", so.interception_expiry_s));
-  TRY_ASSIGN(int64_t threads, a.get_int("http-threads", so.http_threads));
-  TRY_ASSIGN(so.shutdown_grace_s, a.get_double("shutdown-grace", so.shutdown_grace_s));
-  TRY_ASSIGN(int64_t max_conns, a.get_int("max-connections", so.max_connections));
-  TRY_ASSIGN(so.header_timeout_s, a.get_double("header-timeout", so.header_timeout_s));
-  TRY_ASSIGN(so.body_timeout_s, a.get_double("body-timeout", so.body_timeout_s));
-  TRY_ASSIGN(so.write_timeout_s, a.get_double("write-timeout", so.write_timeout_s));
-  if (max_conns < 1 || max_conns > 1000000 || so.header_timeout_s <= 0 || so.body_timeout_s <= 0 ||
-      so.write_timeout_s <= 0)
+
+// The server's flags, bound to ServerOptions' fields (whose values are the defaults) where
+// the units match.
+struct ServeFlags {
+  EngineFlags engine;
+  SamplingFlags sampling;
+  server::ServerOptions server;
+  double max_body_mb = 0.0;
+  bool no_interception = false, quiet = false;
+};
+
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
+  server::ServerOptions& so = f.server;
+  f.max_body_mb = (double)so.max_body_bytes / 1048576.0;
+  const std::string g = "Server";
+  app.add_option("--host", so.host, "address to listen on")->group(g);
+  app.add_option("-p,--port", so.port, "port to listen on (0: any free port)")->group(g);
+  app.add_option("--served-model-name", so.model_name,
+                 "the model's name in the API (default: the file name without extension)")
+      ->group(g);
+  add_repeated(app, "--api-key", so.api_keys, "accept this API key")->group(g);
+  app.add_option("--api-key-file", so.api_key_file, "file of API keys, one a line")->group(g);
+  add_repeated(app, "--admin-api-key", so.admin_api_keys,
+               "an API key that sees every owner's requests in /dashboard and /metrics")
+      ->group(g);
+  app.add_flag("--no-interception", f.no_interception,
+               "do not keep requests that end in tool calls paused")
+      ->group(g);
+  app.add_option("--max-paused", so.max_paused_per_key, "paused requests per API key at most")
+      ->group(g);
+  app.add_option("--interception-expiry", so.interception_expiry_s,
+                 "seconds before a paused request nobody resumed is dropped")
+      ->group(g);
+  app.add_option("--max-tokens-limit", so.max_tokens_limit,
+                 "max_tokens a request may ask for (0: the context)")
+      ->group(g);
+  app.add_option("--max-body-mb", f.max_body_mb, "largest request body, MiB")->group(g);
+  app.add_option("--http-threads", so.http_threads, "threads serving connections")->group(g);
+  app.add_option("--max-connections", so.max_connections, "open connections at most (then 503)")
+      ->group(g);
+  app.add_option("--header-timeout", so.header_timeout_s, "seconds to receive a request head")
+      ->group(g);
+  app.add_option("--body-timeout", so.body_timeout_s, "seconds to receive a request body")
+      ->group(g);
+  app.add_option("--write-timeout", so.write_timeout_s, "seconds for each write")->group(g);
+  app.add_option("--shutdown-grace", so.shutdown_grace_s,
+                 "seconds in-flight requests may finish after SIGINT/SIGTERM")
+      ->group(g);
+  app.add_option("--tools-config", so.tools_config,
+                 "server-side HTTP tools, JSON (default: the calculator only)")
+      ->group(g);
+  app.add_flag("--allow-special-tokens-in-content", so.allow_special_tokens_in_content,
+               "let message content spell control tokens")
+      ->group(g);
+  app.add_flag("--quiet", f.quiet, "no JSON line per request on stderr")->group(g);
+  add_engine_flags(app, f.engine);
+  // OpenAI's default temperature; the sampling flags are the defaults of what a request
+  // leaves out.
+  add_sampling_flags(app, f.sampling, /*default_temperature=*/1.0f);
+}
+
+Result<server::ServerOptions> server_options_from(const ServeFlags& f,
+                                                  const SamplingParams& defaults) {
+  server::ServerOptions so = f.server;
+  if (so.port < 0 || so.port > 65535) return make_error("--port must be in [0, 65535]");
+  if (so.max_connections < 1 || so.max_connections > 1000000 || so.header_timeout_s <= 0 ||
+      so.body_timeout_s <= 0 || so.write_timeout_s <= 0)
     return make_error(
         "--max-connections, --header-timeout, --body-timeout and --write-timeout must be > 0");
-  so.max_connections = (int)max_conns;
-  if (port < 0 || port > 65535) return make_error("--port must be in [0, 65535]");
-  if (body_mb <= 0 || so.max_tokens_limit < 0 || so.max_paused_per_key < 0 ||
-      so.interception_expiry_s <= 0 || threads < 1 || threads > 4096 || so.shutdown_grace_s < 0)
+  if (f.max_body_mb <= 0 || so.max_tokens_limit < 0 || so.max_paused_per_key < 0 ||
+      so.interception_expiry_s <= 0 || so.http_threads < 1 || so.http_threads > 4096 ||
+      so.shutdown_grace_s < 0)
     return make_error(
         "--max-body-mb, --interception-expiry and --http-threads must be > 0; "
         "--max-tokens-limit, --max-paused and --shutdown-grace >= 0");
-  so.port = (int)port;
-  so.http_threads = (int)threads;
-  so.max_body_bytes = (size_t)(body_mb * 1048576.0);
-  so.model_name = a.get("served-model-name");
-  so.api_keys = a.get_all("api-key");
-  so.api_key_file = a.get("api-key-file");
-  so.admin_api_keys = a.get_all("admin-api-key");
-  so.interception = !a.flag("no-interception");
+  so.max_body_bytes = (size_t)(f.max_body_mb * 1048576.0);
+  so.interception = !f.no_interception;
   so.defaults = defaults;
-  so.log_requests = !a.flag("quiet");
-  so.tools_config = a.get("tools-config");
-  so.allow_special_tokens_in_content = a.flag("allow-special-tokens-in-content");
+  so.log_requests = !f.quiet;
   return so;
 }
+
 }  // namespace
 #endif
 
@@ -69,31 +111,19 @@ int run_serve(int argc, char** argv) {
                "again)\n");
   return 1;
 #else
-  const std::set<std::string> server_flags = {"host",
-                                              "port",
-                                              "served-model-name",
-                                              "api-key",
-                                              "api-key-file",
-                                              "admin-api-key",
-                                              "max-body-mb",
-                                              "max-tokens-limit",
-                                              "max-paused",
-                                              "interception-expiry",
-                                              "http-threads",
-                                              "shutdown-grace",
-                                              "max-connections",
-                                              "header-timeout",
-                                              "body-timeout",
-                                              "write-timeout",
-                                              "tools-config"};
-  auto args = Args::parse(argc, argv, merge({kEngineFlags, kSamplingFlags, server_flags}),
-                          {"no-interception", "quiet", "allow-special-tokens-in-content"});
-  if (!args.ok()) return fail(args.error());
-  auto cfg = engine_config_from(*args);
+  CLI::App app{
+      "The OpenAI-compatible HTTP server on one model (docs/SERVER.md). SIGINT/SIGTERM "
+      "stop it gracefully.",
+      "infercept serve"};
+  set_up_app(app, "infercept serve --port 8000 --api-key-file keys.txt");
+  ServeFlags f;
+  add_serve_flags(app, f);
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto cfg = engine_config_from(f.engine);
   if (!cfg.ok()) return fail(cfg.error());
-  auto params = sampling_params_from(*args, 1.0f);  // OpenAI's default temperature
+  auto params = sampling_params_from(f.sampling);
   if (!params.ok()) return fail(params.error());
-  auto opts = server_options_from(*args, *params);
+  auto opts = server_options_from(f, *params);
   if (!opts.ok()) return fail(opts.error());
   const server::ServerOptions& so = *opts;
 

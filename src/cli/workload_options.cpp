@@ -2,29 +2,41 @@
 
 #include <algorithm>
 
-#include "workload/workload.h"
-
 namespace infercept::cli {
 
-const std::set<std::string> kWorkloadFlags = {
-    "workload",      "rate",        "duration", "seed",      "time-scale",
-    "context-scale", "max-context", "tokens",   "trace-out", "drain"};
+void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
+  WorkloadSpec& s = f.spec;
+  const std::string g = "Workload";
+  app.add_option("--workload", s.name,
+                 "mixed|math|qa|ve|chat|image|tts (Table 1), or a JSON Lines trace file "
+                 "(docs/TRACE.md)")
+      ->group(g);
+  app.add_option("--rate", s.rate, "arrivals per second (Poisson)")->group(g);
+  app.add_option("--duration", s.duration_s, "seconds of arrivals")->group(g);
+  app.add_option("--seed", f.seed, "workload seed")->group(g);
+  app.add_option("--time-scale", s.time_scale, "multiplies tool durations")->group(g);
+  app.add_option("--context-scale", s.context_scale, "multiplies context lengths")->group(g);
+  app.add_option("--max-context", f.max_context, "clamp on a request's final context (0: none)")
+      ->group(g);
+  add_repeated(app, "--tokens", f.tokens,
+               "AUG.generate=MIN-MAX or AUG.returned=MIN-MAX (AUG a name or *)")
+      ->group(g);
+  app.add_option("--trace-out", f.trace_out, "write the workload as a trace file")->group(g);
+  f.drain_opt = app.add_option("--drain", f.drain_s,
+                               "seconds requests may finish after the arrivals (default: 3x "
+                               "the arrival window)")
+                    ->default_str("")
+                    ->group(g);
+}
 
-Result<WorkloadRun> workload_from(const Args& a) {
+Result<WorkloadRun> workload_from(const WorkloadFlags& f) {
   WorkloadRun w;
-  w.name = a.get("workload", "mixed");
+  w.name = f.spec.name;
   if (is_builtin_workload(w.name)) {
-    WorkloadSpec spec;
-    spec.name = w.name;
-    TRY_ASSIGN(spec.rate, a.get_double("rate", 1.0));
-    TRY_ASSIGN(spec.duration_s, a.get_double("duration", 60.0));
-    TRY_ASSIGN(int64_t seed, a.get_int("seed", 0));
-    TRY_ASSIGN(spec.time_scale, a.get_double("time-scale", 1.0));
-    TRY_ASSIGN(spec.context_scale, a.get_double("context-scale", 1.0));
-    TRY_ASSIGN(int64_t max_context, a.get_int("max-context", 0));
-    spec.seed = (uint64_t)seed;
-    spec.max_context = (int32_t)max_context;
-    for (const std::string& o : a.get_all("tokens")) TRY(apply_token_override(spec, o));
+    WorkloadSpec spec = f.spec;
+    spec.seed = (uint64_t)f.seed;
+    spec.max_context = (int32_t)f.max_context;
+    for (const std::string& o : f.tokens) TRY(apply_token_override(spec, o));
     TRY(validate_workload_spec(spec));
     w.trace = generate_workload(spec);
     w.duration_s = spec.duration_s;
@@ -33,8 +45,8 @@ Result<WorkloadRun> workload_from(const Args& a) {
     for (const auto& r : w.trace) w.duration_s = std::max(w.duration_s, r.arrival_s);
     w.duration_s = std::max(w.duration_s, 1.0);
   }
-  if (a.has("trace-out")) TRY(write_trace(a.get("trace-out"), w.trace));
-  TRY_ASSIGN(w.drain_s, a.get_double("drain", 3.0 * w.duration_s));
+  if (!f.trace_out.empty()) TRY(write_trace(f.trace_out, w.trace));
+  w.drain_s = given(f.drain_opt) ? f.drain_s : 3.0 * w.duration_s;
   if (!(w.drain_s >= 0.0)) return make_error("--drain must be >= 0");
   return w;
 }

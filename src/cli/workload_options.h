@@ -5,16 +5,24 @@
 // the arrival window).
 #pragma once
 
-#include <set>
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
+#include "cli/common.h"
 #include "workload/trace.h"
+#include "workload/workload.h"
 
 namespace infercept::cli {
 
-extern const std::set<std::string> kWorkloadFlags;
+struct WorkloadFlags {
+  WorkloadSpec spec;
+  int64_t seed = 0, max_context = 0;
+  std::vector<std::string> tokens;
+  std::string trace_out;
+  double drain_s = 0.0;
+  CLI::Option* drain_opt = nullptr;
+};
+void add_workload_flags(CLI::App& app, WorkloadFlags& f);
 
 struct WorkloadRun {
   std::string name;  // the built-in workload or the trace file
@@ -23,6 +31,6 @@ struct WorkloadRun {
   double drain_s = 0.0;
 };
 
-Result<WorkloadRun> workload_from(const Args& a);
+Result<WorkloadRun> workload_from(const WorkloadFlags& f);
 
 }  // namespace infercept::cli
