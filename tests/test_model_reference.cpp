@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/packed_matmul.h"
 #include "io/tensor_source.h"
 #include "model/llama.h"

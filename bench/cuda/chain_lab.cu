@@ -1,8 +1,9 @@
 // chain_lab.cu: would one persistent kernel per decoder layer close the batch-1 gap?
 // (docs/PERF.md 4.5l-4.5m: a plain read of one product's weight in one kernel reaches only
 // 3.3-4.3 TB/s, each kernel's start and drain costing ~2-3 us, and a 7B layer runs ~7 kernels.)
-// Answered in 4.5n: no; programmatic launches recover as much, and the bulk-copy GEMV that
-// came out of it is src/backend/cuda/gemv_bulk.cu.
+// Answered: no; programmatic launches recover as much. The bulk-copy GEMV that came out of
+// it was slower than the engine's GEMV in a step and left src/ (git history has
+// src/backend/cuda/gemv_bulk.cu); its form here ("bulk x4") is the reference.
 //
 // The four weight products of one decoder layer at batch 1 (Q/K/V, O, gate+up, down), each
 // product's input standing for what the one before it produced, so product p + 1 may start
@@ -52,7 +53,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
-#include "backend/cuda/switches.h"
+#include "backend/cuda/launch_mode.h"
 #include "lab_util.cuh"
 
 namespace {

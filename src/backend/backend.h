@@ -261,31 +261,7 @@ class Backend {
   virtual Result<std::unique_ptr<KvStorage>> create_host_kv_storage(const KvGeometry& g) = 0;
 };
 
-// How the CPU backend rounds (docs/PERF.md 2):
-//   fast: its own orders, chosen for speed and for a row's bits depending on its position
-//     and operands only (recomputed and resumed rows are bit-exact);
-//   llama_cpp: llama.cpp's CPU bits throughout (q4_1 products in ggml's order, attention in
-//     the order llama.cpp picks by batch size): greedy decoding follows llama.cpp token for
-//     token, at ~40% of batch-32 throughput and without that bit-exactness.
-enum class CpuNumerics { fast, llama_cpp };
-// "fast" | "llama.cpp", else an error naming the value.
-Result<CpuNumerics> parse_cpu_numerics(const std::string& name);
-
-// The CPU backend with n_threads threads (0 = all cores). Without `numerics`,
-// INFERCEPT_CPU_NUMERICS (fast | llama.cpp) decides, fast if unset.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads,
-                                          std::optional<CpuNumerics> numerics = std::nullopt);
-
-struct CudaBackendOptions {
-  int device = 0;
-  DType activation_dtype = DType::bf16;  // bf16 or f16: weights are converted to it
-  // Decode steps recorded as CUDA graphs and replayed (one launch instead of ~10 a layer).
-  // Also off with INFERCEPT_CUDA_GRAPHS=0.
-  bool graphs = true;
-};
-// The CUDA backend (backend/cuda/); an error when this build has no CUDA or no device.
-Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
-// Whether this build includes the CUDA backend.
-bool cuda_backend_built();
+// The backends' factories and options live with each backend: backend/cpu/cpu_backend.h,
+// backend/cuda/cuda_backend.h.
 
 }  // namespace infercept

@@ -1,9 +1,17 @@
 // Every CUDA op against the CPU backend (the oracle) on fresh random inputs: relative error
 // within bf16 tolerance, never NaN. Runs on a machine with a GPU (`make test-gpu`).
+//
+// The plain ops are a table of op x shape x activation type (CudaOpCases, at the end, in the
+// spirit of llama.cpp's test-backend-ops): each case draws its inputs from its own seed, which
+// a failure prints with the run's base seed (--gtest_random_seed=N runs the same inputs
+// again). The fused forms, the kernels called directly and the host-side plans follow as
+// tests of their own; a backend option that turns a fused form off gives the composed path
+// to compare against on the same device (CudaBackendOptions, never the environment).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -12,12 +20,13 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/attend_project.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_prefill.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
-#include "backend/cuda/switches.h"
 #include "core/half.h"
 
 namespace infercept {
@@ -27,20 +36,33 @@ struct Pair {
   std::unique_ptr<Backend> cpu, gpu;
 };
 
-// The GPU backend computes in `act` (bf16 or f16).
+// A CUDA backend with options `o` (the production defaults unless a test changes a field).
+std::unique_ptr<Backend> cuda_backend(const CudaBackendOptions& o = {}) {
+  auto g = make_cuda_backend(o);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+// The CPU oracle and a GPU backend computing in `act` (bf16 or f16).
 Pair backends(DType act = DType::bf16) {
   Pair p;
   p.cpu = make_cpu_backend(4);
   CudaBackendOptions o;
   o.activation_dtype = act;
-  auto g = make_cuda_backend(o);
-  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
-  if (g.ok()) p.gpu = std::move(*g);
+  p.gpu = cuda_backend(o);
   return p;
 }
 
+// The run's base seed: --gtest_random_seed when given, else fresh every run.
+uint32_t base_seed() {
+  static const uint32_t seed = GTEST_FLAG_GET(random_seed) != 0
+                                   ? (uint32_t)GTEST_FLAG_GET(random_seed)
+                                   : std::random_device{}();
+  return seed;
+}
+
 std::mt19937& rng() {
-  static std::mt19937 r(std::random_device{}());  // fresh inputs every run
+  static std::mt19937 r(base_seed());
   return r;
 }
 
@@ -90,84 +112,6 @@ std::vector<uint16_t> to_f16(const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = fp32_to_fp16(v[i]);
   return h;
-}
-
-TEST(CudaOps, MatmulWithBiasAndF32Output) {
-  Pair p = backends();
-  ASSERT_TRUE(p.gpu);
-  for (auto [n, m, k] : {std::tuple{1, 384, 256}, {7, 1000, 512}, {130, 512, 1024}}) {
-    auto x = randn((size_t)(n * k)), w = randn((size_t)(m * k), 0.05f), bias = randn((size_t)m);
-    auto w16 = to_f16(w);  // the CPU backend multiplies f16 weights
-    auto wc = p.cpu->upload_weight(w16.data(), DType::f16, m, k);
-    auto wg = p.gpu->upload_weight(w16.data(), DType::f16, m, k);
-    auto bc = p.cpu->upload_weight(bias.data(), DType::f32, 1, m);
-    auto bg = p.gpu->upload_weight(bias.data(), DType::f32, 1, m);
-    ASSERT_TRUE(wc.ok() && wg.ok() && bc.ok() && bg.ok());
-    Tensor xc = put(*p.cpu, x, n, k), xg = put(*p.gpu, x, n, k);
-    Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
-    Tensor og = p.gpu->alloc_activation(n, m, p.gpu->activation_dtype());
-    Tensor og32 = p.gpu->alloc_activation(n, m, DType::f32);
-    p.cpu->matmul(xc, *wc, &*bc, oc);
-    p.gpu->matmul(xg, *wg, &*bg, og);
-    p.gpu->matmul(xg, *wg, nullptr, og32);
-    auto ref = get(*p.cpu, oc);
-    EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << n << "x" << m << "x" << k;
-    p.cpu->matmul(xc, *wc, nullptr, oc);
-    EXPECT_LT(rel_error(get(*p.gpu, og32), get(*p.cpu, oc)), kBf16Tol);
-  }
-}
-
-// The buckets of row counts whose cuBLASLt algorithm is shared (INFERCEPT_GEMM_BUCKETS=1):
-// each count up to 16 alone, then eight per doubling, never more than 1/8 extra rows. Host code.
-TEST(CudaOps, GemmRowBucketsEightPerDoubling) {
-  for (int64_t n = 1; n <= 16; ++n) EXPECT_EQ(cuda::gemm_row_bucket(n), n);
-  EXPECT_EQ(cuda::gemm_row_bucket(17), 18);
-  EXPECT_EQ(cuda::gemm_row_bucket(33), 36);
-  EXPECT_EQ(cuda::gemm_row_bucket(257), 288);
-  EXPECT_EQ(cuda::gemm_row_bucket(304), 320);
-  EXPECT_EQ(cuda::gemm_row_bucket(512), 512);
-  EXPECT_EQ(cuda::gemm_row_bucket(513), 576);
-  for (int64_t n = 1; n <= 5000; ++n) {
-    const int64_t b = cuda::gemm_row_bucket(n);
-    ASSERT_GE(b, n);
-    ASSERT_LE(8 * (b - n), n) << n;               // at most n / 8 extra rows
-    ASSERT_EQ(cuda::gemm_row_bucket(b), b) << n;  // a bucket's count is its own bucket
-  }
-}
-
-// With INFERCEPT_GEMM_BUCKETS=1 cuBLASLt's algorithm is chosen once per bucket of row counts
-// and reused for the bucket's other counts where cublasLtMatmulAlgoCheck accepts it: row
-// counts on both sides of bucket edges from 3 to 513, with a strided input and both output
-// types, against the CPU backend.
-TEST(CudaOps, MatmulRowCountsThatShareABucketsAlgorithm) {
-  setenv("INFERCEPT_GEMM_BUCKETS", "1", 1);  // read when the backend's Gemm is made
-  Pair p = backends();
-  unsetenv("INFERCEPT_GEMM_BUCKETS");
-  ASSERT_TRUE(p.gpu);
-  const int m = 640, k = 576;
-  auto w = randn((size_t)(m * k), 0.05f);
-  auto w16 = to_f16(w);
-  auto wc = p.cpu->upload_weight(w16.data(), DType::f16, m, k);
-  auto wg = p.gpu->upload_weight(w16.data(), DType::f16, m, k);
-  ASSERT_TRUE(wc.ok() && wg.ok());
-  for (int n :
-       {3, 4, 5, 7, 9, 16, 17, 31, 33, 63, 65, 100, 127, 129, 200, 255, 257, 300, 511, 513}) {
-    auto x2 = randn((size_t)(n * 2 * k));
-    std::vector<float> x((size_t)(n * k));
-    for (int r = 0; r < n; ++r)
-      std::copy_n(x2.begin() + (ptrdiff_t)(r * 2 * k), k, x.begin() + (ptrdiff_t)(r * k));
-    Tensor xc = put(*p.cpu, x, n, k);
-    Tensor xg = put(*p.gpu, x2, n, 2 * k).slice_cols(0, k);
-    Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
-    Tensor og = p.gpu->alloc_activation(n, m, p.gpu->activation_dtype());
-    Tensor og32 = p.gpu->alloc_activation(n, m, DType::f32);
-    p.cpu->matmul(xc, *wc, nullptr, oc);
-    p.gpu->matmul(xg, *wg, nullptr, og);
-    p.gpu->matmul(xg, *wg, nullptr, og32);
-    const auto ref = get(*p.cpu, oc);
-    EXPECT_LT(rel_error(get(*p.gpu, og), ref), kBf16Tol) << n << " rows";
-    EXPECT_LT(rel_error(get(*p.gpu, og32), ref), kBf16Tol) << n << " rows, f32 out";
-  }
 }
 
 // The GEMV kernel for decode at small batch, every row count it takes, strided input rows
@@ -349,19 +293,6 @@ void check_every_epilogue(Pair& p, int n, GemvFits fits, GemvRun run,
   }
 }
 
-bool never(const cuda::GemvArgs&) {
-  return false;
-}
-
-// The bulk-copy GEMV (one input row, the weight streamed through shared memory). k: 4096
-// (tiles of 8 rows, 4 when gated), 11008 (2 rows), 5120 (4 rows, 2 when gated).
-TEST(CudaOps, GemvBulkEveryEpilogueMatchesTheCpuBackend) {
-  Pair p = backends();
-  ASSERT_TRUE(p.gpu);
-  check_every_epilogue(p, 1, cuda::gemv_bulk_fits, cuda::gemv_bulk,
-                       {{1027, 4096}, {333, 11008}, {517, 5120}}, never);
-}
-
 // The tensor-core GEMV at every fragment boundary of the rows (1, 4, 7, 8, 9, 16): feature
 // counts that leave a short last tile of 16, k split unevenly over the warps (11008 = 344
 // steps of 32; 5120: every warp 20; 96: warps without steps). The input rows must fit the
@@ -499,97 +430,6 @@ TEST(CudaOps, FusedLayerGroupsMatchTheComposedOps) {
   }
 }
 
-// INFERCEPT_GEMV_ROPE: Q, K and V, RoPE and the KV store in one launch at 1-2 rows
-// (norm_project_rope_store). Against the CPU backend's composition (the oracle) and the GPU's
-// own two group ops: the rotated q, and attention over the cache it stored into (which reads
-// the stored k and v), for both RoPE layouts, llama3-style frequency divisors on one. In the
-// "require" mode a step that fell back to the composed ops would abort: the fused kernel is
-// what is compared.
-TEST(CudaOps, NormProjectRopeStoreMatchesTheComposedOps) {
-  ASSERT_EQ(setenv("INFERCEPT_GEMV_ROPE", "require", 1), 0);
-  Pair p = backends();
-  unsetenv("INFERCEPT_GEMV_ROPE");
-  ASSERT_TRUE(p.gpu);
-  auto composed = make_cuda_backend({});
-  ASSERT_TRUE(composed.ok());
-  Backend& gpu2 = **composed;
-  const int64_t d = 512, nh = 8, nkv = 2, hd = 64, bs = 16;
-  const auto wq = to_f16(randn((size_t)(nh * hd * d), 0.05f)),
-             wk = to_f16(randn((size_t)(nkv * hd * d), 0.05f)),
-             wv = to_f16(randn((size_t)(nkv * hd * d), 0.05f));
-  const auto norm = randn((size_t)d, 1.0f);
-  struct Side {
-    Weight wq, wk, wv, norm;
-  };
-  auto side = [&](Backend& b) {
-    auto up = [&](const std::vector<uint16_t>& w, int64_t rows) {
-      auto r = b.upload_weight(w.data(), DType::f16, rows, d);
-      EXPECT_TRUE(r.ok());
-      return *r;
-    };
-    auto nw = b.upload_weight(norm.data(), DType::f32, 1, d);
-    EXPECT_TRUE(nw.ok());
-    return Side{up(wq, nh * hd), up(wk, nkv * hd), up(wv, nkv * hd), *nw};
-  };
-  Backend* bk[3] = {p.cpu.get(), p.gpu.get(), &gpu2};  // oracle, fused, composed
-  Side sides[3] = {side(*bk[0]), side(*bk[1]), side(*bk[2])};
-  std::vector<float> ff;
-  for (int i = 0; i < hd / 2; ++i) ff.push_back(i > hd / 4 ? 8.0f : 1.0f);
-  for (bool neox : {true, false}) {
-    for (int n : {1, 2}) {
-      SCOPED_TRACE("neox " + std::to_string(neox) + ", rows " + std::to_string(n));
-      const RopeParams rp{hd, hd, neox, neox ? 500000.0f : 10000.0f,
-                          neox ? std::span<const float>(ff) : std::span<const float>()};
-      // n sequences of 37 + 29 s tokens; the last is this step's row, the others history.
-      std::vector<int32_t> ctx, tables, hist_pos, hist_slot, pos, slot, q_start, q_len(n, 1);
-      const int max_blocks = (37 + 29 * (n - 1) + bs - 1) / bs;
-      int next_block = 0;
-      for (int s = 0; s < n; ++s) {
-        ctx.push_back(37 + 29 * s);
-        q_start.push_back(s);
-        for (int b = 0; b < max_blocks; ++b)
-          tables.push_back(b < (ctx.back() + bs - 1) / bs ? next_block++ : 0);
-        for (int t = 0; t < ctx.back(); ++t) {
-          const int sl = tables[(size_t)(s * max_blocks + t / bs)] * (int)bs + t % (int)bs;
-          (t + 1 < ctx.back() ? hist_pos : pos).push_back(t);
-          (t + 1 < ctx.back() ? hist_slot : slot).push_back(sl);
-        }
-      }
-      const int64_t nh_rows = (int64_t)hist_pos.size();
-      const auto hq = randn((size_t)(nh_rows * nh * hd)), hk = randn((size_t)(nh_rows * nkv * hd)),
-                 hv = randn((size_t)(nh_rows * nkv * hd)), x = randn((size_t)(n * d));
-      std::vector<float> q_out[3], attn_out[3];
-      for (int i = 0; i < 3; ++i) {
-        Backend& b = *bk[i];
-        const DType kv_dtype = i == 0 ? DType::f16 : b.activation_dtype();
-        KvGeometry g{1, next_block + 1, bs, nkv, hd, kv_dtype};
-        auto kv = b.create_kv_storage(g).value();
-        b.begin_step();
-        Tensor tq = put(b, hq, nh_rows, nh * hd), tk = put(b, hk, nh_rows, nkv * hd),
-               tv = put(b, hv, nh_rows, nkv * hd);
-        b.rope_store_kv(tq, tk, tv, hist_pos, rp, *kv, 0, hist_slot);
-        const DType act = b.activation_dtype();
-        Tensor xt = put(b, x, n, d), h = b.alloc_activation(n, d, act),
-               q = b.alloc_activation(n, nh * hd, act), k = b.alloc_activation(n, nkv * hd, act),
-               v = b.alloc_activation(n, nkv * hd, act), o = b.alloc_activation(n, nh * hd, act);
-        const Projection qkv[] = {
-            {&sides[i].wq, nullptr, q}, {&sides[i].wk, nullptr, k}, {&sides[i].wv, nullptr, v}};
-        b.begin_step();
-        b.norm_project_rope_store(xt, sides[i].norm, 1e-5f, h, qkv, pos, rp, *kv, 0, slot);
-        q_out[i] = get(b, q);
-        const AttentionBatch batch{n, q_start, q_len, ctx, tables, max_blocks};
-        b.attention(q, *kv, 0, batch, nh, 1.0f / std::sqrt((float)hd), o);
-        attn_out[i] = get(b, o);
-      }
-      EXPECT_LT(rel_error(q_out[1], q_out[0]), kBf16Tol) << "rotated q, fused vs CPU";
-      EXPECT_LT(rel_error(attn_out[1], attn_out[0]), kBf16Tol) << "attention, fused vs CPU";
-      // The two GPU paths round the same products to bf16; only the sums' order differs.
-      EXPECT_LT(rel_error(q_out[1], q_out[2]), 5e-3) << "rotated q, fused vs composed";
-      EXPECT_LT(rel_error(attn_out[1], attn_out[2]), 5e-3) << "attention, fused vs composed";
-    }
-  }
-}
-
 // What both decode-layer cases below share: a layer's Q, K, V and O weights and its norm, each
 // row's paged table with room for two steps (block ids interleaved across the rows), the
 // history before each row's first step (stored once per backend), and each step's inputs.
@@ -706,40 +546,35 @@ class DecodeLayerCase {
 // self_attention at a step of decode rows alone takes decode_rope_attention (sm_90): the Q/K/V
 // product, then one kernel that rotates q and the new key, stores K and V, attends with each
 // row's partitions merged inside a thread-block cluster. Against the CPU backend's composition
-// and the GPU's composed ops (INFERCEPT_ATTN_FUSED=0), over two steps (the second attends over
-// the key the first stored), up to 16 partitions a row, MHA and GQA, both RoPE layouts; a
-// second launch of the same step repeats the first's bits. The fused path's attention waits
-// per KV head on the Q/K/V product's counters (GemvHeadSignal); with INFERCEPT_ATTN_SIGNAL=0
-// it waits for the whole product, and the outputs are the same bits.
+// and the GPU's composed ops (CudaBackendOptions::attn_fused off), over two steps (the second
+// attends over the key the first stored), up to 16 partitions a row, MHA and GQA, both RoPE
+// layouts; a second launch of the same step repeats the first's bits. The fused path's attention
+// waits per KV head on the Q/K/V product's counters (GemvHeadSignal); with attn_signal off it waits
+// for the whole product, and the outputs are the same bits.
 void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
                          std::vector<int> ctx_lens) {
   const DecodeLayerCase c(nh, nkv, hd, neox, std::move(ctx_lens));
   SCOPED_TRACE(c.trace());
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "0", 1), 0);
-  auto composed = make_cuda_backend({});
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_FUSED", "1", 1), 0);
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_SIGNAL", "0", 1), 0);
-  auto unsignalled = make_cuda_backend({});
-  unsetenv("INFERCEPT_ATTN_SIGNAL");
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_GROUP_SPLIT", "1", 1), 0);
-  auto unsplit = make_cuda_backend({});
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_GROUP_SPLIT", "8", 1), 0);
-  auto split_all = make_cuda_backend({});
-  unsetenv("INFERCEPT_ATTN_GROUP_SPLIT");
-  unsetenv("INFERCEPT_ATTN_FUSED");
-  ASSERT_TRUE(composed.ok());
-  ASSERT_TRUE(unsignalled.ok());
-  ASSERT_TRUE(unsplit.ok());
-  ASSERT_TRUE(split_all.ok());
+  CudaBackendOptions o;
+  o.attn_fused = false;
+  auto composed = cuda_backend(o);
+  o = {};
+  o.attn_signal = false;
+  auto unsignalled = cuda_backend(o);
+  o = {};
+  o.attn_group_split = 1;
+  auto unsplit = cuda_backend(o);
+  o.attn_group_split = 8;
+  auto split_all = cuda_backend(o);
+  ASSERT_TRUE(composed && unsignalled && unsplit && split_all);
   // oracle, fused (waiting per KV head; a KV head's query group cut into blocks of at most 2
   // heads), composed, fused waiting for the whole product, fused with each group in one
   // block, and cut into a block a query head
   constexpr int kBackends = 6;
-  Backend* bk[kBackends] = {p.cpu.get(),        p.gpu.get(),    composed->get(),
-                            unsignalled->get(), unsplit->get(), split_all->get()};
+  Backend* bk[kBackends] = {p.cpu.get(),       p.gpu.get(),   composed.get(),
+                            unsignalled.get(), unsplit.get(), split_all.get()};
   std::vector<float> outs[kBackends][2];
   for (int i = 0; i < kBackends; ++i) {
     Backend& b = *bk[i];
@@ -777,21 +612,21 @@ void self_attention_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
 
 // self_attention_project: the attention and the output projection added into the residual,
 // on the CPU backend (the composition, the oracle), the GPU's one launch (attend_project) and
-// the GPU with INFERCEPT_ATTN_PROJECT=0 (the fused attention, then project_add); two steps a
-// row, and the one-launch step twice more with the same inputs, which must give the same bits
-// (its counters are back at zero after each launch).
+// the GPU with CudaBackendOptions::attn_project off (the fused attention, then project_add); two
+// steps a row, and the one-launch step twice more with the same inputs, which must give the same
+// bits (its counters are back at zero after each launch).
 void self_attention_project_case(int64_t nh, int64_t nkv, int64_t hd, bool neox,
                                  std::vector<int> ctx_lens) {
   const DecodeLayerCase c(nh, nkv, hd, neox, std::move(ctx_lens));
   SCOPED_TRACE(c.trace());
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_PROJECT", "0", 1), 0);
-  auto apart = make_cuda_backend({});
-  unsetenv("INFERCEPT_ATTN_PROJECT");
-  ASSERT_TRUE(apart.ok());
+  CudaBackendOptions o;
+  o.attn_project = false;
+  auto apart = cuda_backend(o);
+  ASSERT_TRUE(apart);
   constexpr int kBackends = 3;
-  Backend* bk[kBackends] = {p.cpu.get(), p.gpu.get(), apart->get()};
+  Backend* bk[kBackends] = {p.cpu.get(), p.gpu.get(), apart.get()};
   std::vector<float> outs[kBackends][2], residuals[kBackends][2];
   for (int i = 0; i < kBackends; ++i) {
     Backend& b = *bk[i];
@@ -849,125 +684,11 @@ TEST(CudaOps, SelfAttentionFoldsRopeAndStoreIntoTheDecodeKernel) {
   self_attention_case(8, 4, 32, true, {50, 3, 700, 33, 16, 17, 200, 1000});
 }
 
-// RoPE + KV store of many rows (a prefill: 16 heads a block) and of few (4 a block), in
-// 16-byte pieces where the head size allows (neox: head_dim % 16, else % 8) and element by
-// element where it does not (24 neox, 20 interleaved), MHA and GQA: the rotated q and k
-// against the CPU backend, and the stored K and V through an attention over them (where the
-// CUDA attention takes the head size: 32, 64, 128).
-TEST(CudaOps, RopeStoreInPiecesAndElementwiseMatchesTheCpuBackend) {
-  struct Shape {
-    int nh, nkv, hd;
-    bool neox;
-  };
-  for (const Shape sh : {Shape{8, 8, 128, true}, Shape{8, 2, 64, false}, Shape{4, 2, 24, true},
-                         Shape{4, 4, 20, false}})
-    for (const int64_t n : {int64_t{5}, int64_t{100}}) {
-      Pair p = backends();
-      ASSERT_TRUE(p.gpu);
-      const int bs = 16;
-      const int blocks = (int)((n + bs - 1) / bs);
-      KvGeometry g{1, blocks, bs, sh.nkv, sh.hd, DType::f16};
-      auto kvc = p.cpu->create_kv_storage(g).value();
-      auto kvg = p.gpu->create_kv_storage(g).value();
-      std::vector<int32_t> pos, slot;
-      for (int64_t t = 0; t < n; ++t) {
-        pos.push_back((int32_t)(t * 37 % 4096));  // far-apart positions: large angles too
-        slot.push_back((int32_t)t);
-      }
-      const RopeParams rp{sh.hd, sh.hd, sh.neox, 10000.0f, {}};
-      const auto q = randn((size_t)(n * sh.nh * sh.hd)), k = randn((size_t)(n * sh.nkv * sh.hd)),
-                 v = randn((size_t)(n * sh.nkv * sh.hd));
-      Tensor out[2];
-      Backend* bk[2] = {p.cpu.get(), p.gpu.get()};
-      KvStorage* kv[2] = {kvc.get(), kvg.get()};
-      std::vector<float> qr[2], kr[2];
-      for (int i = 0; i < 2; ++i) {
-        Backend& b = *bk[i];
-        Tensor qt = put(b, q, n, sh.nh * sh.hd), kt = put(b, k, n, sh.nkv * sh.hd),
-               vt = put(b, v, n, sh.nkv * sh.hd);
-        b.begin_step();
-        b.rope_store_kv(qt, kt, vt, pos, rp, *kv[i], 0, slot);
-        qr[i] = get(b, qt);
-        kr[i] = get(b, kt);
-        if (sh.hd % 32 != 0) continue;
-        // Causal attention of the rows over themselves reads every stored K and V.
-        const std::vector<int32_t> q_start = {0}, q_len = {(int32_t)n}, ctx = {(int32_t)n};
-        std::vector<int32_t> table((size_t)blocks);
-        std::iota(table.begin(), table.end(), 0);
-        const AttentionBatch batch{1, q_start, q_len, ctx, table, blocks};
-        out[i] = b.alloc_activation(n, sh.nh * sh.hd, i == 0 ? DType::f32 : b.activation_dtype());
-        b.attention(qt, *kv[i], 0, batch, sh.nh, 1.0f / std::sqrt((float)sh.hd), out[i]);
-      }
-      const std::string what =
-          "hd " + std::to_string(sh.hd) + (sh.neox ? " neox" : "") + ", rows " + std::to_string(n);
-      EXPECT_LT(rel_error(qr[1], qr[0]), kBf16Tol) << "rotated q, " << what;
-      EXPECT_LT(rel_error(kr[1], kr[0]), kBf16Tol) << "rotated k, " << what;
-      if (sh.hd % 32 == 0) {
-        EXPECT_LT(rel_error(get(*p.gpu, out[1]), get(*p.cpu, out[0])), kBf16Tol)
-            << "attention over the stored K and V, " << what;
-      }
-    }
-}
-
-TEST(CudaOps, NormsElementwiseEmbedGather) {
-  Pair p = backends();
-  ASSERT_TRUE(p.gpu);
-  const int64_t n = 37;
-  // A width of whole 16-byte pieces (the kernels in pieces) and one that is not (element-wise).
-  for (const int64_t d : {int64_t{576}, int64_t{100}}) {
-    auto x = randn((size_t)(n * d)), y = randn((size_t)(n * d)), w = randn((size_t)d);
-    auto wc = *p.cpu->upload_weight(w.data(), DType::f32, 1, d);
-    auto wg = *p.gpu->upload_weight(w.data(), DType::f32, 1, d);
-    Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
-    Tensor yc = put(*p.cpu, y, n, d), yg = put(*p.gpu, y, n, d);
-    Tensor oc = p.cpu->alloc_activation(n, d, DType::f32);
-    Tensor og = p.gpu->alloc_activation(n, d, p.gpu->activation_dtype());
-    p.cpu->rmsnorm(xc, wc, 1e-5f, oc);
-    p.gpu->rmsnorm(xg, wg, 1e-5f, og);
-    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-    p.cpu->add_rmsnorm(xc, yc, wc, 1e-5f, oc);
-    p.gpu->add_rmsnorm(xg, yg, wg, 1e-5f, og);
-    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-    EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);  // the residual
-    p.cpu->silu_mul(xc, yc, oc);
-    p.gpu->silu_mul(xg, yg, og);
-    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
-    p.cpu->add(xc, yc);
-    p.gpu->add(xg, yg);
-    EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);
-  }
-  const int64_t d = 576;
-  auto x = randn((size_t)(n * d));
-  Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
-  std::vector<int32_t> rows = {5, 0, 36, 5};
-  Tensor gc = p.cpu->alloc_activation(4, d, DType::f32);
-  Tensor gg = p.gpu->alloc_activation(4, d, p.gpu->activation_dtype());
-  p.cpu->gather_rows(xc, rows, gc);
-  p.gpu->begin_step();
-  p.gpu->gather_rows(xg, rows, gg);
-  EXPECT_LT(rel_error(get(*p.gpu, gg), get(*p.cpu, gc)), kBf16Tol);
-  // Embedding rows: a width of whole 16-byte pieces (the vector copy) and one that is not
-  // (the element-wise copy).
-  const int64_t vocab = 300;
-  const std::vector<int32_t> toks = {0, 299, 17, 17, 123};
-  for (const int64_t width : {d, int64_t{100}}) {
-    const auto table = to_f16(randn((size_t)(vocab * width)));
-    const auto tc = *p.cpu->upload_weight(table.data(), DType::f16, vocab, width);
-    const auto tg = *p.gpu->upload_weight(table.data(), DType::f16, vocab, width);
-    Tensor ec = p.cpu->alloc_activation(5, width, DType::f32);
-    Tensor eg = p.gpu->alloc_activation(5, width, p.gpu->activation_dtype());
-    p.cpu->embed(tc, toks, ec);
-    p.gpu->begin_step();
-    p.gpu->embed(tg, toks, eg);
-    EXPECT_LT(rel_error(get(*p.gpu, eg), get(*p.cpu, ec)), kBf16Tol) << "width " << width;
-  }
-}
-
 // RoPE + KV store + paged attention over a batch mixing a prefill chunk, a fresh prompt and
 // decodes with long contexts (the split-context path), with scattered block tables.
 void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q_lens,
-                    std::vector<int> ctx_lens, bool hinted = false) {
-  Pair p = backends();
+                    std::vector<int> ctx_lens, DType act = DType::bf16) {
+  Pair p = backends(act);
   ASSERT_TRUE(p.gpu);
   const int bs = 16, n_seqs = (int)q_lens.size();
   int max_blocks = 0, total_blocks = 0;
@@ -1045,121 +766,30 @@ void attention_case(int n_heads, int n_kv, int hd, bool neox, std::vector<int> q
   // AttnArgs::prewait), which must give the same bits as the first call's.
   p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
   EXPECT_EQ(get(*p.gpu, og), first) << "second launch";
-  if (hinted) {  // a prefetch hint (a 1024 x 1024 weight) changes nothing
-    const std::vector<float> w = randn(1024 * 1024);
-    auto wg = p.gpu->upload_weight(w.data(), DType::f32, 1024, 1024);
-    ASSERT_TRUE(wg.ok());
-    p.gpu->prefetch_hint(*wg);
-    p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
-    EXPECT_EQ(get(*p.gpu, og), first) << "with a prefetch hint";
-  }
 }
 
-TEST(CudaOps, AttentionMixedBatchGqa) {
-  attention_case(32, 8, 128, true, {1, 1, 40, 1, 17}, {1, 3000, 100, 777, 17});
-}
-TEST(CudaOps, AttentionMha64Interleaved) {
-  attention_case(9, 3, 64, false, {5, 1, 1, 70}, {300, 64, 1, 70});
-}
-// Long query runs take the tensor-core prefill kernel, the rest the paged kernels, one step.
-TEST(CudaOps, AttentionPrefillTilesBesideDecodes) {
-  attention_case(32, 8, 128, true, {1, 200, 1, 70}, {900, 1200, 33, 70});
-  attention_case(9, 3, 64, false, {100, 1}, {300, 20});
-}
-TEST(CudaOps, AttentionHeadDim32) {  // the tiny make-model shape
-  attention_case(8, 4, 32, true, {1, 3, 1}, {50, 3, 700});
-}
-// Short chunks over long contexts (a resumed request's tool output): two rows and up take the
-// tensor-core kernel, its tiles split across the keys and merged by attention_combine().
-TEST(CudaOps, AttentionShortChunksOverLongContexts) {
-  attention_case(32, 32, 128, true, {2, 1, 8, 33}, {3000, 2000, 4100, 1500});
-  attention_case(32, 8, 128, true, {5, 1, 130}, {2600, 900, 3000});  // a 2-part 130-row chunk
-  attention_case(8, 4, 32, true, {3, 2}, {700, 64});
-}
-TEST(CudaOps, AttentionLoneLongDecode) {  // one row, many partitions merged by the last one
-  attention_case(32, 32, 128, true, {1}, {5000});
-}
-// The decode kernel with blocks of six warps (INFERCEPT_ATTN_DECODE_WARPS=6, PERF 4.5t): decode
-// rows of MHA, GQA and head size 64, one split across the context, against the CPU backend.
-TEST(CudaOps, AttentionDecodeKernelOfSixWarps) {
-  ASSERT_EQ(setenv("INFERCEPT_ATTN_DECODE_WARPS", "6", 1), 0);
-  // The backends attention_case makes read it: six warps, not the default four.
-  ASSERT_EQ(cuda::BackendSwitches::from_env(9).attn_decode_warps, 6);
-  attention_case(32, 32, 128, true, {1, 1, 1}, {1025, 40, 300});
-  attention_case(32, 8, 128, true, {1, 1}, {3000, 777});
-  attention_case(9, 3, 64, false, {1}, {5000});
-  unsetenv("INFERCEPT_ATTN_DECODE_WARPS");
-}
-
-// Decode rows of mixed lengths past the point where the rows alone fill the chip (12 x 32
-// heads), with and without the balanced split (INFERCEPT_ATTN_BALANCE, read when the backend
-// is made): with it the long ones are still cut to about the mean length, their parts merged
-// in-kernel.
-TEST(CudaOps, AttentionMixedLengthDecodesWithAndWithoutTheBalancedSplit) {
-  for (const char* balance : {"1", "0"}) {
-    SCOPED_TRACE(std::string("INFERCEPT_ATTN_BALANCE=") + balance);
-    ASSERT_EQ(setenv("INFERCEPT_ATTN_BALANCE", balance, 1), 0);
-    attention_case(32, 32, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-                   {4000, 120, 300, 33, 250, 2100, 90, 170, 310, 64, 1, 700});
-    attention_case(32, 8, 128, true, {1, 1, 1, 1, 1, 1, 1, 1, 1},
-                   {3000, 100, 200, 150, 90, 60, 30, 260, 17});
-  }
-  unsetenv("INFERCEPT_ATTN_BALANCE");
-}
-
-// INFERCEPT_L2_PREFETCH=1: a decode attention at a small batch asks L2 for the next
-// product's weight while it runs (Backend::prefetch_hint); its output stays bit-identical.
-TEST(CudaOps, AttentionWithAPrefetchHintIsUnchanged) {
-  ASSERT_EQ(setenv("INFERCEPT_L2_PREFETCH", "1", 1), 0);
-  attention_case(32, 32, 128, true, {1}, {1500}, /*hinted=*/true);
-  attention_case(32, 8, 128, true, {1, 1, 1}, {700, 64, 2100}, /*hinted=*/true);
-  unsetenv("INFERCEPT_L2_PREFETCH");
-}
-
-// One partition length a step: a long decode row beside short ones is cut into pieces of
-// about the mean length (rounded to 32-key tiles), the short ones are left whole, every key
-// is covered once, and rows of equal length split as ceil(target / blocks) parts each.
-TEST(CudaOps, PlanAttentionBalancesMixedLengths) {
+// Decode rows of equal lengths: while the rows leave the chip idle each is split into
+// ceil(target / blocks) parts (2 at 8 rows x 32 heads against 264 blocks), none once they fill
+// it (9 rows); a long row beside short ones gets the same number of parts as they do.
+TEST(CudaOps, PlanAttentionSplitsEveryRowIntoTheSameParts) {
   std::vector<int32_t> q_start(8), q_len(8, 1), ctx(8, 300);
   for (int i = 0; i < 8; ++i) q_start[i] = i;
-  ctx[3] = 3000;  // mean 638 keys; 8 rows x 32 heads = 256 blocks < 264: two parts of the mean
-  const cuda::AttnPlan plan = cuda::plan_attention(q_start, q_len, ctx, 32, 32, 264, 128, true);
-  std::map<int, std::vector<std::pair<int, int>>> by_row;
-  for (const cuda::AttnItem& it : plan.decode_items) by_row[it.row0].push_back({it.kbeg, it.kend});
-  ASSERT_EQ(by_row.size(), 8u);
-  for (auto& [row, spans] : by_row) {
-    std::sort(spans.begin(), spans.end());
-    int covered = 0;
-    for (const auto& [b, e] : spans) {
-      EXPECT_EQ(b, covered);
-      EXPECT_LE(e - b, 320) << "row " << row;  // ceil(638 / 2) rounded up to 32 keys
-      covered = e;
-    }
-    EXPECT_EQ(covered, ctx[row]);
-    EXPECT_EQ(spans.size(), row == 3 ? 10u : 1u) << "row " << row;
-  }
-  ASSERT_EQ(plan.decode_combines.size(), 1u);
-  EXPECT_EQ(plan.decode_combines[0].n_parts, 10);
-  // Without the balance (the default): every row split into ceil(264 / 256) = 2 parts, the
-  // long one's 1,500 keys long.
-  const cuda::AttnPlan plain = cuda::plan_attention(q_start, q_len, ctx, 32, 32, 264, 128, false);
+  ctx[3] = 3000;
+  const cuda::AttnPlan plain = cuda::plan_attention(q_start, q_len, ctx, 32, 32, 264, 128);
   EXPECT_EQ(plain.decode_items.size(), 16u);
   for (const cuda::AttnItem& it : plain.decode_items)
     if (it.row0 == 3) {
       EXPECT_GE(it.kend - it.kbeg, 1496);  // 3,000 keys in parts of 1,504 and 1,496
     }
-  // Equal lengths: the same plan either way, 2 parts each at 8 rows, none at 9.
-  for (bool balance : {true, false}) {
-    const cuda::AttnPlan even8 = cuda::plan_attention(q_start, q_len, std::vector<int32_t>(8, 1024),
-                                                      32, 32, 264, 128, balance);
-    EXPECT_EQ(even8.decode_items.size(), 16u);
-    std::vector<int32_t> s9(9), l9(9, 1);
-    for (int i = 0; i < 9; ++i) s9[i] = i;
-    const cuda::AttnPlan even9 =
-        cuda::plan_attention(s9, l9, std::vector<int32_t>(9, 1024), 32, 32, 264, 128, balance);
-    EXPECT_EQ(even9.decode_items.size(), 9u);
-    EXPECT_TRUE(even9.decode_combines.empty());
-  }
+  const cuda::AttnPlan even8 =
+      cuda::plan_attention(q_start, q_len, std::vector<int32_t>(8, 1024), 32, 32, 264, 128);
+  EXPECT_EQ(even8.decode_items.size(), 16u);
+  std::vector<int32_t> s9(9), l9(9, 1);
+  for (int i = 0; i < 9; ++i) s9[i] = i;
+  const cuda::AttnPlan even9 =
+      cuda::plan_attention(s9, l9, std::vector<int32_t>(9, 1024), 32, 32, 264, 128);
+  EXPECT_EQ(even9.decode_items.size(), 9u);
+  EXPECT_TRUE(even9.decode_combines.empty());
 }
 
 // The split of a lone decode row across its context (host-side plan): partitions of at least
@@ -1413,6 +1043,367 @@ TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
     EXPECT_NE(r[0], r[(size_t)(2 * nh * hd)]);
   }
 }
+
+// ---- The table of plain ops: op x shape x activation type, each against the CPU backend ----
+
+enum class Op {
+  matmul,       // x[n, k] w[m, k]^T (+ bias): GEMV, tensor-core GEMV or cuBLASLt by n
+  rmsnorm,      // [n, k]
+  add_rmsnorm,  // residual += x, then rmsnorm of it
+  silu_mul,
+  add,
+  gather_rows,  // n rows picked out of k-wide rows
+  embed,        // n tokens of a 300-row table k wide
+  rope_store,   // RoPE + KV store of n rows, checked through an attention over them
+  attention,    // RoPE + KV store of a step's rows over stored history, then attention
+};
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::matmul:
+      return "matmul";
+    case Op::rmsnorm:
+      return "rmsnorm";
+    case Op::add_rmsnorm:
+      return "add_rmsnorm";
+    case Op::silu_mul:
+      return "silu_mul";
+    case Op::add:
+      return "add";
+    case Op::gather_rows:
+      return "gather_rows";
+    case Op::embed:
+      return "embed";
+    case Op::rope_store:
+      return "rope_store";
+    case Op::attention:
+      return "attention";
+  }
+  return "?";
+}
+
+struct OpCase {
+  Op op = Op::matmul;
+  DType act = DType::bf16;  // the GPU backend's activation type
+  // matmul: n rows, m outputs, k inputs; the element-wise ops: n rows of k.
+  int64_t n = 0, m = 0, k = 0;
+  bool strided = false;  // matmul: x a column slice of a wider buffer
+  bool bias = false;     // matmul: + an f32 bias
+  // rope_store, attention: heads, KV heads, head size, RoPE layout; attention: each
+  // sequence's rows this step and its context length (rope_store: n rows of one sequence).
+  int nh = 0, nkv = 0, hd = 0;
+  bool neox = false;
+  std::vector<int> q_lens, ctx_lens;
+  const char* what = "";  // the path it is there for (the case's name ends with it)
+};
+
+OpCase op_case(Op op, DType act, int64_t n = 0, int64_t m = 0, int64_t k = 0) {
+  OpCase c;
+  c.op = op;
+  c.act = act;
+  c.n = n;
+  c.m = m;
+  c.k = k;
+  return c;
+}
+
+std::string case_name(const OpCase& c) {
+  std::string n = std::string(op_name(c.op)) + "_";
+  if (c.op == Op::rope_store || c.op == Op::attention) {
+    n += std::to_string(c.nh) + "h" + std::to_string(c.nkv) + "kv" + std::to_string(c.hd) +
+         (c.neox ? "neox" : "") + "_";
+    n += c.op == Op::rope_store ? std::to_string(c.n) + "rows"
+                                : std::to_string(c.q_lens.size()) + "seqs";
+  } else {
+    n += std::to_string(c.n) + "x" + (c.m > 0 ? std::to_string(c.m) + "x" : "") +
+         std::to_string(c.k) + (c.strided ? "_strided" : "") + (c.bias ? "_bias" : "");
+  }
+  n += "_" + std::string(dtype_name(c.act));
+  if (*c.what) n += std::string("_") + c.what;
+  return n;
+}
+
+// How gtest names a case's parameter in its output.
+void PrintTo(const OpCase& c, std::ostream* os) {
+  *os << case_name(c);
+}
+
+// The case's seed: the run's base seed mixed with its name, so one case's inputs do not depend
+// on which cases ran before it.
+uint32_t case_seed(const OpCase& c) {
+  uint32_t h = base_seed();
+  for (char ch : case_name(c)) h = h * 16777619u ^ (uint8_t)ch;
+  return h;
+}
+
+void run_matmul(const OpCase& c) {
+  Pair p = backends(c.act);
+  ASSERT_TRUE(p.gpu);
+  const int64_t n = c.n, m = c.m, k = c.k;
+  const auto w16 = to_f16(randn((size_t)(m * k), 0.05f));  // the CPU multiplies f16 weights
+  const auto bias = randn((size_t)m);
+  const Weight wc = upload_f16(*p.cpu, w16, m, k), wg = upload_f16(*p.gpu, w16, m, k);
+  const Weight bc = upload_f32(*p.cpu, bias), bg = upload_f32(*p.gpu, bias);
+  // Strided: x is the second half of [n, 2k] rows.
+  const int64_t width = c.strided ? 2 * k : k, off = c.strided ? k : 0;
+  const auto xw = randn((size_t)(n * width));
+  std::vector<float> x((size_t)(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    std::copy_n(xw.begin() + (ptrdiff_t)(r * width + off), k, x.begin() + (ptrdiff_t)(r * k));
+  Tensor xc = put(*p.cpu, x, n, k), xg = put(*p.gpu, xw, n, width).slice_cols(off, k);
+  // The activation type with the bias if any; f32 (the logits' product) without.
+  for (DType out_t : {c.act, DType::f32}) {
+    const bool bias = c.bias && out_t == c.act;
+    Tensor oc = p.cpu->alloc_activation(n, m, DType::f32);
+    p.cpu->matmul(xc, wc, bias ? &bc : nullptr, oc);
+    Tensor og = p.gpu->alloc_activation(n, m, out_t);
+    p.gpu->begin_step();
+    p.gpu->matmul(xg, wg, bias ? &bg : nullptr, og);
+    EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol)
+        << "output " << dtype_name(out_t);
+  }
+}
+
+void run_elementwise(const OpCase& c) {
+  Pair p = backends(c.act);
+  ASSERT_TRUE(p.gpu);
+  const int64_t n = c.n, d = c.k;
+  const auto x = randn((size_t)(n * d)), y = randn((size_t)(n * d)), w = randn((size_t)d);
+  const Weight wc = upload_f32(*p.cpu, w), wg = upload_f32(*p.gpu, w);
+  Tensor xc = put(*p.cpu, x, n, d), xg = put(*p.gpu, x, n, d);
+  Tensor yc = put(*p.cpu, y, n, d), yg = put(*p.gpu, y, n, d);
+  Tensor oc = p.cpu->alloc_activation(n, d, DType::f32);
+  Tensor og = p.gpu->alloc_activation(n, d, c.act);
+  p.gpu->begin_step();
+  switch (c.op) {
+    case Op::rmsnorm:
+      p.cpu->rmsnorm(xc, wc, 1e-5f, oc);
+      p.gpu->rmsnorm(xg, wg, 1e-5f, og);
+      break;
+    case Op::add_rmsnorm:
+      p.cpu->add_rmsnorm(xc, yc, wc, 1e-5f, oc);
+      p.gpu->add_rmsnorm(xg, yg, wg, 1e-5f, og);
+      EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol) << "the residual";
+      break;
+    case Op::silu_mul:
+      p.cpu->silu_mul(xc, yc, oc);
+      p.gpu->silu_mul(xg, yg, og);
+      break;
+    case Op::add:  // in place: x += y
+      p.cpu->add(xc, yc);
+      p.gpu->add(xg, yg);
+      EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);
+      return;
+    default:
+      FAIL() << "not an element-wise op";
+  }
+  EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
+}
+
+void run_gather_embed(const OpCase& c) {
+  Pair p = backends(c.act);
+  ASSERT_TRUE(p.gpu);
+  const int64_t d = c.k, rows = 300;
+  // The first and the last row, one twice; then rows further on.
+  std::vector<int32_t> picks = {0, 299, 17, 17, 123};
+  for (int64_t i = 5; i < c.n; ++i) picks.push_back((int32_t)(i * 37 % rows));
+  picks.resize((size_t)c.n);
+  Tensor oc = p.cpu->alloc_activation(c.n, d, DType::f32);
+  Tensor og = p.gpu->alloc_activation(c.n, d, c.act);
+  p.gpu->begin_step();
+  if (c.op == Op::embed) {
+    const auto table = to_f16(randn((size_t)(rows * d)));
+    const Weight tc = upload_f16(*p.cpu, table, rows, d), tg = upload_f16(*p.gpu, table, rows, d);
+    p.cpu->embed(tc, picks, oc);
+    p.gpu->embed(tg, picks, og);
+  } else {
+    const auto x = randn((size_t)(rows * d));
+    Tensor xc = put(*p.cpu, x, rows, d), xg = put(*p.gpu, x, rows, d);
+    p.cpu->gather_rows(xc, picks, oc);
+    p.gpu->gather_rows(xg, picks, og);
+  }
+  EXPECT_LT(rel_error(get(*p.gpu, og), get(*p.cpu, oc)), kBf16Tol);
+}
+
+// RoPE + KV store of n rows at far-apart positions (large angles too): the rotated q and k
+// against the CPU backend, and the stored K and V through a causal attention of the rows over
+// themselves (where the CUDA attention takes the head size: 32, 64, 128).
+void run_rope_store(const OpCase& c) {
+  Pair p = backends(c.act);
+  ASSERT_TRUE(p.gpu);
+  const int64_t n = c.n;
+  const int bs = 16, blocks = (int)((n + bs - 1) / bs);
+  const KvGeometry g{1, blocks, bs, c.nkv, c.hd, DType::f16};
+  auto kvc = p.cpu->create_kv_storage(g).value();
+  auto kvg = p.gpu->create_kv_storage(g).value();
+  std::vector<int32_t> pos, slot;
+  for (int64_t t = 0; t < n; ++t) {
+    pos.push_back((int32_t)(t * 37 % 4096));
+    slot.push_back((int32_t)t);
+  }
+  const RopeParams rp{c.hd, c.hd, c.neox, 10000.0f, {}};
+  const auto q = randn((size_t)(n * c.nh * c.hd)), k = randn((size_t)(n * c.nkv * c.hd)),
+             v = randn((size_t)(n * c.nkv * c.hd));
+  Backend* bk[2] = {p.cpu.get(), p.gpu.get()};
+  KvStorage* kv[2] = {kvc.get(), kvg.get()};
+  std::vector<float> qr[2], kr[2], att[2];
+  for (int i = 0; i < 2; ++i) {
+    Backend& b = *bk[i];
+    Tensor qt = put(b, q, n, c.nh * c.hd), kt = put(b, k, n, c.nkv * c.hd),
+           vt = put(b, v, n, c.nkv * c.hd);
+    b.begin_step();
+    b.rope_store_kv(qt, kt, vt, pos, rp, *kv[i], 0, slot);
+    qr[i] = get(b, qt);
+    kr[i] = get(b, kt);
+    if (c.hd % 32 != 0) continue;
+    const std::vector<int32_t> q_start = {0}, q_len = {(int32_t)n}, ctx = {(int32_t)n};
+    std::vector<int32_t> table((size_t)blocks);
+    std::iota(table.begin(), table.end(), 0);
+    const AttentionBatch batch{1, q_start, q_len, ctx, table, blocks};
+    Tensor out = b.alloc_activation(n, c.nh * c.hd, i == 0 ? DType::f32 : b.activation_dtype());
+    b.attention(qt, *kv[i], 0, batch, c.nh, 1.0f / std::sqrt((float)c.hd), out);
+    att[i] = get(b, out);
+  }
+  EXPECT_LT(rel_error(qr[1], qr[0]), kBf16Tol) << "rotated q";
+  EXPECT_LT(rel_error(kr[1], kr[0]), kBf16Tol) << "rotated k";
+  if (c.hd % 32 == 0) {
+    EXPECT_LT(rel_error(att[1], att[0]), kBf16Tol) << "attention over K, V";
+  }
+}
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  for (DType act : {DType::bf16, DType::f16}) {
+    // matmul: 1-2 rows the GEMV, 3-8 the tensor-core GEMV, more cuBLASLt; k not a multiple
+    // of 256; row counts on both sides of cuBLASLt's tile edges; strided input rows.
+    struct Mm {
+      int64_t n, m, k;
+      bool strided, bias;
+      const char* what;
+    };
+    for (const Mm& mm :
+         {Mm{1, 384, 256, false, true, "gemv"}, Mm{2, 1000, 576, true, false, "gemv"},
+          Mm{1, 64, 11008, true, false, "gemv"}, Mm{3, 1000, 576, true, false, "mma"},
+          Mm{8, 257, 4096, false, false, "mma"}, Mm{7, 1000, 512, false, true, "mma"},
+          Mm{9, 640, 576, true, false, "cublaslt"}, Mm{17, 640, 576, true, false, "cublaslt"},
+          Mm{130, 512, 1024, false, true, "cublaslt"}, Mm{304, 640, 576, true, false, "cublaslt"},
+          Mm{513, 640, 576, true, false, "cublaslt"}}) {
+      OpCase c = op_case(Op::matmul, act, mm.n, mm.m, mm.k);
+      c.strided = mm.strided;
+      c.bias = mm.bias;
+      c.what = mm.what;
+      cases.push_back(c);
+    }
+    // Element-wise ops: a width of whole 16-byte pieces (the kernels in pieces) and one that
+    // is not (element by element).
+    for (Op op : {Op::rmsnorm, Op::add_rmsnorm, Op::silu_mul, Op::add})
+      for (int64_t d : {576, 100}) cases.push_back(op_case(op, act, 37, 0, d));
+    for (Op op : {Op::gather_rows, Op::embed})
+      for (int64_t d : {576, 100}) cases.push_back(op_case(op, act, 5, 0, d));
+    // RoPE + store of many rows (a prefill: 16 heads a block) and of few (4 a block), in
+    // 16-byte pieces where the head size allows (neox: head_dim % 16, else % 8) and element by
+    // element where it does not (24 neox, 20 interleaved), MHA and GQA.
+    struct Rs {
+      int nh, nkv, hd;
+      bool neox;
+    };
+    for (const Rs& r :
+         {Rs{8, 8, 128, true}, Rs{8, 2, 64, false}, Rs{4, 2, 24, true}, Rs{4, 4, 20, false}})
+      for (int64_t n : {5, 100}) {
+        OpCase c = op_case(Op::rope_store, act, n);
+        c.nh = r.nh;
+        c.nkv = r.nkv;
+        c.hd = r.hd;
+        c.neox = r.neox;
+        c.q_lens = {(int)n};
+        cases.push_back(c);
+      }
+  }
+  // Attention: a prefill chunk, a fresh prompt and decodes with long contexts (split rows
+  // merged in-kernel) in one step; long query runs on the tensor-core kernel beside decodes;
+  // short chunks over long contexts (its tiles split across the keys and combined); one long
+  // decode row; decode rows of mixed lengths past the point where they fill the chip.
+  struct At {
+    int nh, nkv, hd;
+    bool neox;
+    std::vector<int> q, ctx;
+    const char* what;
+  };
+  const std::vector<At> attn = {
+      {32, 8, 128, true, {1, 1, 40, 1, 17}, {1, 3000, 100, 777, 17}, "mixed"},
+      {9, 3, 64, false, {5, 1, 1, 70}, {300, 64, 1, 70}, "mixed"},
+      {32, 8, 128, true, {1, 200, 1, 70}, {900, 1200, 33, 70}, "prefill_tiles"},
+      {9, 3, 64, false, {100, 1}, {300, 20}, "prefill_tiles"},
+      {8, 4, 32, true, {1, 3, 1}, {50, 3, 700}, "tiny"},
+      {32, 32, 128, true, {2, 1, 8, 33}, {3000, 2000, 4100, 1500}, "short_chunks"},
+      {32, 8, 128, true, {5, 1, 130}, {2600, 900, 3000}, "short_chunks"},
+      {8, 4, 32, true, {3, 2}, {700, 64}, "short_chunks"},
+      {32, 32, 128, true, {1}, {5000}, "long_decode"},
+      {32,
+       32,
+       128,
+       true,
+       {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+       {4000, 120, 300, 33, 250, 2100, 90, 170, 310, 64, 1, 700},
+       "decodes"},
+      {32,
+       8,
+       128,
+       true,
+       {1, 1, 1, 1, 1, 1, 1, 1, 1},
+       {3000, 100, 200, 150, 90, 60, 30, 260, 17},
+       "decodes"},
+  };
+  for (DType act : {DType::bf16, DType::f16})
+    for (const At& a : attn) {
+      if (act == DType::f16 && std::string(a.what) != "mixed") continue;
+      OpCase c = op_case(Op::attention, act);
+      c.nh = a.nh;
+      c.nkv = a.nkv;
+      c.hd = a.hd;
+      c.neox = a.neox;
+      c.q_lens = a.q;
+      c.ctx_lens = a.ctx;
+      c.what = a.what;
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+class CudaOpCases : public testing::TestWithParam<OpCase> {};
+
+TEST_P(CudaOpCases, MatchesTheCpuBackend) {
+  const OpCase& c = GetParam();
+  const uint32_t seed = case_seed(c);
+  rng().seed(seed);
+  SCOPED_TRACE(case_name(c) + ": seed " + std::to_string(seed) + " (base seed " +
+               std::to_string(base_seed()) +
+               ": --gtest_random_seed=" + std::to_string(base_seed()) + " draws the same inputs)");
+  switch (c.op) {
+    case Op::matmul:
+      return run_matmul(c);
+    case Op::rmsnorm:
+    case Op::add_rmsnorm:
+    case Op::silu_mul:
+    case Op::add:
+      return run_elementwise(c);
+    case Op::gather_rows:
+    case Op::embed:
+      return run_gather_embed(c);
+    case Op::rope_store:
+      return run_rope_store(c);
+    case Op::attention:
+      return attention_case(c.nh, c.nkv, c.hd, c.neox, c.q_lens, c.ctx_lens, c.act);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, CudaOpCases, testing::ValuesIn(op_cases()),
+                         [](const testing::TestParamInfo<OpCase>& i) {
+                           std::string n = case_name(i.param);
+                           for (char& ch : n)
+                             if (!std::isalnum((unsigned char)ch)) ch = '_';
+                           return n + "_" + std::to_string(i.index);
+                         });
 
 }  // namespace
 }  // namespace infercept

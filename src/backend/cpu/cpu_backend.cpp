@@ -13,15 +13,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/backend.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quantize_fast.h"
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
 #include "core/half.h"
-#include "core/log.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 
@@ -54,18 +53,15 @@ class CpuKvStorage final : public KvStorage {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, CpuNumerics numerics)
-      : pool_(n_threads > 0 ? n_threads : default_thread_count()) {
-    // INFERCEPT_CPU_PACKED=0 keeps every weight in the file layout only (matmul_rows): the
-    // A/B switch for measuring the packed kernels, like INFERCEPT_CUDA_GRAPHS=0 on CUDA.
-    if (const char* p = std::getenv("INFERCEPT_CPU_PACKED"); p != nullptr && std::string(p) == "0")
-      pack_weights_ = false;
+  explicit CpuBackend(const CpuBackendOptions& o)
+      : pool_(o.n_threads > 0 ? o.n_threads : default_thread_count()),
+        pack_weights_(o.pack_weights) {
     // CpuNumerics::llama_cpp: llama.cpp's CPU bits where they cost speed or an invariant:
     // q4_1 products in its order (packed_matmul.h, ~2.4x those products' cost) and prompt
     // rows' attention in its batched order (attention.h, which gives up a row's bits
     // depending on its position only). Greedy decoding then follows llama.cpp token for
     // token (docs/PERF.md 2); the default keeps the speed and the invariant.
-    if (numerics == CpuNumerics::llama_cpp) {
+    if (o.numerics == CpuNumerics::llama_cpp) {
       q4_1_order_ = Q4_1Order::ggml;
       attention_order_ = AttentionOrder::llama_cpp;
     }
@@ -643,18 +639,8 @@ Result<CpuNumerics> parse_cpu_numerics(const std::string& name) {
   return make_error("CPU numerics must be 'fast' or 'llama.cpp', got '", name, "'");
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, std::optional<CpuNumerics> numerics) {
-  if (!numerics) {
-    numerics = CpuNumerics::fast;
-    if (const char* e = std::getenv("INFERCEPT_CPU_NUMERICS"); e != nullptr) {
-      auto parsed = parse_cpu_numerics(e);
-      if (parsed.ok())
-        numerics = *parsed;
-      else
-        LOG_WARN("INFERCEPT_CPU_NUMERICS: %s; using fast", parsed.error().message.c_str());
-    }
-  }
-  return std::make_unique<CpuBackend>(n_threads, *numerics);
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
 }
 
 }  // namespace infercept

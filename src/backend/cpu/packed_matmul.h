@@ -67,7 +67,7 @@ void prepare_acts_rows(DType t, const void* acts, size_t act_row_bytes, int64_t 
 // in a ninth, then a fixed tree. Bit-identical to llama.cpp's q4_1 products, which is what
 // lets greedy decoding follow llama.cpp token for token (docs/PERF.md 2), but about 2.4x the
 // instructions of `fast` where the products are compute-bound (prefill, batched decode).
-// The CPU backend takes it under INFERCEPT_CPU_NUMERICS=llama.cpp.
+// The CPU backend takes it with CpuNumerics::llama_cpp (--cpu-numerics llama.cpp).
 enum class Q4_1Order { fast, ggml };
 
 // out[a * out_stride + r] = dot(weight row r, activation row a) for r in [row_begin, row_end)

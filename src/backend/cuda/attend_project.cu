@@ -7,7 +7,7 @@
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv_pieces.cuh"
-#include "backend/cuda/switches.h"
+#include "backend/cuda/launch_mode.h"
 #include "core/check.h"
 
 namespace infercept::cuda {

@@ -5,7 +5,7 @@
 
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/cuda_util.h"
-#include "backend/cuda/switches.h"
+#include "backend/cuda/launch_mode.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
@@ -29,7 +29,7 @@ int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas) {
 
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas, int min_partition, bool balance) {
+                        int target_ctas, int min_partition) {
   CHECK(min_partition >= kTile && min_partition % kTile == 0);
   const int group = n_heads / n_kv_heads;
   CHECK(group >= 1 && group <= kMaxPairs && n_heads % n_kv_heads == 0);
@@ -48,30 +48,13 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
   }
   const int64_t base_ctas = (int64_t)tiles.size() * n_kv_heads;
   const int64_t scratch = attention_scratch_pairs(n_kv_heads, target_ctas);
-  // balance: one partition length for the whole step, so that the blocks carry about equal
-  // keys (a step's attention lasts at least as long as its longest block). Rows of equal
-  // contexts get ceil(target / tiles' blocks) parts each as without it (none once the tiles
-  // fill the chip); a long context beside short ones is cut into pieces of about the mean
-  // length. Measured (PERF 4.5h): one 2,048-token row beside 11-63 rows of 256 -11..-15%, but
-  // the paper workload's 4-7-row steps +4% (the extra blocks cost more than the balance buys),
-  // hence off by default.
   const int want =
       base_ctas > 0 ? (int)std::max<int64_t>(1, (target_ctas + base_ctas - 1) / base_ctas) : 1;
-  int partition = 0;
-  if (balance && !tiles.empty()) {
-    int64_t key_sum = 0;
-    for (const Tile& t : tiles) key_sum += t.kend;
-    const int64_t mean_keys = (key_sum + (int64_t)tiles.size() - 1) / (int64_t)tiles.size();
-    partition = (int)std::max<int64_t>(min_partition, (mean_keys + want - 1) / want + kTile - 1) /
-                kTile * kTile;
-  }
   for (const Tile& t : tiles) {
     const int pairs = t.nrows * group;
     int parts = 1;
     if (pairs <= kSplitMaxPairs) {
-      if (balance)
-        parts = std::max(1, (t.kend + partition - 1) / partition);
-      else if (base_ctas < target_ctas)  // the default: ceil(target / blocks) parts a row
+      if (base_ctas < target_ctas)  // ceil(target / blocks) parts a row
         parts = std::clamp((t.kend + min_partition - 1) / min_partition, 1, want);
       const int64_t need = (int64_t)parts * t.nrows * n_heads;
       if (parts > 1 && plan.partial_pairs + need > scratch) parts = 1;
@@ -262,7 +245,7 @@ __device__ void combine_decode_row(const AttnArgs& a, const AttnCombine& c, int 
 // stages made L2 serve every KV sector twice (47% of them hits, where the blocks took the
 // 228 KB shared split) and the kernel ran at 3.1 TB/s instead of 4.0 on the H200 at batch 32
 // (PERF 4.5u; the cause inside the memory system is not known, the layout is what was
-// measured). attend_project, decode_rope_kernel and gemv_bulk keep the same layout.
+// measured). attend_project and decode_rope_kernel keep the same layout.
 template <typename KV, int HD, int GMAX, int W>
 struct DecodeKernelSmem {
   static constexpr size_t kQs = DecodeStage<KV, HD, W>::kBytes;           // float [GMAX][HD]
@@ -274,18 +257,6 @@ struct DecodeKernelSmem {
 template <typename T, typename KV, int HD, int GMAX, int W>
 __global__ void __launch_bounds__(32 * W) decode_kernel(AttnArgs a) {
   pdl_launch_dependents();  // the output projection (a GEMV at batch 1) may start its loads
-  if (a.prefetch != nullptr) {
-    // This block's share of the next product's weight, into L2 (kept over streaming lines):
-    // the kernel is latency-bound at a small batch and leaves most of the bandwidth idle.
-    const int64_t lines = (a.prefetch_bytes + 127) / 128;
-    const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
-    const int64_t per = (lines + blocks - 1) / blocks;
-    const int64_t first = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * per;
-    const int64_t end = min(lines, first + per);
-    const char* base = static_cast<const char*>(a.prefetch);
-    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x)
-      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + i * 128));
-  }
   using Stage = DecodeStage<KV, HD, W>;
   constexpr int kWarps = Stage::kWarps, kPer = HD / 32;
   using Smem = DecodeKernelSmem<KV, HD, GMAX, W>;
@@ -294,10 +265,6 @@ __global__ void __launch_bounds__(32 * W) decode_kernel(AttnArgs a) {
   auto qs = reinterpret_cast<float(*)[HD]>(smem + Smem::kQs);
   float* wml = reinterpret_cast<float*>(smem + Smem::kWml);
   int& ticket = *reinterpret_cast<int*>(smem + Smem::kTicket);
-  if (a.lab_mode == 1) {
-    pdl_wait();
-    return;
-  }
   // Without prewait everything waits for the previous kernel (a no-op when not launched as
   // its programmatic dependent).
   if (!a.prewait) pdl_wait();
@@ -321,19 +288,6 @@ __global__ void __launch_bounds__(32 * W) decode_kernel(AttnArgs a) {
     first_issued = true;
   }
   pdl_wait();
-  if (a.lab_mode == 2) {
-    cp_async_wait<0>();
-    return;
-  }
-  if (a.lab_mode == 5) {
-    for (int c0 = first_c0; c0 < it.kend; c0 += Stage::kWarps * 32) {
-      if (c0 != first_c0 || !first_issued)
-        issue_decode_chunk<KV, HD>(a, bt, kvh, it.kend, c0, my_stage);
-      cp_async_wait<0>();
-      __syncwarp();
-    }
-    return;
-  }
   const T* q = static_cast<const T*>(a.q) + (int64_t)it.row0 * a.q_stride + kvh * group * HD;
   for (int i = threadIdx.x; i < GMAX * HD; i += blockDim.x)
     qs[i / HD][i % HD] = i / HD < group ? to_f32(q[i]) * a.scale : 0.0f;
@@ -356,7 +310,7 @@ __global__ void __launch_bounds__(32 * W) decode_kernel(AttnArgs a) {
                                            }
                                          }
                                        });
-  if (it.combine < 0 || a.lab_mode == 3) return;
+  if (it.combine < 0) return;
   // Split row: publish this partition's state, then count it in; the partition that counts
   // last sees every other's state (fence before the count, L2 reads after) and merges them.
   // It resets the counter, so the counters are zero again for the next launch (and graph).
@@ -432,10 +386,11 @@ void launch_decode_warps(const AttnArgs& a, dim3 grid, cudaStream_t s) {
                 a.prewait != 0 && programmatic_launch(), a);
 }
 
-// AttnArgs::decode_warps: 4 (three blocks a multiprocessor) or 6 (two).
+// Four warps a block, three blocks a multiprocessor. Six warps (two blocks) were 7-13% faster
+// at batch 32-128 while the kernel's small arrays were static shared memory and are as fast
+// as four since they follow the stages (DecodeKernelSmem).
 template <typename T, typename KV, int HD, int GMAX>
 void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
-  if (a.decode_warps == 6) return launch_decode_warps<T, KV, HD, GMAX, 6>(a, grid, s);
   launch_decode_warps<T, KV, HD, GMAX, 4>(a, grid, s);
 }
 

@@ -38,15 +38,15 @@ struct AttnPlan {
 };
 
 // Splits a step; `target_ctas` is about how many blocks fill the chip. A row split across
-// its context gets partitions of at least `min_partition` keys (a multiple of 32). With
-// `balance`, one partition length for the step (about the mean keys over the share of the
-// chip each row gets), so a long row beside short ones is cut to their length; without, the
-// rows are split only while they leave the chip idle, each into the same number of parts.
+// its context gets partitions of at least `min_partition` keys (a multiple of 32). Rows are
+// split only while they leave the chip idle, each into the same number of parts: one
+// partition length for the whole step (a long row cut to the length of the short ones beside
+// it) won on lopsided batches but lost 4% on the paper workload's steps
+// (docs/DESIGN.md, "The CUDA backend").
 constexpr int kAttnMinPartition = 128;
 AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_t> q_len,
                         std::span<const int32_t> ctx_len, int n_heads, int n_kv_heads,
-                        int target_ctas, int min_partition = kAttnMinPartition,
-                        bool balance = false);
+                        int target_ctas, int min_partition = kAttnMinPartition);
 // Scratch floats the partials of any plan need, for these head counts. A plan's decode
 // combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
@@ -72,10 +72,6 @@ struct AttnArgs {
   float scale;
   float* partial_acc;  // [pairs, head_dim]
   float* partial_ml;   // [pairs, 2]
-  // Bytes the decode kernel's blocks ask L2 to fetch while they run (the next product's
-  // weight, Backend::prefetch_hint), or null.
-  const void* prefetch;
-  int64_t prefetch_bytes;
   // 1: the decode kernel is launched as a programmatic dependent of the kernel before it (the
   // RoPE + KV store, or the Q/K/V product that does it) and issues its first chunk's loads
   // before waiting for it, where that chunk
@@ -83,18 +79,6 @@ struct AttnArgs {
   // tables and context lengths were on the device before that kernel started (no upload and
   // no swap wait enqueued by this call) and the step is decode rows alone.
   int prewait;
-  // INFERCEPT_LAB_ATTN (a timing experiment that breaks the output; 0 otherwise): the decode
-  // kernel stops early: 1 right after waiting for the kernel before, 2 once its first
-  // chunk's loads are in, 3 before the cross-block merge of split rows. decode_rope_attention
-  // stops 1 after its wait, 4 after rotating q and storing the new key, 2 after its chunks'
-  // math, 3 before the cluster's merge. 5: the decode kernel loads all its chunks, one after
-  // another as it does, and computes nothing (its memory traffic alone, PERF 4.5t).
-  int lab_mode;
-  // The decode kernel's warps a block: 4 (the default; three blocks a multiprocessor) or 6
-  // (two blocks, as many warps; INFERCEPT_ATTN_DECODE_WARPS=6). Six warps were 7-13% faster
-  // at batch 32-128 while the kernel's small arrays were static shared memory (PERF 4.5t-u)
-  // and are as fast as four since they follow the stages (DecodeKernelSmem).
-  int decode_warps;
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 

@@ -5,14 +5,9 @@
 // idle. The split partials of both share one scratch: the paged kernels' first, the
 // tensor-core tiles' after them.
 //
-// Ablation switches, read once (docs/PERF.md 4.5f, 4.5g): INFERCEPT_ATTN_CTAS_PER_SM (blocks
-// that count as filling the chip for the paged kernels, 2), INFERCEPT_ATTN_MIN_PARTITION (the
-// fewest keys of a split decode row's partition, 128, a multiple of 32),
-// INFERCEPT_PREFILL_MIN_Q (the fewest rows of a sequence that take the tensor-core kernel, 2;
-// 64 before session 8), INFERCEPT_PREFILL_SPLIT=0 (never split its tiles) and
-// INFERCEPT_ATTN_BALANCE=1 (decode rows split to one partition length for the step instead
-// of equal part counts: faster on a long row beside many short ones, slower on the paper
-// workload's steps of 4-7 rows, so off by default: PERF 4.5h).
+// The paged kernels count 2 blocks a multiprocessor as filling the chip and split a decode
+// row into partitions of at least kAttnMinPartition keys; sequences of kPrefillMinQLen rows
+// and more take the tensor-core kernel (docs/DESIGN.md, "The CUDA backend").
 #pragma once
 
 #include <cstdint>
@@ -34,12 +29,12 @@ struct StepAttentionPlan {
 class AttentionPlanner {
  public:
   AttentionPlanner() = default;  // placeholder until the device is known
-  // `multiprocessors`: the device's SM count; the switches above are read here.
+  // `multiprocessors`: the device's SM count.
   explicit AttentionPlanner(int multiprocessors);
 
   // Blocks that fill the chip for the paged kernels.
   int target_ctas() const { return target_ctas_; }
-  // The fewest keys a split row's partition gets (INFERCEPT_ATTN_MIN_PARTITION).
+  // The fewest keys a split row's partition gets.
   int min_partition() const { return min_partition_; }
   // Partial (row, head) pairs any step's plan may need on a pool with `n_kv_heads`.
   int64_t scratch_pairs(int n_kv_heads) const;
@@ -57,9 +52,6 @@ class AttentionPlanner {
   int multiprocessors_ = 132;
   int target_ctas_ = 264;
   int min_partition_ = kAttnMinPartition;
-  int prefill_min_q_ = kPrefillMinQLen;
-  bool prefill_split_ = true;
-  bool balance_ = false;
   std::vector<std::pair<int, int>> prefill_targets_;  // (head size and types, blocks)
 };
 

@@ -12,29 +12,26 @@ Status CudaBackend::init() {
   gemm_ = std::make_unique<cuda::Gemm>();
   TRY(cuda::make_staging(step_, 16u << 20, compute_));
   TRY(cuda::make_staging(block_copy_idx_, 4u << 20, compute_));
-  TRY(swap_.init(device_, props_.multiProcessorCount));
+  TRY(swap_.init(device_));
   attn_planner_ = cuda::AttentionPlanner(props_.multiProcessorCount);
   TRY(sample_io_.init(compute_));
-  sw_ = cuda::BackendSwitches::from_env(props_.major);
-  graphs_on_ = graphs_on_ && sw_.graphs;
-  cuda::set_programmatic_launch(sw_.programmatic);
-  // prefetch_hint's budget: at most 60% of L2, the rest stays for the KV the attention streams.
-  if (sw_.l2_prefetch) l2_prefetch_bytes_ = (int64_t)props_.l2CacheSize * 6 / 10;
-  if (sw_.attn_fused) max_parts_ = cuda::decode_rope_max_parts();
-  if (max_parts_ > 0 && sw_.attn_signal) {
+  opt_.programmatic = opt_.programmatic && props_.major >= 9;
+  opt_.attn_fused = opt_.attn_fused && props_.major >= 9;
+  opt_.gemv_max_rows = std::clamp(opt_.gemv_max_rows, 0, cuda::kGemvMaxRows);
+  opt_.gemv_mma_max_rows = std::clamp(opt_.gemv_mma_max_rows, 0, cuda::kGemvMmaMaxRows);
+  opt_.attn_group_split = std::clamp(opt_.attn_group_split, 0, 8);
+  cuda::set_programmatic_launch(opt_.programmatic);
+  if (opt_.attn_fused) max_parts_ = cuda::decode_rope_max_parts();
+  if (max_parts_ > 0 && opt_.attn_signal) {
     const size_t bytes = (size_t)(kSignalLayers * kSignalHeads * 2) * sizeof(int);
     signal_counters_ = static_cast<int*>(device_alloc(bytes));
     CUDA_CHECK(cudaMemset(signal_counters_, 0, bytes));
   }
-  if (max_parts_ > 0 && sw_.attn_project) {
+  if (max_parts_ > 0 && opt_.attn_project) {
     const size_t bytes = (size_t)(kSignalLayers * cuda::kAttendProjectCounters) * sizeof(int);
     project_counters_ = static_cast<int*>(device_alloc(bytes));
     CUDA_CHECK(cudaMemset(project_counters_, 0, bytes));
   }
-  if (sw_.lab_omit != 0 || sw_.lab_attn != 0)
-    std::fprintf(stderr,
-                 "infercept: INFERCEPT_LAB_OMIT or _ATTN is set: some ops do not run and the "
-                 "model's outputs are wrong (a timing experiment)\n");
   return ok_status();
 }
 
@@ -135,12 +132,6 @@ void CudaBackend::begin_step(bool replayable) {
     pass_ = Pass::capture;
     // Relaxed: the swap bookkeeping queries events while this thread captures.
     CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed));
-    // One upload node for the whole step (INFERCEPT_GRAPH_ONE_UPLOAD=1): the probe before
-    // a capture or replay has staged every host array at the offsets the ops will use, so
-    // the graph's first node can copy them all; upload() then adds no node of its own.
-    if (sw_.one_upload && probe_staged_ > 0)
-      sample_io_.small_copy()(step_.dev, step_.host_dev, step_.host, probe_staged_,
-                              cudaMemcpyHostToDevice, compute_);
   } else {
     pass_ = next;  // probe, or eager after a probe that found nothing to replay
   }
@@ -167,15 +158,12 @@ bool CudaBackend::end_step() {
       }
       next_pass_ = graphs_.worth_recording(sig_) ? Pass::capture : Pass::eager;
       probe_sig_ = sig_;
-      probe_staged_ = step_.used;
       return false;
     }
     case Pass::capture: {
       cudaGraph_t graph = nullptr;
       CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
       CHECK_MSG(sig_ == probe_sig_, "a step's launches changed between its probe and its capture");
-      // The one upload node copied the probe's staged range: the capture staged the same.
-      if (sw_.one_upload) CHECK(step_.used == probe_staged_);
       cudaGraphExec_t exec = graphs_.add(sig_, graph, step_no_, compute_);
       CUDA_CHECK(cudaGraphDestroy(graph));
       CUDA_CHECK(cudaGraphLaunch(exec, compute_));
@@ -238,10 +226,8 @@ const void* CudaBackend::upload(const void* src, size_t bytes, cudaStream_t st) 
   std::memcpy(step_.host + off, src, bytes);
   step_.used = off + bytes;
   if (skip_launch(11, off, bytes)) return step_.dev + off;  // a replayed graph copies it
-  if (pass_ == Pass::capture && sw_.one_upload) return step_.dev + off;  // the first node does
   // Through the SMs by default: never behind a swap copy on a copy engine (sample_io.h).
-  sample_io_.small_copy()(step_.dev + off, step_.host_dev + off, step_.host + off, bytes,
-                          cudaMemcpyHostToDevice, st);
+  sample_io_.small_copy()(step_.dev + off, step_.host_dev + off, bytes, st);
   // In a capture the copy is a graph node; end_step records `done` after the launch.
   if (pass_ != Pass::capture) CUDA_CHECK(cudaEventRecord(step_.done, st));
   return step_.dev + off;
@@ -306,16 +292,16 @@ void CudaBackend::set_segment(cuda::GemvSegment& g, const void* w, const void* w
 // The GEMV kernel up to gemv_max_rows, the tensor-core form beyond up to gemv_mma_max_rows;
 // false: cuBLASLt (and, for a group op, the composed ops).
 bool CudaBackend::gemv_takes(const cuda::GemvArgs& a) const {
-  if (a.n <= sw_.gemv_max_rows) return cuda::gemv_fits(a);
-  return a.n <= sw_.gemv_mma_max_rows && cuda::gemv_mma_fits(a);
+  if (a.n <= opt_.gemv_max_rows) return cuda::gemv_fits(a);
+  return a.n <= opt_.gemv_mma_max_rows && cuda::gemv_mma_fits(a);
 }
 
 bool CudaBackend::fused_fits(const cuda::GemvArgs& a) const {
-  return sw_.fused && gemv_takes(a);
+  return opt_.fused && gemv_takes(a);
 }
 
 void CudaBackend::run_gemv(const cuda::GemvArgs& a) {
-  if (a.n <= sw_.gemv_max_rows)
+  if (a.n <= opt_.gemv_max_rows)
     cuda::gemv(a, compute_);
   else
     cuda::gemv_mma(a, compute_);
@@ -406,7 +392,7 @@ void CudaBackend::run_rope(Tensor q, Tensor k, const Tensor& v, std::span<const 
   CHECK((int64_t)positions.size() == q.rows && q.rows == k.rows);
   if (kv != nullptr) CHECK((int64_t)slots.size() == k.rows);
   const cuda::RopeStoreArgs a = rope_args(q, k, v, positions, p, kv, layer, slots);
-  if (skip_launch(9, bytes_of(a)) || omitted(Sw::kOmitRope)) return;
+  if (skip_launch(9, bytes_of(a))) return;
   cuda::rope_store_kv(a, compute_);
 }
 
@@ -438,7 +424,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (options.device < 0 || options.device >= count)
     return make_error("CUDA device ", std::to_string(options.device), " does not exist (",
                       std::to_string(count), " found)");
-  auto b = std::make_unique<CudaBackend>(options.device, options.activation_dtype, options.graphs);
+  auto b = std::make_unique<CudaBackend>(options);
   TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
 }

@@ -37,17 +37,18 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_prefill.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/decode_rope_attention.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_storage.h"
+#include "backend/cuda/launch_mode.h"
 #include "backend/cuda/sample_io.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_graphs.h"
 #include "backend/cuda/swap_engine.h"
-#include "backend/cuda/switches.h"
 #include "backend/cuda/weight_upload.h"
 #include "core/check.h"
 #include "core/half.h"
@@ -74,8 +75,8 @@ inline constexpr int64_t kSignalLayers = 256, kSignalHeads = 128;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType act, bool graphs)
-      : device_(device), act_(act), graphs_on_(graphs) {}
+  explicit CudaBackend(const CudaBackendOptions& o)
+      : device_(o.device), act_(o.activation_dtype), graphs_on_(o.graphs), opt_(o) {}
 
   Status init();
 
@@ -123,11 +124,6 @@ class CudaBackend final : public Backend {
   void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
                     std::span<const Projection> projections) override;
 
-  void norm_project_rope_store(const Tensor& x, const Weight& norm, float eps, Tensor h,
-                               std::span<const Projection> qkv, std::span<const int32_t> positions,
-                               const RopeParams& p, KvStorage& kv, int64_t layer,
-                               std::span<const int32_t> slots) override;
-
   void self_attention(const Tensor& x, const Weight& norm, float eps, Tensor h,
                       std::span<const Projection> qkv, std::span<const int32_t> positions,
                       const RopeParams& p, KvStorage& kv, int64_t layer,
@@ -154,8 +150,6 @@ class CudaBackend final : public Backend {
   void rope_store_kv(Tensor q, Tensor k, const Tensor& v, std::span<const int32_t> positions,
                      const RopeParams& p, KvStorage& kv, int64_t layer,
                      std::span<const int32_t> slots) override;
-
-  void prefetch_hint(const Weight& w) override;
 
   void attention(const Tensor& q, const KvStorage& kv, int64_t layer, const AttentionBatch& b,
                  int64_t n_heads, float scale, Tensor out) override;
@@ -221,7 +215,7 @@ class CudaBackend final : public Backend {
   static void set_segment(cuda::GemvSegment& g, const void* w, const void* w2, const float* bias,
                           const Tensor& out, int64_t m);
   bool gemv_takes(const cuda::GemvArgs& a) const;
-  bool fused_fits(const cuda::GemvArgs& a) const;  // gemv_takes, unless INFERCEPT_FUSED=0
+  bool fused_fits(const cuda::GemvArgs& a) const;  // gemv_takes, with opt_.fused
   void run_gemv(const cuda::GemvArgs& a);          // a product gemv_takes() took
 
   cuda::AttnArgs attn_geometry(const Tensor& q, const CudaKvStorage& s, int64_t layer,
@@ -229,10 +223,6 @@ class CudaBackend final : public Backend {
   cuda::AttnArgs attn_args(const Tensor& q, const CudaKvStorage& s, int64_t layer,
                            const Tensor& out, const AttentionBatch& b, int64_t n_heads,
                            float scale);
-
-  // INFERCEPT_LAB_OMIT (BackendSwitches::lab_omit): this op launches nothing.
-  using Sw = cuda::BackendSwitches;
-  bool omitted(unsigned op) const { return (sw_.lab_omit & op) != 0; }
 
   // Appends an op's launch parameters to the step's signature while recording (probe or
   // capture) and says whether to skip the launch (the probe launches nothing).
@@ -273,14 +263,11 @@ class CudaBackend final : public Backend {
   bool step_needs_wait_ = false;
   cuda::StepGraphCache graphs_;
   int64_t graph_replays_ = 0, graph_captures_ = 0;
-  cuda::BackendSwitches sw_;
-  // prefetch_hint: the most bytes a decode attention asks L2 to fetch (0: off), and the hint
-  // the next attention() takes (cleared by it).
-  int64_t l2_prefetch_bytes_ = 0;
+  // As made, with programmatic and attn_fused cleared below sm_90 and the row bounds clamped
+  // to what the kernels take (init).
+  CudaBackendOptions opt_;
   // The largest cluster decode_rope_attention may form here (0: the fused path is off).
   int max_parts_ = 0;
-  size_t probe_staged_ = 0;  // staging bytes of the last probe that led to a capture
-  Weight hint_{};
   cudaDeviceProp props_{};
   cudaStream_t compute_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;

@@ -78,7 +78,7 @@ bool CudaBackend::launch_norm_project(const Tensor& x, const Weight& norm, float
   a.signal.q_rows = signal.q_rows;
   a.signal.kv_rows = signal.kv_rows;
   if (!fits || !fused_fits(a)) return false;
-  if (skip_launch(16, bytes_of(a)) || omitted(Sw::kOmitQkv)) return true;  // 11: an upload's
+  if (skip_launch(16, bytes_of(a))) return true;  // 11: an upload's
   run_gemv(a);
   return true;
 }
@@ -102,54 +102,6 @@ int* CudaBackend::project_qkv_signalled(const Tensor& x, const Weight& norm, flo
   return nullptr;
 }
 
-// With INFERCEPT_GEMV_ROPE=1 (off until measured on the device) and 1-2 rows: Q, K and V,
-// RoPE and the store in one GEMV launch (GemvEpilogue::rope_store), one kernel a layer less
-// on the path from the norm to the attention. Otherwise the two group ops.
-void CudaBackend::norm_project_rope_store(const Tensor& x, const Weight& norm, float eps, Tensor h,
-                                          std::span<const Projection> qkv,
-                                          std::span<const int32_t> positions, const RopeParams& p,
-                                          KvStorage& kv, int64_t layer,
-                                          std::span<const int32_t> slots) {
-  CHECK(qkv.size() == 3);
-  auto composed = [&] {
-    CHECK_MSG(!sw_.rope_fold_required, "INFERCEPT_GEMV_ROPE=require: a step the fold cannot take");
-    Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
-  };
-  if (!sw_.rope_fold)
-    return Backend::norm_project_rope_store(x, norm, eps, h, qkv, positions, p, kv, layer, slots);
-  auto& s = static_cast<CudaKvStorage&>(kv);
-  const KvGeometry& g = s.geometry();
-  bool fits = norm.dtype == DType::f32 && norm.cols == x.cols && p.rot_dim == p.head_dim &&
-              p.head_dim == g.head_dim && g.dtype == act_ && (int64_t)positions.size() == x.rows &&
-              (int64_t)slots.size() == x.rows;
-  for (const Projection& pr : qkv) {
-    CHECK(pr.w->cols == x.cols && pr.out.cols == pr.w->rows && pr.out.rows == x.rows);
-    fits = fits && (pr.bias == nullptr || !pr.bias->present()) && pr.w->dtype == act_ &&
-           pr.out.dtype == act_;
-  }
-  if (!fits) return composed();
-  cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::rope_store);
-  a.norm = static_cast<const float*>(norm.data);
-  a.eps = eps;
-  a.n_segments = 3;
-  for (int i = 0; i < 3; ++i)
-    set_segment(a.seg[i], qkv[i].w->data, nullptr, nullptr, qkv[i].out, qkv[i].w->rows);
-  cuda::GemvRope& r = a.rope;
-  r.positions = dev(positions);  // the composed path finds them again (dev)
-  r.slots = dev(slots);
-  r.freq_factors = freq_factors(p.freq_factors);
-  r.theta_base = p.theta_base;
-  r.head_dim = (int)p.head_dim;
-  r.neox = p.neox;
-  r.k_cache = s.k(layer);
-  r.v_cache = s.v(layer);
-  r.kv_width = (int)(g.n_kv_heads * g.head_dim);
-  if (!fused_fits(a)) return composed();
-  wait_before_store(layer, slots, g.block_size);
-  if (skip_launch(14, bytes_of(a)) || omitted(Sw::kOmitQkv)) return;
-  run_gemv(a);
-}
-
 // A step of decode rows alone (up to kFusedDecodeMaxRows, sm_90): the Q/K/V product, then
 // one decode_rope_attention launch that rotates q and the new keys, stores them and attends,
 // its partitions merged within a thread-block cluster: no RoPE store kernel and no merge
@@ -170,12 +122,12 @@ void CudaBackend::self_attention(const Tensor& x, const Weight& norm, float eps,
       attn_planner_.target_ctas(), attn_planner_.min_partition(), max_parts_);
   project_for_fused_attention(x, norm, eps, h, qkv, positions, p, kv, layer, slots, b, n_heads,
                               scale, out, parts, a, r);
-  if (skip_launch(17, bytes_of(a), bytes_of(r)) || omitted(Sw::kOmitAttn)) return;
+  if (skip_launch(17, bytes_of(a), bytes_of(r))) return;
   cuda::decode_rope_attention(a, r, (int)x.rows, compute_);
 }
 
-// Where the fused attention fits and INFERCEPT_ATTN_PROJECT is not 0: the Q/K/V product, then
-// one attend_project launch whose blocks do the attention (as decode_rope_attention, its
+// Where the fused attention fits and CudaBackendOptions::attn_project is on: the Q/K/V product,
+// then one attend_project launch whose blocks do the attention (as decode_rope_attention, its
 // partitions merged through L2) and then the output projection added into the residual
 // (PERF 4.5q). Otherwise self_attention and project_add.
 void CudaBackend::self_attention_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
@@ -193,12 +145,11 @@ void CudaBackend::self_attention_project(const Tensor& x, const Weight& norm, fl
   pa.residual = residual.data;
   pa.residual_stride = residual.stride;
   const int64_t n = x.rows;
-  // Up to two decode rows (INFERCEPT_ATTN_PROJECT_ROWS=1: one); two only where the grid
+  // Up to two decode rows; two only where the grid
   // leaves each row's groups at least kProjectMinParts partitions of one item a block
   // (llama2-7b, llama3-8b: 2-2.5% faster at batch 2; llama2-13b's 2 x 40 groups got 6
   // partitions of three chunks a warp and were 1% slower; PERF 4.5q).
-  bool fits = sw_.attn_project && sw_.fused && project_counters_ != nullptr &&
-              n <= sw_.attn_project_rows && sw_.lab_omit == 0 && sw_.lab_attn == 0 &&
+  bool fits = opt_.attn_project && opt_.fused && project_counters_ != nullptr && n <= 2 &&
               layer < kSignalLayers && wo.dtype == act_ && residual.dtype == act_ &&
               wo.cols == out.cols && residual.cols == wo.rows && residual.rows == n &&
               fused_attention_fits(x, qkv, positions, p, kv, slots, b, n_heads, out);
@@ -241,7 +192,7 @@ bool CudaBackend::fused_attention_fits(const Tensor& x, std::span<const Projecti
   const KvGeometry& g = static_cast<const CudaKvStorage&>(kv).geometry();
   const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
   const int64_t n = x.rows;
-  bool fits = sw_.attn_fused && max_parts_ > 0 && n <= kFusedDecodeMaxRows && b.n_seqs == n &&
+  bool fits = opt_.attn_fused && max_parts_ > 0 && n <= kFusedDecodeMaxRows && b.n_seqs == n &&
               (int64_t)positions.size() == n && (int64_t)slots.size() == n &&
               p.rot_dim == p.head_dim && p.head_dim == g.head_dim && q.dtype == act_ &&
               k.dtype == act_ && v.dtype == act_ &&
@@ -257,14 +208,15 @@ bool CudaBackend::fused_attention_fits(const Tensor& x, std::span<const Projecti
 // attend_project's partitions a row (attend_project_parts), for its grid of four blocks a
 // multiprocessor.
 int CudaBackend::project_parts(const AttentionBatch& b, int n_groups) const {
-  return cuda::attend_project_parts(b.ctx_len, sw_.attn_project_keys, n_groups, project_blocks());
+  return cuda::attend_project_parts(b.ctx_len, 64, n_groups, project_blocks());
 }
 
 // Blocks a KV head's query group is cut across (DecodeRopeArgs::group_split): the largest
-// divisor of the group up to INFERCEPT_ATTN_GROUP_SPLIT, by default up to half the group.
+// divisor of the group up to CudaBackendOptions::attn_group_split, by default up to half the
+// group.
 int CudaBackend::group_split(int64_t n_heads, const KvGeometry& g) const {
   const int group = (int)(n_heads / g.n_kv_heads);
-  const int split_max = sw_.attn_group_split > 0 ? sw_.attn_group_split : group / 2;
+  const int split_max = opt_.attn_group_split > 0 ? opt_.attn_group_split : group / 2;
   int split = 1;
   for (int d = 1; d <= split_max; ++d)
     if (group % d == 0) split = d;
@@ -282,12 +234,7 @@ void CudaBackend::project_for_fused_attention(
   auto& s = static_cast<CudaKvStorage&>(kv);
   const KvGeometry& g = s.geometry();
   const Tensor &q = qkv[0].out, &k = qkv[1].out, &v = qkv[2].out;
-  // (INFERCEPT_LAB_OMIT=qkv: no product, so nothing to count; =attn: counters that nobody
-  // resets, harmless in a measurement.)
-  int* ready = omitted(Sw::kOmitQkv)
-                   ? (norm_project(x, norm, eps, h, qkv), nullptr)
-                   : project_qkv_signalled(x, norm, eps, h, qkv, layer, n_heads, g);
-  hint_ = Weight{};  // the fused kernel fetches nothing ahead
+  int* ready = project_qkv_signalled(x, norm, eps, h, qkv, layer, n_heads, g);
   const bool store_waited = wait_before_store(layer, slots, g.block_size);
   const bool waited = wait_before_attention(layer, b, g.block_size);
   const size_t staged_before = step_.used;  // grows with every upload below
@@ -314,8 +261,7 @@ void CudaBackend::project_for_fused_attention(
   }
   // As for the decode kernel (attention()): the first chunk's loads may go out before the
   // Q/K/V product ends only if this call enqueued no upload and no swap wait.
-  a.prewait = sw_.attn_prewait && !waited && !store_waited && step_.used == staged_before;
-  a.lab_mode = sw_.lab_attn;
+  a.prewait = !waited && !store_waited && step_.used == staged_before;
 }
 
 void CudaBackend::norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,
@@ -330,7 +276,7 @@ void CudaBackend::norm_gated_ffn(const Tensor& x, const Weight& norm, float eps,
                     w_up.dtype == act_ && gate.dtype == act_;
   if (!fits || !fused_fits(a))
     return Backend::norm_gated_ffn(x, norm, eps, h, w_gate, w_up, gate, up);
-  if (skip_launch(12, bytes_of(a)) || omitted(Sw::kOmitGateUp)) return;
+  if (skip_launch(12, bytes_of(a))) return;
   run_gemv(a);
 }
 
@@ -339,9 +285,8 @@ void CudaBackend::project_add(const Tensor& x, const Weight& w, Tensor residual,
   CHECK(x.dtype == act_ && w.dtype == act_ && residual.dtype == act_);
   cuda::GemvArgs a = gemv_args(x, cuda::GemvEpilogue::accumulate);
   set_segment(a.seg[0], w.data, nullptr, nullptr, residual, w.rows);
-  if (!sw_.fused) return Backend::project_add(x, w, residual, scratch);
-  if (skip_launch(13, bytes_of(a)) || omitted(w.rows == w.cols ? Sw::kOmitO : Sw::kOmitDown))
-    return;
+  if (!opt_.fused) return Backend::project_add(x, w, residual, scratch);
+  if (skip_launch(13, bytes_of(a))) return;
   if (fused_fits(a))
     run_gemv(a);
   else
@@ -378,10 +323,6 @@ void CudaBackend::rope_store_kv(Tensor q, Tensor k, const Tensor& v,
   run_rope(q, k, v, positions, p, &static_cast<CudaKvStorage&>(kv), layer, slots);
 }
 
-void CudaBackend::prefetch_hint(const Weight& w) {
-  if (l2_prefetch_bytes_ > 0) hint_ = w;
-}
-
 void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
                             const AttentionBatch& b, int64_t n_heads, float scale, Tensor out) {
   const auto& s = static_cast<const CudaKvStorage&>(kv);
@@ -416,25 +357,15 @@ void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
   a.max_pairs = plan.max_pairs;
   a.partial_acc = partial_acc_;
   a.partial_ml = partial_ml_;
-  // Only a step of a few decode rows alone leaves the bandwidth idle; the hint is this
-  // attention's either way.
-  if (hint_.present() && prefill.tiles.empty() && plan.items.empty() && q.rows <= 8) {
-    a.prefetch = hint_.data;
-    a.prefetch_bytes = std::min<int64_t>(l2_prefetch_bytes_, hint_.rows * (int64_t)hint_.row_bytes);
-  }
-  hint_ = Weight{};
   // The decode kernel may read the plan, the block tables and the cached context before the
   // RoPE store ends (AttnArgs::prewait) only if none of them was put on the stream by this
   // call: then all of it was there before an earlier kernel that everything after it
-  // follows. Decode rows alone, so that the kernel before is that store (or the Q/K/V
-  // product that does it, norm_project_rope_store), which writes only this step's keys.
-  a.prewait = sw_.attn_prewait && !waited && step_.used == staged_before && plan.items.empty() &&
+  // follows. Decode rows alone, so that the kernel before is that store, which writes only
+  // this step's keys.
+  a.prewait = !waited && step_.used == staged_before && plan.items.empty() &&
               prefill.tiles.empty() && !plan.decode_items.empty();
-  a.lab_mode = sw_.lab_attn;
-  a.decode_warps = sw_.attn_decode_warps;
   if (skip_launch(8, bytes_of(a), d_prefill_tiles_, prefill.tiles.size(), d_prefill_combines_,
-                  prefill.combines.size()) ||
-      omitted(Sw::kOmitAttn))
+                  prefill.combines.size()))
     return;
   cuda::attention(a, compute_);
   if (!prefill.tiles.empty())

@@ -152,8 +152,8 @@ __device__ __forceinline__ void red_release_add(int* p, int v) {
 
 // RoPE's rotation of the pair (x0, x1) at frequency i of a head_dim-wide head at position
 // pos: theta = pos * base^(-2i/d) / freq_factors[i] (llama3's divisors, or none). The one
-// definition the RoPE store kernel and the Q/K/V GEMV's rope_store epilogue share, so the
-// fused and the unfused paths rotate alike.
+// definition the RoPE store kernels (kernels.cu) and the fused decode attention
+// (attention_decode.cuh) share, so the fused and the unfused paths rotate alike.
 // rope_angle and rope_apply are its two halves, for kernels that rotate many heads of one
 // position and compute each frequency's sine and cosine once (rope_store_vec_kernel).
 __device__ __forceinline__ void rope_angle(float pos, int i, int head_dim, float theta_base,

@@ -7,7 +7,7 @@
 
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/cuda_util.h"
-#include "backend/cuda/switches.h"
+#include "backend/cuda/launch_mode.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
@@ -74,14 +74,11 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
   } else {
     pdl_wait();  // q, k and v of this step, from the Q/K/V product
   }
-  if (a.lab_mode == 1) return;
   rotate_q_and_store_new_key<T, KV, HD, GMAX>(a, r, row, kvh, head0, heads, kbeg, kend, new_key,
                                               qs);
   __syncthreads();  // qs, and the new key in the cache before a chunk holding it is loaded
-  if (a.lab_mode == 4) return;
   decode_warp_chunks<KV, HD, GMAX>(a, bt, kvh, kend, first_c0, first_issued, qs, my_stage, m, l,
                                    acc);
-  if (a.lab_mode == 2) return;
   decode_block_state<HD, GMAX, kWarps>(stage_raw, wml, heads, m, l, acc,
                                        [&](int g, int d, float num, float den, float mx) {
                                          part_num[g][d] = num;
@@ -90,8 +87,7 @@ __global__ void __launch_bounds__(128) decode_rope_kernel(AttnArgs a, DecodeRope
                                            part_den[g] = den;
                                          }
                                        });
-  if (a.lab_mode == 3) return;  // (every block of the cluster returns: no barrier is left)
-  cluster.sync();               // every partition's state is in its shared memory
+  cluster.sync();  // every partition's state is in its shared memory
   // Each block merges its share of the row's outputs over all partitions (as
   // combine_decode_row does), reading the others' shared memory; loads before any use.
   constexpr int kMax = kDecodeClusterMaxParts;

@@ -1,9 +1,6 @@
 #include "backend/cuda/gemm.h"
 
-#include <bit>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "core/check.h"
@@ -36,10 +33,6 @@ cudaDataType_t cuda_type(DType t) {
 }  // namespace
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
-  // Off by default until measured (docs/PERF.md 4.5j): buckets of a power of two removed the
-  // first sights' cost but made some row counts slower for good (304 rows +37%).
-  if (const char* b = std::getenv("INFERCEPT_GEMM_BUCKETS"); b != nullptr && std::string(b) == "1")
-    buckets_ = true;
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -75,17 +68,6 @@ void Gemm::destroy_descriptors(Plan& p) {
   cublasLtMatmulDescDestroy(p.desc);
 }
 
-int64_t gemm_row_bucket(int64_t n) {
-  // Up to 16 rows each count is its own bucket; above, eight buckets per doubling: n rounded
-  // up to a multiple of 2^(bit_width(n - 1) - 4), i.e. at most 1/8 more rows than asked (257-512
-  // in steps of 32, 129-256 of 16, ...). Power-of-two buckets (one per doubling) were measured
-  // on the H200: the algorithm cuBLASLt picks for 512 rows ran 304 rows in 14.1 ms against
-  // 10.2 with the one picked for 304.
-  if (n <= 16) return n;
-  const int64_t step = (int64_t)1 << (std::bit_width((uint64_t)(n - 1)) - 4);
-  return (n + step - 1) / step * step;
-}
-
 bool Gemm::heuristic(const Plan& p, cublasLtMatmulAlgo_t* algo) const {
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -104,36 +86,8 @@ bool Gemm::heuristic(const Plan& p, cublasLtMatmulAlgo_t* algo) const {
 const Gemm::Plan& Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const int64_t n = std::get<0>(key);
   Plan p = descriptors(key);
-  bool have = false;
-  const int64_t nb = gemm_row_bucket(n);
-  if (buckets_ && nb != n) {
-    // The bucket's algorithm, asked for once with the bucket's row count; used here if it
-    // supports this row count within the workspace (cublasLtMatmulAlgoCheck).
-    Key bkey = key;
-    std::get<0>(bkey) = nb;
-    auto b = bucket_algos_.find(bkey);
-    if (b == bucket_algos_.end()) {
-      Plan bp = descriptors(bkey);
-      cublasLtMatmulAlgo_t algo{};
-      if (heuristic(bp, &algo)) b = bucket_algos_.emplace(bkey, algo).first;
-      destroy_descriptors(bp);
-    }
-    if (b != bucket_algos_.end()) {
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &b->second, &check) ==
-              CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= workspace_bytes_) {
-        p.algo = b->second;
-        have = true;
-      }
-    }
-  }
-  if (!have) {
-    CHECK_MSG(heuristic(p, &p.algo), "cuBLASLt found no algorithm for a GEMM shape");
-    if (buckets_ && nb == n) bucket_algos_.emplace(key, p.algo);  // n is its bucket's count
-  }
+  CHECK_MSG(heuristic(p, &p.algo), "cuBLASLt found no algorithm for a GEMM shape");
   return plans_.emplace(key, p).first->second;
 }
 

@@ -3,9 +3,9 @@
 // shape, so a step does no cuBLASLt set-up work after its first occurrence. A step of a row
 // count not seen before pays cuBLASLt's heuristic and, when that picks a kernel not used yet,
 // its module's lazy load: +2-4.5 ms a first sight on the H200 (docs/PERF.md 4.5j), and an
-// agent workload's chunks meet hundreds of row counts. With INFERCEPT_GEMM_BUCKETS=1 the
-// heuristic is asked once per bucket of row counts (gemm_row_bucket) and its algorithm reused
-// for the bucket's other counts where cuBLASLt accepts it; off by default until measured.
+// agent workload's chunks meet hundreds of row counts. Sharing one algorithm per bucket of
+// row counts (a power of two each) removed the first sights' cost but made some row counts
+// slower for good (304 rows +37% on the H200), so every count gets its own.
 #pragma once
 
 #include <cublasLt.h>
@@ -18,10 +18,6 @@
 #include "core/dtype.h"
 
 namespace infercept::cuda {
-
-// The row count whose algorithm serves `n` rows under INFERCEPT_GEMM_BUCKETS=1: n itself up
-// to 16, above that n rounded up to one of eight buckets per doubling.
-int64_t gemm_row_bucket(int64_t n);
 
 class Gemm {
  public:
@@ -52,9 +48,7 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  bool buckets_ = false;  // INFERCEPT_GEMM_BUCKETS=1
   std::map<Key, Plan> plans_;
-  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;  // by the key with n rounded up
 };
 
 }  // namespace infercept::cuda

@@ -1,13 +1,10 @@
 #include "backend/cuda/gemv.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv_pieces.cuh"
-#include "backend/cuda/switches.h"
+#include "backend/cuda/launch_mode.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
@@ -17,57 +14,11 @@ constexpr int kWarps = 8;  // per block; one output feature per warp
 // The fused forms (norm prologue, accumulate, gated) serve decode at batch 1-2: fewer row
 // counts keep the number of kernel instances (and the build time) down.
 constexpr int kFusedMaxRows = 4;
-// The Q/K/V + RoPE + store form: decode at batch 1-2.
-constexpr int kRopeMaxRows = 2;
 // Normalized input rows live in shared memory: at most this much a block.
 constexpr size_t kMaxStagedBytes = 96u << 10;
 
 // Unnormalized input rows staged in shared memory (KernelArgs::stage_x) up to this size.
 constexpr size_t kMaxStagedX = 48u << 10;
-
-// INFERCEPT_GEMV_STAGE_X=0 and INFERCEPT_GEMV_PRELOAD=0 turn off KernelArgs::stage_x and
-// ::preload (read once).
-bool gemv_stage_x() {
-  static const bool v = env_switch("INFERCEPT_GEMV_STAGE_X", true);
-  return v;
-}
-bool gemv_preload() {
-  static const bool v = env_switch("INFERCEPT_GEMV_PRELOAD", true);
-  return v;
-}
-
-// INFERCEPT_GEMV_BULK: which epilogues take gemv_bulk at one input row: a list of "store",
-// "gated", "accumulate", or "1" (all); unset or "0", none. Off: in the engine's batch-1 steps
-// only the gated form (the FFN's gate/up, the layer's largest product) gained, 2.3-2.9% on the
-// 7B, and it lost 1.2% on the 13B, while Q/K/V (+2.4%), the down projection (+3.3%) and all
-// of them (+5.8%) got slower on the 7B: a bulk block (136 KB of ring) cannot become resident
-// beside the GEMV blocks before it, which hold the whole register file, so it loses the
-// overlap a programmatic launch gives (docs/PERF.md 4.5n). INFERCEPT_GEMV_BULK_MIN_K raises
-// the smallest k that takes it (kGemvBulkMinK).
-bool gemv_bulk_on(const GemvArgs& a) {
-  static const int mask = [] {
-    const char* v = std::getenv("INFERCEPT_GEMV_BULK");
-    if (v == nullptr || std::strcmp(v, "0") == 0) return 0;
-    if (std::strcmp(v, "1") == 0) return 7;
-    const std::string s = v;
-    return (s.find("store") != std::string::npos ? 1 : 0) |
-           (s.find("gated") != std::string::npos ? 2 : 0) |
-           (s.find("accumulate") != std::string::npos ? 4 : 0);
-  }();
-  static const int min_k = [] {
-    const char* v = std::getenv("INFERCEPT_GEMV_BULK_MIN_K");
-    return v != nullptr ? std::max(kGemvBulkMinK, std::atoi(v)) : kGemvBulkMinK;
-  }();
-  const int bit = a.epilogue == GemvEpilogue::store        ? 1
-                  : a.epilogue == GemvEpilogue::gated      ? 2
-                  : a.epilogue == GemvEpilogue::accumulate ? 4
-                                                           : 0;
-  return (mask & bit) != 0 && a.k >= min_k;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 
 struct KernelArgs {
   const void* x;
@@ -78,53 +29,16 @@ struct KernelArgs {
   UnitSegment seg[kGemvMaxSegments];  // units: virtual blocks of kWarps rows
   int n_segments;
   int total_blocks;  // virtual blocks of kWarps features over all segments
-  // 1 (the default): each warp loads its first round of weights into registers before
-  // waiting for the previous kernel; 0 (INFERCEPT_GEMV_PRELOAD=0): it only asks L2 for part
-  // of them (docs/PERF.md 4.5k: the preload took a batch-1 step from 4.52 to 4.20 ms).
-  int preload;
-  // 1 (the default, where they fit kMaxStagedX): the input rows of an unnormalized product
-  // are copied to shared memory once per block (as the normalized ones are) instead of every
-  // warp reading them from L1/L2 beside its weights; the O and down projections at batch 1
-  // took 3% of the step less (docs/PERF.md 4.5k). INFERCEPT_GEMV_STAGE_X=0: the old way.
+  // 1 where they fit kMaxStagedX: the input rows of an unnormalized product are copied to
+  // shared memory once per block (as the normalized ones are) instead of every warp reading
+  // them from L1/L2 beside its weights; the O and down projections at batch 1 took 3% of the
+  // step less.
   int stage_x;
-  GemvRope rope;  // rope_store only
   // GemvHeadSignal: null, or the KV heads' counters; the virtual blocks then go head by head,
   // head_vbs_q of Q rows, then head_vbs_kv of K and of V rows each.
   int* ready;
   int head_vbs_q, head_vbs_kv;
 };
-
-// The features RoPE rotates together, for pair p of a projection: in head h = p / (hd/2),
-// frequency i = p % (hd/2), features (i, i + hd/2) (neox) or (2i, 2i + 1).
-__device__ __forceinline__ int rope_first(const GemvRope& r, int p) {
-  const int half = r.head_dim / 2, h = p / half, i = p % half;
-  return h * r.head_dim + (r.neox ? i : 2 * i);
-}
-__device__ __forceinline__ int rope_second(const GemvRope& r, int first) {
-  return first + (r.neox ? r.head_dim / 2 : 1);
-}
-
-// The rope_store epilogue of pair p of segment seg (0 Q, 1 K, 2 V) for input row `row`:
-// the two products rounded to T (as the unfused GEMV stores them), rotated as
-// rope_store_kernel (kernels.cu) rotates them (Q and K; rope_rotate), written to the row's
-// output and, for K and V, to its cache slot.
-template <typename T>
-__device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, float v1, float v2,
-                                T* out_row) {
-  const int f1 = rope_first(r, p), f2 = rope_second(r, f1);
-  float x0 = to_f32(from_f32<T>(v1)), x1 = to_f32(from_f32<T>(v2));
-  if (seg != 2)
-    rope_rotate((float)r.positions[row], p % (r.head_dim / 2), r.head_dim, r.theta_base,
-                r.freq_factors, x0, x1, x0, x1);
-  const T y0 = from_f32<T>(x0), y1 = from_f32<T>(x1);
-  out_row[f1] = y0;
-  out_row[f2] = y1;
-  if (seg >= 1) {
-    T* c = static_cast<T*>(seg == 1 ? r.k_cache : r.v_cache) + (int64_t)r.slots[row] * r.kv_width;
-    c[f1] = y0;
-    c[f2] = y1;
-  }
-}
 
 // One warp per output feature (per pair of features when gated): its lanes stream the weight
 // row in 16-byte pieces, several in flight per lane, and keep one f32 sum per input row; a
@@ -133,10 +47,10 @@ __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, floa
 // The warp walks its rows (virtual blocks b, b + gridDim.x, ...) as one flat sequence of
 // rounds of kUnroll loads per lane, each issued whole and consumed whole. The next row's first
 // round goes out before the finished row's butterfly and store, and the block's very first
-// round before pdl_wait() (unless INFERCEPT_GEMV_PRELOAD=0): weights do not depend on the
-// previous kernel, so a block that becomes resident while that kernel drains has its first
-// weights in registers by the time its input is ready. The rounds of a row are counted for the
-// whole warp (ceil(k / 8 / (32 kUnroll))), so every lane reaches the butterfly together.
+// round before pdl_wait() (4.52 -> 4.20 ms a batch-1 step on the H200): weights do not depend
+// on the previous kernel, so a block that becomes resident while that kernel drains has its
+// first weights in registers by the time its input is ready. The rounds of a row are counted for
+// the whole warp (ceil(k / 8 / (32 kUnroll))), so every lane reaches the butterfly together.
 // (Rounds of half the size pipelined two deep, the next issued as soon as one is consumed,
 // measured the same at batch 1 and 1% slower at batch 2: docs/PERF.md 4.5k.)
 //
@@ -144,9 +58,8 @@ __device__ void rope_store_pair(const GemvRope& r, int seg, int p, int row, floa
 // thread (the norm + Q/K/V form took 70 unbounded, i.e. three blocks, and ran slower).
 template <typename T, typename OutT, int NR, bool kNorm, GemvEpilogue kEpi>
 __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(const KernelArgs a) {
-  constexpr bool kRope = kEpi == GemvEpilogue::rope_store;
-  // Two rows a warp: the gate and up rows, or the two features RoPE rotates together.
-  constexpr bool kGated = kEpi == GemvEpilogue::gated || kRope;
+  // Two rows a warp: the gate and up rows.
+  constexpr bool kGated = kEpi == GemvEpilogue::gated;
   // 16-byte weight loads in flight per lane: 8 (two rows' worth of 4 when gated). With 4, a
   // 4096-wide row took 4 round trips to memory and the O projection ran at ~2.7 TB/s.
   constexpr int kUnroll = kGated ? 4 : 8;
@@ -184,16 +97,9 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     }
     const UnitSegment& g = a.seg[s];
     loc_row = row;
-    if constexpr (kRope) {  // `row` is a pair of features; g.m counts pairs here
-      const int r1 = rope_first(a.rope, row);
-      wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)r1 * a.k);
-      ur = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) +
-                                          (int64_t)rope_second(a.rope, r1) * a.k);
-    } else {
-      wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)row * a.k);
-      ur = kGated ? reinterpret_cast<const uint4*>(static_cast<const T*>(g.w2) + (int64_t)row * a.k)
-                  : nullptr;
-    }
+    wr = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + (int64_t)row * a.k);
+    ur = kGated ? reinterpret_cast<const uint4*>(static_cast<const T*>(g.w2) + (int64_t)row * a.k)
+                : nullptr;
     return row < g.m ? s : -1;
   };
   // The first virtual block at or after vb (stepping by the grid) that has a row for this warp.
@@ -214,14 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
   };
 
   int vb = next_row((int)blockIdx.x);
-  if (vb < a.total_blocks) {
-    if (a.preload) {
-      load_round(0);
-    } else if (lane * 8 < nv) {  // only ask L2 for the first 4 KB of the row
-      prefetch_l2(wr + lane * 8);
-      if (kGated) prefetch_l2(ur + lane * 8);
-    }
-  }
+  if (vb < a.total_blocks) load_round(0);
   pdl_wait();
   // Input rows in shared memory (KernelArgs::stage_x; always when normalized).
   const T* x = static_cast<const T*>(a.x);
@@ -229,7 +128,6 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     stage_normalized<T, kWarps * 32, NR>(x, a.x_stride, NR, a.k, a.norm, a.eps, staged_raw, nv);
   else if (a.stage_x)
     stage_rows<T, kWarps * 32>(x, a.x_stride, NR, a.k, staged_raw, nv);
-  if (vb < a.total_blocks && !a.preload) load_round(0);
 
   const bool x_staged = kNorm || a.stage_x;
   auto load_x = [&](int r, int c) {
@@ -286,17 +184,10 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
     OutT* out_row = static_cast<OutT*>(g.out) + (int64_t)lane * g.out_stride;
     OutT* out = out_row + row;
     const float* bias = g.bias;
-    const int seg_done = seg;
     vb = next_row(vb + (int)gridDim.x);
     round = 0;
     if (vb < a.total_blocks) load_round(0);
-    if (lane < NR) {
-      if constexpr (kRope) {
-        rope_store_pair<T>(a.rope, seg_done, row, lane, v, v2, out_row);
-      } else {
-        write_output<kEpi>(out, v, v2, bias != nullptr ? bias + row : nullptr);
-      }
-    }
+    if (lane < NR) write_output<kEpi>(out, v, v2, bias != nullptr ? bias + row : nullptr);
     if constexpr (kEpi == GemvEpilogue::store && kNorm) {
       // The block's kWarps rows of this virtual block count for their KV head (the same for
       // every warp: in head order every warp has a row in every virtual block) once all are
@@ -310,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32, NR <= 2 ? 4 : 1) gemv_kernel(cons
 }
 
 bool stages_x(const GemvArgs& a) {
-  return a.norm == nullptr && gemv_stage_x() && (size_t)a.n * (size_t)a.k * 2 <= kMaxStagedX;
+  return a.norm == nullptr && (size_t)a.n * (size_t)a.k * 2 <= kMaxStagedX;
 }
 
 size_t staged_bytes(const GemvArgs& a) {
@@ -326,15 +217,13 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.norm = a.norm;
   k.eps = a.eps;
   k.n_segments = a.n_segments;
-  const int blocks = lay_out_segments(a, kWarps, kEpi == GemvEpilogue::rope_store, k.seg);
-  k.rope = a.rope;
+  const int blocks = lay_out_segments(a, kWarps, k.seg);
   k.ready = a.signal.ready;
   if (k.ready != nullptr) {
     k.head_vbs_q = a.signal.q_rows / kWarps;
     k.head_vbs_kv = a.signal.kv_rows / kWarps;
   }
   k.total_blocks = blocks;
-  k.preload = gemv_preload() ? 1 : 0;
   k.stage_x = stages_x(a) ? 1 : 0;
   auto* kernel = gemv_kernel<T, OutT, NR, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
@@ -379,8 +268,6 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
       return launch_rows<T, T, false, GemvEpilogue::accumulate, kFusedMaxRows>(a, s);
     case GemvEpilogue::gated:
       return launch_rows<T, T, true, GemvEpilogue::gated, kFusedMaxRows>(a, s);
-    case GemvEpilogue::rope_store:
-      return launch_rows<T, T, true, GemvEpilogue::rope_store, kRopeMaxRows>(a, s);
   }
 }
 
@@ -411,17 +298,6 @@ bool gemv_fits(const GemvArgs& a) {
   if (!gemv_args_valid(a)) return false;
   const bool plain = a.norm == nullptr && a.epilogue == GemvEpilogue::store;
   if (a.n > (plain ? kGemvMaxRows : kFusedMaxRows)) return false;
-  if (a.epilogue == GemvEpilogue::rope_store) {
-    const GemvRope& r = a.rope;
-    if (a.norm == nullptr || a.n > kRopeMaxRows || a.n_segments != 3 || a.out_dtype != a.in_dtype)
-      return false;
-    if (r.positions == nullptr || r.slots == nullptr || r.k_cache == nullptr ||
-        r.v_cache == nullptr || r.head_dim < 2 || r.head_dim % 2 != 0)
-      return false;
-    for (int i = 0; i < 3; ++i)
-      if (a.seg[i].m % r.head_dim != 0) return false;
-    if (a.seg[1].m != r.kv_width || a.seg[2].m != r.kv_width) return false;
-  }
   if (a.signal.ready != nullptr) {
     const GemvHeadSignal& h = a.signal;
     if (a.epilogue != GemvEpilogue::store || a.norm == nullptr || a.n_segments != 3 ||
@@ -437,9 +313,6 @@ bool gemv_fits(const GemvArgs& a) {
 
 void gemv(const GemvArgs& a, cudaStream_t s) {
   CHECK(gemv_fits(a));
-  // The bulk form does not signal (GemvHeadSignal): a waiting attention would never start.
-  if (a.n == 1 && a.signal.ready == nullptr && gemv_bulk_on(a) && gemv_bulk_fits(a))
-    return gemv_bulk(a, s);
   if (a.in_dtype == DType::bf16)
     launch_typed<__nv_bfloat16>(a, s);
   else

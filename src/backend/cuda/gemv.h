@@ -1,6 +1,7 @@
 // Skinny products for decode at small batch: out[n, m] = x[n, k] @ w[m, k]^T with few rows n.
 // Such a product is bound by reading w once; cuBLASLt's GEMM tiles reached only 2.6-3.7 TB/s
-// of the H200's 4.5 at n = 1 (docs/PERF.md 4.2), so rows up to gemv_max_rows() go here.
+// of the H200's 4.5 at n = 1, so rows up to CudaBackendOptions::gemv_max_rows go here
+// (docs/DESIGN.md, "The CUDA backend").
 //
 // At batch 1 a decoder layer is ~13 launches, and each launch's ramp-up and drain costs about
 // as much as reading a 4096 x 4096 matrix (docs/PERF.md 4.5b). So the kernel also takes what
@@ -28,24 +29,6 @@ enum class GemvEpilogue {
   store,       // out = x w^T (+ bias)
   accumulate,  // out += x w^T, rounded as a separate product-then-add would be
   gated,       // out = silu(x w^T) * (x w2^T): the SwiGLU gate and up products in one pass
-  // Q, K and V (segments 0, 1, 2, no bias, after the norm), then RoPE on Q and K and the
-  // store of K and V to the cache slots (GemvRope): what norm_project and rope_store_kv do
-  // apart, in one launch. A warp computes the two features RoPE pairs (i and i + head_dim/2,
-  // or 2i and 2i + 1), rounded to the activation type first as the unfused path stores them.
-  rope_store,
-};
-
-// What the rope_store epilogue needs besides the products (device pointers).
-struct GemvRope {
-  const int32_t* positions = nullptr;   // [n]
-  const int32_t* slots = nullptr;       // [n] cache slots (block * block_size + offset)
-  const float* freq_factors = nullptr;  // [head_dim / 2] divisors, or null
-  float theta_base = 10000.0f;
-  int head_dim = 0;
-  bool neox = false;
-  void* k_cache = nullptr;  // this layer's [slots, kv_width], the activation type
-  void* v_cache = nullptr;
-  int kv_width = 0;  // n_kv_heads * head_dim
 };
 
 // A Q/K/V product (store epilogue, norm, three segments, no bias) that computes its rows in
@@ -81,7 +64,6 @@ struct GemvArgs {
   GemvEpilogue epilogue = GemvEpilogue::store;
   GemvSegment seg[kGemvMaxSegments];
   int n_segments = 1;
-  GemvRope rope;          // rope_store only
   GemvHeadSignal signal;  // store only, see GemvHeadSignal; none when signal.ready is null
 };
 
@@ -99,16 +81,8 @@ bool gemv_args_valid(const GemvArgs& a);
 bool gemv_fits(const GemvArgs& a);
 void gemv(const GemvArgs& a, cudaStream_t s);
 
-// The same product streamed through shared memory by bulk copies (gemv_bulk.cu): one input
-// row, any epilogue but rope_store, sm_90 and later. gemv() takes this form for one row and
-// k >= kGemvBulkMinK with the epilogues INFERCEPT_GEMV_BULK names (none by default: slower
-// than gemv's own kernel in most of a step's places, docs/PERF.md 4.5n).
-constexpr int kGemvBulkMinK = 2048;  // below, tiles are too small to pay for their barriers
-bool gemv_bulk_fits(const GemvArgs& a);
-void gemv_bulk(const GemvArgs& a, cudaStream_t s);
-
 // The same products on tensor cores (gemv_mma.cu), for a few more rows: up to
-// kGemvMmaMaxRows, any epilogue but rope_store, no GemvHeadSignal, k a multiple of 32, sm_80
+// kGemvMmaMaxRows, any epilogue, no GemvHeadSignal, k a multiple of 32, sm_80
 // and later. Its cost hardly grows with the rows where gemv()'s does (every weight piece times
 // every row on the CUDA cores); the backend takes it past gemv_max_rows (PERF 4.5r).
 constexpr int kGemvMmaMaxRows = 16;

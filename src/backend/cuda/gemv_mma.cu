@@ -15,14 +15,13 @@
 // is what fits at once; teams walk the tiles (input rows staged once a block of two teams), and
 // each warp issues its next tile's first weight loads before the team's reduction. Unlike
 // gemv.cu it is launched as a plain kernel and lets a programmatic dependent launch only at its
-// end (launch(), MmaArgs::early_trigger: both measured, docs/PERF.md 4.5r).
+// end (launch(); the other two ways measured slower).
 #include <algorithm>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_pieces.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/switches.h"
 #include "core/check.h"
 
 namespace infercept::cuda {
@@ -57,12 +56,6 @@ struct MmaArgs {
   int n_segments;
   int total_tiles;
   int steps_per_warp;  // of kStepK; the last warps may have fewer (or none)
-  // The next kernel (a programmatic dependent) may launch once this block's tiles are done,
-  // not from its start as gemv.cu's: with an early trigger the RoPE store and the decode
-  // attention after the Q/K/V product, and the O projection after the attention, made decode
-  // at batch 4 0.8 ms a step slower on the 7B (5.12 -> 6.66 ms without logits, PERF 4.5r).
-  // INFERCEPT_GEMV_MMA_EARLY_TRIGGER=1 brings the early trigger back, for that measurement.
-  int early_trigger;
 };
 
 size_t staged_bytes(const GemvArgs& a) {
@@ -83,7 +76,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_kernel(const MmaArgs a) 
   extern __shared__ uint4 staged_rows[];
   __shared__ float red[kTeams][kTeamWarps][kRegs][32];
 
-  if (a.early_trigger) pdl_launch_dependents();
   const int lane = (int)threadIdx.x % 32, team = (int)threadIdx.x / 32 / kTeamWarps;
   const int warp = (int)threadIdx.x / 32 % kTeamWarps;  // within the team
   const int team_thread = (int)threadIdx.x % (kTeamWarps * 32);
@@ -223,7 +215,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_mma_kernel(const MmaArgs a) 
     }
     team_sync();  // `red` is written again for the next tile
   }
-  if (!a.early_trigger) pdl_launch_dependents();
+  // The next kernel (a programmatic dependent) may launch once this block's tiles are done,
+  // not from its start as gemv.cu's: with an early trigger the RoPE store and the decode
+  // attention after the Q/K/V product, and the O projection after the attention, made decode
+  // at batch 4 0.8 ms a step slower on the 7B (5.12 -> 6.66 ms without logits).
+  pdl_launch_dependents();
 }
 #else
 template <typename T, typename OutT, int NT, bool kNorm, GemvEpilogue kEpi>
@@ -240,20 +236,17 @@ void launch(const GemvArgs& a, cudaStream_t s) {
   k.norm = a.norm;
   k.eps = a.eps;
   k.n_segments = a.n_segments;
-  const int tiles = lay_out_segments(a, kTileRows, false, k.seg);
+  const int tiles = lay_out_segments(a, kTileRows, k.seg);
   k.total_tiles = tiles;
   k.steps_per_warp = ceil_div(a.k / kStepK, kTeamWarps);
-  static const bool early = env_switch("INFERCEPT_GEMV_MMA_EARLY_TRIGGER", false);
-  // Launched as a plain kernel, not a programmatic dependent (INFERCEPT_GEMV_MMA_PDL=1 makes
-  // it one): its blocks, placed early as the decode attention's retired, made that attention
+  // Launched as a plain kernel, not a programmatic dependent (its pdl_wait is then a no-op):
+  // as one, its blocks, placed early as the decode attention's retired, made that attention
   // cost 2.4 ms a llama2-13b step at batch 3 instead of 1.2 (10.68 against 9.32 ms, PERF 4.5r).
-  static const bool pdl = env_switch("INFERCEPT_GEMV_MMA_PDL", false);
-  k.early_trigger = early ? 1 : 0;
   auto* kernel = gemv_mma_kernel<T, OutT, NT, kNorm, kEpi>;
   const size_t smem = staged_bytes(a);
   const int grid = resident_grid(reinterpret_cast<const void*>(kernel), kThreads, smem, kMaxStaged);
   launch_kernel(kernel, dim3((unsigned)std::min(ceil_div(tiles, kTeams), grid)), dim3(kThreads),
-                smem, s, pdl && programmatic_launch(), k);
+                smem, s, false, k);
 }
 
 template <typename T, typename OutT, bool kNorm, GemvEpilogue kEpi>
@@ -274,8 +267,6 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
       return launch_rows<T, T, false, GemvEpilogue::accumulate>(a, s);
     case GemvEpilogue::gated:
       return launch_rows<T, T, true, GemvEpilogue::gated>(a, s);
-    case GemvEpilogue::rope_store:
-      break;
   }
   CHECK_MSG(false, "gemv_mma: unsupported epilogue");
 }
@@ -285,7 +276,7 @@ void launch_typed(const GemvArgs& a, cudaStream_t s) {
 bool gemv_mma_fits(const GemvArgs& a) {
   if (!gemv_args_valid(a) || a.n > kGemvMmaMaxRows || a.k < kStepK || a.k % kStepK != 0)
     return false;
-  if (a.epilogue == GemvEpilogue::rope_store || a.signal.ready != nullptr) return false;
+  if (a.signal.ready != nullptr) return false;
   // mma.sync on bf16/f16 (the PTX for older cards has empty kernels).
   return staged_bytes(a) <= kMaxStaged && device_compute_major() >= 8;
 }

@@ -1,4 +1,4 @@
-// The 16-byte pieces the GEMV kernels (gemv.cu, gemv_bulk.cu, gemv_mma.cu) stream: eight bf16
+// The 16-byte pieces the GEMV kernels (gemv.cu, gemv_mma.cu) stream: eight bf16
 // or f16 values unpacked to f32, packed back (rounded as from_f32), and the dot product of two
 // pieces summed in element order; and the input rows staged in shared memory.
 #pragma once
@@ -58,7 +58,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 }
 
 // A segment of a fused product as a GEMV kernel walks it: the GemvSegment, and the first of the
-// units (gemv.cu's virtual blocks, the tiles of gemv_mma.cu and gemv_bulk.cu) that compute its
+// units (gemv.cu's virtual blocks, the tiles of gemv_mma.cu) that compute its
 // rows: units [first, the next segment's first) are its.
 struct UnitSegment {
   const void* w;
@@ -66,17 +66,17 @@ struct UnitSegment {
   const float* bias;
   void* out;
   int64_t out_stride;
-  int m;  // rows; pairs of rows for rope_store
+  int m;  // rows
   int first;
 };
 
-// a's segments laid out in units of `rows_per_unit` rows (`pairs`: rows counted in pairs, as
-// the rope_store epilogue computes them), into seg[0 .. a.n_segments); the units in all.
-inline int lay_out_segments(const GemvArgs& a, int rows_per_unit, bool pairs, UnitSegment* seg) {
+// a's segments laid out in units of `rows_per_unit` rows, into seg[0 .. a.n_segments); the
+// units in all.
+inline int lay_out_segments(const GemvArgs& a, int rows_per_unit, UnitSegment* seg) {
   int units = 0;
   for (int i = 0; i < a.n_segments; ++i) {
     const GemvSegment& g = a.seg[i];
-    const int m = pairs ? g.m / 2 : g.m;
+    const int m = g.m;
     seg[i] = UnitSegment{g.w, g.w2, g.bias, g.out, g.out_stride, m, units};
     units += ceil_div(m, rows_per_unit);
   }
@@ -102,7 +102,7 @@ __device__ __forceinline__ void write_output(OutT* out, float v, float v2, const
   } else if constexpr (kEpi == GemvEpilogue::accumulate) {
     *out = from_f32<OutT>(to_f32(*out) + to_f32(from_f32<OutT>(v)));
   } else {
-    static_assert(kEpi == GemvEpilogue::gated, "rope_store writes its pairs itself");
+    static_assert(kEpi == GemvEpilogue::gated);
     const float gate = to_f32(from_f32<OutT>(v)), up = to_f32(from_f32<OutT>(v2));
     *out = from_f32<OutT>(gate / (1.0f + __expf(-gate)) * up);
   }
@@ -124,7 +124,7 @@ __device__ __forceinline__ void stage_rows(const T* x, int64_t x_stride, int n, 
   __syncthreads();
 }
 
-// The barrier stage_normalized waits at: the block's, or (gemv_bulk.cu) one that only the
+// The barrier stage_normalized waits at: the block's by default, or one that only the
 // kThreads staging threads reach.
 struct BlockBarrier {
   __device__ void operator()() const { __syncthreads(); }

@@ -1,8 +1,6 @@
 #include "backend/cuda/sample_io.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
@@ -10,20 +8,11 @@
 
 namespace infercept::cuda {
 
-void SmallCopy::operator()(void* dst, const void* src, const void* host, size_t bytes,
-                           cudaMemcpyKind kind, cudaStream_t st) const {
-  if (by_kernel) {
-    copy_bytes(dst, src, bytes, st);
-  } else if (kind == cudaMemcpyHostToDevice) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, kind, st));
-  } else {
-    CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(host), src, bytes, kind, st));
-  }
+void SmallCopy::operator()(void* dst, const void* src, size_t bytes, cudaStream_t st) const {
+  copy_bytes(dst, src, bytes, st);
 }
 
 Status SampleIo::init(cudaStream_t st) {
-  if (const char* c = std::getenv("INFERCEPT_STEP_COPIES"); c != nullptr)
-    copy_.by_kernel = std::string(c) != "engine";
   TRY(make_staging(ids_, kCapacity * sizeof(int32_t), st));
   TRY(make_staging(params_, kCapacity * sizeof(DeviceSampleRow), st));
   return ok_status();
@@ -38,14 +27,14 @@ const DeviceSampleRow* SampleIo::upload_params(std::span<const DeviceSampleRow> 
                                                cudaStream_t st) {
   CHECK((int64_t)rows.size() <= kCapacity);
   std::memcpy(params_.host, rows.data(), rows.size_bytes());
-  copy_(params_.dev, params_.host_dev, params_.host, rows.size_bytes(), cudaMemcpyHostToDevice, st);
+  copy_(params_.dev, params_.host_dev, rows.size_bytes(), st);
   return reinterpret_cast<const DeviceSampleRow*>(params_.dev);
 }
 
 void SampleIo::ids_to_host(int64_t rows, int32_t* out, cudaStream_t st) {
   CHECK(rows <= kCapacity);
   const size_t bytes = (size_t)rows * sizeof(int32_t);
-  copy_(ids_.host_dev, ids_.dev, ids_.host, bytes, cudaMemcpyDeviceToHost, st);
+  copy_(ids_.host_dev, ids_.dev, bytes, st);
   CUDA_CHECK(cudaStreamSynchronize(st));
   std::memcpy(out, ids_.host, bytes);
 }

@@ -1,10 +1,9 @@
 // A step's small host <-> device transfers: the per-row sampling parameters in, the sampled
 // token ids out, and the path every such transfer takes (the step's input uploads too).
 //
-// By default they go through the SMs (cuda::copy_bytes over mapped pinned memory), not a copy
-// engine: on a copy engine they queued behind the swap engine's bulk copies of the same
-// direction, and a step waited for a whole swap-in (docs/PERF.md 4.5e).
-// INFERCEPT_STEP_COPIES=engine takes the copy engines again (the A/B switch).
+// They go through the SMs (cuda::copy_bytes over mapped pinned memory), not a copy engine: on
+// a copy engine they queued behind the swap engine's bulk copies of the same direction, and a
+// step waited for a whole swap-in (docs/DESIGN.md, "The CUDA backend").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,13 +17,10 @@
 
 namespace infercept::cuda {
 
-// Copies `bytes` (a few KB) between pinned, mapped host memory and the device on `st`.
-// `dst`/`src` are device addresses (of the mapped pages on the host side); `host` is the
-// host side's own address, which the copy-engine path needs.
+// Copies `bytes` (a few KB) between pinned, mapped host memory and the device on `st`, by a
+// kernel. `dst`/`src` are device addresses (of the mapped pages on the host side).
 struct SmallCopy {
-  bool by_kernel = true;  // INFERCEPT_STEP_COPIES, read by SampleIo::init
-  void operator()(void* dst, const void* src, const void* host, size_t bytes, cudaMemcpyKind kind,
-                  cudaStream_t st) const;
+  void operator()(void* dst, const void* src, size_t bytes, cudaStream_t st) const;
 };
 
 class SampleIo {

@@ -1,8 +1,6 @@
 #include "backend/cuda/swap_engine.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kernels.h"
@@ -13,8 +11,6 @@ namespace infercept::cuda {
 SwapEngine::~SwapEngine() {
   if (h2d_ != nullptr) cudaStreamSynchronize(h2d_);
   if (d2h_ != nullptr) cudaStreamSynchronize(d2h_);
-  free_staging(in_idx_);
-  free_staging(out_idx_);
   for (cudaEvent_t e : ev_in_) cudaEventDestroy(e);
   for (cudaEvent_t e : ev_out_) cudaEventDestroy(e);
   if (compute_mark_) cudaEventDestroy(compute_mark_);
@@ -22,18 +18,11 @@ SwapEngine::~SwapEngine() {
   if (d2h_ != nullptr) cudaStreamDestroy(d2h_);
 }
 
-Status SwapEngine::init(int device, int sms) {
+Status SwapEngine::init(int device) {
   device_ = device;
-  sms_ = sms;
   CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
-  TRY(make_staging(in_idx_, 4u << 20, h2d_));
-  TRY(make_staging(out_idx_, 4u << 20, d2h_));
   CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
-  if (const char* m = std::getenv("INFERCEPT_SWAP_COPY"); m != nullptr)
-    use_batch_copies_ = std::string(m) != "kernel";
-  if (const char* d = std::getenv("INFERCEPT_SWAP_DEFER"); d != nullptr)
-    defer_ = std::string(d) != "0";
   return ok_status();
 }
 
@@ -79,7 +68,6 @@ void SwapEngine::copy(const CudaKvStorage& f, CudaKvStorage& t, std::span<const 
   for (int32_t b : in ? dst : src) busy[(size_t)b] = 1;
   (in ? any_in_ : any_out_) = true;
   pending_.push_back(PendingCopy{&f, &t, {src.begin(), src.end()}, {dst.begin(), dst.end()}});
-  if (!defer_) flush();
 }
 
 void SwapEngine::flush() {
@@ -102,48 +90,35 @@ void SwapEngine::issue(const PendingCopy& c) {
   const bool other_ran = in ? swapped_out_ever_ : swapped_in_ever_;
   const size_t bb = f.geometry().bytes_per_block_per_layer();
   const int64_t layers = f.geometry().n_layers;
-  if (use_batch_copies_) {
-    // Copy engines (no SM time): one batched call per layer, K and V chunks of every block.
-    auto plane = [](const CudaKvStorage& kv, int64_t l, bool v) { return v ? kv.v(l) : kv.k(l); };
-    for (int64_t l = 0; l < layers; ++l) {
-      if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
-      batch_src_.clear();
-      batch_dst_.clear();
-      batch_sizes_.clear();
-      // Runs of blocks consecutive on both sides become one copy: fewer, larger pieces.
-      for (int kv_i = 0; kv_i < 2; ++kv_i)
-        for (size_t i = 0; i < src.size();) {
-          size_t n = 1;
-          while (i + n < src.size() && src[i + n] == src[i] + (int32_t)n &&
-                 dst[i + n] == dst[i] + (int32_t)n)
-            ++n;
-          batch_src_.push_back(plane(f, l, kv_i) + (size_t)src[i] * bb);
-          batch_dst_.push_back(plane(t, l, kv_i) + (size_t)dst[i] * bb);
-          batch_sizes_.push_back(n * bb);
-          i += n;
-        }
-      cudaMemcpyAttributes attr{};
-      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      attr.srcLocHint.type = in ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-      attr.srcLocHint.id = in ? 0 : device_;
-      attr.dstLocHint.type = in ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-      attr.dstLocHint.id = in ? device_ : 0;
-      size_t attr_idx = 0;
-      CUDA_CHECK(cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_sizes_.data(),
-                                      batch_src_.size(), &attr, &attr_idx, 1, st));
-      CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
-    }
-  } else {
-    Staging& idx_buf = in ? in_idx_ : out_idx_;
-    const int32_t* idx = upload_indices(idx_buf, st, src, dst);
-    // A few blocks are plenty to saturate PCIe and leave the SMs to the forward pass.
-    const int ctas = std::max(8, sms_ / 8);
-    for (int64_t l = 0; l < layers; ++l) {
-      if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
-      copy_chunks(f.planes() + 2 * l, t.planes() + 2 * l, 2, idx, idx + src.size(), (int)src.size(),
-                  bb, ctas, st);
-      CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
-    }
+  // Copy engines (no SM time): one batched call per layer, K and V chunks of every block.
+  auto plane = [](const CudaKvStorage& kv, int64_t l, bool v) { return v ? kv.v(l) : kv.k(l); };
+  for (int64_t l = 0; l < layers; ++l) {
+    if (other_ran) CUDA_CHECK(cudaStreamWaitEvent(st, other[(size_t)l]));
+    batch_src_.clear();
+    batch_dst_.clear();
+    batch_sizes_.clear();
+    // Runs of blocks consecutive on both sides become one copy: fewer, larger pieces.
+    for (int kv_i = 0; kv_i < 2; ++kv_i)
+      for (size_t i = 0; i < src.size();) {
+        size_t n = 1;
+        while (i + n < src.size() && src[i + n] == src[i] + (int32_t)n &&
+               dst[i + n] == dst[i] + (int32_t)n)
+          ++n;
+        batch_src_.push_back(plane(f, l, kv_i) + (size_t)src[i] * bb);
+        batch_dst_.push_back(plane(t, l, kv_i) + (size_t)dst[i] * bb);
+        batch_sizes_.push_back(n * bb);
+        i += n;
+      }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.srcLocHint.type = in ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    attr.srcLocHint.id = in ? 0 : device_;
+    attr.dstLocHint.type = in ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+    attr.dstLocHint.id = in ? device_ : 0;
+    size_t attr_idx = 0;
+    CUDA_CHECK(cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_sizes_.data(),
+                                    batch_src_.size(), &attr, &attr_idx, 1, st));
+    CUDA_CHECK(cudaEventRecord(evs[(size_t)l], st));
   }
   (in ? swapped_in_ever_ : swapped_out_ever_) = true;
 }

@@ -1,6 +1,6 @@
 // Built instead of backend/cuda/ when CUDA is off or nvcc is missing: asking for the CUDA
 // backend is then an error the user sees, not a link failure.
-#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 
 namespace infercept {
 
