@@ -419,8 +419,8 @@ void ForwardBench::decode_table() {
   }
 }
 
-// One sequence over --context tokens beside batch - 1 over an eighth of it: the attention
-// planner's balance (PERF 4.5h; INFERCEPT_ATTN_BALANCE=0 for the old split).
+// One sequence over --context tokens beside batch - 1 over an eighth of it: a long decode row
+// beside short ones in the attention planner's split (docs/DESIGN.md, "The CUDA backend").
 void ForwardBench::mixed_decode_table() {
   if (plan_.mixed.empty()) return;
   const int64_t short_context = std::max<int64_t>(1, plan_.context / 8);

@@ -117,8 +117,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->group(g);
   f.cpu_numerics_opt =
       app.add_option("--cpu-numerics", f.cpu_numerics,
-                     "fast|llama.cpp: round as llama.cpp's CPU backend does (default: "
-                     "$INFERCEPT_CPU_NUMERICS, else fast)")
+                     "fast|llama.cpp: round as llama.cpp's CPU backend does (default: fast)")
           ->group(g);
 }
 
