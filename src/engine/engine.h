@@ -102,7 +102,7 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config);
 // of two (16, 32, 64, ...), at most `most` rounded up to 16. A device backend records a decode
 // step as a CUDA graph keyed by its launch parameters, the width among them; a width that
 // followed the longest context in steps of 16 blocks gave every batch of the agent workload a
-// new key (docs/BENCHMARKS.md, session 9), so few steps found their graph.
+// new key (the paper runs' step traces of 2026-12-01), so few steps found their graph.
 int32_t block_table_width(int32_t blocks, int64_t most);
 
 enum class FinishReason { none, stop, length, abort };
