@@ -13,6 +13,61 @@
 
 namespace infercept::cli {
 
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// `batch` greedy requests of `prompt_tokens` each, decoding `decode_tokens` past EOS. The
+// prompts are a fixed text offset per request, so no two are equal.
+Status add_requests(EngineCore& e, int64_t batch, int64_t prompt_tokens, int64_t decode_tokens) {
+  const std::string base_text =
+      "The history of computing is a story of machines that learned to remember. ";
+  std::vector<int32_t> pool;
+  while ((int64_t)pool.size() < prompt_tokens + batch)
+    for (int32_t t : e.tokenizer().encode(base_text, false, false)) pool.push_back(t);
+  for (int64_t i = 0; i < batch; ++i) {
+    GenerateRequest r;
+    r.prompt.assign(pool.begin() + i, pool.begin() + i + prompt_tokens);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = (int32_t)decode_tokens;
+    r.params.ignore_eos = true;
+    TRY(e.add_request(std::move(r)));
+  }
+  return ok_status();
+}
+
+// Prefill: until every request has its first token; decode: the steps after that, in which
+// every request was decoding.
+struct Phases {
+  double prefill_s = 0.0, decode_s = 0.0;
+  int64_t decode_tokens = 0;
+};
+
+Phases run_to_end(EngineCore& e, int64_t batch, clock_type::time_point t0) {
+  int64_t started = 0;
+  Phases p;
+  clock_type::time_point t_all_started{};
+  std::vector<char> seen((size_t)batch + 2, 0);
+  while (e.has_work()) {
+    const bool all_decoding = started == batch;
+    for (const RequestOutput& o : e.step()) {
+      if (o.new_tokens.empty()) continue;
+      if (!seen[o.id]) {
+        seen[o.id] = 1;
+        ++started;
+      } else if (all_decoding) {
+        ++p.decode_tokens;
+      }
+    }
+    if (!all_decoding && started == batch) t_all_started = clock_type::now();
+  }
+  p.prefill_s = std::chrono::duration<double>(t_all_started - t0).count();
+  p.decode_s = std::chrono::duration<double>(clock_type::now() - t_all_started).count();
+  return p;
+}
+
+}  // namespace
+
 int run_bench_decode(int argc, char** argv) {
   CLI::App app{
       "Measures prefill and batched decode throughput: --batch requests of "
@@ -37,51 +92,18 @@ int run_bench_decode(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.error());
   EngineCore& e = **engine;
 
-  // Distinct prompts: a fixed text, offset per request, so no two prompts are equal.
-  const std::string base_text =
-      "The history of computing is a story of machines that learned to remember. ";
-  std::vector<int32_t> pool;
-  while ((int64_t)pool.size() < prompt_tokens + batch)
-    for (int32_t t : e.tokenizer().encode(base_text, false, false)) pool.push_back(t);
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  for (int64_t i = 0; i < batch; ++i) {
-    GenerateRequest r;
-    r.prompt.assign(pool.begin() + i, pool.begin() + i + prompt_tokens);
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = (int32_t)decode_tokens;
-    r.params.ignore_eos = true;
-    auto id = e.add_request(std::move(r));
-    if (!id.ok()) return fail(id.error());
-  }
-  int64_t started = 0, decode_tokens_total = 0;
-  clock::time_point t_all_started{}, t_end{};
-  std::vector<char> seen((size_t)batch + 2, 0);
-  while (e.has_work()) {
-    const bool all_decoding = started == batch;
-    auto outs = e.step();
-    for (const RequestOutput& o : outs) {
-      if (o.new_tokens.empty()) continue;
-      if (!seen[o.id]) {
-        seen[o.id] = 1;
-        ++started;
-      } else if (all_decoding) {
-        ++decode_tokens_total;
-      }
-    }
-    if (!all_decoding && started == batch) t_all_started = clock::now();
-  }
-  t_end = clock::now();
-  const double prefill_s = std::chrono::duration<double>(t_all_started - t0).count();
-  const double decode_s = std::chrono::duration<double>(t_end - t_all_started).count();
+  const auto t0 = clock_type::now();
+  if (Status st = add_requests(e, batch, prompt_tokens, decode_tokens); !st.ok())
+    return fail(st.error());
+  const Phases p = run_to_end(e, batch, t0);
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   nlohmann::json j;
   j["batch"] = batch;
   j["prompt_tokens"] = prompt_tokens;
   j["decode_tokens"] = decode_tokens;
-  j["prompt_tokens_per_s"] = (double)(batch * prompt_tokens) / prefill_s;
-  j["decode_tokens_per_s"] = (double)decode_tokens_total / decode_s;
+  j["prompt_tokens_per_s"] = (double)(batch * prompt_tokens) / p.prefill_s;
+  j["decode_tokens_per_s"] = (double)p.decode_tokens / p.decode_s;
   j["peak_rss_mb"] = (double)ru.ru_maxrss / 1024.0;
   j["preemptions"] = e.stats().preemptions;
   j["host_prepare_ms_per_step"] =

@@ -9,6 +9,31 @@
 
 namespace infercept::cli {
 
+namespace {
+
+// The reply to the conversation so far, streamed to stdout as it comes.
+Result<std::string> reply_to(EngineCore& e, const std::vector<ChatMessage>& history,
+                             const SamplingParams& params) {
+  GenerateRequest req;
+  TRY_ASSIGN(req.prompt, e.encode_chat(history, {}));
+  req.params = params;
+  TRY(e.add_request(std::move(req)));
+  std::string reply;
+  bool done = false;
+  while (!done && e.has_work()) {
+    for (const RequestOutput& o : e.step()) {
+      std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+      std::fflush(stdout);
+      reply += o.text;
+      done = done || o.finished();
+    }
+  }
+  std::fprintf(stdout, "\n");
+  return reply;
+}
+
+}  // namespace
+
 int run_chat(int argc, char** argv) {
   CLI::App app{
       "An interactive chat in the terminal: each turn streamed token by token; /reset "
@@ -48,29 +73,14 @@ int run_chat(int argc, char** argv) {
     }
     if (line.empty()) continue;
     history.push_back({"user", line, {}, "", ""});
-    auto ids = e.encode_chat(history, {});
-    if (!ids.ok()) return fail(ids.error());
-    GenerateRequest req;
-    req.prompt = std::move(*ids);
-    req.params = *params;
-    auto id = e.add_request(std::move(req));
-    if (!id.ok()) {
-      std::fprintf(stderr, "error: %s\n", id.error().message.c_str());
+    auto reply = reply_to(e, history, *params);
+    if (!reply.ok()) {
+      // The turn is dropped (e.g. a conversation longer than the context); the chat goes on.
+      std::fprintf(stderr, "error: %s\n", reply.error().message.c_str());
       history.pop_back();
       continue;
     }
-    std::string reply;
-    bool done = false;
-    while (!done && e.has_work()) {
-      for (const RequestOutput& o : e.step()) {
-        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
-        std::fflush(stdout);
-        reply += o.text;
-        done = done || o.finished();
-      }
-    }
-    std::fprintf(stdout, "\n");
-    history.push_back({"assistant", reply, {}, "", ""});
+    history.push_back({"assistant", *reply, {}, "", ""});
   }
   return 0;
 }

@@ -46,6 +46,81 @@ Result<std::string> read_prompt(const GenerateFlags& f) {
   return ss.str();
 }
 
+// The prompt's token ids: the text as it is, or as the user turn of a chat (--chat).
+Result<std::vector<int32_t>> encode_prompt(EngineCore& e, const GenerateFlags& f,
+                                           const std::string& prompt) {
+  if (!f.chat) return e.tokenizer().encode(prompt, /*add_bos=*/true, /*parse_special=*/false);
+  std::vector<ChatMessage> msgs;
+  if (given(f.system_opt)) msgs.push_back({"system", f.system, {}, "", ""});
+  msgs.push_back({"user", prompt, {}, "", ""});
+  return e.encode_chat(msgs, {});
+}
+
+// What one request generated, and how fast.
+struct Generation {
+  std::vector<int32_t> prompt_ids, ids;
+  std::string text;
+  FinishReason finish = FinishReason::none;
+  double prefill_s = 0.0, decode_s = 0.0;
+  double prompt_tokens_per_s() const {
+    return prefill_s > 0 ? (double)prompt_ids.size() / prefill_s : 0.0;
+  }
+  double decode_tokens_per_s() const {
+    return ids.size() > 1 && decode_s > 0 ? (double)(ids.size() - 1) / decode_s : 0.0;
+  }
+};
+
+// Runs the request to its end; its text goes to stdout as it comes when `stream`.
+Result<Generation> generate(EngineCore& e, GenerateRequest req, bool stream) {
+  using clock = std::chrono::steady_clock;
+  Generation g;
+  g.prompt_ids = req.prompt;
+  const auto t0 = clock::now();
+  TRY(e.add_request(std::move(req)));
+  clock::time_point t_first{};
+  while (g.finish == FinishReason::none && e.has_work()) {
+    for (const RequestOutput& o : e.step()) {
+      if (g.ids.empty() && !o.new_tokens.empty()) t_first = clock::now();
+      g.ids.insert(g.ids.end(), o.new_tokens.begin(), o.new_tokens.end());
+      g.text += o.text;
+      if (stream) {
+        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (o.finished()) g.finish = o.finish;
+    }
+  }
+  const auto t_end = clock::now();
+  g.prefill_s = std::chrono::duration<double>(t_first - t0).count();
+  g.decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  return g;
+}
+
+void print_json(const Generation& g) {
+  nlohmann::json j;
+  j["text"] = g.text;
+  j["prompt_token_ids"] = g.prompt_ids;
+  j["token_ids"] = g.ids;
+  j["prompt_tokens"] = g.prompt_ids.size();
+  j["completion_tokens"] = g.ids.size();
+  j["finish_reason"] = finish_reason_name(g.finish);
+  j["prompt_tokens_per_s"] = g.prompt_tokens_per_s();
+  j["decode_tokens_per_s"] = g.decode_tokens_per_s();
+  j["prefill_seconds"] = g.prefill_s;
+  j["decode_seconds"] = g.decode_s;
+  std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+// After the streamed text: a newline ends it, whether or not the model gave one, then the
+// statistics on stderr.
+void print_stats(const Generation& g) {
+  if (g.text.empty() || g.text.back() != '\n') std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%zu prompt tokens, %.1f tok/s; %zu generated, %.1f tok/s; %s]\n",
+               g.prompt_ids.size(), g.prompt_tokens_per_s(), g.ids.size(), g.decode_tokens_per_s(),
+               finish_reason_name(g.finish));
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -68,66 +143,15 @@ int run_generate(int argc, char** argv) {
 
   GenerateRequest req;
   req.params = *params;
-  if (f.chat) {
-    std::vector<ChatMessage> msgs;
-    if (given(f.system_opt)) msgs.push_back({"system", f.system, {}, "", ""});
-    msgs.push_back({"user", *prompt, {}, "", ""});
-    auto ids = e.encode_chat(msgs, {});
-    if (!ids.ok()) return fail(ids.error());
-    req.prompt = std::move(*ids);
-  } else {
-    req.prompt = e.tokenizer().encode(*prompt, /*add_bos=*/true, /*parse_special=*/false);
-  }
-  const std::vector<int32_t> prompt_ids = req.prompt;
-  const bool json = f.json;
-
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto id = e.add_request(std::move(req));
-  if (!id.ok()) return fail(id.error());
-  std::vector<int32_t> out_ids;
-  std::string text;
-  FinishReason finish = FinishReason::none;
-  clock::time_point t_first{};
-  while (finish == FinishReason::none && e.has_work()) {
-    for (const RequestOutput& o : e.step()) {
-      if (out_ids.empty() && !o.new_tokens.empty()) t_first = clock::now();
-      out_ids.insert(out_ids.end(), o.new_tokens.begin(), o.new_tokens.end());
-      text += o.text;
-      if (!json) {
-        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
-        std::fflush(stdout);
-      }
-      if (o.finished()) finish = o.finish;
-    }
-  }
-  const auto t_end = clock::now();
-  const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
-  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
-  const double prompt_tps = prefill_s > 0 ? (double)prompt_ids.size() / prefill_s : 0.0;
-  const double decode_tps =
-      out_ids.size() > 1 && decode_s > 0 ? (double)(out_ids.size() - 1) / decode_s : 0.0;
-  if (json) {
-    nlohmann::json j;
-    j["text"] = text;
-    j["prompt_token_ids"] = prompt_ids;
-    j["token_ids"] = out_ids;
-    j["prompt_tokens"] = prompt_ids.size();
-    j["completion_tokens"] = out_ids.size();
-    j["finish_reason"] = finish_reason_name(finish);
-    j["prompt_tokens_per_s"] = prompt_tps;
-    j["decode_tokens_per_s"] = decode_tps;
-    j["prefill_seconds"] = prefill_s;
-    j["decode_seconds"] = decode_s;
-    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else {
-    // The text ends with a newline before the statistics, whether or not the model gave one.
-    if (text.empty() || text.back() != '\n') std::printf("\n");
-    std::fflush(stdout);
-    std::fprintf(stderr, "[%zu prompt tokens, %.1f tok/s; %zu generated, %.1f tok/s; %s]\n",
-                 prompt_ids.size(), prompt_tps, out_ids.size(), decode_tps,
-                 finish_reason_name(finish));
-  }
+  auto ids = encode_prompt(e, f, *prompt);
+  if (!ids.ok()) return fail(ids.error());
+  req.prompt = std::move(*ids);
+  auto g = generate(e, std::move(req), /*stream=*/!f.json);
+  if (!g.ok()) return fail(g.error());
+  if (f.json)
+    print_json(*g);
+  else
+    print_stats(*g);
   return 0;
 }
 

@@ -56,6 +56,57 @@ Status write_npy(const std::string& path, const std::vector<float>& data, size_t
   return ok_status();
 }
 
+// Each sequence's last-position logits, one sequence after another in the same cache from
+// position 0: [n_sequences, vocab]. `one_token_steps`: one token a step (decode steps of one
+// row over the cache so far) instead of one prefill step.
+Result<std::vector<float>> last_logits(const ModelSource& src, const EngineConfig& cfg,
+                                       const std::vector<std::vector<int32_t>>& seqs,
+                                       bool one_token_steps, std::string* backend_name) {
+  const ModelConfig& mc = src.config();
+  size_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.size());
+  TRY_ASSIGN(auto backend, make_backend(cfg));
+  *backend_name = backend->name();
+  TRY_ASSIGN(auto model, LlamaModel::create(src, *backend, (int64_t)longest, 1));
+  KvGeometry g;
+  g.n_layers = mc.n_layers;
+  g.block_size = cfg.block_size;
+  g.n_kv_heads = mc.n_kv_heads;
+  g.head_dim = mc.head_dim;
+  g.dtype = cfg.kv_dtype;
+  g.n_blocks = BlockTable::blocks_for((int64_t)longest, cfg.block_size);
+  TRY_ASSIGN(auto kv, backend->create_kv_storage(g));
+  std::vector<float> all;
+  std::vector<float> row((size_t)mc.vocab_size);
+  // One step of tokens [p0, p0 + len) of a sequence over the cache so far (positions and
+  // slots equal: one sequence at a time, its blocks in order); the last row's logits into
+  // `row` when `last`.
+  auto step = [&](const std::vector<int32_t>& s, int32_t p0, int32_t len, bool last) {
+    StepInput in;
+    in.tokens.assign(s.begin() + p0, s.begin() + p0 + len);
+    for (int32_t p = p0; p < p0 + len; ++p) {
+      in.positions.push_back(p);
+      in.slots.push_back(p);
+    }
+    in.q_start = {0};
+    in.q_len = {len};
+    in.ctx_len = {p0 + len};
+    in.max_blocks = (int32_t)g.n_blocks;
+    for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
+    if (last) in.logit_rows = {len - 1};
+    model->forward(in, *kv, last ? row.data() : nullptr);
+  };
+  for (const auto& s : seqs) {
+    const int32_t n = (int32_t)s.size();
+    if (one_token_steps)
+      for (int32_t p = 0; p < n; ++p) step(s, p, 1, p == n - 1);
+    else
+      step(s, 0, n, true);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  return all;
+}
+
 }  // namespace
 
 int run_logits(int argc, char** argv) {
@@ -80,8 +131,6 @@ int run_logits(int argc, char** argv) {
   auto sequences = read_token_sequences(tokens_path);
   if (!sequences.ok()) return fail(sequences.error());
   const std::vector<std::vector<int32_t>>& seqs = *sequences;
-  size_t longest = 0;
-  for (const auto& s : seqs) longest = std::max(longest, s.size());
   auto src = open_model_source(cfg->model_path);
   if (!src.ok()) return fail(src.error());
   const ModelConfig& mc = (*src)->config();
@@ -89,51 +138,13 @@ int run_logits(int argc, char** argv) {
     for (int32_t t : s)
       if (t < 0 || t >= mc.vocab_size)
         return fail(Error{"token id " + std::to_string(t) + " is outside the vocabulary"});
-  auto backend = make_backend(*cfg);
-  if (!backend.ok()) return fail(backend.error());
-  auto model = LlamaModel::create(**src, **backend, (int64_t)longest, 1);
-  if (!model.ok()) return fail(model.error());
-  KvGeometry g;
-  g.n_layers = mc.n_layers;
-  g.block_size = cfg->block_size;
-  g.n_kv_heads = mc.n_kv_heads;
-  g.head_dim = mc.head_dim;
-  g.dtype = cfg->kv_dtype;
-  g.n_blocks = BlockTable::blocks_for((int64_t)longest, cfg->block_size);
-  auto kv = (*backend)->create_kv_storage(g);
-  if (!kv.ok()) return fail(kv.error());
-  std::vector<float> all;
-  std::vector<float> row((size_t)mc.vocab_size);
-  // One step of tokens [p0, p0 + len) of a sequence over the cache so far (positions and
-  // slots equal: one sequence at a time, its blocks in order); the last row's logits into
-  // `row` when `last`.
-  auto step = [&](const std::vector<int32_t>& s, int32_t p0, int32_t len, bool last) {
-    StepInput in;
-    in.tokens.assign(s.begin() + p0, s.begin() + p0 + len);
-    for (int32_t p = p0; p < p0 + len; ++p) {
-      in.positions.push_back(p);
-      in.slots.push_back(p);
-    }
-    in.q_start = {0};
-    in.q_len = {len};
-    in.ctx_len = {p0 + len};
-    in.max_blocks = (int32_t)g.n_blocks;
-    for (int32_t b = 0; b < in.max_blocks; ++b) in.block_tables.push_back(b);
-    if (last) in.logit_rows = {len - 1};
-    (*model)->forward(in, **kv, last ? row.data() : nullptr);
-  };
-  for (const auto& s : seqs) {
-    const int32_t n = (int32_t)s.size();
-    if (one_token_steps)
-      for (int32_t p = 0; p < n; ++p) step(s, p, 1, p == n - 1);
-    else
-      step(s, 0, n, true);
-    all.insert(all.end(), row.begin(), row.end());
-  }
-  if (Status st = write_npy(out_path, all, seqs.size(), mc.vocab_size); !st.ok())
+  std::string backend_name;
+  auto all = last_logits(**src, *cfg, seqs, one_token_steps, &backend_name);
+  if (!all.ok()) return fail(all.error());
+  if (Status st = write_npy(out_path, *all, seqs.size(), mc.vocab_size); !st.ok())
     return fail(st.error());
   std::printf("wrote %s: %zu x %lld logits (%s)\n", out_path.c_str(), seqs.size(),
-              (long long)mc.vocab_size, (*backend)->name().c_str());
+              (long long)mc.vocab_size, backend_name.c_str());
   return 0;
 }
 

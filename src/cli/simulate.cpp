@@ -267,14 +267,11 @@ double arrival_rate(const WorkloadRun& run) {
   return run.trace.empty() ? 0.0 : (double)run.trace.size() / run.duration_s;
 }
 
-void print_results(const Deployment& d, const WorkloadRun& run, const SimResult& r) {
+// What was simulated: the machine, its cost model and the engine's sizes.
+void print_deployment(const Deployment& d, const SimResult& r) {
   const SimProfile& profile = d.profile;
   const SimConfig& cfg = d.cfg;
-  const SimStats& st = r.stats;
-  const Summary sum = summarize(r.records, run.duration_s);
-  const double gb = 1e9, m = cfg.cost.kv_bytes_per_token, rate = arrival_rate(run),
-               duration = run.duration_s;
-  const std::string& wl = run.name;
+  const double gb = 1e9, m = cfg.cost.kv_bytes_per_token;
   std::printf("SIMULATED: profile %s (%s), %lld GPU(s) at TP efficiency %.2f, copies %s\n",
               profile.name.c_str(), profile.source.c_str(), (long long)d.gpus,
               d.gpus > 1 ? d.eff : 1.0, d.copy_mode.c_str());
@@ -313,6 +310,15 @@ void print_results(const Deployment& d, const WorkloadRun& run, const SimResult&
                       ? cfg.long_prefill_tokens
                       : automatic_long_prefill_chunk(&cfg.cost, cfg.max_tokens_per_step,
                                                      SchedulerConfig{}.min_long_prefill_chunk)));
+}
+
+// What happened: the metrics table, the policy's decisions, waste, the engine's work.
+void print_run(const Deployment& d, const WorkloadRun& run, const SimResult& r) {
+  const SimConfig& cfg = d.cfg;
+  const SimStats& st = r.stats;
+  const Summary sum = summarize(r.records, run.duration_s);
+  const double gb = 1e9, rate = arrival_rate(run), duration = run.duration_s;
+  const std::string& wl = run.name;
   std::printf(
       "workload %s, policy %s, estimator %s, rate %.2f req/s, %.0f s of arrivals "
       "(%.0f s simulated)\n",
@@ -446,7 +452,10 @@ int run_simulate(int argc, char** argv) {
   auto result = simulate(deployment->cfg, run->trace);
   progress.finish();
   if (!result.ok()) return fail(result.error());
-  if (!f.quiet) print_results(*deployment, *run, *result);
+  if (!f.quiet) {
+    print_deployment(*deployment, *result);
+    print_run(*deployment, *run, *result);
+  }
   if (!f.json_path.empty()) {
     std::ofstream out(f.json_path);
     if (!out) return fail(Error{"cannot write '" + f.json_path + "'"});
