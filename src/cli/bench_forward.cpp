@@ -194,6 +194,11 @@ class ForwardBench {
                       bool device_topp = false);
   double time_copy(bool out_dir, bool in_dir);
   void swap_during_decode(double t_out, double t_in, double t_both);
+  struct StepWhileCopying {
+    double step_s, queue_s;  // medians: the whole step, and the host's share queueing copies
+  };
+  StepWhileCopying time_step_while_copying(StepInput& in, bool device_argmax, int64_t blocks,
+                                           bool out_dir, bool in_dir);
   // Reading `bytes` once at the measured read rate, in ms (0 without floors).
   double bytes_floor_ms(double bytes) const {
     return floors_.read_gbps > 0 ? bytes / (floors_.read_gbps * 1e9) * 1e3 : 0.0;
@@ -561,6 +566,31 @@ void ForwardBench::swap_tables() {
   swap_during_decode(t_out, t_in, t_both);
 }
 
+// A step with `blocks` of the swap blocks copied out and/or in, issued before it the way the
+// engine does; three warm-up steps, then the median of --repeats.
+ForwardBench::StepWhileCopying ForwardBench::time_step_while_copying(StepInput& in,
+                                                                     bool device_argmax,
+                                                                     int64_t blocks, bool out_dir,
+                                                                     bool in_dir) {
+  Backend& be = *backend_;
+  std::vector<int32_t> d(swap_dev_ids_.begin(), swap_dev_ids_.begin() + blocks),
+      h(swap_host_ids_.begin(), swap_host_ids_.begin() + blocks);
+  std::vector<double> ts, enqueue;
+  for (int64_t r = 0; r < plan_.repeats + 3; ++r) {
+    const auto t = clock_type::now();
+    if (out_dir) be.copy_blocks_between(*kv_, *host_, d, h);
+    if (in_dir) be.copy_blocks_between(*host_, *kv_, h, d);
+    // Host time to queue the copies: it delays the step's launch one for one.
+    const double queued = since(t);
+    run_step(in, device_argmax, false);
+    if (r >= 3) {
+      ts.push_back(since(t));
+      enqueue.push_back(queued);
+    }
+  }
+  return {median(ts), median(enqueue)};
+}
+
 // Decode at --swap-batch while swapping, issued before each step the way the engine does
 // (blocks outside the decode contexts), at two rates:
 //  - the engine's budget: the scheduler lets a step move at most T_step x the one-way copy
@@ -573,7 +603,6 @@ void ForwardBench::swap_tables() {
 // tokens drawn on the device (what the engine runs for greedy and top-p batches), each
 // with the budget its own step time gives.
 void ForwardBench::swap_during_decode(double t_out, double t_in, double t_both) {
-  Backend& be = *backend_;
   const int64_t b = plan_.swap_batch, nb = plan_.swap_blocks;
   std::printf(
       "\n### Decode at batch %lld while swapping\n\n"
@@ -607,33 +636,19 @@ void ForwardBench::swap_during_decode(double t_out, double t_in, double t_both) 
           Row{"half the engine budget", std::max<int64_t>(1, engine_each / 2), true, true},
           Row{"both ways at full rate", full_each, true, true}}) {
       const int64_t budget = row.blocks;
-      std::vector<int32_t> d(swap_dev_ids_.begin(), swap_dev_ids_.begin() + budget),
-          h(swap_host_ids_.begin(), swap_host_ids_.begin() + budget);
-      std::vector<double> ts, enqueue;
-      for (int64_t r = 0; r < plan_.repeats + 3; ++r) {
-        const auto t = clock_type::now();
-        if (row.out_dir) be.copy_blocks_between(*kv_, *host_, d, h);
-        if (row.in_dir) be.copy_blocks_between(*host_, *kv_, h, d);
-        // Host time to queue the copies: it delays the step's launch one for one.
-        const double queued = since(t);
-        run_step(in, step.device_argmax, false);
-        if (r >= 3) {
-          ts.push_back(since(t));
-          enqueue.push_back(queued);
-        }
-      }
-      const double with = median(ts);
+      const auto [with, queued] =
+          time_step_while_copying(in, step.device_argmax, budget, row.out_dir, row.in_dir);
       std::printf("| %s | %.3f | %s | %lld | %.1f | %.3f | %+.1f%% | %.3f |\n", step.name,
                   base * 1e3, row.name, (long long)budget,
                   (double)budget * bs_ * kv_per_token_ / 1e6, with * 1e3,
-                  100.0 * (with / base - 1.0), median(enqueue) * 1e3);
+                  100.0 * (with / base - 1.0), queued * 1e3);
       out_["swap_during_decode"].push_back({{"step", step.name},
                                             {"copies", row.name},
                                             {"batch", b},
                                             {"blocks_each_way", budget},
                                             {"ms_alone", base * 1e3},
                                             {"ms_swapping", with * 1e3},
-                                            {"ms_queueing_copies", median(enqueue) * 1e3}});
+                                            {"ms_queueing_copies", queued * 1e3}});
     }
   }
 }

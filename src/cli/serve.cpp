@@ -98,6 +98,40 @@ Result<server::ServerOptions> server_options_from(const ServeFlags& f,
   return so;
 }
 
+// SIGINT and SIGTERM, blocked in the calling thread and so in every thread it starts (threads
+// inherit the mask): only the thread that waits for them with sigwait sees them.
+sigset_t block_stop_signals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
+
+// Loads the model, binds, serves until SIGINT/SIGTERM, then stops gracefully.
+Status serve_until_stopped(const EngineConfig& cfg, const server::ServerOptions& so) {
+  const sigset_t stop_signals = block_stop_signals();
+  std::fprintf(stderr, "infercept: loading %s\n", cfg.model_path.c_str());
+  TRY_ASSIGN(auto core, EngineCore::create(cfg));
+  TRY_ASSIGN(auto srv, server::HttpServer::create(std::move(core), so));
+  TRY_ASSIGN(const int port, srv->bind());
+  std::fprintf(stderr,
+               "infercept: serving '%s' on http://%s:%d (OpenAI API under /v1, /metrics, "
+               "/dashboard, /health)%s\n",
+               srv->model_name().c_str(), so.host.c_str(), port,
+               so.api_keys.empty() && so.api_key_file.empty() && so.admin_api_keys.empty()
+                   ? ""
+                   : "; API keys required");
+  srv->start();
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "infercept: %s received, shutting down\n", strsignal(sig));
+  srv->stop();
+  std::fprintf(stderr, "infercept: stopped\n");
+  return ok_status();
+}
+
 }  // namespace
 #endif
 
@@ -125,36 +159,7 @@ int run_serve(int argc, char** argv) {
   if (!params.ok()) return fail(params.error());
   auto opts = server_options_from(f, *params);
   if (!opts.ok()) return fail(opts.error());
-  const server::ServerOptions& so = *opts;
-
-  // SIGINT/SIGTERM are blocked in every thread (threads inherit the mask); this thread
-  // waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  std::fprintf(stderr, "infercept: loading %s\n", cfg->model_path.c_str());
-  auto core = EngineCore::create(*cfg);
-  if (!core.ok()) return fail(core.error());
-  auto srv = server::HttpServer::create(std::move(*core), so);
-  if (!srv.ok()) return fail(srv.error());
-  auto bound = (*srv)->bind();
-  if (!bound.ok()) return fail(bound.error());
-  std::fprintf(stderr,
-               "infercept: serving '%s' on http://%s:%d (OpenAI API under /v1, /metrics, "
-               "/dashboard, /health)%s\n",
-               (*srv)->model_name().c_str(), so.host.c_str(), *bound,
-               so.api_keys.empty() && so.api_key_file.empty() && so.admin_api_keys.empty()
-                   ? ""
-                   : "; API keys required");
-  (*srv)->start();
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "infercept: %s received, shutting down\n", strsignal(sig));
-  (*srv)->stop();
-  std::fprintf(stderr, "infercept: stopped\n");
+  if (Status st = serve_until_stopped(*cfg, *opts); !st.ok()) return fail(st.error());
   return 0;
 #endif
 }
