@@ -268,7 +268,7 @@ void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   CHECK(active_.find(id) == active_.end());
   next_id_ = std::max(next_id_, id + 1);
   auto r = std::make_unique<Request>(id, std::move(req), config_.seed + id * 0x9e3779b97f4a7c15ull,
-                                     *tokenizer_, now());
+                                     *tokenizer_, tool_call_format(chat_template_.kind), now());
   scheduler_->add(&r->seq);
   active_.emplace(id, std::move(r));
 }

@@ -122,7 +122,8 @@ struct GenerateRequest {
   std::vector<ScriptedInterception> script;
   std::vector<std::string> intercept_strings;  // generated text containing one pauses it
   std::vector<int32_t> intercept_token_ids;    // sampling one of these pauses it
-  bool detect_tool_calls = false;              // ChatML/Hermes <tool_call>...</tool_call> pauses it
+  bool detect_tool_calls =
+      false;  // a complete <tool_call> call pauses it (malformed ones are text)
   // A turn that ends (end-of-turn token) with tool calls in its text (Hermes <tool_call>
   // blocks, or a Llama 3 JSON call) pauses instead of finishing: the OpenAI server's
   // semantics, where a response carries all of a turn's calls (parallel calls included).

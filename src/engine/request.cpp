@@ -7,8 +7,9 @@
 namespace infercept {
 
 Request::Request(uint64_t id, GenerateRequest req, uint64_t seed, const Tokenizer& tokenizer,
-                 double arrival_time)
+                 ToolCallFormat tool_format, double arrival_time)
     : tokenizer_(tokenizer),
+      tool_format_(tool_format),
       sampler_(req.params, seed),
       detok_(tokenizer),
       stops_(req.params.stop) {
@@ -102,16 +103,15 @@ TokenOutcome Request::on_token(int32_t token, int64_t limit, RequestOutput& out)
                                        token) != params_.stop_token_ids.end();
   if (is_stop_token) reason = FinishReason::stop;
   if (is_stop_token && (detect_tool_calls_ || pause_at_tool_turn_end_)) {
-    // A JSON tool call closed by end-of-turn pauses the request instead of ending it; so
-    // does a turn with Hermes calls in it when the request pauses at the turn's end.
-    if (auto call = parse_json_tool_call(recent_text_)) {
-      json_tool_call_ = call->name;
+    // The turn read as the server reads it (parse_tool_turn, the one parser): a JSON-turn
+    // model's calls closed by end-of-turn pause the request instead of ending it; so do a
+    // Hermes turn's calls when the request pauses at the turn's end (mid-turn, a Hermes
+    // call pauses at its closing tag: fired_trigger). Malformed calls are text.
+    const ParsedTurn turn = parse_tool_turn(recent_text_, tool_format_);
+    if (!turn.calls.empty() &&
+        (pause_at_tool_turn_end_ || tool_format_ == ToolCallFormat::json_turn)) {
+      json_tool_call_ = turn.calls.front().name;
       reason = FinishReason::none;
-    } else if (pause_at_tool_turn_end_) {
-      if (auto hermes = find_hermes_tool_call(recent_text_)) {
-        json_tool_call_ = hermes->name;
-        reason = FinishReason::none;
-      }
     }
   }
   const std::string piece_text = is_stop_token ? std::string() : detok_.push(token);

@@ -14,6 +14,7 @@
 #include "engine/sampling.h"
 #include "engine/step_loop.h"
 #include "engine/stop_matcher.h"
+#include "engine/tool_call.h"
 #include "sched/sequence.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,9 +23,9 @@ namespace infercept {
 class Request {
  public:
   // A request `id` from `req` (prompt, parameters, triggers); its sampler is seeded with
-  // `seed`.
+  // `seed`; `tool_format` is how the model writes tool calls (its chat template's).
   Request(uint64_t id, GenerateRequest req, uint64_t seed, const Tokenizer& tokenizer,
-          double arrival_time);
+          ToolCallFormat tool_format, double arrival_time);
 
   // The request starts over as `req` would (a paused request continued by a new request):
   // new prompt, parameters, triggers and counts; the sequence keeps its id, its place and
@@ -54,6 +55,7 @@ class Request {
   std::optional<InterceptionInfo> fired_trigger();
 
   const Tokenizer& tokenizer_;
+  ToolCallFormat tool_format_;
   SamplingParams params_;
   Sampler sampler_;
   StreamingDetokenizer detok_;
