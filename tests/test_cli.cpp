@@ -298,6 +298,7 @@ TEST(Cli, ProgressLineOnlyOnATerminal) {
   EXPECT_EQ(code, 0) << tty;
   EXPECT_TRUE(contains(tty, "\r\033[Ksimulate: ")) << tty;
   EXPECT_TRUE(contains(tty, "requests over 60 s of arrivals")) << tty;
+  EXPECT_TRUE(contains(tty, " requests done, ")) << tty;  // the simulator's progress callback
 }
 
 TEST(Cli, BenchShowsProgressOnATerminal) {

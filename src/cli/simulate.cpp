@@ -444,11 +444,11 @@ int run_simulate(int argc, char** argv) {
   deployment->cfg.duration_s = run->duration_s;
   deployment->cfg.drain_s = run->drain_s;
 
-  // The simulator reports nothing until it is done (seconds for an hour of traffic), so a
-  // terminal is told what runs.
+  // On a terminal: the simulated time, the requests done and their rate, as it runs.
   ProgressLine progress("simulate");
   progress.show(std::to_string(run->trace.size()) + " requests over " +
                 std::to_string((long long)run->duration_s) + " s of arrivals ...");
+  deployment->cfg.progress = [&](double sim_s, int64_t done) { progress.update(sim_s, done); };
   auto result = simulate(deployment->cfg, run->trace);
   progress.finish();
   if (!result.ok()) return fail(result.error());

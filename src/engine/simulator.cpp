@@ -564,7 +564,11 @@ class SimRun : public StepRequests {
   }
 
  private:
-  void step() { t_ += loop_->step(t_, *executor_, *this).duration(); }
+  void step() {
+    t_ += loop_->step(t_, *executor_, *this).duration();
+    if (config_.progress && ++steps_ % 1000 == 0)
+      config_.progress(t_, (int64_t)res_.records.size());
+  }
 
   // Arrivals whose time has come. As bench: a request that cannot fit the engine at all is
   // skipped, and so is one the engine would reject (a prompt as long as the limit, an empty
@@ -627,6 +631,7 @@ class SimRun : public StepRequests {
   size_t next_ = 0;            // the next trace request to arrive
   int64_t live_ = 0;           // admitted and not finished
   double t_ = 0.0;             // virtual time
+  int64_t steps_ = 0;          // step() calls (the progress callback's pace)
 };
 
 }  // namespace

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -138,7 +139,10 @@ struct SimConfig {
   bool hints = true;         // give the tool's true duration as the hint (as bench does)
   double duration_s = 60.0;  // the arrival window (throughput = completed / duration_s)
   double drain_s = std::numeric_limits<double>::infinity();  // then stop at duration + drain
-  double idle_tick_s = 0.05;      // engine wake-up while only paused requests exist
+  double idle_tick_s = 0.05;  // engine wake-up while only paused requests exist
+  // Called every 1,000 steps with the virtual time and the requests finished so far (the
+  // command line's progress line); empty: none.
+  std::function<void(double sim_s, int64_t done)> progress;
   bool check_invariants = false;  // Scheduler::check_invariants() after every step (tests)
   EngineArtifacts artifacts;      // the CUDA engine's costs its scheduler does not see (none: 0)
   // Step-time noise, 0 by default: every forward step's time is multiplied by a lognormal
