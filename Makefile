@@ -8,7 +8,8 @@ MODEL_DIR := models
 MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
-                libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx python3-matplotlib
+                libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx \
+                python3-matplotlib clang-format
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
@@ -81,7 +82,7 @@ test-gpu: build model
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 format:
 	clang-format -i $(FORMAT_FILES)
-format-check:
+format-check: deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
 
 bench: build model
