@@ -200,7 +200,7 @@ BENCHMARK_CAPTURE(BM_Packed, q4_1_1536x576_x64, DType::q4_1, 1536, 576, 64, fals
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Packed, q8_0_1536x576_x64, DType::q8_0, 1536, 576, 64, false)
     ->Unit(benchmark::kMillisecond);
-// q4_1 summed in llama.cpp's order (INFERCEPT_CPU_NUMERICS=llama.cpp).
+// q4_1 summed in llama.cpp's order (--cpu-numerics llama.cpp).
 BENCHMARK_CAPTURE(BM_Packed, q4_1_ggml_1536x576_hot, DType::q4_1, 1536, 576, 1, false,
                   Q4_1Order::ggml)
     ->Unit(benchmark::kMicrosecond);

@@ -10,8 +10,8 @@
 #   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it:
 #                      this script's knobs (e.g. set:FWD_ARGS="--cuda-graphs off",
-#                      set:NCU_BATCH=32) and the engine's few variables (INFERCEPT_LOG,
-#                      INFERCEPT_MINWASTE_DISCARD). The CUDA backend reads no environment: its
+#                      set:NCU_BATCH=32) and the log level (INFERCEPT_LOG). The engine and the
+#                      backends read no other environment: the CUDA backend's
 #                      choices are CudaBackendOptions (backend/cuda/cuda_backend.h); an A/B of
 #                      another build goes through bin:DIR
 #     unset:NAME       removes it again; bin:DIR  the stages after it run DIR's binaries;
