@@ -1,0 +1,158 @@
+// The prefix cache's index (kv/prefix_cache.h): longest full-block prefix per namespace,
+// references held on what it indexes, least recently used leaves evicted first, and against
+// a model of what each block holds under random use: a match never hands out a block whose
+// tokens differ from the prefix asked for.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "kv/prefix_cache.h"
+
+namespace infercept {
+namespace {
+
+constexpr int64_t B = 4;
+
+std::vector<int32_t> seq(std::initializer_list<int32_t> t) {
+  return t;
+}
+
+// Blocks for `tokens` from the allocator, as a running sequence would hold them.
+std::vector<int32_t> take(BlockAllocator& a, size_t n) {
+  std::vector<int32_t> b;
+  for (size_t i = 0; i < n; ++i) b.push_back(*a.allocate());
+  return b;
+}
+
+TEST(PrefixCache, LongestFullBlockPrefixPerNamespace) {
+  BlockAllocator alloc(64);
+  PrefixCache cache(alloc, B);
+  const auto tokens = seq({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14});  // 3 full + 2
+  const auto blocks = take(alloc, 4);
+  cache.insert(7, tokens, blocks);
+  EXPECT_EQ(cache.n_entries(), 3);  // the partial block is not indexed
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(alloc.refcount(blocks[(size_t)i]), 2);
+  EXPECT_EQ(alloc.refcount(blocks[3]), 1);
+
+  // The same prefix: all three, retained for the caller.
+  auto m = cache.match(7, tokens);
+  EXPECT_EQ(m, std::vector<int32_t>(blocks.begin(), blocks.begin() + 3));
+  EXPECT_EQ(alloc.refcount(blocks[0]), 3);
+  for (int32_t b : m) alloc.release(b);
+  // A prefix that parts in the second block: the first only; one shorter than a block: none.
+  auto part = seq({1, 2, 3, 4, 5, 6, 0, 8, 9, 10, 11, 12});
+  m = cache.match(7, part);
+  EXPECT_EQ(m, std::vector<int32_t>{blocks[0]});
+  for (int32_t b : m) alloc.release(b);
+  EXPECT_TRUE(cache.match(7, seq({1, 2, 3})).empty());
+  // Another namespace never shares.
+  EXPECT_TRUE(cache.match(8, tokens).empty());
+  // Same tokens at another position (a different parent) are another prefix.
+  EXPECT_TRUE(cache.match(7, seq({5, 6, 7, 8})).empty());
+  cache.check_invariants();
+}
+
+TEST(PrefixCache, FirstCopyWinsAndTheCallerKeepsItsOwn) {
+  BlockAllocator alloc(64);
+  PrefixCache cache(alloc, B);
+  const auto tokens = seq({1, 2, 3, 4, 5, 6, 7, 8});
+  const auto a = take(alloc, 2), b = take(alloc, 2);
+  cache.insert(1, tokens, a);
+  cache.insert(1, tokens, b);  // computed again by another request: not indexed twice
+  EXPECT_EQ(cache.n_entries(), 2);
+  EXPECT_EQ(alloc.refcount(b[0]), 1);
+  EXPECT_EQ(cache.match(1, tokens), a);
+}
+
+TEST(PrefixCache, EvictsOnlyWhatNobodyHoldsLeastRecentlyUsedLeavesFirst) {
+  BlockAllocator alloc(64);
+  PrefixCache cache(alloc, B);
+  const auto x = seq({1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  const auto y = seq({1, 1, 1, 1, 9, 9, 9, 9});  // shares x's first block
+  const auto xb = take(alloc, 3);
+  cache.insert(1, x, xb);
+  auto yb = cache.match(1, y);  // the shared first block
+  ASSERT_EQ(yb.size(), 1u);
+  yb.push_back(*alloc.allocate());
+  cache.insert(1, y, yb);
+  EXPECT_EQ(cache.n_entries(), 4);
+  EXPECT_EQ(cache.n_evictable(), 0);      // both requests still hold their blocks
+  for (int32_t b : xb) alloc.release(b);  // x finishes: its blocks stay cached
+  EXPECT_EQ(cache.n_evictable(), 2);      // x's 2nd and 3rd (its 1st is y's too)
+  const int32_t free_before = alloc.n_free();
+  // x's leaf goes first, then its parent (now a leaf); never y's blocks.
+  EXPECT_EQ(cache.evict(5), (std::vector<int32_t>{xb[2], xb[1]}));
+  EXPECT_EQ(alloc.n_free(), free_before + 2);
+  for (int32_t b : yb) alloc.release(b);  // y finishes
+  // y's leaf was used after x's root-block match... all of y's chain goes, leaf first.
+  EXPECT_EQ(cache.evict(5), (std::vector<int32_t>{yb[1], yb[0]}));
+  EXPECT_EQ(cache.n_entries(), 0);
+  EXPECT_EQ(alloc.n_free(), alloc.n_blocks());
+  cache.check_invariants();
+}
+
+// Random inserts, matches, releases and evictions against a model of each block's content:
+// every matched block holds exactly the tokens it was matched for, and the allocator and
+// index stay consistent.
+TEST(PrefixCache, RandomUseAgainstAModel) {
+  std::mt19937 rng(5);
+  BlockAllocator alloc(256);
+  std::map<int32_t, std::vector<int32_t>> content;  // block -> the tokens its KV holds
+  {
+    PrefixCache cache(alloc, B);
+    std::vector<std::vector<int32_t>> held;  // blocks each live request holds
+    int64_t matched = 0, evicted = 0;
+    for (int it = 0; it < 3000; ++it) {
+      const int op = (int)(rng() % 10);
+      if (op < 5) {  // a request: a prompt from a small alphabet, so prefixes repeat
+        std::vector<int32_t> prompt((size_t)(1 + rng() % 20));
+        for (auto& t : prompt) t = (int32_t)(rng() % 2);
+        const uint64_t ns = rng() % 2;
+        std::vector<int32_t> blocks = cache.match(ns, prompt);
+        matched += (int64_t)blocks.size();
+        for (size_t i = 0; i < blocks.size(); ++i)
+          ASSERT_EQ(content.at(blocks[i]),
+                    std::vector<int32_t>(prompt.begin() + (ptrdiff_t)(i * B),
+                                         prompt.begin() + (ptrdiff_t)((i + 1) * B)));
+        const size_t need = (prompt.size() + B - 1) / B;
+        bool ok = true;
+        while (blocks.size() < need) {
+          if (alloc.n_free() == 0) evicted += (int64_t)cache.evict(1).size();
+          auto b = alloc.allocate();
+          if (!b) {
+            ok = false;
+            break;
+          }
+          const size_t i = blocks.size();
+          content[*b] = std::vector<int32_t>(
+              prompt.begin() + (ptrdiff_t)(i * B),
+              prompt.begin() + (ptrdiff_t)std::min(prompt.size(), (i + 1) * B));
+          blocks.push_back(*b);
+        }
+        if (ok) cache.insert(ns, prompt, blocks);
+        held.push_back(blocks);
+      } else if (op < 9 && !held.empty()) {  // a request ends
+        const size_t i = rng() % held.size();
+        for (int32_t b : held[i]) alloc.release(b);
+        held.erase(held.begin() + (ptrdiff_t)i);
+      } else {
+        for (int32_t b : cache.evict(1 + rng() % 4)) {
+          ASSERT_EQ(alloc.refcount(b), 0);
+          ++evicted;
+        }
+      }
+      cache.check_invariants();
+      alloc.check_invariants();
+    }
+    for (auto& h : held)
+      for (int32_t b : h) alloc.release(b);
+    EXPECT_EQ(cache.n_evictable(), cache.n_entries());
+    EXPECT_GT(matched, 1000);  // prefixes were found again ...
+    EXPECT_GT(evicted, 100);   // ... and evicted under pressure
+  }
+  EXPECT_EQ(alloc.n_free(), alloc.n_blocks());  // the cache let its references go
+}
+
+}  // namespace
+}  // namespace infercept
