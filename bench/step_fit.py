@@ -38,13 +38,13 @@ base's price and says so.
         (no fit: steps with chunks over the profile's price, first sight of their row count or not)
     python3 bench/step_fit.py TRACE.csv[.gz]... --profile BASE.json --fit-artifacts [--graph-cache 64] --out FIT.json
         (the engine's first-sight and graph-miss prices fitted too: what the built-in H200
-        profiles carry since build 10; --first-sight-ms / --graph-miss-ms take given ones off;
-        and since build 13 the copy interference: seconds of forward pass per second of
+        profiles carry since the engine of 2026-12-02; --first-sight-ms / --graph-miss-ms take given ones off;
+        and since the engine of 2026-12-03 the copy interference: seconds of forward pass per second of
         swap-in / swap-out copy queued with the step, where its layers wait for the copies)
 
 Prints the fitted terms, how much each had to go on, and the fit's error per group and in
 total. Fit on traces that the validation does not use (bench/step_probe.py's probes, or paper
-runs at another seed: the built-in 7B since build 13), then check with
+runs at another seed: the built-in 7B since the engine of 2026-12-03), then check with
 bench/paper_report.py --sim-profile FIT.json.
 """
 import argparse
@@ -69,7 +69,7 @@ def load_trace(path):
         for row in r:
             d = {k: float(row[k]) for k in NEED if k != "chunk_list"}
             d["chunk_list"] = [tuple(int(v) for v in c.split(":")) for c in row["chunk_list"].split(";") if c]
-            # Since build 10 (older traces: 0, and the graph cache is keyed by the count alone).
+            # Since the engine of 2026-12-02 (older traces: 0, and the graph cache is keyed by the count alone).
             d["longest_blocks"] = int(row.get("longest_blocks") or 0)
             d["swap_in_blocks"] = int(row.get("swap_in_blocks") or 0)
             d["swap_out_blocks"] = int(row.get("swap_out_blocks") or 0)

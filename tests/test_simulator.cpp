@@ -95,14 +95,14 @@ TEST(SimulatorProfiles, BuiltinsMatchTheShapes) {
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.kv_bytes_per_token, 524288.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama3-8b")->cost.kv_bytes_per_token, 131072.0);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-13b")->cost.kv_bytes_per_token, 819200.0);
-  // Session 11's engine as its seed-11 paper runs priced it (session 13): a decode-only step of
+  // The engine of 2026-12-03 as its seed-11 paper runs priced it: a decode-only step of
   // one sequence 3.88 ms (bench-forward's D(1) 3.99 ms x 0.974), T_fwd(1) 3.98 ms (its start-up
   // profile, what its scheduler decides with), a step with a chunk 1.0139 x T_fwd, and the
   // engine's artifacts fitted with them: a chunk step's first sight of its row count 3.3 ms,
   // the graph cache of 64 entries (a new key's eager step 0.65 ms), and 0.244 / 0.343 s of
   // forward pass a second of swap-in / swap-out copy at the built-in's 55 GB/s. The 13B keeps
-  // session 10's batch-change rule and no copy interference; the 8B's has none of these (not
-  // probed).
+  // the batch-change rule fitted to its step probes and no copy interference; the 8B's has none of
+  // these (not probed).
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_decode(1), 3.884e-3, 1e-5);
   EXPECT_NEAR(load_sim_profile("h200-llama2-7b")->cost.t_fwd(1), 3.983e-3, 1e-5);
   EXPECT_DOUBLE_EQ(load_sim_profile("h200-llama2-7b")->cost.chunk_step_scale, 1.0139);

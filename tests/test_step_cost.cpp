@@ -193,8 +193,8 @@ TEST(StepCost, BuiltinProfileReproducesTheMeasuredDecodeSteps) {
   const StepShape long_ctx = shape(32, 32 * 3072, 32, 32);
   EXPECT_NEAR(c.step_seconds(long_ctx) - c.step_seconds(short_ctx),
               32 * 2048 * c.context_seconds_per_token(32), 1e-12);
-  // Since session 8's attention the price per context token hardly depends on the batch
-  // (0.15-0.18 us), where session 4's engine read it ~3x slower at 1-2 sequences.
+  // Since the split-context decode attention the price per context token hardly depends on
+  // the batch (0.15-0.18 us), where the first CUDA engine read it ~3x slower at 1-2 sequences.
   EXPECT_LT(c.context_seconds_per_token(1), 1.3 * c.context_seconds_per_token(64));
 }
 
