@@ -268,8 +268,8 @@ MIN_IDLE_SHARE = 0.03
 
 
 def idle_share(r):
-    """The measured engine's idle time over its whole run (bench's engine statistics, builds
-    since the engine of 2026-12-02), or None where the JSON lacks them."""
+    """The measured engine's idle time over its whole run (bench's engine statistics;
+    older JSON files lack them: None then)."""
     me = (r or {}).get("engine") or {}
     wall, idle = me.get("step_wall_seconds"), me.get("idle_seconds")
     if wall is None or idle is None or wall + idle <= 0:

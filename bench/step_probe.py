@@ -15,8 +15,8 @@ Each trace exercises one step type the cost model prices differently:
   admit    4 agents decoding 400 tokens at ~1,000 context while 300-token prompts arrive every
            100 ms: a new prompt's first chunk (nothing cached) beside decode rows
   tiny     4 agents, 2,000-token prompts, 25 pauses of 20 ms each returning 2 tokens (the mixed
-           workload's VE/ALFWorld calls): 3-row chunks (since the engine of 2026-12-02 the tensor-core
-           kernel's, split across the context)
+           workload's VE/ALFWorld calls): 3-row chunks (now the tensor-core kernel's, split across
+           the context)
   beside   4 agents decoding 500 tokens at ~1,000 context while 3,000-token prompts arrive
            every 350 ms: 512-row chunks over 0-2,560 cached tokens beside decode rows, so every
            step samples and is timed on its own (for bench/step_fit.py)
@@ -42,7 +42,7 @@ Each trace exercises one step type the cost model prices differently:
 
 Where the forward seconds part, the step type whose trace parts is the one the model misses.
 
-Since the engine of 2026-12-02 every probe also writes its step trace (NAME.trace.csv), and
+Every probe also writes its step trace (NAME.trace.csv), and
 `python3 bench/step_fit.py DIR/*.trace.csv* --profile BASE.json --out FIT.json` fits T_fwd's
 and a(n)'s scale and the chunk prices by least squares over the traces' sync groups (the
 whole-request fit above cannot tell a long chunk's price from an error in T_fwd(512)).
@@ -87,8 +87,8 @@ def traces():
         # lengths and tool times), over 600-900-token prompts: each decodes 40 tokens, pauses
         # 100-160 ms and gets 64-200 tokens back, 7 times. So chunks of 64-255 rows over
         # 600-2,500 cached tokens, often three a step, ride beside 4-10 decode rows: the mixed
-        # workload's knee is made of such steps and the other probes have none (the engine of 2026-12-02:
-        # priced 7-15% under the engine).
+        # workload's knee is made of such steps and the other probes have none (an earlier fit
+        # priced them 7-15% under the engine).
         "midchunks": [req(i, 0.1 * (i // 3), "midchunks", 600 + 100 * (i // 3),
                           [seg(40, "tool", 0.1 + 0.03 * (i // 3 % 3), 64 + 17 * ((i // 3 + k) % 9))
                            for k in range(7)] + [seg(10)]) for i in range(12)],
