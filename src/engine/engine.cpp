@@ -124,6 +124,28 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   TRY_ASSIGN(e->backend_, make_backend(config));
   TRY_ASSIGN(e->model_, LlamaModel::create(*e->source_, *e->backend_, config.max_tokens_per_step,
                                            config.max_seqs));
+  TRY(e->create_kv_pools());
+  TRY(e->load_cost_model());
+  TRY(e->create_step_loop());
+  e->t0_ = now_seconds();
+  e->max_context_ =
+      config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
+  e->logits_.resize((size_t)(config.max_seqs * mc.vocab_size));
+  const KvGeometry& g = e->kv_->geometry();
+  const double kv_mib =
+      (double)(g.bytes_per_block_per_layer() * 2 * (size_t)g.n_layers * (size_t)g.n_blocks) /
+      (1024.0 * 1024.0);
+  LOG_INFO("engine: %s, %lld KV blocks of %lld tokens (%.1f MiB), long-prefill chunk %lld",
+           config.model_path.c_str(), (long long)g.n_blocks, (long long)config.block_size, kv_mib,
+           (long long)e->scheduler_->long_prefill_chunk());
+  return e;
+}
+
+// The device KV pool (its size from the flags, or what the GPU has left) and the host pool
+// swapped KV goes to, with their allocators.
+Status EngineCore::create_kv_pools() {
+  const EngineConfig& config = config_;
+  const ModelConfig& mc = source_->config();
   KvGeometry g;
   g.n_layers = mc.n_layers;
   g.block_size = config.block_size;
@@ -135,8 +157,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
                          ? BlockTable::blocks_for(config.kv_cache_tokens, config.block_size)
                          : (int64_t)(config.kv_cache_mb * 1024.0 * 1024.0 / (double)block_bytes);
   if (config.gpu_memory_utilization > 0 && !config.kv_cache_size_given) {
-    const int64_t total = e->backend_->total_memory_bytes(),
-                  free = e->backend_->free_memory_bytes();
+    const int64_t total = backend_->total_memory_bytes(), free = backend_->free_memory_bytes();
     if (total < 0)
       return make_error(
           "--gpu-memory-utilization needs a GPU device (use --kv-cache-gb on the CPU)");
@@ -151,19 +172,24 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   }
   if (n_blocks < 1) return make_error("the KV cache is too small for a single block");
   g.n_blocks = n_blocks;
-  TRY_ASSIGN(e->kv_, e->backend_->create_kv_storage(g));
-  e->allocator_ = std::make_unique<BlockAllocator>((int32_t)n_blocks);
+  TRY_ASSIGN(kv_, backend_->create_kv_storage(g));
+  allocator_ = std::make_unique<BlockAllocator>((int32_t)n_blocks);
   KvGeometry hg = g;
   hg.n_blocks = config.swap_space_tokens > 0
                     ? BlockTable::blocks_for(config.swap_space_tokens, config.block_size)
                     : (int64_t)(config.swap_space_mb * 1024.0 * 1024.0 / (double)block_bytes);
   hg.n_blocks = std::max<int64_t>(hg.n_blocks, 1);
-  TRY_ASSIGN(e->host_kv_, e->backend_->create_host_kv_storage(hg));
-  e->host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
+  TRY_ASSIGN(host_kv_, backend_->create_host_kv_storage(hg));
+  host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
 
-  // The cost model: given, cached, or measured now (and cached for the next start).
+  return ok_status();
+}
+
+// The cost model: given, cached, or measured now (and cached for the next start).
+Status EngineCore::load_cost_model() {
+  const EngineConfig& config = config_;
   if (config.cost_model) {
-    e->cost_ = *config.cost_model;
+    cost_ = *config.cost_model;
   } else {
     const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
     const std::string cache =
@@ -182,7 +208,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
         LOG_WARN("ignoring profile %s: %s", cache.c_str(), cm.error().message.c_str());
     }
     if (loaded) {
-      e->cost_ = *loaded;
+      cost_ = *loaded;
     } else {
       LOG_INFO("profiling the forward pass and the swap bandwidth (cached in %s)", cache.c_str());
       ProfileOptions po;
@@ -197,48 +223,45 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
       // of those caches, one timed copy each way, also read half of what bench-forward
       // measures, 27 against 55 GB/s; whether best of 3 mends that too is still to be seen.)
       po.repeats = config.force_profile || config.device != "cpu" ? 3 : 1;
-      TRY_ASSIGN(e->cost_, profile_cost_model(*e->model_, *e->backend_, *e->kv_, *e->host_kv_,
-                                              config.block_size, po));
+      TRY_ASSIGN(cost_,
+                 profile_cost_model(*model_, *backend_, *kv_, *host_kv_, config.block_size, po));
       // Cache only a complete profile (a tiny test cache cannot measure the large steps).
-      const bool complete = e->cost_.t_fwd_samples.size() == po.token_counts.size();
+      const bool complete = cost_.t_fwd_samples.size() == po.token_counts.size();
       if (FILE* f = complete ? std::fopen(cache.c_str(), "w") : nullptr) {
-        const std::string text = e->cost_.to_json();
+        const std::string text = cost_.to_json();
         std::fwrite(text.data(), 1, text.size(), f);
         std::fclose(f);
       }
     }
   }
-  TRY(e->cost_.validate());
-  TRY_ASSIGN(e->estimator_, make_duration_estimator(config.estimator));
+  return ok_status();
+}
+
+// The estimator, the policy, the scheduler and the step loop around them.
+Status EngineCore::create_step_loop() {
+  const EngineConfig& config = config_;
+  TRY(cost_.validate());
+  TRY_ASSIGN(estimator_, make_duration_estimator(config.estimator));
   TRY_ASSIGN(PolicyKind kind, parse_policy(config.policy));
-  e->policy_ = make_policy(kind, e->cost_, *e->estimator_);
+  policy_ = make_policy(kind, cost_, *estimator_);
   SchedulerConfig sc;
   sc.block_size = config.block_size;
   sc.max_tokens_per_step = config.max_tokens_per_step;
   sc.max_seqs_per_step = config.max_seqs;
   sc.max_partial_prefills = config.max_partial_prefills;
   sc.long_prefill_tokens = config.long_prefill_tokens;
-  e->scheduler_ = std::make_unique<Scheduler>(sc, *e->allocator_, e->host_allocator_.get(),
-                                              e->policy_.get(), &e->cost_);
+  scheduler_ =
+      std::make_unique<Scheduler>(sc, *allocator_, host_allocator_.get(), policy_.get(), &cost_);
   if (!config.step_trace_path.empty()) {
-    TRY_ASSIGN(e->step_trace_, StepTraceWriter::open(config.step_trace_path));
+    TRY_ASSIGN(step_trace_, StepTraceWriter::open(config.step_trace_path));
   }
   if (config.virtual_step_seconds < 0.0) return make_error("the virtual step time must be >= 0");
-  e->loop_ = std::make_unique<StepLoop>(*e->scheduler_, *e->allocator_, *e->host_allocator_,
-                                        *e->estimator_, e->stats_, e->cost_.kv_bytes_per_token,
-                                        config.interception_timeout_s, e->step_trace_.get(),
-                                        config.check_invariants);
-  e->executor_ = std::make_unique<Executor>(*e);
-  e->requests_ = std::make_unique<Requests>(*e);
-  e->t0_ = now_seconds();
-  e->max_context_ =
-      config.max_context > 0 ? std::min(config.max_context, mc.max_context) : mc.max_context;
-  e->logits_.resize((size_t)(config.max_seqs * mc.vocab_size));
-  LOG_INFO("engine: %s, %lld KV blocks of %lld tokens (%.1f MiB), long-prefill chunk %lld",
-           config.model_path.c_str(), (long long)n_blocks, (long long)config.block_size,
-           (double)(block_bytes * (size_t)n_blocks) / (1024.0 * 1024.0),
-           (long long)e->scheduler_->long_prefill_chunk());
-  return e;
+  loop_ = std::make_unique<StepLoop>(
+      *scheduler_, *allocator_, *host_allocator_, *estimator_, stats_, cost_.kv_bytes_per_token,
+      config.interception_timeout_s, step_trace_.get(), config.check_invariants);
+  executor_ = std::make_unique<Executor>(*this);
+  requests_ = std::make_unique<Requests>(*this);
+  return ok_status();
 }
 
 Status EngineCore::validate(const GenerateRequest& req) const {

@@ -235,6 +235,10 @@ class EngineCore {
   class Executor;
   class Requests;
   EngineCore();
+  // The steps of create(), in order.
+  Status create_kv_pools();
+  Status load_cost_model();
+  Status create_step_loop();
   void build_step_input(const StepPlan& plan);
 
   EngineConfig config_;
