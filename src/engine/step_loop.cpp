@@ -29,8 +29,10 @@ StepLoop::StepLoop(Scheduler& sched, const BlockAllocator& device, const BlockAl
 
 // Paused requests nobody answered in time give their KV back (their tokens stay, so a late
 // resume still works by recomputation).
+// (release_paused does not change the paused list, so it is walked in place: no copy of it
+// per step, where the simulator holds hundreds of paused requests.)
 void StepLoop::expire_paused(double now) {
-  for (Sequence* s : std::vector<Sequence*>(sched_.paused()))
+  for (Sequence* s : sched_.paused())
     if (s->interception && !s->interception->expired && s->n_computed > 0 &&
         now - s->interception->call_time > interception_timeout_s_) {
       sched_.release_paused(s);

@@ -311,14 +311,13 @@ StepPlan Scheduler::schedule(double now) {
   // Paused requests hold device tokens over time: the preserve waste, measured.
   if (last_now_ >= 0.0) {
     const double dt = std::max(0.0, now - last_now_);
-    for (Sequence* s : paused_) {
-      s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
-      preserved_token_seconds_ += (double)s->device_tokens(bs) * dt;
-    }
-    for (Sequence* s : resuming_) {
-      s->preserved_token_seconds += (double)s->device_tokens(bs) * dt;
-      preserved_token_seconds_ += (double)s->device_tokens(bs) * dt;
-    }
+    auto accrue = [&](Sequence* s) {
+      const double held = (double)s->device_tokens(bs) * dt;
+      s->preserved_token_seconds += held;
+      preserved_token_seconds_ += held;
+    };
+    std::for_each(paused_.begin(), paused_.end(), accrue);
+    std::for_each(resuming_.begin(), resuming_.end(), accrue);
   }
   last_now_ = now;
 
