@@ -80,6 +80,11 @@ struct EngineConfig {
   // (--interrupt-prefill on|off; EngineCore::interrupt_step).
   bool interrupt_prefill = true;
 
+  // The prefix cache (--prefix-cache on|off): full KV blocks stay indexed by their prefix
+  // after their request is done, and a new request takes the longest cached prefix of its
+  // prompt (kv/prefix_cache.h).
+  bool prefix_cache = true;
+
   // Interception (docs/DESIGN.md).
   std::string policy = "minwaste";        // discard|improved-discard|preserve|swap|ttl|minwaste
   std::string estimator = "learned";      // oracle|elapsed|learned
@@ -137,6 +142,10 @@ struct GenerateRequest {
   // Logprobs of sampled tokens: -1 none, 0 the sampled token's, n also the n most likely.
   // Computed from the model's raw distribution (before penalties and temperature).
   int32_t logprobs = -1;
+  // Who may share this request's cached KV (the prefix cache): requests of one namespace
+  // share, requests of different ones never do. The OpenAI server sets it from the API key
+  // and the request's prompt_cache_key / cache_salt; empty is a namespace like any other.
+  std::string cache_namespace;
 };
 
 // What one step produced for one request.
@@ -149,6 +158,10 @@ struct RequestOutput {
   std::string tool;          // the tool it waits for
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens whose KV the request found in place instead of computing it: the KV a
+  // paused request kept for its continuation and the prefix cache's hits
+  // (usage.prompt_tokens_details.cached_tokens). Set once the prompt has been scheduled.
+  int64_t cached_tokens = 0;
   // With GenerateRequest::logprobs >= 0: one entry per new token.
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // with logprobs > 0

@@ -24,6 +24,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, Bloc
                                                    config.min_long_prefill_chunk);
 }
 
+int64_t Scheduler::cached_device_blocks() const {
+  return 0;  // the cache is not wired in yet
+}
+int64_t Scheduler::cached_host_blocks() const {
+  return 0;
+}
+
 int64_t Scheduler::capacity_tokens() const {
   return (int64_t)device_.n_blocks() * config_.block_size;
 }

@@ -139,6 +139,10 @@ class Scheduler {
   // Device tokens held by paused (and resuming) requests, integrated over time at every
   // schedule(): the preserve waste in token-seconds, as it accrues.
   double preserved_token_seconds() const { return preserved_token_seconds_; }
+  // Blocks the prefix cache indexes in the device and the host tier (held by requests too,
+  // or idle and evictable).
+  int64_t cached_device_blocks() const;
+  int64_t cached_host_blocks() const;
   // Capacity of the device cache in tokens: what a single sequence can ever hold.
   int64_t capacity_tokens() const;
   void check_invariants() const;
