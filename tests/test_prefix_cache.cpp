@@ -1,7 +1,7 @@
 // The prefix cache's index (kv/prefix_cache.h): longest full-block prefix per namespace,
-// references held on what it indexes, least recently used leaves evicted first, and against
-// a model of what each block holds under random use: a match never hands out a block whose
-// tokens differ from the prefix asked for.
+// references held on what it indexes, idle blocks evicted least recently used leaves first,
+// and against a model of what each block holds under random use: a match never hands out a
+// block whose tokens differ from the prefix asked for.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -29,40 +29,50 @@ TEST(PrefixCache, LongestFullBlockPrefixPerNamespace) {
   BlockAllocator alloc(64);
   PrefixCache cache(alloc, B);
   const auto tokens = seq({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14});  // 3 full + 2
-  const auto blocks = take(alloc, 4);
-  cache.insert(7, tokens, blocks);
+  auto blocks = take(alloc, 4);
+  EXPECT_EQ(cache.insert(7, tokens, blocks).size(), 3u);
   EXPECT_EQ(cache.n_entries(), 3);  // the partial block is not indexed
   for (int i = 0; i < 3; ++i) EXPECT_EQ(alloc.refcount(blocks[(size_t)i]), 2);
   EXPECT_EQ(alloc.refcount(blocks[3]), 1);
 
   // The same prefix: all three, retained for the caller.
-  auto m = cache.match(7, tokens);
+  auto m = cache.match(7, tokens).blocks;
   EXPECT_EQ(m, std::vector<int32_t>(blocks.begin(), blocks.begin() + 3));
   EXPECT_EQ(alloc.refcount(blocks[0]), 3);
+  EXPECT_EQ(cache.peek(7, tokens), 3);
+  EXPECT_EQ(cache.match(7, tokens, 2).blocks.size(), 2u);  // at most max_blocks
+  alloc.release(blocks[1]);
+  alloc.release(blocks[0]);
   for (int32_t b : m) alloc.release(b);
   // A prefix that parts in the second block: the first only; one shorter than a block: none.
   auto part = seq({1, 2, 3, 4, 5, 6, 0, 8, 9, 10, 11, 12});
-  m = cache.match(7, part);
+  m = cache.match(7, part).blocks;
   EXPECT_EQ(m, std::vector<int32_t>{blocks[0]});
   for (int32_t b : m) alloc.release(b);
-  EXPECT_TRUE(cache.match(7, seq({1, 2, 3})).empty());
+  EXPECT_TRUE(cache.match(7, seq({1, 2, 3})).blocks.empty());
   // Another namespace never shares.
-  EXPECT_TRUE(cache.match(8, tokens).empty());
+  EXPECT_TRUE(cache.match(8, tokens).blocks.empty());
+  EXPECT_EQ(cache.peek(8, tokens), 0);
   // Same tokens at another position (a different parent) are another prefix.
-  EXPECT_TRUE(cache.match(7, seq({5, 6, 7, 8})).empty());
+  EXPECT_TRUE(cache.match(7, seq({5, 6, 7, 8})).blocks.empty());
   cache.check_invariants();
 }
 
-TEST(PrefixCache, FirstCopyWinsAndTheCallerKeepsItsOwn) {
+TEST(PrefixCache, ACopyOfAnIndexedBlockIsReplacedByTheIndexedOne) {
   BlockAllocator alloc(64);
   PrefixCache cache(alloc, B);
   const auto tokens = seq({1, 2, 3, 4, 5, 6, 7, 8});
-  const auto a = take(alloc, 2), b = take(alloc, 2);
+  auto a = take(alloc, 2), b = take(alloc, 2);
+  const auto b_own = b;
   cache.insert(1, tokens, a);
   cache.insert(1, tokens, b);  // computed again by another request: not indexed twice
   EXPECT_EQ(cache.n_entries(), 2);
-  EXPECT_EQ(alloc.refcount(b[0]), 1);
-  EXPECT_EQ(cache.match(1, tokens), a);
+  EXPECT_EQ(b, a);                         // the second request now holds the indexed blocks ...
+  EXPECT_EQ(alloc.refcount(b_own[0]), 0);  // ... and its copies are free again
+  EXPECT_EQ(alloc.refcount(a[0]), 3);
+  EXPECT_EQ(cache.match(1, tokens).blocks, a);
+  cache.check_invariants();
+  alloc.check_invariants();
 }
 
 TEST(PrefixCache, EvictsOnlyWhatNobodyHoldsLeastRecentlyUsedLeavesFirst) {
@@ -70,22 +80,23 @@ TEST(PrefixCache, EvictsOnlyWhatNobodyHoldsLeastRecentlyUsedLeavesFirst) {
   PrefixCache cache(alloc, B);
   const auto x = seq({1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
   const auto y = seq({1, 1, 1, 1, 9, 9, 9, 9});  // shares x's first block
-  const auto xb = take(alloc, 3);
+  auto xb = take(alloc, 3);
   cache.insert(1, x, xb);
-  auto yb = cache.match(1, y);  // the shared first block
+  auto yb = cache.match(1, y).blocks;  // the shared first block
   ASSERT_EQ(yb.size(), 1u);
   yb.push_back(*alloc.allocate());
   cache.insert(1, y, yb);
   EXPECT_EQ(cache.n_entries(), 4);
-  EXPECT_EQ(cache.n_evictable(), 0);      // both requests still hold their blocks
-  for (int32_t b : xb) alloc.release(b);  // x finishes: its blocks stay cached
-  EXPECT_EQ(cache.n_evictable(), 2);      // x's 2nd and 3rd (its 1st is y's too)
+  EXPECT_EQ(cache.n_evictable(), 0);  // both requests still hold their blocks
+  // x finishes, releasing from the back: its blocks stay cached.
+  for (auto it = xb.rbegin(); it != xb.rend(); ++it) alloc.release(*it);
+  EXPECT_EQ(cache.n_evictable(), 2);  // x's 2nd and 3rd (its 1st is y's too)
   const int32_t free_before = alloc.n_free();
   // x's leaf goes first, then its parent (now a leaf); never y's blocks.
   EXPECT_EQ(cache.evict(5), (std::vector<int32_t>{xb[2], xb[1]}));
   EXPECT_EQ(alloc.n_free(), free_before + 2);
-  for (int32_t b : yb) alloc.release(b);  // y finishes
-  // y's leaf was used after x's root-block match... all of y's chain goes, leaf first.
+  for (auto it = yb.rbegin(); it != yb.rend(); ++it) alloc.release(*it);  // y finishes
+  // All of y's chain goes, leaf first.
   EXPECT_EQ(cache.evict(5), (std::vector<int32_t>{yb[1], yb[0]}));
   EXPECT_EQ(cache.n_entries(), 0);
   EXPECT_EQ(alloc.n_free(), alloc.n_blocks());
@@ -109,7 +120,7 @@ TEST(PrefixCache, RandomUseAgainstAModel) {
         std::vector<int32_t> prompt((size_t)(1 + rng() % 20));
         for (auto& t : prompt) t = (int32_t)(rng() % 2);
         const uint64_t ns = rng() % 2;
-        std::vector<int32_t> blocks = cache.match(ns, prompt);
+        std::vector<int32_t> blocks = cache.match(ns, prompt).blocks;
         matched += (int64_t)blocks.size();
         for (size_t i = 0; i < blocks.size(); ++i)
           ASSERT_EQ(content.at(blocks[i]),
@@ -130,11 +141,18 @@ TEST(PrefixCache, RandomUseAgainstAModel) {
               prompt.begin() + (ptrdiff_t)std::min(prompt.size(), (i + 1) * B));
           blocks.push_back(*b);
         }
-        if (ok) cache.insert(ns, prompt, blocks);
+        if (ok) {
+          // A copy of an indexed block is swapped for the indexed one: same content.
+          cache.insert(ns, prompt, blocks);
+          for (size_t i = 0; i < prompt.size() / B; ++i)
+            ASSERT_EQ(content.at(blocks[i]),
+                      std::vector<int32_t>(prompt.begin() + (ptrdiff_t)(i * B),
+                                           prompt.begin() + (ptrdiff_t)((i + 1) * B)));
+        }
         held.push_back(blocks);
       } else if (op < 9 && !held.empty()) {  // a request ends
         const size_t i = rng() % held.size();
-        for (int32_t b : held[i]) alloc.release(b);
+        for (auto b = held[i].rbegin(); b != held[i].rend(); ++b) alloc.release(*b);
         held.erase(held.begin() + (ptrdiff_t)i);
       } else {
         for (int32_t b : cache.evict(1 + rng() % 4)) {
@@ -146,7 +164,7 @@ TEST(PrefixCache, RandomUseAgainstAModel) {
       alloc.check_invariants();
     }
     for (auto& h : held)
-      for (int32_t b : h) alloc.release(b);
+      for (auto b = h.rbegin(); b != h.rend(); ++b) alloc.release(*b);
     EXPECT_EQ(cache.n_evictable(), cache.n_entries());
     EXPECT_GT(matched, 1000);  // prefixes were found again ...
     EXPECT_GT(evicted, 100);   // ... and evicted under pressure

@@ -96,6 +96,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "give up a prefill-only step for a short newcomer")
       ->check(CLI::IsMember({"on", "off"}))
       ->group(g);
+  app.add_option("--prefix-cache", f.prefix_cache,
+                 "keep full KV blocks indexed by their prefix for later requests of a namespace")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(g);
   app.add_option("--policy", c.policy,
                  "paused KV: discard|improved-discard|preserve|swap|ttl|minwaste")
       ->group(g);
@@ -129,6 +133,7 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
       given(f.kv_cache_gb_opt) || given(f.kv_cache_mb_opt) || given(f.kv_cache_tokens_opt);
   c.n_threads = (int)f.threads;
   c.interrupt_prefill = f.interrupt_prefill == "on";
+  c.prefix_cache = f.prefix_cache == "on";
   c.cuda_graphs = f.cuda_graphs == "on";
   if (given(f.cpu_numerics_opt)) {
     TRY_ASSIGN(CpuNumerics numerics, parse_cpu_numerics(f.cpu_numerics));

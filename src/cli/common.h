@@ -41,6 +41,7 @@ std::string default_model_path();
 
 // Engine flags: --model --threads --kv-cache-gb/--kv-cache-mb --kv-cache-tokens --block-size
 // --max-batch-tokens --max-partial-prefills --long-prefill-tokens --interrupt-prefill
+// --prefix-cache
 // --max-seqs --chat-template --kv-dtype --swap-space-gb/--swap-space-mb --policy --estimator
 // --interception-timeout --device --gpu-memory-utilization --cuda-graphs --cpu-numerics
 // --dtype. Bound to `config`'s fields where the units match, to the others here.
@@ -48,8 +49,8 @@ struct EngineFlags {
   EngineConfig config;
   int64_t threads = 0;
   double kv_cache_gb = 0.0, swap_space_gb = 0.0;
-  std::string interrupt_prefill = "on", cuda_graphs = "on", cpu_numerics, dtype = "bf16",
-              kv_dtype = "f16";
+  std::string interrupt_prefill = "on", prefix_cache = "on", cuda_graphs = "on", cpu_numerics,
+              dtype = "bf16", kv_dtype = "f16";
   CLI::Option *kv_cache_gb_opt = nullptr, *kv_cache_mb_opt = nullptr,
               *kv_cache_tokens_opt = nullptr, *swap_space_gb_opt = nullptr,
               *cpu_numerics_opt = nullptr;

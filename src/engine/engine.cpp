@@ -250,6 +250,7 @@ Status EngineCore::create_step_loop() {
   sc.max_seqs_per_step = config.max_seqs;
   sc.max_partial_prefills = config.max_partial_prefills;
   sc.long_prefill_tokens = config.long_prefill_tokens;
+  sc.prefix_cache = config.prefix_cache;
   scheduler_ =
       std::make_unique<Scheduler>(sc, *allocator_, host_allocator_.get(), policy_.get(), &cost_);
   if (!config.step_trace_path.empty()) {
@@ -400,6 +401,7 @@ Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
   loop_->note_resume(s, t);
   // The request starts over as `req` would: new parameters, triggers and counts.
   a.restart(std::move(req), config_.seed + id * 0x9e3779b97f4a7c15ull);
+  a.set_kept_tokens(reused);
   scheduler_->resume(&s, {}, t);
   return reused;
 }
@@ -545,6 +547,12 @@ void EngineCore::Requests::on_finished(Sequence& s, double end) {
 std::vector<RequestOutput> EngineCore::step() {
   outputs_.clear();
   const StepTiming timing = loop_->step(now(), *executor_, *requests_);
+  const PrefixCacheCounters& pc = scheduler_->prefix_counters();
+  stats_.prefix_query_tokens = pc.query_tokens;
+  stats_.prefix_hit_tokens = pc.hit_tokens;
+  stats_.prefix_evicted_blocks = pc.evicted_blocks;
+  stats_.prefix_demoted_blocks = pc.demoted_blocks;
+  stats_.prefix_promoted_blocks = pc.promoted_blocks;
   if (config_.virtual_step_seconds > 0.0) virtual_now_ += timing.duration();
   return std::move(outputs_);
 }

@@ -42,6 +42,16 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
   recent_text_ = std::move(req.turn_prefix);
   seq.n_prompt = (int64_t)req.prompt.size();
   seq.tokens = std::move(req.prompt);
+  kept_tokens_ = 0;
+  seq.n_cache_hit = 0;
+  // A continued request under another namespace keeps its KV but adds nothing of it to the
+  // cache: its indexed blocks belong to the old one.
+  const uint64_t ns = namespace_id(req.cache_namespace);
+  if (ns != seq.cache_ns) {
+    seq.cache_keys.clear();
+    seq.cache_stopped = !seq.blocks.blocks.empty();
+    seq.cache_ns = ns;
+  }
 }
 
 void Request::on_resume() {
@@ -97,6 +107,7 @@ TokenOutcome Request::on_token(int32_t token, int64_t limit, RequestOutput& out)
   n_sampled_++;
   out.prompt_tokens = seq.n_prompt;
   out.completion_tokens = n_sampled_;
+  out.cached_tokens = std::min(seq.n_prompt, std::max(kept_tokens_, seq.n_cache_hit));
   FinishReason reason = FinishReason::none;
   const bool is_stop_token = (!params_.ignore_eos && tokenizer_.is_eog(token)) ||
                              std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),

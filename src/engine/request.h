@@ -31,6 +31,8 @@ class Request {
   // new prompt, parameters, triggers and counts; the sequence keeps its id, its place and
   // the KV the scheduler kept.
   void restart(GenerateRequest req, uint64_t seed);
+  // Prompt tokens whose KV a continued paused request kept (EngineCore::continue_paused).
+  void set_kept_tokens(int64_t n) { kept_tokens_ = n; }
   // The tool answered (its tokens are appended by the scheduler): triggers look at the text
   // generated from now on.
   void on_resume();
@@ -70,6 +72,7 @@ class Request {
   bool pause_at_tool_turn_end_ = false;
   std::unordered_map<std::string, double> tool_hints_;
   int32_t logprobs_ = -1;
+  int64_t kept_tokens_ = 0;
   std::string recent_text_;                    // generated text since the last pause (triggers)
   std::optional<std::string> json_tool_call_;  // a tool call just completed by end-of-turn
 };

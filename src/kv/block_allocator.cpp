@@ -6,7 +6,11 @@
 
 namespace infercept {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks) : refcount_((size_t)n_blocks, 0) {
+BlockAllocator::BlockAllocator(int32_t n_blocks)
+    : refcount_((size_t)n_blocks, 0),
+      cached_((size_t)n_blocks, 0),
+      idle_prev_((size_t)n_blocks, -1),
+      idle_next_((size_t)n_blocks, -1) {
   CHECK_GE(n_blocks, 0);
   free_.resize((size_t)n_blocks);
   // Hand out low ids first: the stack pops from the back.
@@ -25,13 +29,56 @@ std::optional<int32_t> BlockAllocator::allocate() {
 void BlockAllocator::retain(int32_t block) {
   CHECK(block >= 0 && block < n_blocks());
   CHECK_GT(refcount_[(size_t)block], 0);
-  ++refcount_[(size_t)block];
+  if (++refcount_[(size_t)block] == 2 && cached_[(size_t)block]) unlink_idle(block);
 }
 
 void BlockAllocator::release(int32_t block) {
   CHECK(block >= 0 && block < n_blocks());
   CHECK_GT(refcount_[(size_t)block], 0);
-  if (--refcount_[(size_t)block] == 0) free_.push_back(block);
+  const int32_t left = --refcount_[(size_t)block];
+  if (left == 1 && cached_[(size_t)block]) link_idle(block);
+  if (left == 0) {
+    CHECK_MSG(!cached_[(size_t)block], "a cached block lost its last owner (the cache)");
+    free_.push_back(block);
+  }
+}
+
+void BlockAllocator::set_cached(int32_t block, bool cached) {
+  CHECK(block >= 0 && block < n_blocks());
+  CHECK_GT(refcount_[(size_t)block], 0);
+  if ((cached_[(size_t)block] != 0) == cached) return;
+  cached_[(size_t)block] = cached ? 1 : 0;
+  if (refcount_[(size_t)block] == 1) {
+    if (cached)
+      link_idle(block);
+    else
+      unlink_idle(block);
+  }
+}
+
+void BlockAllocator::link_idle(int32_t b) {
+  idle_prev_[(size_t)b] = idle_tail_;
+  idle_next_[(size_t)b] = -1;
+  if (idle_tail_ >= 0)
+    idle_next_[(size_t)idle_tail_] = b;
+  else
+    idle_head_ = b;
+  idle_tail_ = b;
+  ++n_idle_;
+}
+
+void BlockAllocator::unlink_idle(int32_t b) {
+  const int32_t p = idle_prev_[(size_t)b], n = idle_next_[(size_t)b];
+  if (p >= 0)
+    idle_next_[(size_t)p] = n;
+  else
+    idle_head_ = n;
+  if (n >= 0)
+    idle_prev_[(size_t)n] = p;
+  else
+    idle_tail_ = p;
+  idle_prev_[(size_t)b] = idle_next_[(size_t)b] = -1;
+  --n_idle_;
 }
 
 int32_t BlockAllocator::refcount(int32_t block) const {
@@ -58,6 +105,17 @@ void BlockAllocator::check_invariants() const {
     }
   }
   CHECK_EQ(used + n_free(), n_blocks());
+  int32_t idle = 0;
+  for (size_t b = 0; b < refcount_.size(); ++b) idle += cached_[b] && refcount_[b] == 1 ? 1 : 0;
+  CHECK_EQ(idle, n_idle_);
+  int32_t walked = 0;
+  for (int32_t b = idle_head_, prev = -1; b >= 0; prev = b, b = idle_next_[(size_t)b]) {
+    CHECK_MSG(cached_[(size_t)b] && refcount_[(size_t)b] == 1, "a block on the idle list is held");
+    CHECK_EQ(idle_prev_[(size_t)b], prev);
+    CHECK_LE(++walked, n_idle_);
+  }
+  CHECK_EQ(walked, n_idle_);
+  CHECK_EQ(n_free() + n_idle_ + n_held(), n_blocks());
 }
 
 int32_t BlockTable::slot(int64_t pos, int64_t block_size) const {

@@ -16,13 +16,24 @@ uint64_t mix(uint64_t x) {
 }
 }  // namespace
 
+uint64_t namespace_id(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, then mixed
+  for (char c : name) h = (h ^ (uint8_t)c) * 0x100000001b3ull;
+  return mix(h);
+}
+
 PrefixCache::PrefixCache(BlockAllocator& allocator, int64_t block_size)
-    : allocator_(allocator), block_size_(block_size) {
+    : allocator_(allocator),
+      block_size_(block_size),
+      key_by_block_((size_t)allocator.n_blocks(), 0) {
   CHECK_GT(block_size, 0);
 }
 
 PrefixCache::~PrefixCache() {
-  for (const auto& [key, e] : entries_) allocator_.release(e.block);
+  for (const auto& [key, e] : entries_) {
+    allocator_.set_cached(e.block, false);
+    allocator_.release(e.block);
+  }
 }
 
 uint64_t PrefixCache::key_of(uint64_t parent, uint64_t ns, std::span<const int32_t> tokens) const {
@@ -31,87 +42,121 @@ uint64_t PrefixCache::key_of(uint64_t parent, uint64_t ns, std::span<const int32
   return h == kRoot ? 1 : h;  // 0 stands for "no parent"
 }
 
-PrefixCache::Entry* PrefixCache::find(uint64_t parent, uint64_t ns,
-                                      std::span<const int32_t> tokens) {
+const PrefixCache::Entry* PrefixCache::find(uint64_t parent, uint64_t ns,
+                                            std::span<const int32_t> tokens) const {
   auto it = entries_.find(key_of(parent, ns, tokens));
   if (it == entries_.end()) return nullptr;
-  Entry& e = it->second;
+  const Entry& e = it->second;
   if (e.parent != parent || e.ns != ns ||
       !std::equal(tokens.begin(), tokens.end(), e.tokens.begin(), e.tokens.end()))
     return nullptr;
   return &e;
 }
 
-std::vector<int32_t> PrefixCache::match(uint64_t ns, std::span<const int32_t> tokens) {
-  std::vector<int32_t> blocks;
-  const uint64_t now = ++clock_;
+PrefixCache::Hit PrefixCache::match(uint64_t ns, std::span<const int32_t> tokens,
+                                    int64_t max_blocks) {
+  Hit hit;
   uint64_t parent = kRoot;
-  for (size_t pos = 0; pos + (size_t)block_size_ <= tokens.size(); pos += (size_t)block_size_) {
-    Entry* e = find(parent, ns, tokens.subspan(pos, (size_t)block_size_));
+  const auto B = (size_t)block_size_;
+  for (size_t pos = 0; pos + B <= tokens.size() && (int64_t)hit.blocks.size() < max_blocks;
+       pos += B) {
+    const Entry* e = find(parent, ns, tokens.subspan(pos, B));
     if (e == nullptr) break;
-    e->last_use = now;
     allocator_.retain(e->block);
-    blocks.push_back(e->block);
+    hit.blocks.push_back(e->block);
+    hit.keys.push_back(e->key);
     parent = e->key;
   }
-  return blocks;
+  return hit;
 }
 
-void PrefixCache::insert(uint64_t ns, std::span<const int32_t> tokens,
-                         std::span<const int32_t> blocks) {
-  const uint64_t now = ++clock_;
-  uint64_t parent = kRoot;
-  const size_t full = std::min(blocks.size(), tokens.size() / (size_t)block_size_);
-  for (size_t i = 0; i < full; ++i) {
-    const auto own = tokens.subspan(i * (size_t)block_size_, (size_t)block_size_);
-    if (Entry* e = find(parent, ns, own)) {  // indexed already (maybe by another block)
-      e->last_use = now;
-      parent = e->key;
-      continue;
-    }
-    const uint64_t key = key_of(parent, ns, own);
-    if (entries_.count(key) != 0) return;  // the key belongs to another prefix: stop here
-    Entry e;
-    e.key = key;
-    e.parent = parent;
-    e.ns = ns;
-    e.tokens.assign(own.begin(), own.end());
-    e.block = blocks[i];
-    e.last_use = now;
-    allocator_.retain(e.block);
-    if (parent != kRoot) entries_.at(parent).children++;
-    entries_.emplace(key, std::move(e));
-    parent = key;
-  }
-}
-
-int64_t PrefixCache::n_evictable() const {
+int64_t PrefixCache::peek(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks) const {
   int64_t n = 0;
-  for (const auto& [key, e] : entries_) n += allocator_.refcount(e.block) == 1 ? 1 : 0;
+  uint64_t parent = kRoot;
+  const auto B = (size_t)block_size_;
+  for (size_t pos = 0; pos + B <= tokens.size() && n < max_blocks; pos += B, ++n) {
+    const Entry* e = find(parent, ns, tokens.subspan(pos, B));
+    if (e == nullptr) break;
+    parent = e->key;
+  }
   return n;
+}
+
+std::optional<uint64_t> PrefixCache::index_block(uint64_t ns, uint64_t parent,
+                                                 std::span<const int32_t> tokens, int32_t& block) {
+  CHECK_EQ((int64_t)tokens.size(), block_size_);
+  if (const Entry* e = find(parent, ns, tokens)) {
+    if (e->block != block) {  // a copy of an indexed block: the caller takes the indexed one
+      allocator_.retain(e->block);
+      allocator_.release(block);
+      block = e->block;
+    }
+    return e->key;
+  }
+  const uint64_t key = key_of(parent, ns, tokens);
+  if (entries_.count(key) != 0) return std::nullopt;  // the key belongs to another prefix
+  CHECK_MSG(key_by_block_[(size_t)block] == 0, "a block is indexed for two prefixes");
+  Entry e;
+  e.key = key;
+  e.parent = parent;
+  e.ns = ns;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  e.block = block;
+  allocator_.retain(block);
+  allocator_.set_cached(block, true);
+  key_by_block_[(size_t)block] = key;
+  if (parent != kRoot) entries_.at(parent).children++;
+  entries_.emplace(key, std::move(e));
+  return key;
+}
+
+std::vector<uint64_t> PrefixCache::insert(uint64_t ns, std::span<const int32_t> tokens,
+                                          std::vector<int32_t>& blocks) {
+  std::vector<uint64_t> keys;
+  const auto B = (size_t)block_size_;
+  const size_t full = std::min(blocks.size(), tokens.size() / B);
+  uint64_t parent = kRoot;
+  for (size_t i = 0; i < full; ++i) {
+    const auto key = index_block(ns, parent, tokens.subspan(i * B, B), blocks[i]);
+    if (!key) break;
+    keys.push_back(*key);
+    parent = *key;
+  }
+  return keys;
+}
+
+void PrefixCache::erase(const Entry& e) {
+  if (e.parent != kRoot) entries_.at(e.parent).children--;
+  key_by_block_[(size_t)e.block] = 0;
+  allocator_.set_cached(e.block, false);
+  allocator_.release(e.block);
+  entries_.erase(e.key);
 }
 
 std::vector<int32_t> PrefixCache::evict(int64_t n) {
   std::vector<int32_t> freed;
-  std::vector<Entry*> leaves;
-  // Passes over the evictable leaves, least recently used first; a parent whose last child
-  // went becomes a leaf for the next pass. (Eviction runs under memory pressure only, and a
-  // pass is O(entries log entries).)
-  while ((int64_t)freed.size() < n) {
-    leaves.clear();
-    for (auto& [key, e] : entries_)
-      if (e.children == 0 && allocator_.refcount(e.block) == 1) leaves.push_back(&e);
-    if (leaves.empty()) break;
-    std::sort(leaves.begin(), leaves.end(), [](const Entry* x, const Entry* y) {
-      return x->last_use != y->last_use ? x->last_use < y->last_use : x->key < y->key;
-    });
-    for (Entry* victim : leaves) {
-      if ((int64_t)freed.size() >= n) break;
-      freed.push_back(victim->block);
-      allocator_.release(victim->block);
-      if (victim->parent != kRoot) entries_.at(victim->parent).children--;
-      entries_.erase(victim->key);
+  // The idle list's head has been idle longest and is a leaf (see the header); a block that
+  // still has children (only where a holder broke the back-to-front rule) waits its turn.
+  int32_t b = allocator_.oldest_idle_cached();
+  while ((int64_t)freed.size() < n && b >= 0) {
+    const Entry& e = entries_.at(key_by_block_[(size_t)b]);
+    if (e.children > 0) {
+      b = -1;
+      // Skip to the first idle leaf after it (rare: a slow walk is fine).
+      for (int32_t c = allocator_.oldest_idle_cached(); c >= 0;) {
+        const Entry& ce = entries_.at(key_by_block_[(size_t)c]);
+        if (ce.children == 0) {
+          b = c;
+          break;
+        }
+        c = allocator_.next_idle_cached(c);
+      }
+      if (b < 0) break;
+      continue;
     }
+    freed.push_back(b);
+    erase(e);
+    b = allocator_.oldest_idle_cached();
   }
   return freed;
 }
@@ -122,11 +167,17 @@ void PrefixCache::check_invariants() const {
     CHECK_EQ(key, e.key);
     CHECK_EQ((int64_t)e.tokens.size(), block_size_);
     CHECK_GE(allocator_.refcount(e.block), 1);
+    CHECK(allocator_.is_cached(e.block));
+    CHECK_MSG(key_by_block_[(size_t)e.block] == key, "a block stands for two entries");
     if (e.parent != kRoot) {
       CHECK(entries_.count(e.parent) == 1);
+      CHECK_EQ(entries_.at(e.parent).ns, e.ns);
       children[e.parent]++;
     }
   }
+  int64_t indexed = 0;
+  for (uint64_t k : key_by_block_) indexed += k != 0 ? 1 : 0;
+  CHECK_EQ(indexed, (int64_t)entries_.size());
   for (const auto& [key, e] : entries_) CHECK_EQ(e.children, children[key]);
 }
 

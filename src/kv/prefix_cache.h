@@ -13,13 +13,17 @@
 // lookups with no tree to rebalance; a radix tree's finer token granularity buys nothing a block
 // can hold.
 //
-// A block whose only owner is the cache (refcount 1) is evictable, least recently used first
-// and never before its children (an entry's descendants are evicted first, so every indexed
-// block's parent is indexed too).
+// A block whose only owner is the cache (refcount 1) is idle and evictable, in the order the
+// blocks went idle (BlockAllocator's idle list): least recently used first, and a block before
+// its parent, because whoever holds a cached block holds its cached ancestors too (a match
+// hands out the whole chain; an insert replaces a copy of an indexed block by the indexed one)
+// and releases its blocks from the back.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -27,28 +31,47 @@
 
 namespace infercept {
 
+// The namespace id of a name (an API key and cache key, as the server composes it).
+uint64_t namespace_id(std::string_view name);
+
 class PrefixCache {
  public:
   PrefixCache(BlockAllocator& allocator, int64_t block_size);
   ~PrefixCache();  // releases the cache's references
 
-  // The blocks holding the longest cached prefix of `tokens` in namespace `ns`, whole
-  // blocks only, each retained once for the caller (who releases them as its own). Marks
-  // them used now.
-  std::vector<int32_t> match(uint64_t ns, std::span<const int32_t> tokens);
-  // Indexes the full blocks of a sequence in `ns`: `blocks[i]` holds tokens [i*B, (i+1)*B).
-  // Blocks already indexed for the same prefix are left as they are (the first copy wins;
-  // the caller keeps its own). The cache retains each block it indexes.
-  void insert(uint64_t ns, std::span<const int32_t> tokens, std::span<const int32_t> blocks);
-  // Frees up to `n` blocks only the cache holds, least recently used leaves first. Returns
-  // the freed block ids, in eviction order.
+  struct Hit {
+    std::vector<int32_t> blocks;  // retained once each for the caller
+    std::vector<uint64_t> keys;   // their chain keys (the parents of the next blocks)
+  };
+  // The longest cached prefix of `tokens` in namespace `ns`, whole blocks only, at most
+  // `max_blocks` of them.
+  Hit match(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks = INT64_MAX);
+  // How many whole blocks match() would find, touching nothing.
+  int64_t peek(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks = INT64_MAX) const;
+  // Indexes one full block of a sequence: `tokens` are its B tokens, `parent` the key of the
+  // block before it (0 for a first block). When the prefix is indexed already by another
+  // block, the caller's `block` is released and replaced by the indexed one (retained for
+  // it): the copies hold the same KV, and one copy is what keeps eviction leaves-first.
+  // Returns the block's key, or nullopt when the key belongs to another prefix (a hash
+  // collision: the block and whatever follows it stay out of the cache).
+  std::optional<uint64_t> index_block(uint64_t ns, uint64_t parent, std::span<const int32_t> tokens,
+                                      int32_t& block);
+  // index_block for every full block of a sequence: `blocks[i]` holds tokens [i*B, (i+1)*B).
+  // Returns the keys of the blocks indexed (a prefix of them).
+  std::vector<uint64_t> insert(uint64_t ns, std::span<const int32_t> tokens,
+                               std::vector<int32_t>& blocks);
+  // Frees up to `n` idle blocks, least recently used leaves first. Returns the freed block
+  // ids, in eviction order.
   std::vector<int32_t> evict(int64_t n);
 
   int64_t n_entries() const { return (int64_t)entries_.size(); }
   // Blocks evict() could free now.
-  int64_t n_evictable() const;
-  // Every entry's parent is indexed, the cache holds a reference on every indexed block, the
-  // child counts add up. CHECK on violation (tests).
+  int64_t n_evictable() const { return allocator_.n_idle_cached(); }
+  // The key of the entry `block` stands for (0: none).
+  uint64_t key_of_block(int32_t block) const { return key_by_block_[(size_t)block]; }
+  // Every entry's parent is indexed, the cache holds a reference on every indexed block and
+  // the allocator marks it cached, no block stands for two entries (so none is reachable
+  // from two namespaces), the child counts add up. CHECK on violation (tests).
   void check_invariants() const;
 
  private:
@@ -59,17 +82,17 @@ class PrefixCache {
     std::vector<int32_t> tokens;  // the block's own tokens
     int32_t block = -1;
     int64_t children = 0;
-    uint64_t last_use = 0;
   };
   static constexpr uint64_t kRoot = 0;
   uint64_t key_of(uint64_t parent, uint64_t ns, std::span<const int32_t> tokens) const;
   // The entry for this block of the prefix, if the index holds exactly it.
-  Entry* find(uint64_t parent, uint64_t ns, std::span<const int32_t> tokens);
+  const Entry* find(uint64_t parent, uint64_t ns, std::span<const int32_t> tokens) const;
+  void erase(const Entry& e);
 
   BlockAllocator& allocator_;
   int64_t block_size_;
   std::unordered_map<uint64_t, Entry> entries_;
-  uint64_t clock_ = 0;
+  std::vector<uint64_t> key_by_block_;
 };
 
 }  // namespace infercept

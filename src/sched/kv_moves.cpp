@@ -22,9 +22,25 @@ namespace infercept {
 using sched_queues::by_arrival;
 using sched_queues::erase_from;
 
+// From the back: a block goes idle in the cache before its parent (kv/prefix_cache.h).
 void Scheduler::release_device_blocks(Sequence& s) {
-  for (int32_t b : s.blocks.blocks) device_.release(b);
+  for (auto b = s.blocks.blocks.rbegin(); b != s.blocks.blocks.rend(); ++b) device_.release(*b);
   s.blocks.blocks.clear();
+  s.cache_keys.clear();
+  s.cache_stopped = false;
+}
+
+// The cache keys name leading device blocks only.
+static void trim_cache_keys(Sequence& s) {
+  if (s.cache_keys.size() > s.blocks.blocks.size()) {
+    s.cache_keys.resize(s.blocks.blocks.size());
+    s.cache_stopped = false;
+  }
+}
+
+std::optional<int32_t> Scheduler::take_device_block() {
+  if (device_.n_free() == 0) evict_cached(1);
+  return device_.allocate();
 }
 
 void Scheduler::release_host_blocks(Sequence& s) {
@@ -58,8 +74,12 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
   CHECK(seq->state == SeqState::intercepted);
   CHECK(std::find(paused_.begin(), paused_.end(), seq) != paused_.end());
   const int64_t bs = config_.block_size;
-  const int64_t keep = std::clamp<int64_t>(n_keep, 0, seq->n_computed);
+  int64_t keep = std::clamp<int64_t>(n_keep, 0, seq->n_computed);
   const int64_t dev_cap = (int64_t)seq->blocks.blocks.size() * bs;
+  // The next token would be written into the block `keep` ends in: a block someone else
+  // holds (the cache, another request) is given up instead, its first tokens recomputed.
+  if (keep % bs != 0 && keep < dev_cap && shared_block(seq->blocks.blocks[(size_t)(keep / bs)]))
+    keep -= keep % bs;
   if (keep <= dev_cap) {
     if (!seq->host_blocks.empty()) release_host_blocks(*seq);
     const auto need = (size_t)BlockTable::blocks_for(keep, bs);
@@ -67,6 +87,7 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
       device_.release(seq->blocks.blocks.back());
       seq->blocks.blocks.pop_back();
     }
+    trim_cache_keys(*seq);
   } else {
     const auto need = (size_t)BlockTable::blocks_for(keep - dev_cap, bs);
     while (seq->host_blocks.size() > need) {
@@ -103,17 +124,22 @@ int64_t Scheduler::memory_deficit_blocks() const {
   int64_t need = 0;
   if (!waiting_.empty()) {
     const Sequence* s = waiting_.front();
+    // What the prefix cache holds of it is not taken from the pool (a waiting request holds
+    // no blocks until admitted).
+    const int64_t len = (int64_t)s->tokens.size();
+    const int64_t hit =
+        cache_ != nullptr ? cache_->peek(s->cache_ns, s->tokens, (len - 1) / bs) : 0;
     const int64_t tokens = s->n_computed_peak > 0
-                               ? (int64_t)s->tokens.size()
-                               : std::min(s->n_uncomputed(), config_.max_tokens_per_step);
-    need += BlockTable::blocks_for(tokens, bs);  // a waiting request holds no blocks
+                               ? len
+                               : hit * bs + std::min(len - hit * bs, config_.max_tokens_per_step);
+    need += BlockTable::blocks_for(tokens, bs) - hit;
   }
   if (!resuming_.empty()) {
     const Sequence* s = resuming_.front();
     need += (int64_t)s->host_blocks.size();
     if (s->swap_preempted) need += (int64_t)running_.size();
   }
-  const int64_t free = (int64_t)device_.n_free();
+  const int64_t free = available_device_blocks();
   if (need > free) return need - free;
   const double floor = config_.pressure_watermark * (double)device_.n_blocks();
   return (double)free < floor ? (int64_t)std::ceil(floor - (double)free) : 0;
@@ -138,8 +164,9 @@ bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& pla
   const int64_t need =
       BlockTable::blocks_for(n_tokens_total, config_.block_size) - (int64_t)s.blocks.blocks.size();
   if (need <= 0) return true;
+  // Idle cached blocks go first (nobody's KV), then paused requests' KV.
   while (!device_.can_allocate((int32_t)need))
-    if (!free_a_paused_block(plan)) return false;
+    if (evict_cached(need - device_.n_free()) == 0 && !free_a_paused_block(plan)) return false;
   for (int64_t i = 0; i < need; ++i) s.blocks.blocks.push_back(*device_.allocate());
   return true;
 }
@@ -169,9 +196,8 @@ void Scheduler::preempt(Sequence& s, StepPlan& plan) {
       CHECK(hb.has_value());
       plan.swap_out.push_back({db, *hb});
       s.host_blocks.push_back(*hb);
-      device_.release(db);  // the copy runs before anything reuses it (see apply_policy)
     }
-    s.blocks.blocks.clear();
+    release_device_blocks(s);  // the copies run before anything reuses them (apply_policy)
     s.n_swapped_out += (int64_t)s.host_blocks.size() * bs;
     s.n_preemptions++;
     s.swap_preempted = true;
@@ -201,7 +227,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   }
   PolicyInput in;
   in.block_size = bs;
-  in.free_device_blocks = device_.n_free();
+  in.free_device_blocks = available_device_blocks();
   in.free_host_blocks = host_ != nullptr ? host_->n_free() : 0;
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
   in.deficit_blocks = memory_deficit_blocks();
@@ -217,7 +243,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
     v.id = s->id;
     v.tool = s->interception->tool;
     v.context_tokens = s->n_computed;
-    v.device_tokens = s->device_tokens(bs);
+    v.device_tokens = exclusive_device_tokens(*s);
     v.host_tokens = s->host_tokens(bs);
     v.elapsed = std::max(0.0, now - s->interception->call_time);
     v.hint = s->interception->hint;
@@ -257,6 +283,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
           moved.push_back(*hb);
           device_.release(db);  // the copy runs before anything reuses it this step
         }
+        trim_cache_keys(s);
         std::reverse(moved.begin(), moved.end());
         s.host_blocks.insert(s.host_blocks.begin(), moved.begin(), moved.end());
         s.n_swapped_out += (int64_t)moved.size() * bs;  // whole blocks move
@@ -276,13 +303,13 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
     // per running sequence: partly back it would hold blocks without running, and the
     // running ones would preempt it again at once (swap ping-pong).
     if (s.swap_preempted &&
-        (int64_t)device_.n_free() < (int64_t)s.host_blocks.size() + (int64_t)running_.size()) {
+        available_device_blocks() < (int64_t)s.host_blocks.size() + (int64_t)running_.size()) {
       ++i;
       continue;
     }
     // From the front of the host suffix, block by block, while budget and blocks allow.
-    while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && device_.n_free() > 0) {
-      const auto db = device_.allocate();
+    while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && available_device_blocks() > 0) {
+      const auto db = take_device_block();
       const int32_t hb = s.host_blocks.front();
       s.host_blocks.erase(s.host_blocks.begin());
       plan.swap_in.push_back({hb, *db});

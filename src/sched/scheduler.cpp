@@ -18,17 +18,11 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, Bloc
   CHECK_GT(config.block_size, 0);
   CHECK_GT(config.max_tokens_per_step, 0);
   CHECK_GT(config.max_seqs_per_step, 0);
+  if (config.prefix_cache) cache_ = std::make_unique<PrefixCache>(device, config.block_size);
   long_chunk_ = config.long_prefill_tokens > 0
                     ? config.long_prefill_tokens
                     : automatic_long_prefill_chunk(cost, config.max_tokens_per_step,
                                                    config.min_long_prefill_chunk);
-}
-
-int64_t Scheduler::cached_device_blocks() const {
-  return 0;  // the cache is not wired in yet
-}
-int64_t Scheduler::cached_host_blocks() const {
-  return 0;
 }
 
 int64_t Scheduler::capacity_tokens() const {
@@ -129,8 +123,13 @@ void Scheduler::plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chu
          (int64_t)plan.scheduled.size() < config_.max_seqs_per_step) {
     Sequence* s = waiting_.front();
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
+    attach_cached_prefix(*s);
     const int64_t n = chunk(s);
-    if (!ensure_blocks(*s, s->n_computed + n, plan, now)) break;
+    if (!ensure_blocks(*s, s->n_computed + n, plan, now)) {
+      detach_cached_prefix(*s);
+      break;
+    }
+    count_admission(*s);
     waiting_.pop_front();
     s->state = SeqState::running;
     insert_by_arrival(running_, s);
@@ -248,9 +247,15 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     // A sequence preempted in this step is not readmitted in the same step.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
     if (s->n_uncomputed() <= 0) break;
+    attach_cached_prefix(*s);  // given back below unless admitted
     cands.push_back({s, cap_of(s), true});
     wanted += std::min(cands.back().cap, long_chunk);
   }
+  // Waiting sequences that took a cached prefix but are not admitted give it back.
+  auto give_back_unadmitted = [&] {
+    for (const Prefill& c : cands)
+      if (c.waiting && c.seq->state == SeqState::waiting) detach_cached_prefix(*c.seq);
+  };
   if (cands.empty()) return;
   int64_t left = budget;
   auto give = [&](Prefill& c, int64_t n) {
@@ -299,12 +304,14 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
         c.n = 0;
         continue;
       }
+      count_admission(*s);
       erase_from(waiting_, s);
       s->state = SeqState::running;
       insert_by_arrival(running_, s);
     }
     budget -= c.n;
   }
+  give_back_unadmitted();
   for (const Prefill& c : cands)
     if (c.n > 0) {
       Sequence* s = c.seq;
@@ -319,7 +326,7 @@ StepPlan Scheduler::schedule(double now) {
   if (last_now_ >= 0.0) {
     const double dt = std::max(0.0, now - last_now_);
     auto accrue = [&](Sequence* s) {
-      const double held = (double)s->device_tokens(bs) * dt;
+      const double held = (double)exclusive_device_tokens(*s) * dt;
       s->preserved_token_seconds += held;
       preserved_token_seconds_ += held;
     };
@@ -355,11 +362,17 @@ StepPlan Scheduler::schedule(double now) {
 }
 
 void Scheduler::commit(const StepPlan& plan) {
+  const int64_t bs = config_.block_size;
   for (const ScheduledSeq& ss : plan.scheduled) {
+    // The step wrote positions [n_computed, n_computed + n_tokens): blocks nobody shares.
+    for (int64_t b = ss.seq->n_computed / bs; b <= (ss.seq->n_computed + ss.n_tokens - 1) / bs; ++b)
+      CHECK_MSG(!shared_block(ss.seq->blocks.blocks[(size_t)b]),
+                "a step wrote into a shared block");
     ss.seq->n_computed += ss.n_tokens;
     ss.seq->n_computed_peak = std::max(ss.seq->n_computed_peak, ss.seq->n_computed);
     ss.seq->blocks.n_tokens = ss.seq->n_computed;
     CHECK_LE(ss.seq->n_computed, (int64_t)ss.seq->tokens.size());
+    index_computed_blocks(*ss.seq);
   }
 }
 
@@ -367,10 +380,16 @@ void Scheduler::check_invariants() const {
   device_.check_invariants();
   if (host_ != nullptr) host_->check_invariants();
   const int64_t bs = config_.block_size;
-  int64_t dev_owned = 0, host_owned = 0;
+  // Every block's refcount is the number of sequences holding it plus the cache's index.
+  std::vector<int32_t> dev_holders((size_t)device_.n_blocks(), 0);
+  std::vector<int32_t> host_holders(host_ != nullptr ? (size_t)host_->n_blocks() : 0, 0);
   auto count = [&](const Sequence* s) {
-    dev_owned += (int64_t)s->blocks.blocks.size();
-    host_owned += (int64_t)s->host_blocks.size();
+    for (int32_t b : s->blocks.blocks) dev_holders[(size_t)b]++;
+    for (int32_t b : s->host_blocks) host_holders[(size_t)b]++;
+    // The cached blocks it names are the ones it holds.
+    CHECK_LE(s->cache_keys.size(), s->blocks.blocks.size());
+    for (size_t i = 0; i < s->cache_keys.size(); ++i)
+      CHECK_EQ(cache_->key_of_block(s->blocks.blocks[i]), s->cache_keys[i]);
     // The KV that exists is covered by the blocks that hold it.
     CHECK_LE(s->n_computed, (int64_t)(s->blocks.blocks.size() + s->host_blocks.size()) * bs);
     CHECK_LE(s->n_computed, (int64_t)s->tokens.size());
@@ -395,8 +414,11 @@ void Scheduler::check_invariants() const {
     CHECK(!s->host_blocks.empty());
     count(s);
   }
-  CHECK_EQ(dev_owned, (int64_t)device_.n_used());
-  if (host_ != nullptr) CHECK_EQ(host_owned, (int64_t)host_->n_used());
+  if (cache_ != nullptr) cache_->check_invariants();
+  for (int32_t b = 0; b < device_.n_blocks(); ++b)
+    CHECK_EQ(device_.refcount(b), dev_holders[(size_t)b] + (device_.is_cached(b) ? 1 : 0));
+  for (size_t b = 0; b < host_holders.size(); ++b)
+    CHECK_EQ(host_->refcount((int32_t)b), host_holders[b] + (host_->is_cached((int32_t)b) ? 1 : 0));
   for (size_t i = 1; i < waiting_.size(); ++i)
     CHECK_LE(waiting_[i - 1]->arrival_time, waiting_[i]->arrival_time);
   for (size_t i = 1; i < running_.size(); ++i)

@@ -11,9 +11,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/prefix_cache.h"
 #include "sched/cost_model.h"
 #include "sched/policy.h"
 #include "sched/sequence.h"
@@ -43,6 +46,16 @@ struct SchedulerConfig {
   // The floor of the automatic long chunk (a curve whose per-token cost is steep next to a
   // step's fixed cost would ask for a chunk of a few tokens).
   int64_t min_long_prefill_chunk = 16;
+  // The prefix cache (kv/prefix_cache.h): full device blocks stay indexed by their prefix
+  // and a request admitted with nothing computed starts from the longest cached prefix of
+  // its tokens (all but the last, in whole blocks). Off, every request computes its prompt.
+  bool prefix_cache = false;
+};
+
+struct PrefixCacheCounters {
+  int64_t query_tokens = 0;  // tokens of admitted requests looked up
+  int64_t hit_tokens = 0;    // of which found cached
+  int64_t evicted_blocks = 0, demoted_blocks = 0, promoted_blocks = 0;
 };
 
 struct ScheduledSeq {
@@ -143,6 +156,11 @@ class Scheduler {
   // or idle and evictable).
   int64_t cached_device_blocks() const;
   int64_t cached_host_blocks() const;
+  // The prefix cache's counters (query and hit tokens, evictions, demotions, promotions).
+  const PrefixCacheCounters& prefix_counters() const { return prefix_counters_; }
+  // Device tokens of a paused sequence that nobody else holds (neither another sequence nor
+  // the cache's index): what preserving its KV costs.
+  int64_t exclusive_device_tokens(const Sequence& s) const;
   // Capacity of the device cache in tokens: what a single sequence can ever hold.
   int64_t capacity_tokens() const;
   void check_invariants() const;
@@ -165,12 +183,27 @@ class Scheduler {
   void swap_in_resuming(StepPlan& plan, int64_t& swap_budget);
   bool free_a_paused_block(StepPlan& plan);
   bool memory_pressure() const;
+  // The prefix cache (prefix_cache.cpp in sched/): a waiting sequence with nothing computed
+  // takes the longest cached prefix of its tokens; one that is then not admitted gives it
+  // back; committed full blocks are indexed; idle cached blocks are evicted for room.
+  void attach_cached_prefix(Sequence& s);
+  void detach_cached_prefix(Sequence& s);
+  void count_admission(Sequence& s);
+  void index_computed_blocks(Sequence& s);
+  int64_t evict_cached(int64_t n);
+  // Free device blocks plus the idle cached ones eviction can free.
+  int64_t available_device_blocks() const;
+  bool shared_block(int32_t block) const;
+  // A free device block, evicting an idle cached one when none is free.
+  std::optional<int32_t> take_device_block();
   // Device blocks the next request in line needs beyond the free pool (or that the pool is
   // short of its watermark); 0 without pressure.
   int64_t memory_deficit_blocks() const;
 
   SchedulerConfig config_;
   BlockAllocator& device_;
+  std::unique_ptr<PrefixCache> cache_;  // config_.prefix_cache
+  PrefixCacheCounters prefix_counters_;
   BlockAllocator* host_;
   Policy* policy_;
   const CostModel* cost_;

@@ -42,6 +42,14 @@ struct Sequence {
   SeqState state = SeqState::waiting;
   std::optional<InterceptionInfo> interception;  // set while intercepted
 
+  // The prefix cache (Scheduler with SchedulerConfig::prefix_cache): the namespace whose
+  // cached KV this sequence may share, and the keys of its leading device blocks that the
+  // cache indexes (blocks.blocks[i] is the cached block of key cache_keys[i]).
+  uint64_t cache_ns = 0;
+  std::vector<uint64_t> cache_keys;
+  bool cache_stopped = false;  // a key collision: nothing further of this context is indexed
+  int64_t n_cache_hit = 0;     // tokens the last admission found cached (0 after restart)
+
   // Accounting (the KPIs of docs/DESIGN.md).
   int64_t n_preemptions = 0;
   bool swap_preempted = false;           // its KV went to the host when it was preempted (minwaste)

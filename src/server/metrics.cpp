@@ -91,9 +91,9 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
   s.resuming = (int64_t)sch.n_resuming();
   s.block_size = core.config().block_size;
   s.device_blocks_total = core.allocator().n_blocks();
-  s.device_blocks_used = core.allocator().n_used();
+  s.device_blocks_used = core.allocator().n_held();  // idle cached blocks are not in use
   s.host_blocks_total = core.host_allocator().n_blocks();
-  s.host_blocks_used = core.host_allocator().n_used();
+  s.host_blocks_used = core.host_allocator().n_held();
   s.kv_bytes_per_token = core.cost_model().kv_bytes_per_token;
   s.policy = core.config().policy;
   s.estimator = core.config().estimator;
