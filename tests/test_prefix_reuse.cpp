@@ -5,6 +5,7 @@
 // part: greedy outputs with the cache on are the outputs with it off.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -174,6 +175,37 @@ TEST(PrefixReuse, IdleCachedBlocksAreEvictedBeforeAnyoneWaits) {
   EXPECT_EQ(b->state, SeqState::running);
 }
 
+TEST(PrefixReuse, EvictedBlocksAreDemotedToTheHostAndPromotedBackOnAHit) {
+  Harness h(8);                       // 8 device blocks of 4; a host pool of 32
+  Sequence* a = h.add(range(1, 24));  // 6 blocks
+  h.step();
+  h.sched.finish(a);
+  Sequence* b = h.add(range(200, 28));  // 7 blocks: 2 free, 5 of a's evicted ...
+  StepPlan p = h.step();
+  EXPECT_EQ(p.swap_out.size(), 5u);  // ... and copied to the host tier
+  EXPECT_EQ(h.sched.prefix_counters().demoted_blocks, 5);
+  EXPECT_EQ(h.sched.cached_host_blocks(), 5);
+  EXPECT_EQ(h.host.n_idle_cached(), 5);  // only the host tier's index holds them
+  h.sched.finish(b);
+  // a's prompt again: its first block from the device tier, the next 4 promoted from the
+  // host tier (the 6th block holds the last token, which runs).
+  Sequence* c = h.add(range(1, 24));
+  p = h.step();
+  EXPECT_EQ(c->n_cache_hit, 20);
+  EXPECT_EQ(p.swap_in.size(), 4u);
+  EXPECT_EQ(h.sched.prefix_counters().promoted_blocks, 4);
+  ASSERT_EQ(p.scheduled.size(), 1u);
+  EXPECT_EQ(p.scheduled[0].n_tokens, 4);
+  // The promoted blocks are indexed on the device again; the host keeps its copies, and one
+  // of b's blocks joined them (c's own last block took its place).
+  EXPECT_EQ(h.sched.cached_host_blocks(), 6);
+  EXPECT_EQ(h.host.n_held(), 4);  // the promotions' sources, until the copies are queued
+  h.sched.finish(c);
+  h.step();
+  EXPECT_EQ(h.device.n_held(), 0);
+  EXPECT_EQ(h.host.n_held(), 0);
+}
+
 TEST(PrefixReuse, APausedRequestPaysOnlyForWhatNobodyElseHolds) {
   Harness h(64);
   const std::vector<int32_t> system = range(1, 16);
@@ -296,6 +328,14 @@ TEST(PrefixReuse, RandomAgentTrafficKeepsEveryBlockRight) {
     }
     EXPECT_GT(h.sched.prefix_counters().hit_tokens, 100);
     EXPECT_GT(h.sched.prefix_counters().evicted_blocks, 10);
+    EXPECT_GT(h.sched.prefix_counters().demoted_blocks, 10);   // to the host tier ...
+    EXPECT_GT(h.sched.prefix_counters().promoted_blocks, 10);  // ... and back on a hit
+    std::printf("seed %u: hit %lld of %lld tokens, evicted %lld, demoted %lld, promoted %lld\n",
+                seed, (long long)h.sched.prefix_counters().hit_tokens,
+                (long long)h.sched.prefix_counters().query_tokens,
+                (long long)h.sched.prefix_counters().evicted_blocks,
+                (long long)h.sched.prefix_counters().demoted_blocks,
+                (long long)h.sched.prefix_counters().promoted_blocks);
   }
 }
 
@@ -303,11 +343,12 @@ TEST(PrefixReuse, RandomAgentTrafficKeepsEveryBlockRight) {
 // (the CPU backend's order does not depend on the batch or on which step computed a row),
 // and the cache-on run computes fewer prompt rows.
 TEST(PrefixCacheEngine, GreedyTokensAreThoseOfTheCacheOff) {
-  auto run = [](bool cache, EngineStats* stats) {
+  auto run = [](bool cache, EngineStats* stats, int64_t kv_tokens = 1024) {
     EngineConfig c;
     c.model_path = testing::default_model_path();
     c.check_invariants = true;
-    c.kv_cache_tokens = 1024;
+    c.kv_cache_tokens = kv_tokens;
+    c.swap_space_tokens = 1024;
     c.max_tokens_per_step = 64;
     c.prefix_cache = cache;
     c.policy = "preserve";
@@ -319,8 +360,9 @@ TEST(PrefixCacheEngine, GreedyTokensAreThoseOfTheCacheOff) {
         "facts. When you do not know, you say so. ";
     std::map<uint64_t, std::vector<int32_t>> out;
     std::vector<uint64_t> order;
-    for (const std::string q : {"What is the capital of France?", "Name a prime number.",
-                                "What is the capital of France?", "Say hello."}) {
+    for (const std::string q :
+         {"What is the capital of France?", "Name a prime number.",
+          "What is the capital of France?", "Say hello.", "Name a prime number."}) {
       GenerateRequest r;
       r.prompt = e.tokenizer().encode(system + q, true, false);
       r.params.temperature = 0.0f;
@@ -347,6 +389,14 @@ TEST(PrefixCacheEngine, GreedyTokensAreThoseOfTheCacheOff) {
   EXPECT_GT(on.prefix_hit_tokens, 3 * 16);
   EXPECT_LT(on.prompt_tokens_computed, off.prompt_tokens_computed);
   EXPECT_EQ(off.prefix_query_tokens, 0);
+  // A device pool of 4 blocks: every request evicts the last one's blocks, which go to the
+  // host tier, and the repeated questions bring them back.
+  EngineStats tight;
+  EXPECT_EQ(run(true, &tight, 64), without);
+  EXPECT_GT(tight.prefix_evicted_blocks, 0);
+  EXPECT_GT(tight.prefix_demoted_blocks, 0);
+  EXPECT_GT(tight.prefix_promoted_blocks, 0);
+  EXPECT_GT(tight.prefix_hit_tokens, 3 * 16);
 }
 
 }  // namespace

@@ -22,9 +22,10 @@ uint64_t namespace_id(std::string_view name) {
   return mix(h);
 }
 
-PrefixCache::PrefixCache(BlockAllocator& allocator, int64_t block_size)
+PrefixCache::PrefixCache(BlockAllocator& allocator, int64_t block_size, bool lower_tier)
     : allocator_(allocator),
       block_size_(block_size),
+      lower_tier_(lower_tier),
       key_by_block_((size_t)allocator.n_blocks(), 0) {
   CHECK_GT(block_size, 0);
 }
@@ -54,9 +55,8 @@ const PrefixCache::Entry* PrefixCache::find(uint64_t parent, uint64_t ns,
 }
 
 PrefixCache::Hit PrefixCache::match(uint64_t ns, std::span<const int32_t> tokens,
-                                    int64_t max_blocks) {
+                                    int64_t max_blocks, uint64_t parent) {
   Hit hit;
-  uint64_t parent = kRoot;
   const auto B = (size_t)block_size_;
   for (size_t pos = 0; pos + B <= tokens.size() && (int64_t)hit.blocks.size() < max_blocks;
        pos += B) {
@@ -105,7 +105,7 @@ std::optional<uint64_t> PrefixCache::index_block(uint64_t ns, uint64_t parent,
   allocator_.retain(block);
   allocator_.set_cached(block, true);
   key_by_block_[(size_t)block] = key;
-  if (parent != kRoot) entries_.at(parent).children++;
+  if (parent != kRoot && !lower_tier_) entries_.at(parent).children++;
   entries_.emplace(key, std::move(e));
   return key;
 }
@@ -126,14 +126,15 @@ std::vector<uint64_t> PrefixCache::insert(uint64_t ns, std::span<const int32_t> 
 }
 
 void PrefixCache::erase(const Entry& e) {
-  if (e.parent != kRoot) entries_.at(e.parent).children--;
+  if (e.parent != kRoot && !lower_tier_) entries_.at(e.parent).children--;
   key_by_block_[(size_t)e.block] = 0;
   allocator_.set_cached(e.block, false);
   allocator_.release(e.block);
   entries_.erase(e.key);
 }
 
-std::vector<int32_t> PrefixCache::evict(int64_t n) {
+std::vector<int32_t> PrefixCache::evict(int64_t n,
+                                        const std::function<void(const Evicted&)>& on_evict) {
   std::vector<int32_t> freed;
   // The idle list's head has been idle longest and is a leaf (see the header); a block that
   // still has children (only where a holder broke the back-to-front rule) waits its turn.
@@ -155,6 +156,7 @@ std::vector<int32_t> PrefixCache::evict(int64_t n) {
       continue;
     }
     freed.push_back(b);
+    if (on_evict) on_evict({e.ns, e.parent, e.key, e.tokens, e.block});
     erase(e);
     b = allocator_.oldest_idle_cached();
   }
@@ -169,7 +171,7 @@ void PrefixCache::check_invariants() const {
     CHECK_GE(allocator_.refcount(e.block), 1);
     CHECK(allocator_.is_cached(e.block));
     CHECK_MSG(key_by_block_[(size_t)e.block] == key, "a block stands for two entries");
-    if (e.parent != kRoot) {
+    if (e.parent != kRoot && !lower_tier_) {
       CHECK(entries_.count(e.parent) == 1);
       CHECK_EQ(entries_.at(e.parent).ns, e.ns);
       children[e.parent]++;

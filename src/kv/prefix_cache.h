@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -36,7 +37,12 @@ uint64_t namespace_id(std::string_view name);
 
 class PrefixCache {
  public:
-  PrefixCache(BlockAllocator& allocator, int64_t block_size);
+  // `lower_tier`: the host tier of a two-tier cache, whose entries' parents may be indexed
+  // in the device tier instead (blocks are evicted leaves first from the device and demoted
+  // here, so a demoted chain hangs from a device block or from another demoted one). Its
+  // entries are evicted in plain least-recently-used order: a child left without its
+  // parent in either tier cannot be matched and goes in its turn.
+  PrefixCache(BlockAllocator& allocator, int64_t block_size, bool lower_tier = false);
   ~PrefixCache();  // releases the cache's references
 
   struct Hit {
@@ -44,8 +50,14 @@ class PrefixCache {
     std::vector<uint64_t> keys;   // their chain keys (the parents of the next blocks)
   };
   // The longest cached prefix of `tokens` in namespace `ns`, whole blocks only, at most
-  // `max_blocks` of them.
-  Hit match(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks = INT64_MAX);
+  // `max_blocks` of them. `parent`: the key of the block before tokens[0] (0: tokens start
+  // the context), for a match that goes on from another tier's.
+  Hit match(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks = INT64_MAX,
+            uint64_t parent = 0);
+  // Whether this exact block of a prefix is indexed.
+  bool contains(uint64_t ns, uint64_t parent, std::span<const int32_t> tokens) const {
+    return find(parent, ns, tokens) != nullptr;
+  }
   // How many whole blocks match() would find, touching nothing.
   int64_t peek(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks = INT64_MAX) const;
   // Indexes one full block of a sequence: `tokens` are its B tokens, `parent` the key of the
@@ -60,9 +72,16 @@ class PrefixCache {
   // Returns the keys of the blocks indexed (a prefix of them).
   std::vector<uint64_t> insert(uint64_t ns, std::span<const int32_t> tokens,
                                std::vector<int32_t>& blocks);
-  // Frees up to `n` idle blocks, least recently used leaves first. Returns the freed block
+  // An entry about to be evicted: what it stood for and its block (still allocated).
+  struct Evicted {
+    uint64_t ns = 0, parent = 0, key = 0;
+    std::span<const int32_t> tokens;
+    int32_t block = -1;
+  };
+  // Frees up to `n` idle blocks, least recently used leaves first; `on_evict` (if set) sees
+  // each before it goes (the scheduler demotes it to the host tier). Returns the freed block
   // ids, in eviction order.
-  std::vector<int32_t> evict(int64_t n);
+  std::vector<int32_t> evict(int64_t n, const std::function<void(const Evicted&)>& on_evict = {});
 
   int64_t n_entries() const { return (int64_t)entries_.size(); }
   // Blocks evict() could free now.
@@ -91,6 +110,7 @@ class PrefixCache {
 
   BlockAllocator& allocator_;
   int64_t block_size_;
+  bool lower_tier_ = false;
   std::unordered_map<uint64_t, Entry> entries_;
   std::vector<uint64_t> key_by_block_;
 };

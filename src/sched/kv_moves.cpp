@@ -38,11 +38,6 @@ static void trim_cache_keys(Sequence& s) {
   }
 }
 
-std::optional<int32_t> Scheduler::take_device_block() {
-  if (device_.n_free() == 0) evict_cached(1);
-  return device_.allocate();
-}
-
 void Scheduler::release_host_blocks(Sequence& s) {
   for (int32_t b : s.host_blocks) host_->release(b);
   s.host_blocks.clear();
@@ -166,7 +161,8 @@ bool Scheduler::ensure_blocks(Sequence& s, int64_t n_tokens_total, StepPlan& pla
   if (need <= 0) return true;
   // Idle cached blocks go first (nobody's KV), then paused requests' KV.
   while (!device_.can_allocate((int32_t)need))
-    if (evict_cached(need - device_.n_free()) == 0 && !free_a_paused_block(plan)) return false;
+    if (evict_cached(need - device_.n_free(), &plan) == 0 && !free_a_paused_block(plan))
+      return false;
   for (int64_t i = 0; i < need; ++i) s.blocks.blocks.push_back(*device_.allocate());
   return true;
 }
@@ -180,7 +176,7 @@ bool Scheduler::swap_preempt_worthwhile(const Sequence& s) const {
       cost_ == nullptr || cost_->swap_bytes_per_second <= 0)
     return false;
   if (s.n_computed == 0 || !s.host_blocks.empty() || s.blocks.blocks.empty()) return false;
-  if (host_->n_free() < (int32_t)s.blocks.blocks.size()) return false;
+  if (available_host_blocks() < (int64_t)s.blocks.blocks.size()) return false;
   const double bytes = (double)s.n_computed * cost_->kv_bytes_per_token;
   const double copy_s = 2.0 * bytes / cost_->swap_bytes_per_second;
   return copy_s < cost_->t_fwd(s.n_computed);
@@ -192,7 +188,7 @@ void Scheduler::preempt(Sequence& s, StepPlan& plan) {
     // the resuming queue (by arrival) and runs again once its blocks are back.
     const int64_t bs = config_.block_size;
     for (int32_t db : s.blocks.blocks) {
-      const auto hb = host_->allocate();
+      const auto hb = take_host_block();
       CHECK(hb.has_value());
       plan.swap_out.push_back({db, *hb});
       s.host_blocks.push_back(*hb);
@@ -228,7 +224,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   PolicyInput in;
   in.block_size = bs;
   in.free_device_blocks = available_device_blocks();
-  in.free_host_blocks = host_ != nullptr ? host_->n_free() : 0;
+  in.free_host_blocks = host_ != nullptr ? available_host_blocks() : 0;
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
   in.deficit_blocks = memory_deficit_blocks();
   in.memory_pressure = in.deficit_blocks > 0;
@@ -275,7 +271,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
         blocks = std::min<int64_t>(blocks, (int64_t)s.blocks.blocks.size());
         std::vector<int32_t> moved;
         for (int64_t b = 0; b < blocks; ++b) {
-          auto hb = host_->allocate();
+          auto hb = take_host_block();
           if (!hb) break;
           const int32_t db = s.blocks.blocks.back();
           s.blocks.blocks.pop_back();
@@ -309,7 +305,8 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
     }
     // From the front of the host suffix, block by block, while budget and blocks allow.
     while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && available_device_blocks() > 0) {
-      const auto db = take_device_block();
+      // (a destination can always be had: a free block, or an idle cached one evicted)
+      const auto db = take_copy_destination();
       const int32_t hb = s.host_blocks.front();
       s.host_blocks.erase(s.host_blocks.begin());
       plan.swap_in.push_back({hb, *db});

@@ -18,11 +18,19 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& device, Bloc
   CHECK_GT(config.block_size, 0);
   CHECK_GT(config.max_tokens_per_step, 0);
   CHECK_GT(config.max_seqs_per_step, 0);
-  if (config.prefix_cache) cache_ = std::make_unique<PrefixCache>(device, config.block_size);
+  if (config.prefix_cache) {
+    cache_ = std::make_unique<PrefixCache>(device, config.block_size);
+    if (host != nullptr)
+      host_cache_ = std::make_unique<PrefixCache>(*host, config.block_size, /*lower_tier=*/true);
+  }
   long_chunk_ = config.long_prefill_tokens > 0
                     ? config.long_prefill_tokens
                     : automatic_long_prefill_chunk(cost, config.max_tokens_per_step,
                                                    config.min_long_prefill_chunk);
+}
+
+Scheduler::~Scheduler() {
+  for (int32_t b : pinned_host_) host_->release(b);
 }
 
 int64_t Scheduler::capacity_tokens() const {
@@ -123,7 +131,7 @@ void Scheduler::plan_fcfs(StepPlan& plan, int64_t& budget, int64_t recompute_chu
          (int64_t)plan.scheduled.size() < config_.max_seqs_per_step) {
     Sequence* s = waiting_.front();
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
-    attach_cached_prefix(*s);
+    attach_cached_prefix(*s, plan);
     const int64_t n = chunk(s);
     if (!ensure_blocks(*s, s->n_computed + n, plan, now)) {
       detach_cached_prefix(*s);
@@ -247,7 +255,7 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     // A sequence preempted in this step is not readmitted in the same step.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
     if (s->n_uncomputed() <= 0) break;
-    attach_cached_prefix(*s);  // given back below unless admitted
+    attach_cached_prefix(*s, plan);  // given back below unless admitted
     cands.push_back({s, cap_of(s), true});
     wanted += std::min(cands.back().cap, long_chunk);
   }
@@ -334,6 +342,11 @@ StepPlan Scheduler::schedule(double now) {
     std::for_each(resuming_.begin(), resuming_.end(), accrue);
   }
   last_now_ = now;
+  // The last step's copies are queued: the host blocks its promotions read may be reused.
+  for (int32_t b : pinned_host_) host_->release(b);
+  pinned_host_.clear();
+  demoted_this_step_.clear();
+  demoted_to_this_step_.clear();
 
   // What can be copied while this step's forward pass runs (N_i), estimated from the last
   // step's size. Without a cost model the budget is unbounded.
@@ -345,6 +358,8 @@ StepPlan Scheduler::schedule(double now) {
   //    the policy moves or drops the KV of the requests still paused.
   swap_in_resuming(plan, swap_budget);
   apply_policy(plan, now, swap_budget);
+  // What is left moves cached blocks between the tiers (promotions, demotions).
+  swap_budget_left_ = swap_budget;
 
   int64_t budget = config_.max_tokens_per_step;
   int64_t decode_tokens = 0;
@@ -383,6 +398,7 @@ void Scheduler::check_invariants() const {
   // Every block's refcount is the number of sequences holding it plus the cache's index.
   std::vector<int32_t> dev_holders((size_t)device_.n_blocks(), 0);
   std::vector<int32_t> host_holders(host_ != nullptr ? (size_t)host_->n_blocks() : 0, 0);
+  for (int32_t b : pinned_host_) host_holders[(size_t)b]++;
   auto count = [&](const Sequence* s) {
     for (int32_t b : s->blocks.blocks) dev_holders[(size_t)b]++;
     for (int32_t b : s->host_blocks) host_holders[(size_t)b]++;
@@ -415,6 +431,7 @@ void Scheduler::check_invariants() const {
     count(s);
   }
   if (cache_ != nullptr) cache_->check_invariants();
+  if (host_cache_ != nullptr) host_cache_->check_invariants();
   for (int32_t b = 0; b < device_.n_blocks(); ++b)
     CHECK_EQ(device_.refcount(b), dev_holders[(size_t)b] + (device_.is_cached(b) ? 1 : 0));
   for (size_t b = 0; b < host_holders.size(); ++b)

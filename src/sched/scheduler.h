@@ -115,6 +115,7 @@ class Scheduler {
   // `host` may be null (no swap space); `policy` may be null (paused requests are preserved).
   Scheduler(const SchedulerConfig& config, BlockAllocator& device, BlockAllocator* host = nullptr,
             Policy* policy = nullptr, const CostModel* cost = nullptr);
+  ~Scheduler();
 
   const SchedulerConfig& config() const { return config_; }
   // The long-prefill chunk: long_prefill_tokens, or the automatic one.
@@ -186,24 +187,38 @@ class Scheduler {
   // The prefix cache (prefix_cache.cpp in sched/): a waiting sequence with nothing computed
   // takes the longest cached prefix of its tokens; one that is then not admitted gives it
   // back; committed full blocks are indexed; idle cached blocks are evicted for room.
-  void attach_cached_prefix(Sequence& s);
+  void attach_cached_prefix(Sequence& s, StepPlan& plan);
   void detach_cached_prefix(Sequence& s);
   void count_admission(Sequence& s);
   void index_computed_blocks(Sequence& s);
-  int64_t evict_cached(int64_t n);
-  // Free device blocks plus the idle cached ones eviction can free.
+  // Evicts up to n idle cached device blocks; with `plan`, each is demoted to the host tier
+  // (a copy in plan.swap_out) while the host has room and the step's swap budget allows.
+  int64_t evict_cached(int64_t n, StepPlan* plan = nullptr);
+  // Promotes the host-tier blocks that continue `s`'s cached prefix (copies in
+  // plan.swap_in, under the swap budget), indexing them in the device tier again.
+  void promote_cached(Sequence& s, StepPlan& plan, int64_t most_blocks);
+  // Free blocks plus the idle cached ones eviction can free, per tier.
   int64_t available_device_blocks() const;
+  int64_t available_host_blocks() const;
   bool shared_block(int32_t block) const;
-  // A free device block, evicting an idle cached one when none is free.
-  std::optional<int32_t> take_device_block();
+  // A device block to copy into this step (a swap-in): free, or an idle cached one evicted
+  // and dropped; never one demoted this step (its copy out runs after the copies in).
+  std::optional<int32_t> take_copy_destination();
+  // A host block: free, or an idle cached one evicted.
+  std::optional<int32_t> take_host_block();
   // Device blocks the next request in line needs beyond the free pool (or that the pool is
   // short of its watermark); 0 without pressure.
   int64_t memory_deficit_blocks() const;
 
   SchedulerConfig config_;
   BlockAllocator& device_;
-  std::unique_ptr<PrefixCache> cache_;  // config_.prefix_cache
+  std::unique_ptr<PrefixCache> cache_;       // config_.prefix_cache
+  std::unique_ptr<PrefixCache> host_cache_;  // its host tier (with a host pool)
   PrefixCacheCounters prefix_counters_;
+  int64_t swap_budget_left_ = 0;               // what this step's copies may still move
+  std::vector<int32_t> demoted_this_step_;     // device blocks read by this step's demotions
+  std::vector<int32_t> demoted_to_this_step_;  // host blocks written by them
+  std::vector<int32_t> pinned_host_;           // host blocks read by the last step's promotions
   BlockAllocator* host_;
   Policy* policy_;
   const CostModel* cost_;
