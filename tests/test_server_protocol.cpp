@@ -271,7 +271,6 @@ struct RecordingRegistry {
     p.engine_id = engine_id;
     p.call_ids = std::move(call_ids);
     p.tokens = std::move(tokens);
-    p.n_prompt = (int64_t)p.tokens.size();
     p.paused_at = (double)engine_id;  // later engine ids paused later
     const double now = p.paused_at;
     return r.add(std::move(p), now, evicted);

@@ -367,7 +367,6 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
   p.engine_id = g.engine_id;
   p.tokens = g.prompt;
   p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
-  p.n_prompt = (int64_t)g.prompt.size();
   p.request = g.chat;
   ChatMessage assistant;
   assistant.role = "assistant";

@@ -28,15 +28,16 @@ struct PausedRequest {
   std::string owner;
   std::string cache_namespace;  // GenerateRequest::cache_namespace: follow-ups must share it
   uint64_t engine_id = 0;
-  std::vector<int32_t> tokens;  // everything the engine request holds: prompt + generated
-  int64_t n_prompt = 0;         // of which the last prompt
+  // Everything the engine request holds, prompt and generated: a raw completion continues it
+  // only by extending all of them.
+  std::vector<int32_t> tokens;
   // The conversation up to and including the assistant's tool-call message, and the request
   // it came from (tools, parameters): what an explicit resume continues.
   ChatRequest request;
   std::vector<std::string> tool_names;  // of the calls it waits for
-  std::vector<std::string> call_ids;
-  double paused_at = 0.0;   // steady clock, seconds
-  double expires_at = 0.0;  // steady clock, seconds (assigned by add)
+  std::vector<std::string> call_ids;    // a chat follow-up carries one of them
+  double paused_at = 0.0;               // steady clock, seconds
+  double expires_at = 0.0;              // steady clock, seconds (assigned by add)
   int64_t expires_at_unix = 0;
 };
 
