@@ -31,13 +31,17 @@ $(BUILD)/.deps-ok:
 
 # chromium: the dashboard's test runs the page in headless Chromium.
 # python3-httpx, python3-matplotlib: bench/loadgen.py and bench/report.py (docs/BENCHMARKS.md) and their test.
-# The official `openai` Python client, for the server's end-to-end test (tests/
-# server_openai_client.py), in a venv inside the build folder. Without network the test
-# is skipped, nothing else fails.
-pyenv: $(VENV)/.ok
-$(VENV)/.ok: | deps
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q openai && touch $@ || \
-	  echo "warning: could not install the openai package; its server test will be skipped"
+# The official `openai` Python client and LangChain's OpenAI integration, for the server's
+# end-to-end tests (tests/server_openai_client.py, tests/server_agent_clients.py), in a venv
+# inside the build folder. Without network the tests are skipped, nothing else fails. The
+# stamp names the packages, so a venv made for fewer is completed.
+PY_PACKAGES := openai langchain-openai
+empty :=
+PY_STAMP := $(VENV)/.ok-$(subst $(empty) $(empty),+,$(PY_PACKAGES))
+pyenv: $(PY_STAMP)
+$(PY_STAMP): | deps
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q $(PY_PACKAGES) && touch $@ || \
+	  echo "warning: could not install the openai and langchain-openai packages; their server tests will be skipped"
 
 model: $(MODEL)
 $(MODEL):

@@ -13,7 +13,7 @@ once (a later one waits, and the wait counts in its latency).
 Client modes:
   standard  every turn after a tool call is a new chat completion carrying the whole history
             plus the tool result: what agent frameworks do (infercept resumes the paused
-            request by prefix matching; other servers prefill it again).
+            request its call ids name; other servers prefill it again).
   native    infercept's explicit API: the turn after a tool call is
             POST /v1/interceptions/{id}/resume with the tool result only. A turn that the
             server did not leave paused (no interception id) falls back to a standard request.

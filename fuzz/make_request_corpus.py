@@ -124,6 +124,8 @@ REQUESTS = {
                                intercept_after_tokens=12, intercept_tool="search",
                                intercept=True, stream=True),
     "chat_no_intercept": chat(tool_turns(), tools=[WEATHER_TOOL], intercept=False),
+    "chat_cache_scope": chat(tool_turns(), tools=[WEATHER_TOOL], prompt_cache_key="conv-7",
+                             cache_salt="tenant \u00e9" + "s" * 500),
     "chat_server_tools": chat([user("What is 17 * 23?")], server_tools=["calculator"]),
     "chat_server_tools_all": chat([user("What is 2 ** 10?")], server_tools=True,
                                   response_format={"type": "text"}),
@@ -152,6 +154,8 @@ REQUESTS = {
     "completion_tokens": {"model": MODEL, "prompt": [1, 9690, 198, 2683, 49151, 0, -1, 70000],
                           "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True},
                           "return_token_ids": True},
+    "completion_cache_scope_bad": {"model": MODEL, "prompt": "x", "prompt_cache_key": 7,
+                                   "cache_salt": "", "return_token_ids": True},
     "completion_unsupported": {"model": MODEL, "prompt": ["a", "b"], "echo": True, "best_of": 3,
                                "suffix": "end", "logprobs": 9},
     # the resume endpoint (/v1/interceptions/{id}/resume)

@@ -4,7 +4,7 @@ tool loops against it for a bounded time, then the KV accounting must be back to
 
 Each client, in a loop until the deadline: a streamed chat completion that calls a tool
 (tool_choice named, so even a small model calls it), then the follow-up with the tool result,
-streamed too, resuming the paused request by its token prefix; when a follow-up calls a tool
+streamed too, resuming the paused request by the call ids it carries; when a follow-up calls a tool
 again, the client answers once more and finally DELETEs what is still paused. Every HTTP
 error, malformed stream or missing [DONE] counts as an error.
 

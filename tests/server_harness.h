@@ -207,4 +207,35 @@ inline json with_tool_results(
   return messages;
 }
 
+// Everything a turn's engine request held when it ended (return_token_ids: the prompt's ids
+// and the generated ones): what a follow-up can find in place.
+inline std::vector<int32_t> held_tokens(const json& response) {
+  std::vector<int32_t> all = response.at("prompt_token_ids").get<std::vector<int32_t>>();
+  for (const json& t : response["choices"][0].at("token_ids")) all.push_back(t.get<int32_t>());
+  return all;
+}
+
+// The prompt tokens whose KV `next` must find in place after `prev` (both answered with
+// return_token_ids): the tokens the two share from the start, short of the last of what prev
+// held (sampled, never computed) and of next's last prompt token (computed again to sample
+// from), floored to whole KV blocks (the prefix cache keeps full blocks; a continued paused
+// request keeps a partial last block too).
+inline int64_t expected_reuse(const json& prev, const json& next, int64_t block_size = 16) {
+  const std::vector<int32_t> a = held_tokens(prev);
+  const std::vector<int32_t> b = next.at("prompt_token_ids").get<std::vector<int32_t>>();
+  size_t common = 0;
+  while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+  const int64_t n =
+      std::min<int64_t>({(int64_t)common, (int64_t)a.size() - 1, (int64_t)b.size() - 1});
+  return std::max<int64_t>(0, n) / block_size * block_size;
+}
+inline int64_t cached_tokens(const json& response) {
+  return response["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+}
+// The interception a response says its request was continued from ("" when none).
+inline std::string resumed_from(const Reply& r) {
+  auto it = r.headers.find("X-Infercept-Resumed");
+  return it == r.headers.end() ? std::string() : it->second;
+}
+
 }  // namespace infercept::testing

@@ -138,11 +138,11 @@ def main():
         cached = second.usage.prompt_tokens_details.cached_tokens
         check(cached > 0, f"the follow-up resumed the paused request (cached_tokens = {cached})")
 
-        off = Server(args.binary, args.model, "--no-interception")
+        off = Server(args.binary, args.model, "--no-interception", "--prefix-cache", "off")
         f1 = tool_turn(off.client, model)
         f2 = off.client.chat.completions.create(model=model, messages=follow_up(f1), tools=TOOLS, temperature=0,
                                                 max_tokens=24, extra_body={"return_token_ids": True})
-        check(f2.usage.prompt_tokens_details.cached_tokens == 0, "interception off: nothing reused")
+        check(f2.usage.prompt_tokens_details.cached_tokens == 0, "interception and prefix cache off: nothing reused")
         check(f2.choices[0].model_extra["token_ids"] == second.choices[0].model_extra["token_ids"],
               "the resumed answer is token-identical to a server with interception off")
 

@@ -228,17 +228,29 @@ TEST(Server, MetricsAreExposed) {
   ASSERT_EQ(s.post("/v1/chat/completions", chat(s.model(), "hi", 4)).status, 200);
   Reply m = s.get("/metrics");
   ASSERT_EQ(m.status, 200);
-  for (const char* name :
-       {"infercept:num_requests_running", "infercept:num_requests_waiting",
-        "infercept:num_requests_intercepted{tier=\"device\"}",
-        "infercept:kv_cache_usage_perc{tier=\"host\"}",
-        "infercept:time_to_first_token_seconds_bucket",
-        "infercept:inter_token_latency_seconds_count", "infercept:e2e_request_latency_seconds_sum",
-        "infercept:prompt_tokens_total", "infercept:generation_tokens_total",
-        "infercept:recomputed_tokens_total", "infercept:swapped_bytes_total{direction=\"out\"}",
-        "infercept:waste_byte_seconds_total{cause=\"recompute\"}",
-        "infercept:policy_decisions_total{strategy=\"swap\"}",
-        "infercept:interception_resumes_total"})
+  for (const char* name : {"infercept:num_requests_running",
+                           "infercept:num_requests_waiting",
+                           "infercept:num_requests_intercepted{tier=\"device\"}",
+                           "infercept:kv_cache_usage_perc{tier=\"host\"}",
+                           "infercept:time_to_first_token_seconds_bucket",
+                           "infercept:inter_token_latency_seconds_count",
+                           "infercept:e2e_request_latency_seconds_sum",
+                           "infercept:prompt_tokens_total",
+                           "infercept:generation_tokens_total",
+                           "infercept:recomputed_tokens_total",
+                           "infercept:swapped_bytes_total{direction=\"out\"}",
+                           "infercept:waste_byte_seconds_total{cause=\"recompute\"}",
+                           "infercept:policy_decisions_total{strategy=\"swap\"}",
+                           "infercept:interception_resumes_total",
+                           "infercept:prefix_cache_queries_total",
+                           "infercept:prefix_cache_hits_total",
+                           "infercept:kv_cached_blocks{tier=\"device\"}",
+                           "infercept:kv_cached_blocks{tier=\"host\"}",
+                           "infercept:prefix_cache_evicted_blocks_total",
+                           "infercept:prefix_cache_demoted_blocks_total",
+                           "infercept:prefix_cache_promoted_blocks_total",
+                           "infercept:interceptions_evicted_total",
+                           "infercept:interceptions_superseded_total"})
     EXPECT_NE(m.raw.find(name), std::string::npos) << name;
   EXPECT_EQ(
       s.metric("infercept:request_success_total{endpoint=\"chat\",finished_reason=\"length\"}") +
@@ -267,6 +279,8 @@ TEST(Server, MetricsAreExposed) {
   Reply dd = s.get("/dashboard/data");
   ASSERT_EQ(dd.status, 200);
   EXPECT_TRUE(dd.body["kv"]["device"]["total"].get<int>() > 0);
+  for (const char* key : {"queries", "hits", "hit_rate", "cached_blocks", "evicted_blocks"})
+    EXPECT_TRUE(dd.body["prefix_cache"].contains(key)) << key;
 }
 
 TEST(Server, ApiKeysAndIsolation) {
@@ -329,7 +343,10 @@ TEST(Server, ApiKeysAndIsolation) {
   EXPECT_TRUE(s.kv_empty_within(5.0, "key-one"));
 }
 
-TEST(Server, PausedRequestLimit) {
+// --max-paused never refuses a request: a new pause past it releases the key's oldest paused
+// request (counted, its id answering 410 interception_evicted), and the client whose
+// conversation that was is simply answered from scratch when it comes back.
+TEST(Server, PausedRequestLimitEvictsTheOldest) {
   server::ServerOptions o = server_test_options();
   o.max_paused_per_key = 1;
   TestServer s(o);
@@ -337,16 +354,36 @@ TEST(Server, PausedRequestLimit) {
   Reply a = s.post("/v1/chat/completions", weather_request(s.model()));
   ASSERT_EQ(a.status, 200);
   ASSERT_TRUE(a.body.contains("interception"));
+  const std::string id_a = a.body["interception"]["id"];
   json other = weather_request(s.model());
   other["messages"][4]["content"] = "What is the weather in Rome?";
   Reply b = s.post("/v1/chat/completions", other);
-  EXPECT_EQ(b.status, 429) << b.raw;
-  EXPECT_EQ(b.body["error"]["code"], "too_many_paused_requests");
-  // Without tools nothing can pause: still served.
+  ASSERT_EQ(b.status, 200) << b.raw;
+  ASSERT_TRUE(b.body.contains("interception")) << b.raw;
+  const std::string id_b = b.body["interception"]["id"];
+  EXPECT_EQ(s.metric("infercept:interceptions_evicted_total"), 1);
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 1);
+  EXPECT_EQ(s.metric("infercept:requests_rejected_total{reason=\"too_many_paused\"}"), -1);
+  Reply gone = s.get("/v1/interceptions/" + id_a);
+  EXPECT_EQ(gone.status, 410);
+  EXPECT_EQ(gone.body["error"]["code"], "interception_evicted");
+  Reply list = s.get("/v1/interceptions");
+  ASSERT_EQ(list.body["data"].size(), 1u);
+  EXPECT_EQ(list.body["data"][0]["id"], id_b);
+  // Without tools nothing can pause: served, nothing evicted.
   EXPECT_EQ(s.post("/v1/chat/completions", chat(s.model(), "hi", 2)).status, 200);
-  const std::string id = a.body["interception"]["id"];
-  EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id).status, 200);
-  EXPECT_EQ(s.post("/v1/chat/completions", other).status, 200);
+  EXPECT_EQ(s.metric("infercept:interceptions_evicted_total"), 1);
+  // a's follow-up continues nothing (its request is gone) and is answered all the same.
+  json follow = weather_request(s.model());
+  follow.erase("tool_choice");
+  follow["max_tokens"] = 4;
+  follow["intercept"] = false;
+  follow["messages"] = with_tool_results(weather_messages(), a.body["choices"][0]["message"]);
+  Reply late = s.post("/v1/chat/completions", follow);
+  EXPECT_EQ(late.status, 200) << late.raw;
+  EXPECT_EQ(late.headers.count("X-Infercept-Resumed"), 0u);
+  EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + id_b).status, 200);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
 }
 
 TEST(Server, StopCancelsInFlightAndAnswersStreams) {

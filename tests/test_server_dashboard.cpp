@@ -87,6 +87,15 @@ TEST(ServerDashboard, ShowsRunningAndInterceptedRequestsInChromium) {
         ">host<", ">preserve<", ">swap<", ">discard<", ">recompute<", ">swap stall<", ">100<"})
     EXPECT_NE(dom.find(text), std::string::npos) << text;
   EXPECT_TRUE(std::regex_search(dom, std::regex(">-[0-9.]+ s<"))) << "no time axis";
+  // The prefix cache: its hit rate as a figure and over time, its cached blocks per tier.
+  for (const char* text : {">hit rate<", ">% of prompt tokens looked up<"})
+    EXPECT_NE(dom.find(text), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_match(element_text(dom, "pc_rate"), std::regex("-|[0-9.]+%")))
+      << element_text(dom, "pc_rate");
+  EXPECT_TRUE(std::regex_match(element_text(dom, "pc_hits"), std::regex("[0-9]+ / [0-9]+")))
+      << element_text(dom, "pc_hits");
+  EXPECT_TRUE(std::regex_match(element_text(dom, "pc_blocks"), std::regex("[0-9]+ / [0-9]+")))
+      << element_text(dom, "pc_blocks");
   stop_reading = true;  // the client goes away; the request is cancelled
   gen.join();
   ASSERT_TRUE(s.kv_empty_within(10.0, "dash-key"));

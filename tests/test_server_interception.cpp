@@ -1,8 +1,11 @@
 // Interception over HTTP. A chat completion that ends in tool calls leaves its request
 // paused; the unmodified client's follow-up (the same conversation, the assistant's calls,
-// the tool results) is recognized by its token prefix and resumes it, reusing its KV, and
-// answers token for token what a server with interception off answers. The explicit API
-// (list, resume, delete), expiry, and clients that go away are checked too.
+// the tool results) is recognized by the call ids it carries and resumes it, reusing its KV,
+// and answers token for token what a server with interception off answers; a request that
+// carries none of them (a repeated turn, another conversation) continues nothing, and a raw
+// completion continues a paused request only when it extends all of its tokens. The explicit
+// API (list, resume, delete), expiry, cache scopes, and clients that go away are checked too;
+// last, what the engine's prefix cache gives requests that continue nothing.
 #include <thread>
 
 #include "server_harness.h"
@@ -84,10 +87,13 @@ TEST(ServerInterception, RoundTripResumesByPrefixAndMatchesAFreshServer) {
   EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 0);
   EXPECT_TRUE(s.kv_empty_within(5.0));
 
-  // A server with interception off answers the same conversation with the same tokens.
+  // A server with interception and the prefix cache off answers the same conversation with
+  // the same tokens, computing every prompt.
   server::ServerOptions off = server_test_options();
   off.interception = false;
-  TestServer fresh(off);
+  EngineConfig no_cache = server_test_engine_config();
+  no_cache.prefix_cache = false;
+  TestServer fresh(off, no_cache);
   ASSERT_TRUE(fresh.ok());
   Reply f1 = fresh.post("/v1/chat/completions", weather_request(fresh.model()));
   ASSERT_EQ(f1.status, 200);
@@ -275,11 +281,15 @@ TEST(ServerInterception, ExpiryDropsThePausedRequest) {
   Reply late = s.post("/v1/interceptions/" + id + "/resume", results);
   EXPECT_EQ(late.status, 410);
   EXPECT_EQ(late.body["error"]["code"], "interception_expired");
-  // The unmodified client's follow-up still gets its answer, from scratch.
+  // The unmodified client's follow-up still gets its answer: the paused KV went back to the
+  // prefix cache, which still holds the full blocks of the first turn.
   Reply follow =
       s.post("/v1/chat/completions", follow_up(s.model(), first.body["choices"][0]["message"]));
   ASSERT_EQ(follow.status, 200);
-  EXPECT_EQ(follow.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int64_t prompt0 = first.body["usage"]["prompt_tokens"];
+  EXPECT_GE(follow.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            prompt0 - prompt0 % 16);
+  EXPECT_EQ(follow.headers.count("X-Infercept-Resumed"), 0u);
 }
 
 TEST(ServerInterception, ClientsThatGoAway) {
@@ -405,6 +415,309 @@ TEST(ServerInterception, SharedViewsAreScopedToTheCaller) {
                 .status,
             200);
   EXPECT_TRUE(s.kv_empty_within(5.0, "key-admin"));
+}
+
+// What real SDKs send back: the text the model wrote around its calls as the assistant's
+// content, another tool_choice, the tools left out on the last turn. The follow-ups are
+// recognized by their call ids all the same, and keep the KV of what they share with the
+// paused turn.
+TEST(ServerInterception, FollowUpsAreRecognizedByCallIdWhateverElseChanges) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  Reply first = s.post("/v1/chat/completions", weather_request(s.model()));
+  ASSERT_EQ(first.status, 200) << first.raw;
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  EXPECT_EQ(first.body["prompt_token_ids"].size(),
+            first.body["usage"]["prompt_tokens"].get<size_t>());
+  json assistant = first.body["choices"][0]["message"];
+  assistant["content"] = "Let me look that up for you.";
+  json second_req = weather_request(s.model());
+  second_req["tool_choice"] = "required";
+  second_req["messages"] = with_tool_results(weather_messages(), assistant);
+  Reply second = s.post("/v1/chat/completions", second_req);
+  ASSERT_EQ(second.status, 200) << second.raw;
+  EXPECT_EQ(resumed_from(second), first.body["interception"]["id"]);
+  const int64_t want = expected_reuse(first.body, second.body);
+  // The content changed the tokens right after the assistant's turn opened: the rest of the
+  // prompt is still shared.
+  EXPECT_GT(want, first.body["usage"]["prompt_tokens"].get<int64_t>() / 2);
+  EXPECT_GE(cached_tokens(second.body), want);
+  ASSERT_TRUE(second.body.contains("interception")) << second.raw;  // required: a call again
+
+  // The last turn leaves the tools out (a final answer): still this conversation's follow-up.
+  json last_req = {
+      {"model", s.model()},
+      {"messages", with_tool_results(second_req["messages"], second.body["choices"][0]["message"])},
+      {"temperature", 0},
+      {"max_tokens", 8},
+      {"return_token_ids", true}};
+  Reply last = s.post("/v1/chat/completions", last_req);
+  ASSERT_EQ(last.status, 200) << last.raw;
+  EXPECT_EQ(resumed_from(last), second.body["interception"]["id"]);
+  EXPECT_GE(cached_tokens(last.body), expected_reuse(second.body, last.body));
+  EXPECT_EQ(s.metric("infercept:interception_resumes_total{how=\"prefix\"}"), 2);
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"].size(), 0u);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// A request that carries none of a paused request's call ids never consumes it, however much
+// of its prompt it repeats: a repeated first turn, or another conversation that extends the
+// paused one's prompt. The paused request's own follow-up still finds it.
+TEST(ServerInterception, ARequestWithoutItsCallIdsContinuesNothing) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req.erase("tool_choice");  // no forced opening: the prompt ends where the turn starts
+  req["intercept_after_tokens"] = 3;
+  Reply first = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(first.status, 200) << first.raw;
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  const std::string id = first.body["interception"]["id"];
+
+  Reply repeat = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(repeat.status, 200) << repeat.raw;
+  EXPECT_EQ(resumed_from(repeat), "");
+  ASSERT_TRUE(repeat.body.contains("interception")) << repeat.raw;
+  EXPECT_NE(repeat.body["interception"]["id"], id);
+  EXPECT_EQ(s.get("/v1/interceptions/" + id).status, 200);
+
+  // Its prompt starts with all of the paused request's prompt, and goes on elsewhere.
+  json stranger = req;
+  stranger.erase("intercept_after_tokens");
+  stranger["intercept"] = false;
+  stranger["max_tokens"] = 4;
+  stranger["messages"].push_back({{"role", "assistant"}, {"content", "I will check."}});
+  stranger["messages"].push_back({{"role", "user"}, {"content", "Thanks. And Rome?"}});
+  Reply other = s.post("/v1/chat/completions", stranger);
+  ASSERT_EQ(other.status, 200) << other.raw;
+  EXPECT_EQ(resumed_from(other), "");
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"].size(), 2u);
+  EXPECT_EQ(s.metric("infercept:interception_resumes_total{how=\"prefix\"}"), 0);
+
+  json follow = req;
+  follow.erase("intercept_after_tokens");
+  follow["intercept"] = false;
+  follow["max_tokens"] = 4;
+  follow["messages"] = with_tool_results(weather_messages(), first.body["choices"][0]["message"]);
+  Reply mine = s.post("/v1/chat/completions", follow);
+  ASSERT_EQ(mine.status, 200) << mine.raw;
+  EXPECT_EQ(resumed_from(mine), id);
+  EXPECT_GE(cached_tokens(mine.body), expected_reuse(first.body, mine.body));
+  EXPECT_GT(expected_reuse(first.body, mine.body), 0);
+  const std::string repeat_id = repeat.body["interception"]["id"];
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"][0]["id"], repeat_id);
+  EXPECT_EQ(s.request("DELETE", "/v1/interceptions/" + repeat_id).status, 200);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// A later turn that carries the call ids of two paused requests (a client that skipped a
+// resume) continues the newest; the older one is released, and its id says why.
+TEST(ServerInterception, SeveralMatchedTakeTheNewestAndReleaseTheRest) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req.erase("tool_choice");
+  req["intercept_after_tokens"] = 2;
+  Reply a = s.post("/v1/chat/completions", req);
+  ASSERT_TRUE(a.body.contains("interception")) << a.raw;
+  json rome = req;
+  rome["messages"][4]["content"] = "What is the weather in Rome?";
+  Reply b = s.post("/v1/chat/completions", rome);
+  ASSERT_TRUE(b.body.contains("interception")) << b.raw;
+  // Both exchanges in one conversation.
+  json msgs = with_tool_results(weather_messages(), a.body["choices"][0]["message"]);
+  msgs.push_back({{"role", "user"}, {"content", "What is the weather in Rome?"}});
+  msgs = with_tool_results(msgs, b.body["choices"][0]["message"]);
+  json later = req;
+  later.erase("intercept_after_tokens");
+  later["intercept"] = false;
+  later["max_tokens"] = 4;
+  later["messages"] = msgs;
+  Reply r = s.post("/v1/chat/completions", later);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(resumed_from(r), b.body["interception"]["id"]);
+  Reply gone = s.get("/v1/interceptions/" + a.body["interception"]["id"].get<std::string>());
+  EXPECT_EQ(gone.status, 409);
+  EXPECT_EQ(gone.body["error"]["code"], "interception_superseded");
+  EXPECT_EQ(s.metric("infercept:interceptions_superseded_total"), 1);
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"].size(), 0u);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// /v1/completions has no call ids: a raw prompt continues a paused request only when it
+// extends all of that request's tokens (prompt and generated), not one token less.
+TEST(ServerInterception, RawCompletionsContinueOnlyWhenExtendingAllTokens) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  Reply first = s.post("/v1/chat/completions", weather_request(s.model()));
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  const std::vector<int32_t> all = held_tokens(first.body);
+  std::vector<int32_t> short_one(all.begin(), all.end() - 1);
+  short_one.push_back(all[5] == all.back() ? all[6] : all[5]);  // the last token differs
+  short_one.insert(short_one.end(), all.begin(), all.begin() + 8);
+  auto completion = [&](const std::vector<int32_t>& prompt) {
+    return s.post("/v1/completions", {{"model", s.model()},
+                                      {"prompt", prompt},
+                                      {"max_tokens", 2},
+                                      {"temperature", 0},
+                                      {"return_token_ids", true}});
+  };
+  Reply no = completion(short_one);
+  ASSERT_EQ(no.status, 200) << no.raw;
+  EXPECT_EQ(resumed_from(no), "");
+  EXPECT_EQ(no.body["choices"][0]["prompt_token_ids"].get<std::vector<int32_t>>(), short_one);
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 1);
+
+  std::vector<int32_t> extended = all;
+  extended.insert(extended.end(), all.begin(), all.begin() + 8);
+  Reply yes = completion(extended);
+  ASSERT_EQ(yes.status, 200) << yes.raw;
+  EXPECT_EQ(resumed_from(yes), first.body["interception"]["id"]);
+  EXPECT_GE(cached_tokens(yes.body), ((int64_t)all.size() - 1) / 16 * 16);
+  EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 0);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// tool_choice none renders the request's tools (vLLM's default), so a final turn shares its
+// prompt, tools included, with the turns before; its text is read as text: no calls, no
+// pause.
+TEST(ServerInterception, ToolChoiceNoneKeepsTheToolsInThePrompt) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req.erase("tool_choice");
+  req["intercept"] = false;
+  req["max_tokens"] = 1;
+  Reply with_auto = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(with_auto.status, 200) << with_auto.raw;
+  req["tool_choice"] = "none";
+  req["max_tokens"] = 40;
+  req.erase("intercept");
+  Reply with_none = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(with_none.status, 200) << with_none.raw;
+  EXPECT_EQ(with_none.body["prompt_token_ids"], with_auto.body["prompt_token_ids"]);
+  json no_tools = req;
+  no_tools.erase("tools");
+  no_tools.erase("tool_choice");
+  no_tools["max_tokens"] = 1;
+  Reply bare = s.post("/v1/chat/completions", no_tools);
+  ASSERT_EQ(bare.status, 200);
+  EXPECT_LT(bare.body["usage"]["prompt_tokens"], with_none.body["usage"]["prompt_tokens"]);
+  const json& msg = with_none.body["choices"][0]["message"];
+  EXPECT_FALSE(msg.contains("tool_calls")) << with_none.raw;
+  EXPECT_NE(with_none.body["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_FALSE(with_none.body.contains("interception"));
+  // Streamed alike: no call, the text as content.
+  req["stream"] = true;
+  Reply streamed = s.post("/v1/chat/completions", req);
+  std::string text;
+  for (const json& ev : sse_events(streamed.raw)) {
+    if (ev["choices"].empty()) continue;
+    const json& d = ev["choices"][0]["delta"];
+    EXPECT_FALSE(d.contains("tool_calls")) << ev.dump();
+    if (d.contains("content")) text += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, msg["content"].get<std::string>());
+
+  // The final answer of a tool loop asked with tool_choice none continues the paused turn
+  // and keeps its KV through the tools.
+  Reply paused = s.post("/v1/chat/completions", weather_request(s.model()));
+  ASSERT_TRUE(paused.body.contains("interception")) << paused.raw;
+  json final_req = weather_request(s.model());
+  final_req["tool_choice"] = "none";
+  final_req["max_tokens"] = 8;
+  final_req["messages"] =
+      with_tool_results(weather_messages(), paused.body["choices"][0]["message"]);
+  Reply final_turn = s.post("/v1/chat/completions", final_req);
+  ASSERT_EQ(final_turn.status, 200) << final_turn.raw;
+  EXPECT_EQ(resumed_from(final_turn), paused.body["interception"]["id"]);
+  const int64_t want = expected_reuse(paused.body, final_turn.body);
+  EXPECT_GT(want, paused.body["usage"]["prompt_tokens"].get<int64_t>() / 2);
+  EXPECT_GE(cached_tokens(final_turn.body), want);
+  EXPECT_EQ(s.get("/v1/interceptions").body["data"].size(), 0u);
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// prompt_cache_key and cache_salt scope the cache: a follow-up in another scope continues
+// nothing, even with the call ids; in the same scope it does. Bad values are 400s naming the
+// parameter.
+TEST(ServerInterception, CacheScopesSeparateFollowUps) {
+  TestServer s;
+  ASSERT_TRUE(s.ok());
+  json req = weather_request(s.model());
+  req["prompt_cache_key"] = "conversation-1";
+  Reply first = s.post("/v1/chat/completions", req);
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  json follow = req;
+  follow.erase("tool_choice");
+  follow["intercept"] = false;
+  follow["max_tokens"] = 4;
+  follow["messages"] = with_tool_results(weather_messages(), first.body["choices"][0]["message"]);
+  for (const auto& [field, value] :
+       {std::pair<const char*, const char*>{"prompt_cache_key", "conversation-2"},
+        {"cache_salt", "tenant-9"}}) {
+    json elsewhere = follow;
+    elsewhere[field] = value;
+    Reply r = s.post("/v1/chat/completions", elsewhere);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(resumed_from(r), "") << field;
+  }
+  Reply mine = s.post("/v1/chat/completions", follow);
+  ASSERT_EQ(mine.status, 200) << mine.raw;
+  EXPECT_EQ(resumed_from(mine), first.body["interception"]["id"]);
+  for (const auto& [field, value] : {std::pair<const char*, json>{"cache_salt", ""},
+                                     {"prompt_cache_key", 7},
+                                     {"prompt_cache_key", std::string(513, 'k')}}) {
+    json bad = follow;
+    bad[field] = value;
+    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+      if (std::string(path) == "/v1/completions") {
+        bad.erase("messages");
+        bad["prompt"] = "Hello";
+      }
+      Reply r = s.post(path, bad);
+      EXPECT_EQ(r.status, 400) << path << " " << r.raw;
+      EXPECT_EQ(r.body["error"]["param"], field) << r.raw;
+      EXPECT_EQ(r.body["error"]["type"], "invalid_request_error") << r.raw;
+    }
+  }
+  EXPECT_TRUE(s.kv_empty_within(5.0));
+}
+
+// The engine's prefix cache (issue 30's engine side): requests that continue no paused
+// request still find the KV of what they share with earlier ones of their scope (a repeated
+// turn, another conversation with the same start), in whole blocks; other keys and salts
+// find nothing. Needs the engine to report RequestOutput::cached_tokens.
+TEST(ServerPrefixCache, RequestsThatContinueNothingStillReuseTheirScopesPrefix) {
+  server::ServerOptions o = server_test_options();
+  o.api_keys = {"key-a", "key-b"};
+  TestServer s(o);
+  ASSERT_TRUE(s.ok());
+  Reply first = s.post("/v1/chat/completions", weather_request(s.model()), "key-a");
+  ASSERT_TRUE(first.body.contains("interception")) << first.raw;
+  Reply repeat = s.post("/v1/chat/completions", weather_request(s.model()), "key-a");
+  ASSERT_EQ(repeat.status, 200) << repeat.raw;
+  EXPECT_EQ(resumed_from(repeat), "");
+  EXPECT_GE(cached_tokens(repeat.body), expected_reuse(first.body, repeat.body));
+  EXPECT_GT(expected_reuse(first.body, repeat.body), 0);
+  json rome = weather_request(s.model());
+  rome["messages"][4]["content"] = "What is the weather in Rome?";
+  rome["intercept"] = false;
+  Reply other = s.post("/v1/chat/completions", rome, "key-a");
+  ASSERT_EQ(other.status, 200) << other.raw;
+  EXPECT_GE(cached_tokens(other.body), expected_reuse(first.body, other.body));
+  EXPECT_GT(s.metric("infercept:prefix_cache_hits_total", "key-a"), 0);
+  EXPECT_GE(s.metric("infercept:prefix_cache_queries_total", "key-a"),
+            s.metric("infercept:prefix_cache_hits_total", "key-a"));
+  // Another key, or another salt of the same key: nothing shared.
+  Reply b = s.post("/v1/chat/completions", rome, "key-b");
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(cached_tokens(b.body), 0);
+  json salted = rome;
+  salted["cache_salt"] = "tenant-2";
+  Reply c = s.post("/v1/chat/completions", salted, "key-a");
+  ASSERT_EQ(c.status, 200) << c.raw;
+  EXPECT_EQ(cached_tokens(c.body), 0);
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // The server's pieces that need no model: a turn read into OpenAI tool calls (the engine's
 // parser, so a malformed call is text here too), the streaming filter, the chunks and their
-// event framing, /metrics numbers, histogram quantiles, and the dashboard's key page.
+// event framing, the cache scope fields and namespaces, the interception registry's rules
+// (follow-ups by call id, raw prompts extending a paused request, eviction at the limit),
+// /metrics numbers and lines, histogram quantiles, and the dashboard's key page.
 #include <gtest/gtest.h>
 
 #include <regex>
 #include <string>
 
 #include "server/dashboard.h"
+#include "server/interception_registry.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/tool_parser.h"
@@ -172,6 +175,242 @@ TEST(ServerDashboard, KeyPageSaysHowToPassAKey) {
     EXPECT_NE(page.find("name=\"api_key\""), std::string::npos);  // the form
     EXPECT_NE(page.find(given ? "not accepted" : "No API key was given"), std::string::npos);
   }
+}
+
+// prompt_cache_key (OpenAI) and cache_salt (vLLM) on both endpoints: optional strings of at
+// most 512 bytes, the salt not empty; anything else a 400 naming the parameter.
+TEST(ServerProtocol, CacheScopeFieldsAreCheckedAndNamed) {
+  RequestLimits limits;
+  limits.context = 2048;
+  const json chat = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const json completion = {{"model", "m"}, {"prompt", "hi"}};
+  auto error_of = [&](json body) -> std::optional<ApiError> {
+    if (body.contains("messages")) {
+      ChatRequest cr;
+      return parse_chat_request(body, limits, cr);
+    }
+    CompletionRequest cr;
+    return parse_completion_request(body, limits, cr);
+  };
+  for (const json& base : {chat, completion}) {
+    struct Bad {
+      const char* field;
+      json value;
+      const char* code;  // "" = null
+    };
+    for (const Bad& bad : {Bad{"prompt_cache_key", 5, "invalid_type"},
+                           Bad{"prompt_cache_key", json::array({"a"}), "invalid_type"},
+                           Bad{"prompt_cache_key", std::string(513, 'k'), ""},
+                           Bad{"cache_salt", true, "invalid_type"}, Bad{"cache_salt", "", ""},
+                           Bad{"cache_salt", std::string(513, 's'), ""}}) {
+      json body = base;
+      body[bad.field] = bad.value;
+      auto e = error_of(body);
+      ASSERT_TRUE(e.has_value()) << body.dump();
+      EXPECT_EQ(e->status, 400);
+      EXPECT_EQ(e->param, bad.field) << e->message;
+      EXPECT_EQ(e->code, bad.code) << e->message;
+      const json wire = error_body(*e);
+      EXPECT_EQ(wire["error"]["type"], "invalid_request_error");
+      EXPECT_EQ(wire["error"]["param"], bad.field);
+    }
+    json ok = base;
+    ok["prompt_cache_key"] = std::string(512, 'k');
+    ok["cache_salt"] = std::string(512, 's');
+    EXPECT_FALSE(error_of(ok).has_value());
+    ok["prompt_cache_key"] = "";  // an empty key is the default scope
+    ok["cache_salt"] = nullptr;   // null: absent
+    EXPECT_FALSE(error_of(ok).has_value());
+  }
+  ChatRequest cr;
+  json body = chat;
+  body["prompt_cache_key"] = "conversation-7";
+  body["cache_salt"] = "tenant-3";
+  ASSERT_FALSE(parse_chat_request(body, limits, cr).has_value());
+  EXPECT_EQ(cr.cache.prompt_cache_key, "conversation-7");
+  EXPECT_EQ(cr.cache.cache_salt, "tenant-3");
+  CompletionRequest comp;
+  body = completion;
+  body["cache_salt"] = "tenant-3";
+  ASSERT_FALSE(parse_completion_request(body, limits, comp).has_value());
+  EXPECT_EQ(comp.cache.prompt_cache_key, "");
+  EXPECT_EQ(comp.cache.cache_salt, "tenant-3");
+}
+
+// Two requests share a namespace exactly when their owner, key and salt are all equal; no
+// key and salt can spell another pair's namespace.
+TEST(ServerProtocol, CacheNamespacesSeparateOwnersKeysAndSalts) {
+  const std::string base = cache_namespace("key0", {"k", "s"});
+  EXPECT_EQ(base, cache_namespace("key0", {"k", "s"}));
+  EXPECT_NE(base, cache_namespace("key1", {"k", "s"}));
+  EXPECT_NE(base, cache_namespace("key0", {"k2", "s"}));
+  EXPECT_NE(base, cache_namespace("key0", {"k", "s2"}));
+  EXPECT_NE(cache_namespace("key0", {}), cache_namespace("key0", {"", "s"}));
+  EXPECT_NE(cache_namespace("", {}), cache_namespace("key0", {}));
+  EXPECT_NE(cache_namespace("key0", {"a\x1f"
+                                     "b",
+                                     "c"}),
+            cache_namespace("key0", {"a",
+                                     "b\x1f"
+                                     "c"}));
+  EXPECT_NE(cache_namespace("key0", {"a:1", ""}), cache_namespace("key0", {"a", "1"}));
+}
+
+// A registry whose releases are recorded (the engine's abort in the server).
+struct RecordingRegistry {
+  std::vector<uint64_t> released;
+  InterceptionRegistry r;
+  explicit RecordingRegistry(int64_t max_per_owner)
+      : r(600.0, max_per_owner, [this](uint64_t id) { released.push_back(id); }) {}
+  std::string pause(const std::string& owner, uint64_t engine_id, std::vector<std::string> call_ids,
+                    std::vector<int32_t> tokens = {1, 2, 3}, const std::string& ns = "ns",
+                    std::vector<PausedLease>* evicted = nullptr) {
+    PausedRequest p;
+    p.owner = owner;
+    p.cache_namespace = ns;
+    p.engine_id = engine_id;
+    p.call_ids = std::move(call_ids);
+    p.tokens = std::move(tokens);
+    p.paused_at = (double)engine_id;  // later engine ids paused later
+    const double now = p.paused_at;
+    return r.add(std::move(p), now, evicted);
+  }
+};
+
+// A chat follow-up continues the paused request whose call ids it carries, whatever else its
+// tokens do; one that carries none continues nothing. Another owner's or another namespace's
+// ids match nothing. Several matched: the newest is taken, the older ones released.
+TEST(ServerInterceptionRegistry, ChatFollowUpsMatchByCallId) {
+  RecordingRegistry rr(0);
+  InterceptionRegistry& r = rr.r;
+  const std::string a = rr.pause("o", 1, {"call_a1", "call_a2"});
+  const std::string b = rr.pause("o", 2, {"call_b"});
+  const std::string other = rr.pause("p", 3, {"call_p"});
+  std::vector<PausedLease> superseded;
+  EXPECT_FALSE(r.take_followup("o", "ns", {}, &superseded));
+  EXPECT_FALSE(r.take_followup("o", "ns", {"call_1", "call_x"}, &superseded));
+  EXPECT_FALSE(r.take_followup("o", "ns", {"call_p"}, &superseded));  // not the owner's
+  EXPECT_FALSE(r.take_followup("o", "other-ns", {"call_b"}, &superseded));
+  EXPECT_EQ(r.size(), 3u);
+  {
+    PausedLease l = r.take_followup("o", "ns", {"call_1", "call_a2"}, &superseded);
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->id, a);
+    EXPECT_TRUE(superseded.empty());
+    l.commit();  // handed on to a generation: nothing released
+  }
+  EXPECT_TRUE(rr.released.empty());
+  EXPECT_EQ(r.gone_reason("o", a), TakeError::resumed);
+  // A later turn carrying both turns' ids (a resume the client skipped): the newest wins.
+  const std::string c = rr.pause("o", 4, {"call_c"});
+  {
+    PausedLease l = r.take_followup("o", "ns", {"call_b", "call_c"}, &superseded);
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->id, c);
+    ASSERT_EQ(superseded.size(), 1u);
+    EXPECT_EQ(superseded[0]->id, b);
+    superseded.clear();  // released
+    EXPECT_EQ(rr.released, std::vector<uint64_t>({2}));
+    l.commit();
+  }
+  EXPECT_EQ(r.gone_reason("o", b), TakeError::superseded);
+  EXPECT_EQ(r.gone_reason("o", c), TakeError::resumed);
+  EXPECT_EQ(r.list("o").size(), 0u);
+  EXPECT_EQ(r.list("p").size(), 1u);
+  EXPECT_EQ(r.list("p")[0].id, other);
+}
+
+// A raw completion continues a paused request only when it extends all of its tokens.
+TEST(ServerInterceptionRegistry, RawPromptsMustExtendAllTokens) {
+  RecordingRegistry rr(0);
+  InterceptionRegistry& r = rr.r;
+  const std::string a = rr.pause("o", 1, {"call_a"}, {5, 6, 7, 8});
+  std::vector<PausedLease> superseded;
+  EXPECT_FALSE(r.take_extended("o", "ns", {5, 6, 7}, &superseded));         // a prefix of it
+  EXPECT_FALSE(r.take_extended("o", "ns", {5, 6, 7, 9, 10}, &superseded));  // the last differs
+  EXPECT_FALSE(r.take_extended("o", "ns", {6, 7, 8, 9}, &superseded));
+  EXPECT_FALSE(r.take_extended("o", "ns2", {5, 6, 7, 8, 9}, &superseded));
+  EXPECT_FALSE(r.take_extended("q", "ns", {5, 6, 7, 8, 9}, &superseded));
+  const std::string b = rr.pause("o", 2, {"call_b"}, {5, 6, 7, 8, 9, 10});
+  PausedLease l = r.take_extended("o", "ns", {5, 6, 7, 8, 9, 10, 11}, &superseded);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->id, b);
+  ASSERT_EQ(superseded.size(), 1u);  // a's tokens are extended too, and it is older
+  EXPECT_EQ(superseded[0]->id, a);
+  EXPECT_EQ(r.size(), 0u);
+}
+
+// At the limit a new pause is never refused: the owner's oldest paused request makes room,
+// released, and its id says it was evicted. Other owners are not touched.
+TEST(ServerInterceptionRegistry, AtTheLimitTheOldestIsEvicted) {
+  RecordingRegistry rr(2);
+  InterceptionRegistry& r = rr.r;
+  const std::string a = rr.pause("o", 1, {"call_a"});
+  const std::string other = rr.pause("p", 2, {"call_p"});
+  const std::string b = rr.pause("o", 3, {"call_b"});
+  std::vector<PausedLease> evicted;
+  const std::string c = rr.pause("o", 4, {"call_c"}, {1}, "ns", &evicted);
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0]->id, a);
+  evicted.clear();
+  EXPECT_EQ(rr.released, std::vector<uint64_t>({1}));
+  EXPECT_EQ(r.count("o"), 2u);
+  EXPECT_EQ(r.count("p"), 1u);
+  EXPECT_EQ(r.gone_reason("o", a), TakeError::evicted);
+  EXPECT_TRUE(r.get("o", b).has_value());
+  EXPECT_TRUE(r.get("o", c).has_value());
+  // Without a caller to take them, the evicted are released all the same.
+  (void)rr.pause("o", 5, {"call_d"});
+  EXPECT_EQ(rr.released, std::vector<uint64_t>({1, 3}));
+  EXPECT_EQ(r.gone_reason("o", b), TakeError::evicted);
+  EXPECT_TRUE(r.get("p", other).has_value());
+}
+
+// The prefix cache's counters and gauges, and the released interceptions, on /metrics and in
+// the dashboard's JSON.
+TEST(ServerMetrics, PrefixCacheAndReleasedInterceptions) {
+  Metrics m;
+  EngineSnapshot s;
+  s.stats.prefix_query_tokens = 400;
+  s.stats.prefix_hit_tokens = 160;
+  s.stats.prefix_evicted_blocks = 9;
+  s.stats.prefix_demoted_blocks = 4;
+  s.stats.prefix_promoted_blocks = 2;
+  s.device_blocks_cached = 31;
+  s.host_blocks_cached = 12;
+  m.add_evicted(3);
+  m.add_superseded(1);
+  const std::string out = m.prometheus(s, 0, Viewer{"", true});
+  for (const char* line :
+       {"infercept:prefix_cache_queries_total 400\n", "infercept:prefix_cache_hits_total 160\n",
+        "infercept:kv_cached_blocks{tier=\"device\"} 31\n",
+        "infercept:kv_cached_blocks{tier=\"host\"} 12\n",
+        "infercept:prefix_cache_evicted_blocks_total 9\n",
+        "infercept:prefix_cache_demoted_blocks_total 4\n",
+        "infercept:prefix_cache_promoted_blocks_total 2\n",
+        "infercept:interceptions_evicted_total 3\n", "infercept:interceptions_superseded_total 1\n",
+        "# TYPE infercept:prefix_cache_queries_total counter\n",
+        "# TYPE infercept:prefix_cache_hits_total counter\n",
+        "# TYPE infercept:kv_cached_blocks gauge\n"})
+    EXPECT_NE(out.find(line), std::string::npos) << line;
+  // The HELP lines name vLLM's metrics these correspond to.
+  EXPECT_TRUE(std::regex_search(
+      out,
+      std::regex("# HELP infercept:prefix_cache_queries_total [^\n]*vllm:prefix_cache_queries")));
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("# HELP infercept:prefix_cache_hits_total [^\n]*vllm:prefix_cache_hits")));
+  const nlohmann::json d = m.dashboard_json(s, 0, Viewer{"", true}, {});
+  EXPECT_EQ(d["prefix_cache"]["queries"], 400);
+  EXPECT_EQ(d["prefix_cache"]["hits"], 160);
+  EXPECT_DOUBLE_EQ(d["prefix_cache"]["hit_rate"].get<double>(), 0.4);
+  EXPECT_EQ(d["prefix_cache"]["cached_blocks"]["device"], 31);
+  EXPECT_EQ(d["prefix_cache"]["cached_blocks"]["host"], 12);
+  EXPECT_EQ(d["interceptions"]["evicted"], 3);
+  EXPECT_EQ(d["interceptions"]["superseded"], 1);
+  EXPECT_DOUBLE_EQ(
+      m.dashboard_json(EngineSnapshot(), 0, Viewer{"", true}, {})["prefix_cache"]["hit_rate"]
+          .get<double>(),
+      0.0);
 }
 
 }  // namespace

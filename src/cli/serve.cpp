@@ -44,7 +44,9 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_flag("--no-interception", f.no_interception,
                "do not keep requests that end in tool calls paused")
       ->group(g);
-  app.add_option("--max-paused", so.max_paused_per_key, "paused requests per API key at most")
+  app.add_option("--max-paused", so.max_paused_per_key,
+                 "paused requests per API key at most; a new pause past it releases the key's "
+                 "oldest (0: no limit)")
       ->group(g);
   app.add_option("--interception-expiry", so.interception_expiry_s,
                  "seconds before a paused request nobody resumed is dropped")

@@ -35,6 +35,13 @@ svg .tick{fill:#777} svg .unit{fill:#555} svg .legend{fill:#333} #err{color:#b00
   <div class="lbl" style="margin-top:6px">host <span id="kv_host_txt"></span></div><div class="bar"><div id="kv_host" style="width:0"></div></div>
   <svg id="kv_chart" viewBox="0 0 360 130"></svg>
  </div>
+ <div class="card"><h2>Prefix cache</h2><div class="row">
+  <div class="stat"><div class="big" id="pc_rate">-</div><div class="lbl">hit rate (hits / queries, all time)</div></div>
+  <div class="stat"><div class="big" id="pc_hits">-</div><div class="lbl">prompt tokens hit / looked up</div></div>
+  <div class="stat"><div class="big" id="pc_blocks">-</div><div class="lbl">cached blocks (device / host)</div></div>
+ </div>
+  <svg id="pc_chart" viewBox="0 0 360 130"></svg><div class="lbl" id="pc_txt"></div>
+ </div>
  <div class="card"><h2>Policy decisions per second</h2><svg id="dec_chart" viewBox="0 0 360 130"></svg><div class="lbl" id="dec_txt"></div></div>
  <div class="card"><h2>KV memory waste per second, by cause</h2><svg id="waste_chart" viewBox="0 0 360 130"></svg><div class="lbl" id="waste_txt"></div></div>
  <div class="card"><h2>Tool waits</h2><table id="tools"><tr><th>tool</th><th>n</th><th>p50</th><th>p95</th><th>distribution (<span id="tool_edges"></span>)</th></tr></table></div>
@@ -49,7 +56,7 @@ svg .tick{fill:#777} svg .unit{fill:#555} svg .legend{fill:#333} #err{color:#b00
 </div>
 <script>
 const key = new URLSearchParams(location.search).get('api_key');
-const hist = [];  // {t, dev, host, dec:[p,s,d], waste:[r,p,s]}
+const hist = [];  // {t, dev, host, dec:[p,s,d], waste:[r,p,s], pc:[hits,queries], pcRate}
 const colors = ['#4a7', '#47c', '#c54'];
 function $(id){ return document.getElementById(id); }
 // A number for people: 3 significant digits, no exponent for ordinary values.
@@ -115,11 +122,23 @@ async function tick(){
     $('kv_host_txt').textContent = d.kv.host.used + ' / ' + d.kv.host.total + ' blocks';
     const now = Date.now() / 1000;
     const cur = {t: now, dev, host, dec: [d.decisions.preserve, d.decisions.swap, d.decisions.discard],
-                 waste: [d.waste.recompute, d.waste.preserve, d.waste.swap_stall]};
+                 waste: [d.waste.recompute, d.waste.preserve, d.waste.swap_stall],
+                 pc: [d.prefix_cache.hits, d.prefix_cache.queries]};
     const prev = hist.length ? hist[hist.length - 1] : null;
     cur.decRate = prev ? cur.dec.map((v, i) => (v - prev.dec[i]) / Math.max(1e-3, now - prev.t)) : [0, 0, 0];
     cur.wasteRate = prev ? cur.waste.map((v, i) => (v - prev.waste[i]) / 1e6 / Math.max(1e-3, now - prev.t)) : [0, 0, 0];
+    // The hit rate of the prompts looked up since the last poll (the previous value while
+    // none was), and of all of them.
+    const dq = prev ? cur.pc[1] - prev.pc[1] : cur.pc[1];
+    cur.pcRate = dq > 0 ? 100 * (cur.pc[0] - (prev ? prev.pc[0] : 0)) / dq : (prev ? prev.pcRate : 0);
     hist.push(cur); if (hist.length > 120) hist.shift();
+    const pc = d.prefix_cache;
+    $('pc_rate').textContent = pc.queries ? fmt(100 * pc.hit_rate) + '%' : '-';
+    $('pc_hits').textContent = pc.hits + ' / ' + pc.queries;
+    $('pc_blocks').textContent = pc.cached_blocks.device + ' / ' + pc.cached_blocks.host;
+    chart($('pc_chart'), [hist.map(h => h.pcRate)], ['hit rate'], '% of prompt tokens looked up', 100);
+    $('pc_txt').textContent = 'blocks evicted ' + pc.evicted_blocks + ', demoted to host ' + pc.demoted_blocks +
+      ', promoted back ' + pc.promoted_blocks;
     chart($('kv_chart'), [hist.map(h => h.dev * 100), hist.map(h => h.host * 100)], ['device', 'host'],
           '% of blocks in use', 100);
     chart($('dec_chart'), [0, 1, 2].map(i => hist.map(h => h.decRate[i])), ['preserve', 'swap', 'discard'],

@@ -17,8 +17,8 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
-// A chat turn: the request's tools settled, its prompt rendered and measured, a paused
-// request of the same owner looked for, then the engine request started and answered.
+// A chat turn: the request's tools settled, its prompt rendered and measured, the paused
+// request it follows up looked for, then the engine request started and answered.
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
                                 HttpResponse& res) {
   if (!has_template)
@@ -27,20 +27,47 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
                              "--chat-template chatml|llama3|llama2 or use /v1/completions"));
   auto g = new_generation(Endpoint::chat, "chatcmpl-", owner);
   g->kind = core->chat_template().kind;
+  g->cache_namespace = cache_namespace(owner, cr.cache);
   if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error(res, *e);
   if (auto e = check_tool_choice(cr)) return send_error(res, *e);
   if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
   GenerateRequest gr = chat_engine_request(cr, *g);
   const bool explicit_resume = (bool)entry;
-  if (!entry && opt.interception) entry = registry->take_match(owner, g->prompt);
-  if (!entry && g->keep_paused && registry->full(owner)) {
-    metrics.add_rejected("too_many_paused");
-    return send_error(res, too_many_paused(owner));
+  if (!entry && opt.interception) {
+    // The follow-up of a paused turn carries one of its call ids (the assistant's
+    // tool_calls sent back, or a tool result's tool_call_id). A request that carries none (a
+    // repeated first turn, another conversation with the same start) continues nothing: its
+    // reuse comes from the engine's prefix cache.
+    std::vector<PausedLease> superseded;
+    entry = registry->take_followup(owner, g->cache_namespace, call_ids_of(cr), &superseded);
+    release_superseded(superseded);
   }
   g->chat = std::move(cr);
   if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
     return send_error(res, *e);
   respond(g, res);
+}
+
+// The tool call ids a chat request's messages carry: its assistant messages' calls and its
+// tool results.
+std::set<std::string> HttpServer::Impl::call_ids_of(const ChatRequest& cr) {
+  std::set<std::string> ids;
+  for (const ChatMessage& m : cr.messages) {
+    for (const ToolCall& c : m.tool_calls)
+      if (!c.id.empty()) ids.insert(c.id);
+    if (!m.tool_call_id.empty()) ids.insert(m.tool_call_id);
+  }
+  return ids;
+}
+
+// Paused requests a follow-up passed over for a newer one of the same conversation: their
+// engine requests are released as the leases end (the KV of their full blocks stays in the
+// engine's prefix cache).
+void HttpServer::Impl::release_superseded(std::vector<PausedLease>& leases) {
+  for (const PausedLease& p : leases)
+    log_line({{"event", "interception_superseded"}, {"id", p->id}, {"owner", p->owner}});
+  if (!leases.empty()) metrics.add_superseded((int64_t)leases.size());
+  leases.clear();
 }
 
 std::shared_ptr<Generation> HttpServer::Impl::new_generation(Endpoint endpoint,
@@ -90,13 +117,14 @@ std::optional<ApiError> HttpServer::Impl::check_tool_choice(const ChatRequest& c
                          "tool_choice.function.name");
 }
 
-// The prompt (with the tools unless tool_choice is none, and a forced call's opening), and
-// how the turn is read: fills g's prompt, tool settings and stream filter; cuts max_tokens
-// to the context.
+// The prompt (with the request's tools whatever tool_choice says, and a forced call's
+// opening), and how the turn is read: fills g's prompt, tool settings and stream filter; cuts
+// max_tokens to the context. tool_choice none keeps the tools in the prompt (vLLM's default),
+// so that a conversation's last turn shares its prefix, tools included, with the turns
+// before it; the turn is then read as text: no calls parsed, no pause.
 std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Generation& g) {
-  const std::vector<ToolDefinition> prompt_tools =
-      cr.tool_choice == ToolChoice::none ? std::vector<ToolDefinition>() : cr.tools;
-  g.tools_active = !prompt_tools.empty();
+  const std::vector<ToolDefinition>& prompt_tools = cr.tools;
+  g.tools_active = !cr.tools.empty() && cr.tool_choice != ToolChoice::none;
   g.forced_prefix = forced_tool_prefix(g.kind, cr.tool_choice, cr.tool_choice_name);
   g.keep_paused = opt.interception && cr.intercept && g.tools_active;
   g.stream = cr.stream;
@@ -131,6 +159,7 @@ GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Gen
   gr.turn_prefix = g.forced_prefix;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
+  gr.cache_namespace = g.cache_namespace;
   if (cr.intercept_after_tokens > 0) {
     ScriptedInterception si;
     si.after_generated = cr.intercept_after_tokens;
@@ -146,16 +175,6 @@ GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Gen
   return gr;
 }
 
-ApiError HttpServer::Impl::too_many_paused(const std::string& owner) const {
-  ApiError e;
-  e.status = 429;
-  e.type = "rate_limit_error";
-  e.code = "too_many_paused_requests";
-  e.message = "this key already has " + std::to_string(registry->count(owner)) +
-              " paused requests (the limit): resume or DELETE /v1/interceptions/{id} first";
-  return e;
-}
-
 void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   json body;
@@ -166,6 +185,7 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
     return send_error(res,
                       not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
   auto g = new_generation(Endpoint::completion, "cmpl-", owner_of(req));
+  g->cache_namespace = cache_namespace(g->owner, cr.cache);
   g->stream = cr.stream;
   g->include_usage = cr.include_usage;
   g->logprobs = cr.logprobs;
@@ -191,7 +211,16 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
   gr.prompt = g->prompt;
   gr.params = cr.params;
   gr.logprobs = cr.logprobs;
-  if (auto e = start(*g, std::move(gr), PausedLease(), false)) return send_error(res, *e);
+  gr.cache_namespace = g->cache_namespace;
+  // A raw prompt carries no call ids: it continues a paused request of its owner only when it
+  // extends all of that request's tokens (prompt and generated), exactly.
+  PausedLease entry;
+  if (opt.interception) {
+    std::vector<PausedLease> superseded;
+    entry = registry->take_extended(g->owner, g->cache_namespace, g->prompt, &superseded);
+    release_superseded(superseded);
+  }
+  if (auto e = start(*g, std::move(gr), std::move(entry), false)) return send_error(res, *e);
   respond(g, res);
 }
 
@@ -253,6 +282,9 @@ void HttpServer::Impl::consume(Generation& g, const Channel::Item& item) {
     }
   }
   g.text += o.text;
+  // The engine says how much of the prompt it found cached once the prompt is scheduled; a
+  // continued paused request's kept KV was counted when it was taken over (start()).
+  g.cached_tokens = std::max(g.cached_tokens, o.cached_tokens);
   if (o.intercepted) {
     g.intercepted = true;
     g.done = true;
@@ -331,10 +363,10 @@ bool HttpServer::Impl::server_round_due(const Generation& g, const FinalTurn& f)
 json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, double t_end) {
   PausedRequest p;
   p.owner = g.owner;
+  p.cache_namespace = g.cache_namespace;
   p.engine_id = g.engine_id;
   p.tokens = g.prompt;
   p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
-  p.n_prompt = (int64_t)g.prompt.size();
   p.request = g.chat;
   ChatMessage assistant;
   assistant.role = "assistant";
@@ -346,7 +378,15 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
     p.call_ids.push_back(c.id);
   }
   p.paused_at = t_end;
-  const std::string id = registry->add(std::move(p), t_end);
+  // At --max-paused the owner's oldest paused request makes room (a client that dropped
+  // conversations without resuming them must not be refused new turns); its KV goes back to
+  // the engine, the full blocks staying in the prefix cache.
+  std::vector<PausedLease> evicted;
+  const std::string id = registry->add(std::move(p), t_end, &evicted);
+  for (const PausedLease& e : evicted)
+    log_line({{"event", "interception_evicted"}, {"id", e->id}, {"owner", e->owner}});
+  if (!evicted.empty()) metrics.add_evicted((int64_t)evicted.size());
+  evicted.clear();  // released
   auto stored = registry->get(g.owner, id);
   metrics.add_pause();
   return {{"id", id},
@@ -423,6 +463,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   gr.pause_at_tool_turn_end = true;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = g.logprobs;
+  gr.cache_namespace = g.cache_namespace;
   auto cb = [ch = g.ch](const RequestOutput& o) { ch->push(o); };
   auto r = engine->continue_paused(g.engine_id, std::move(gr), cb);
   if (!r.ok()) {
@@ -462,6 +503,7 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
       {"model", g.model},
       {"choices", json::array({choice})},
       {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
+  if (g.return_token_ids) r["prompt_token_ids"] = g.prompt;
   if (!f.interception.is_null()) r["interception"] = f.interception;
   if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
   return r;
@@ -470,7 +512,10 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
 json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn& f) const {
   json choice = {{"index", 0}, {"text", f.content}, {"finish_reason", f.finish_reason}};
   choice["logprobs"] = g.logprobs >= 0 ? completion_logprobs_json(g.lps, 0) : json(nullptr);
-  if (g.return_token_ids) choice["token_ids"] = g.tokens;
+  if (g.return_token_ids) {
+    choice["prompt_token_ids"] = g.prompt;
+    choice["token_ids"] = g.tokens;
+  }
   return {
       {"id", g.response_id},
       {"object", "text_completion"},

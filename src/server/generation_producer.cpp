@@ -84,8 +84,11 @@ class GenerationProducer : public ResponseProducer {
     Generation& g = *g_;
     if (!started_) {
       started_ = true;
-      if (g.endpoint == Endpoint::chat)
-        res.body += sse_event(stream_chunk(header(), chat_chunk_choice(chat_first_delta())));
+      if (g.endpoint == Endpoint::chat) {
+        json first = stream_chunk(header(), chat_chunk_choice(chat_first_delta()));
+        if (g.return_token_ids) first["prompt_token_ids"] = g.prompt;  // vLLM: the first chunk
+        res.body += sse_event(first);
+      }
     }
     for (;;) {
       auto item = g.ch->try_pop();
@@ -123,8 +126,9 @@ class GenerationProducer : public ResponseProducer {
           stream_chunk(header(), chat_chunk_choice({{"content", piece}}, chat_logprobs(new_lps))));
     }
     if (text.empty() && new_lps.empty()) return {};
-    std::string ev = sse_event(
-        stream_chunk(header(), completion_chunk_choice(text, completion_logprobs(new_lps))));
+    json choice = completion_chunk_choice(text, completion_logprobs(new_lps));
+    with_prompt_ids(choice);
+    std::string ev = sse_event(stream_chunk(header(), choice));
     text_offset_ += text.size();
     return ev;
   }
@@ -163,14 +167,24 @@ class GenerationProducer : public ResponseProducer {
                                      const std::vector<TokenInfo>& new_lps) {
     const Generation& g = *g_;
     json choice = completion_chunk_choice(last_text, completion_logprobs(new_lps), f.finish_reason);
+    with_prompt_ids(choice);
     if (g.return_token_ids) choice["token_ids"] = g.tokens;
     return sse_event(stream_chunk(header(), choice));
+  }
+
+  // return_token_ids: a completion stream's first chunk carries the prompt's ids in its
+  // choice (vLLM's place for them).
+  void with_prompt_ids(json& choice) {
+    if (!g_->return_token_ids || prompt_ids_sent_) return;
+    prompt_ids_sent_ = true;
+    choice["prompt_token_ids"] = g_->prompt;
   }
 
   HttpServer::Impl& s_;
   std::shared_ptr<Generation> g_;
   std::unique_ptr<HttpServer::Impl::Guard> guard_;
   bool started_ = false;
+  bool prompt_ids_sent_ = false;
   size_t text_offset_ = 0;  // completions: bytes of text sent
 };
 

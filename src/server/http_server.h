@@ -2,8 +2,8 @@
 // and enqueue (the transport, http_transport.h, owns connections and deadlines); the engine thread
 // (Engine) owns the model and the KV cache. A chat completion that ends in tool calls leaves its
 // request paused in the engine; the client's follow-up (the same conversation plus the tool
-// results) is recognized by its token prefix and resumes it, or the client resumes it explicitly
-// through /v1/interceptions.
+// results) is recognized by the tool call ids it carries and resumes it, or the client resumes
+// it explicitly through /v1/interceptions.
 #pragma once
 
 #include <cstdint>

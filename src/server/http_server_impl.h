@@ -89,6 +89,7 @@ struct Generation {
   std::string scripted_tool;  // intercept_after_tokens: the call the turn ends in
   ChatTemplateKind kind = ChatTemplateKind::chatml;
   std::vector<int32_t> prompt;
+  std::string cache_namespace;  // GenerateRequest::cache_namespace (owner, key, salt)
   bool stream = false, include_usage = false, return_token_ids = false;
   int32_t logprobs = -1;
   // Engine side.
@@ -259,7 +260,8 @@ struct HttpServer::Impl {
   std::optional<ApiError> check_tool_choice(const ChatRequest& cr) const;
   std::optional<ApiError> render_chat_prompt(ChatRequest& cr, Generation& g);
   GenerateRequest chat_engine_request(const ChatRequest& cr, Generation& g) const;
-  ApiError too_many_paused(const std::string& owner) const;
+  static std::set<std::string> call_ids_of(const ChatRequest& cr);
+  void release_superseded(std::vector<PausedLease>& leases);
   std::optional<ApiError> start(Generation& g, GenerateRequest gr, PausedLease entry,
                                 bool explicit_resume);
   std::optional<ApiError> check_lengths(const std::vector<int32_t>& prompt, SamplingParams& params,

@@ -40,6 +40,19 @@ ApiError HttpServer::Impl::take_error(const std::string& id, TakeError why) cons
       e.message =
           "interception " + id + " expired; send the whole conversation to /v1/chat/completions";
       break;
+    case TakeError::superseded:
+      e.status = 409;
+      e.code = "interception_superseded";
+      e.message = "interception " + id +
+                  " was released: a later turn of its conversation continued a newer one";
+      break;
+    case TakeError::evicted:
+      e.status = 410;
+      e.code = "interception_evicted";
+      e.message = "interception " + id +
+                  " was released to make room for a newer one (this key reached --max-paused); "
+                  "send the whole conversation to /v1/chat/completions";
+      break;
     case TakeError::deleted:
       e.status = 404;
       e.code = "interception_not_found";

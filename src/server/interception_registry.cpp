@@ -7,16 +7,6 @@ namespace infercept::server {
 
 namespace {
 constexpr size_t kMaxGone = 10000;
-// A follow-up may differ from the paused request's prompt in its last few tokens (a
-// generation forced to start with a tool call's opening is re-tokenized with the call).
-constexpr int64_t kPromptSlack = 8;
-
-size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  size_t n = 0;
-  const size_t m = std::min(a.size(), b.size());
-  while (n < m && a[n] == b[n]) ++n;
-  return n;
-}
 }  // namespace
 
 PausedLease& PausedLease::operator=(PausedLease&& o) noexcept {
@@ -58,38 +48,82 @@ TakeError InterceptionRegistry::gone_reason(const std::string& owner, const std:
   return g != gone_.end() && g->second.owner == owner ? g->second.what : TakeError::unknown;
 }
 
-std::string InterceptionRegistry::add(PausedRequest p, double now) {
+std::string InterceptionRegistry::add(PausedRequest p, double now,
+                                      std::vector<PausedLease>* evicted) {
   p.id = random_id("icpt_");
   p.expires_at = now + ttl_s_;
   const double unix_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   p.expires_at_unix = (int64_t)(unix_now + ttl_s_);
+  std::vector<PausedLease> dropped;  // released after the lock, when no caller takes them
   std::lock_guard<std::mutex> lock(mu_);
+  if (max_per_owner_ > 0) {
+    // The owner's paused requests, oldest first; room is made for the new one.
+    std::vector<std::map<std::string, PausedRequest>::iterator> mine;
+    for (auto it = live_.begin(); it != live_.end(); ++it)
+      if (it->second.owner == p.owner) mine.push_back(it);
+    std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) {
+      return a->second.paused_at < b->second.paused_at;
+    });
+    for (size_t i = 0; (int64_t)(mine.size() - i) >= max_per_owner_; ++i) {
+      remember(mine[i]->second, TakeError::evicted);
+      (evicted ? *evicted : dropped).emplace_back(this, std::move(mine[i]->second));
+      live_.erase(mine[i]);
+    }
+  }
   const std::string id = p.id;
   live_.emplace(id, std::move(p));
   return id;
 }
 
-PausedLease InterceptionRegistry::take_match(const std::string& owner,
-                                             const std::vector<int32_t>& prompt) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto best = live_.end();
-  size_t best_len = 0;
-  for (auto it = live_.begin(); it != live_.end(); ++it) {
-    const PausedRequest& p = it->second;
-    if (p.owner != owner) continue;
-    const size_t lcp = common_prefix(p.tokens, prompt);
-    if (lcp == 0 || (int64_t)lcp + kPromptSlack < p.n_prompt) continue;
-    if (lcp > best_len) {
-      best = it;
-      best_len = lcp;
-    }
+PausedLease InterceptionRegistry::take_newest(
+    std::vector<std::map<std::string, PausedRequest>::iterator> matched,
+    std::vector<PausedLease>* superseded) {
+  if (matched.empty()) return {};
+  std::sort(matched.begin(), matched.end(),
+            [](const auto& a, const auto& b) { return a->second.paused_at < b->second.paused_at; });
+  for (size_t i = 0; i + 1 < matched.size(); ++i) {
+    remember(matched[i]->second, TakeError::superseded);
+    superseded->emplace_back(this, std::move(matched[i]->second));
+    live_.erase(matched[i]);
   }
-  if (best == live_.end()) return {};
-  PausedRequest p = std::move(best->second);
-  live_.erase(best);
+  PausedRequest p = std::move(matched.back()->second);
+  live_.erase(matched.back());
   remember(p, TakeError::resumed);
   return PausedLease(this, std::move(p));
+}
+
+PausedLease InterceptionRegistry::take_followup(const std::string& owner, const std::string& ns,
+                                                const std::set<std::string>& call_ids,
+                                                std::vector<PausedLease>* superseded) {
+  if (call_ids.empty()) return {};
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::map<std::string, PausedRequest>::iterator> matched;
+  for (auto it = live_.begin(); it != live_.end(); ++it) {
+    const PausedRequest& p = it->second;
+    if (p.owner != owner || p.cache_namespace != ns) continue;
+    for (const std::string& id : p.call_ids)
+      if (!id.empty() && call_ids.count(id) != 0) {
+        matched.push_back(it);
+        break;
+      }
+  }
+  return take_newest(std::move(matched), superseded);
+}
+
+PausedLease InterceptionRegistry::take_extended(const std::string& owner, const std::string& ns,
+                                                const std::vector<int32_t>& prompt,
+                                                std::vector<PausedLease>* superseded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::map<std::string, PausedRequest>::iterator> matched;
+  for (auto it = live_.begin(); it != live_.end(); ++it) {
+    const PausedRequest& p = it->second;
+    if (p.owner != owner || p.cache_namespace != ns || p.tokens.empty() ||
+        p.tokens.size() > prompt.size())
+      continue;
+    if (std::equal(p.tokens.begin(), p.tokens.end(), prompt.begin())) matched.push_back(it);
+  }
+  return take_newest(std::move(matched), superseded);
 }
 
 PausedLease InterceptionRegistry::take(const std::string& owner, const std::string& id,
@@ -161,10 +195,6 @@ size_t InterceptionRegistry::size() const {
   return live_.size();
 }
 
-bool InterceptionRegistry::full(const std::string& owner) const {
-  return max_per_owner_ > 0 && (int64_t)count(owner) >= max_per_owner_;
-}
-
 const char* InterceptionRegistry::describe(TakeError e) {
   switch (e) {
     case TakeError::unknown:
@@ -175,6 +205,10 @@ const char* InterceptionRegistry::describe(TakeError e) {
       return "deleted";
     case TakeError::expired:
       return "expired";
+    case TakeError::superseded:
+      return "superseded";
+    case TakeError::evicted:
+      return "evicted";
   }
   return "?";
 }

@@ -1,10 +1,12 @@
 // The requests the server keeps paused in the engine while their client runs a tool: who
-// owns each one (the API key), the tokens it holds (to recognize the client's follow-up by
-// its token prefix), the conversation so far (for the explicit resume API), and when it
-// expires. Thread-safe; a paused request is taken out exactly once (resume, delete or
-// expiry) as a PausedLease that releases its engine request unless it is handed on, and what
-// happened to a taken id is remembered for a while, so a second resume or a late one gets a
-// precise error.
+// owns each one (the API key) and in which cache namespace, the ids of the calls it waits
+// for (a chat follow-up carries one of them), the tokens it holds (a raw completion must
+// extend all of them), the conversation so far (for the explicit resume API), and when it
+// expires. Thread-safe; a paused request is taken out exactly once (resume, delete, expiry,
+// a later turn of its conversation, or eviction by a newer pause of its owner) as a
+// PausedLease that releases its engine request unless it is handed on, and what happened to
+// a taken id is remembered for a while, so a second resume or a late one gets a precise
+// error.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,20 +26,26 @@ namespace infercept::server {
 struct PausedRequest {
   std::string id;  // "icpt_..." (assigned by add)
   std::string owner;
+  std::string cache_namespace;  // GenerateRequest::cache_namespace: follow-ups must share it
   uint64_t engine_id = 0;
-  std::vector<int32_t> tokens;  // everything the engine request holds: prompt + generated
-  int64_t n_prompt = 0;         // of which the last prompt
+  // Everything the engine request holds, prompt and generated: a raw completion continues it
+  // only by extending all of them.
+  std::vector<int32_t> tokens;
   // The conversation up to and including the assistant's tool-call message, and the request
   // it came from (tools, parameters): what an explicit resume continues.
   ChatRequest request;
   std::vector<std::string> tool_names;  // of the calls it waits for
-  std::vector<std::string> call_ids;
-  double paused_at = 0.0;   // steady clock, seconds
-  double expires_at = 0.0;  // steady clock, seconds (assigned by add)
+  std::vector<std::string> call_ids;    // a chat follow-up carries one of them
+  double paused_at = 0.0;               // steady clock, seconds
+  double expires_at = 0.0;              // steady clock, seconds (assigned by add)
   int64_t expires_at_unix = 0;
 };
 
-enum class TakeError { unknown, resumed, deleted, expired };
+// What became of a paused request that is no longer live: resumed (by its follow-up or the
+// explicit API), deleted, expired, superseded (a later turn of its conversation continued a
+// newer paused request) or evicted (its owner reached the limit of paused requests and this
+// was the oldest).
+enum class TakeError { unknown, resumed, deleted, expired, superseded, evicted };
 
 class InterceptionRegistry;
 
@@ -76,17 +85,29 @@ class PausedLease {
 
 class InterceptionRegistry {
  public:
-  // Paused requests expire `ttl_s` after they paused; at most `max_per_owner` per owner.
-  // `release` frees a paused request's engine request (Engine::abort); leases call it.
+  // Paused requests expire `ttl_s` after they paused; at most `max_per_owner` per owner (0:
+  // no limit). `release` frees a paused request's engine request (Engine::abort); leases
+  // call it.
   InterceptionRegistry(double ttl_s, int64_t max_per_owner,
                        std::function<void(uint64_t engine_id)> release);
 
-  // Registers a paused request; returns its id (also set in the stored entry).
-  std::string add(PausedRequest p, double now);
-  // The owner's paused request that `prompt` continues (the prompt starts with all of its
-  // last prompt, give or take a few tokens at the end, and shares the longest prefix with
-  // its tokens), taken out; nullopt when none does.
-  PausedLease take_match(const std::string& owner, const std::vector<int32_t>& prompt);
+  // Registers a paused request; returns its id (also set in the stored entry). When its
+  // owner is at the limit, the owner's oldest paused requests are taken out into `evicted`
+  // (released when those leases end) to make room: a new pause is never refused.
+  std::string add(PausedRequest p, double now, std::vector<PausedLease>* evicted = nullptr);
+  // The follow-up of a chat turn: the owner's paused requests of namespace `ns` that wait
+  // for one of `call_ids` (the ids of the request's assistant tool calls and tool messages).
+  // The newest is taken out and returned; older ones matched too are taken out into
+  // `superseded` (their conversation moved on past them). Empty lease when none matches.
+  PausedLease take_followup(const std::string& owner, const std::string& ns,
+                            const std::set<std::string>& call_ids,
+                            std::vector<PausedLease>* superseded);
+  // The follow-up of a raw completion: the owner's paused requests of namespace `ns` whose
+  // tokens `prompt` extends, all of them (no slack); the newest is taken, the others go to
+  // `superseded` as above.
+  PausedLease take_extended(const std::string& owner, const std::string& ns,
+                            const std::vector<int32_t>& prompt,
+                            std::vector<PausedLease>* superseded);
   // Takes out one paused request by id (resume or delete); another owner's id is unknown.
   PausedLease take(const std::string& owner, const std::string& id, bool is_delete, TakeError* why);
   // A copy of one paused request of `owner`.
@@ -101,7 +122,6 @@ class InterceptionRegistry {
   std::vector<PausedRequest> list(const std::string& owner, bool all = false) const;
   size_t count(const std::string& owner) const;
   size_t size() const;
-  bool full(const std::string& owner) const;
   double ttl() const { return ttl_s_; }
 
   static const char* describe(TakeError e);
@@ -110,6 +130,9 @@ class InterceptionRegistry {
   friend class PausedLease;
   void remember(const PausedRequest& p, TakeError what);
   void put_back(PausedRequest p);
+  // Takes out the matched entries (under mu_): the newest is returned, the rest superseded.
+  PausedLease take_newest(std::vector<std::map<std::string, PausedRequest>::iterator> matched,
+                          std::vector<PausedLease>* superseded);
 
   double ttl_s_;
   std::function<void(uint64_t)> release_;

@@ -94,6 +94,10 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
   s.device_blocks_used = core.allocator().n_held();  // idle cached blocks are not in use
   s.host_blocks_total = core.host_allocator().n_blocks();
   s.host_blocks_used = core.host_allocator().n_held();
+  s.device_blocks_cached = sch.cached_device_blocks();
+  s.host_blocks_cached = sch.cached_host_blocks();
+  s.device_blocks_idle = core.allocator().n_idle_cached();
+  s.host_blocks_idle = core.host_allocator().n_idle_cached();
   s.kv_bytes_per_token = core.cost_model().kv_bytes_per_token;
   s.policy = core.config().policy;
   s.estimator = core.config().estimator;
@@ -261,6 +265,14 @@ void Metrics::add_expired(int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   expired_ += n;
 }
+void Metrics::add_evicted(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  evicted_ += n;
+}
+void Metrics::add_superseded(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  superseded_ += n;
+}
 void Metrics::add_rejected(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   rejected_[reason]++;
@@ -294,19 +306,47 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
                                    : 0.0);
   sample(o, p + "kv_cache_usage_perc", "tier=\"host\"",
          s.host_blocks_total > 0 ? (double)s.host_blocks_used / (double)s.host_blocks_total : 0.0);
-  header(o, p + "kv_cache_blocks", "gauge", "KV cache blocks by tier and state.");
+  header(o, p + "kv_cache_blocks", "gauge",
+         "KV cache blocks by tier and state: used (held by requests), cached (idle, only the "
+         "prefix cache holds them: evictable), total.");
   sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"used\"", (double)s.device_blocks_used);
+  sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"cached\"",
+         (double)s.device_blocks_idle);
   sample(o, p + "kv_cache_blocks", "tier=\"device\",state=\"total\"",
          (double)s.device_blocks_total);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"used\"", (double)s.host_blocks_used);
+  sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"cached\"", (double)s.host_blocks_idle);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"total\"", (double)s.host_blocks_total);
+  header(o, p + "kv_cached_blocks", "gauge",
+         "KV blocks the prefix cache indexes, by tier (held by requests, or idle and "
+         "evictable).");
+  sample(o, p + "kv_cached_blocks", "tier=\"device\"", (double)s.device_blocks_cached);
+  sample(o, p + "kv_cached_blocks", "tier=\"host\"", (double)s.host_blocks_cached);
+  header(o, p + "prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache when requests were admitted (vLLM: "
+         "vllm:prefix_cache_queries).");
+  sample(o, p + "prefix_cache_queries_total", "", (double)st.prefix_query_tokens);
+  header(o, p + "prefix_cache_hits_total", "counter",
+         "Prompt tokens of those lookups found cached (vLLM: vllm:prefix_cache_hits); "
+         "hits / queries is the hit rate.");
+  sample(o, p + "prefix_cache_hits_total", "", (double)st.prefix_hit_tokens);
+  header(o, p + "prefix_cache_evicted_blocks_total", "counter",
+         "Idle cached blocks evicted from the device tier for room.");
+  sample(o, p + "prefix_cache_evicted_blocks_total", "", (double)st.prefix_evicted_blocks);
+  header(o, p + "prefix_cache_demoted_blocks_total", "counter",
+         "Of the evicted device blocks, those copied to the host tier and kept cached there.");
+  sample(o, p + "prefix_cache_demoted_blocks_total", "", (double)st.prefix_demoted_blocks);
+  header(o, p + "prefix_cache_promoted_blocks_total", "counter",
+         "Cached host blocks copied back to the device tier on a hit.");
+  sample(o, p + "prefix_cache_promoted_blocks_total", "", (double)st.prefix_promoted_blocks);
 
   header(o, p + "prompt_tokens_total", "counter", "Prompt tokens of finished responses.");
   sample(o, p + "prompt_tokens_total", "", (double)prompt_tokens_);
   header(o, p + "generation_tokens_total", "counter", "Generated tokens of finished responses.");
   sample(o, p + "generation_tokens_total", "", (double)generation_tokens_);
   header(o, p + "prompt_tokens_cached_total", "counter",
-         "Prompt tokens whose KV a resumed request reused.");
+         "Prompt tokens of finished responses whose KV was found in place (a continued paused "
+         "request's, or prefix-cache hits).");
   sample(o, p + "prompt_tokens_cached_total", "", (double)cached_tokens_);
   header(o, p + "request_success_total", "counter", "Responses by endpoint and finish reason.");
   for (const auto& [k, n] : requests_)
@@ -338,6 +378,13 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   header(o, p + "interception_expired_total", "counter",
          "Paused requests dropped at their expiry.");
   sample(o, p + "interception_expired_total", "", (double)expired_);
+  header(o, p + "interceptions_evicted_total", "counter",
+         "Paused requests released to make room for a newer one of their key (--max-paused).");
+  sample(o, p + "interceptions_evicted_total", "", (double)evicted_);
+  header(o, p + "interceptions_superseded_total", "counter",
+         "Paused requests released because a follow-up continued a newer one of the same "
+         "conversation.");
+  sample(o, p + "interceptions_superseded_total", "", (double)superseded_);
   header(o, p + "interception_duration_seconds", "histogram",
          "How long a request stayed paused, by tool.");
   for (const auto& [tool, h] : tools_for(viewer))
@@ -436,6 +483,16 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
        {{"device", {{"used", s.device_blocks_used}, {"total", s.device_blocks_total}}},
         {"host", {{"used", s.host_blocks_used}, {"total", s.host_blocks_total}}},
         {"block_size", s.block_size}}},
+      {"prefix_cache",
+       {{"queries", st.prefix_query_tokens},
+        {"hits", st.prefix_hit_tokens},
+        {"hit_rate", st.prefix_query_tokens > 0
+                         ? (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens
+                         : 0.0},
+        {"cached_blocks", {{"device", s.device_blocks_cached}, {"host", s.host_blocks_cached}}},
+        {"evicted_blocks", st.prefix_evicted_blocks},
+        {"demoted_blocks", st.prefix_demoted_blocks},
+        {"promoted_blocks", st.prefix_promoted_blocks}}},
       {"decisions",
        {{"preserve", st.preserve_decisions},
         {"swap", st.swap_decisions},
@@ -456,7 +513,9 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
        {{"paused", pauses_},
         {"resumed_prefix", resumes_prefix_},
         {"resumed_explicit", resumes_explicit_},
-        {"expired", expired_}}},
+        {"expired", expired_},
+        {"evicted", evicted_},
+        {"superseded", superseded_}}},
       {"tools", tools},
       {"paused", paused},
       {"policy", s.policy},

@@ -41,6 +41,10 @@ struct EngineSnapshot {
   int64_t paused_device = 0, paused_host = 0, paused_released = 0;
   int64_t device_blocks_used = 0, device_blocks_total = 0;
   int64_t host_blocks_used = 0, host_blocks_total = 0;
+  // Blocks the prefix cache indexes per tier (Scheduler::cached_device_blocks/_host_blocks).
+  int64_t device_blocks_cached = 0, host_blocks_cached = 0;  // indexed (held or idle)
+  // Idle cached blocks: only the prefix cache holds them (free + idle + used == total).
+  int64_t device_blocks_idle = 0, host_blocks_idle = 0;
   int64_t block_size = 0;
   double kv_bytes_per_token = 0.0;
   std::string policy, estimator;
@@ -101,6 +105,10 @@ class Metrics {
   void add_pause();
   void add_resume(bool matched_by_prefix);
   void add_expired(int64_t n);
+  // Paused requests released without a resume: to make room under --max-paused (evicted),
+  // or passed over by a follow-up for a newer one of the same conversation (superseded).
+  void add_evicted(int64_t n);
+  void add_superseded(int64_t n);
   void add_rejected(const std::string& reason);
 
   std::string prometheus(const EngineSnapshot& s, int64_t registry_paused,
@@ -122,6 +130,7 @@ class Metrics {
   std::map<std::string, int64_t> rejected_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, cached_tokens_ = 0;
   int64_t pauses_ = 0, resumes_prefix_ = 0, resumes_explicit_ = 0, expired_ = 0;
+  int64_t evicted_ = 0, superseded_ = 0;
 };
 
 }  // namespace infercept::server

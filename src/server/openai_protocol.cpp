@@ -289,6 +289,28 @@ std::optional<ApiError> check_model(const json& body, std::string& model) {
   return require_string(body, "model", "", model);
 }
 
+// prompt_cache_key (OpenAI) and cache_salt (vLLM): optional strings of at most 512 bytes; a
+// salt, when given, is not empty (vLLM refuses an empty one too).
+std::optional<ApiError> parse_cache_scope(const json& body, CacheScope& out) {
+  std::optional<std::string> key, salt;
+  RETURN_IF_ERROR(opt_string(body, "prompt_cache_key", "", key));
+  RETURN_IF_ERROR(opt_string(body, "cache_salt", "", salt));
+  auto too_long = [](const char* name, const std::optional<std::string>& v) {
+    return v && v->size() > kMaxCacheFieldBytes
+               ? std::optional<ApiError>(
+                     invalid_request(std::string("'") + name + "' is longer than " +
+                                         std::to_string(kMaxCacheFieldBytes) + " bytes",
+                                     name))
+               : std::nullopt;
+  };
+  RETURN_IF_ERROR(too_long("prompt_cache_key", key));
+  RETURN_IF_ERROR(too_long("cache_salt", salt));
+  if (salt && salt->empty()) return invalid_request("'cache_salt' must not be empty", "cache_salt");
+  out.prompt_cache_key = key.value_or("");
+  out.cache_salt = salt.value_or("");
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError invalid_request(std::string message, std::string param, std::string code) {
@@ -541,6 +563,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   out.intercept = intercept.value_or(true);
   out.return_token_ids = ids.value_or(false);
   RETURN_IF_ERROR(parse_scripted_call(body, out));
+  RETURN_IF_ERROR(parse_cache_scope(body, out.cache));
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
     std::optional<std::string> type;
@@ -607,7 +630,15 @@ std::optional<ApiError> parse_completion_request(const json& body, const Request
   if (best_of && *best_of != 1)
     return invalid_request("only best_of = 1 is supported", "best_of", "unsupported_parameter");
   out.return_token_ids = ids.value_or(false);
+  RETURN_IF_ERROR(parse_cache_scope(body, out.cache));
   return std::nullopt;
+}
+
+std::string cache_namespace(const std::string& owner, const CacheScope& scope) {
+  // The owner is "", "key<N>" or "admin<N>" (auth.h); the key is length-prefixed, so no
+  // choice of key and salt can spell another pair's namespace.
+  return owner + '\x1f' + std::to_string(scope.prompt_cache_key.size()) + ':' +
+         scope.prompt_cache_key + '\x1f' + scope.cache_salt;
 }
 
 std::string random_id(const std::string& prefix) {

@@ -44,6 +44,18 @@ struct RequestLimits {
 
 enum class ToolChoice { none, automatic, required, named };
 
+// Who may share a request's cached KV, as the client narrows it within its API key:
+// OpenAI's `prompt_cache_key` and vLLM's `cache_salt` (each at most kMaxCacheFieldBytes;
+// the salt, when given, not empty). The server's namespace is the key's owner and both.
+struct CacheScope {
+  std::string prompt_cache_key;
+  std::string cache_salt;
+};
+constexpr size_t kMaxCacheFieldBytes = 512;
+// The engine's cache namespace (GenerateRequest::cache_namespace) of `owner`'s request: one
+// string that two requests share only when their owner, key and salt are all equal.
+std::string cache_namespace(const std::string& owner, const CacheScope& scope);
+
 struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;
@@ -67,6 +79,7 @@ struct ChatRequest {
   // true for all); the server runs their calls itself and continues the generation.
   std::vector<std::string> server_tools;
   bool all_server_tools = false;
+  CacheScope cache;  // prompt_cache_key, cache_salt
 };
 
 struct CompletionRequest {
@@ -79,6 +92,7 @@ struct CompletionRequest {
   bool include_usage = false;
   int32_t logprobs = -1;  // -1 off; otherwise the number of top logprobs (0..5)
   bool return_token_ids = false;
+  CacheScope cache;  // prompt_cache_key, cache_salt
 };
 
 // Sampling parameters shared by both endpoints: temperature, top_p, top_k, min_p, seed,
