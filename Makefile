@@ -9,7 +9,7 @@ MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
                 libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx \
-                python3-matplotlib clang-format
+                python3-matplotlib clang-format libbenchmark-dev
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv

@@ -38,6 +38,7 @@ struct Live {
   uint64_t engine_id = 0;
   size_t segment = 0;
   double paused_at = 0.0;
+  double resumed_at = -1.0;  // the tool answered and no token has come since
   RequestRecord record;
 };
 
@@ -52,12 +53,17 @@ struct BenchFlags {
   WorkloadFlags workload;
   std::string json_path, step_trace;
   bool quiet = false;
+  int64_t shared_prefix = 0;
 };
 
 void add_bench_flags(CLI::App& app, BenchFlags& f) {
   app.add_option("--json", f.json_path, "also write the results as JSON to this file");
   app.add_option("--step-trace", f.step_trace, "write one CSV row per engine step to this file");
   app.add_flag("--quiet", f.quiet, "print no table");
+  app.add_option("--shared-prefix", f.shared_prefix,
+                 "tokens of one system prompt every request starts with (the prefix cache's "
+                 "workload), in front of the drawn prompt")
+      ->check(CLI::Range((int64_t)0, (int64_t)1 << 20));
   add_workload_flags(app, f.workload);
   add_engine_flags(app, f.engine);
 }
@@ -67,12 +73,13 @@ void add_bench_flags(CLI::App& app, BenchFlags& f) {
 // request's record is kept for the metrics.
 class BenchLoop {
  public:
-  BenchLoop(EngineCore& e, const WorkloadRun& run)
+  BenchLoop(EngineCore& e, const WorkloadRun& run, int64_t shared_prefix)
       : e_(e),
         trace_(run.trace),
         hard_stop_(run.duration_s + run.drain_s),
         vocab_((int32_t)e.model_config().vocab_size),
         limit_(std::min(e.max_context(), e.kv_capacity_tokens()) - 1),
+        prefix_(synth_tokens(0x5eedull, 0xf1ull, shared_prefix, vocab_)),
         progress_("bench") {}
 
   Status run() {
@@ -98,6 +105,9 @@ class BenchLoop {
   double wall_s() const { return wall_s_; }
   double idle_s() const { return idle_s_; }
   double step_wall_s() const { return step_wall_s_; }
+  // Seconds from a tool's answer to the request's next token (a resumed turn's first token).
+  const std::vector<double>& resume_ttft() const { return resume_ttft_; }
+  int64_t shared_prefix_tokens() const { return (int64_t)prefix_.size(); }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -107,12 +117,14 @@ class BenchLoop {
   void admit_arrivals(double t) {
     while (next_ < trace_.size() && trace_[next_].arrival_s <= t) {
       const TraceRequest& tr = trace_[next_++];
-      if (tr.final_context_tokens() > limit_) {
+      if (tr.final_context_tokens() + (int64_t)prefix_.size() > limit_) {
         ++skipped_;  // cannot fit this engine at all
         continue;
       }
       GenerateRequest req;
-      req.prompt = synth_tokens(tr.seed, 0, tr.prompt_tokens, vocab_);
+      req.prompt = prefix_;
+      const auto own = synth_tokens(tr.seed, 0, tr.prompt_tokens, vocab_);
+      req.prompt.insert(req.prompt.end(), own.begin(), own.end());
       req.params.temperature = 0.0f;
       req.params.ignore_eos = true;
       req.params.max_tokens = (int32_t)tr.generated_tokens();
@@ -149,6 +161,7 @@ class BenchLoop {
       TRY(e_.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab_)));
       l.record.interception_s += t - l.paused_at;
       l.record.output_tokens += sg.return_tokens;
+      l.resumed_at = t;
     }
     return ok_status();
   }
@@ -176,6 +189,10 @@ class BenchLoop {
       Live& l = live_.at(o.id);
       const double now = elapsed();
       if (!o.new_tokens.empty() && l.record.first_token_s == 0.0) l.record.first_token_s = now;
+      if (!o.new_tokens.empty() && l.resumed_at >= 0.0) {
+        resume_ttft_.push_back(now - l.resumed_at);
+        l.resumed_at = -1.0;
+      }
       l.record.output_tokens += (int64_t)o.new_tokens.size();
       if (o.intercepted) {
         const Segment& sg = l.trace->segments[l.segment];
@@ -197,7 +214,9 @@ class BenchLoop {
   const double hard_stop_;
   const int32_t vocab_;
   const int64_t limit_;
+  const std::vector<int32_t> prefix_;  // --shared-prefix
   ProgressLine progress_;
+  std::vector<double> resume_ttft_;
   const clock::time_point start_ = clock::now();
   std::map<uint64_t, Live> live_;  // by engine id
   std::vector<RequestRecord> records_;
@@ -231,6 +250,20 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       (long long)st.interceptions, (long long)st.recomputed_tokens,
       (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens, (long long)st.preemptions,
       (long long)loop.skipped());
+  const Percentiles resumed = percentiles(loop.resume_ttft());
+  const double decode_step =
+      st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
+  std::printf(
+      "prefix cache %s: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
+      "%lld/%lld/%lld blocks; resumed turns' first token mean %.2f ms, p90 %.2f ms (decode "
+      "step %.2f ms)\n",
+      cfg.prefix_cache ? "on" : "off",
+      st.prefix_query_tokens > 0
+          ? 100.0 * (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens
+          : 0.0,
+      (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
+      (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, resumed.mean * 1e3,
+      resumed.p90 * 1e3, decode_step * 1e3);
   std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
               (long long)st.swap_decisions, (long long)st.preserve_decisions);
   std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
@@ -259,6 +292,24 @@ nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, con
   j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
+  const Percentiles resumed = percentiles(loop.resume_ttft());
+  j["prefix_cache"] = {{"on", cfg.prefix_cache},
+                       {"shared_prefix_tokens", loop.shared_prefix_tokens()},
+                       {"query_tokens", st.prefix_query_tokens},
+                       {"hit_tokens", st.prefix_hit_tokens},
+                       {"hit_rate", st.prefix_query_tokens > 0 ? (double)st.prefix_hit_tokens /
+                                                                     (double)st.prefix_query_tokens
+                                                               : 0.0},
+                       {"evicted_blocks", st.prefix_evicted_blocks},
+                       {"demoted_blocks", st.prefix_demoted_blocks},
+                       {"promoted_blocks", st.prefix_promoted_blocks}};
+  j["resume_ttft_s"] = {{"mean", resumed.mean},
+                        {"p50", resumed.p50},
+                        {"p90", resumed.p90},
+                        {"p99", resumed.p99},
+                        {"count", (int64_t)loop.resume_ttft().size()}};
+  j["decode_step_s"] =
+      st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
                     {"preserve", st.preserve_decisions}};
@@ -309,7 +360,7 @@ int run_bench(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.error());
   EngineCore& e = **engine;
 
-  BenchLoop loop(e, *run);
+  BenchLoop loop(e, *run, f.shared_prefix);
   if (Status st = loop.run(); !st.ok()) return fail(st.error());
   if (!f.quiet) print_results(*cfg, *run, loop, e);
   if (!f.json_path.empty()) {
