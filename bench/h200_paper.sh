@@ -14,8 +14,8 @@
 #             b  mixed, the rest: discard at 3; improved-discard, preserve, swap, ttl at 2 and 6;
 #                minwaste at 5 with the oracle and elapsed estimators           (11 points)
 #             c  QA-only and chat-only at 6 req/s: discard, minwaste, preserve  (6 points)
-#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR]   e.g. mixed:minwaste:5:oracle (learned if left
-#                out)
+#     a point: WORKLOAD:POLICY:RATE[:ESTIMATOR[:VARIANT]]   e.g. mixed:minwaste:5:oracle (learned
+#                if left out); VARIANT nocache runs it with --prefix-cache off
 #   device call:  bash bench/h200_paper.sh a     with carry [".carry/bin"] (a CUDA build of
 #                 infercept, cmake -B build-cuda -DINFERCEPT_NATIVE=OFF, copied there)
 #
@@ -37,6 +37,9 @@
 #     which bench/paper_report.py lays beside the simulation's (bench/trace_diff.py).
 #   RUN_NAME=points: the NAME of a list of points, so one call can run the script several times
 #     (e.g. once per SEED) without one archive overwriting the other.
+#   SHARED_PREFIX=0: tokens of one system prompt in front of every prompt (bench --shared-prefix;
+#     the prefix cache's workload). MAX_CONTEXT=0: the workload's clamp on a drawn request's
+#     final context (--max-context; 0 none), so that prefix + request fit the model.
 # Local check of the script itself (CPU, default model, seconds):
 #   BIN=build/infercept DEVICE=cpu MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf KV_DTYPE=f16 \
 #     DURATION=4 DRAIN=4 CONTEXT_SCALE=0.1 KV_TOKENS=2048 SWAP_GB=0.25 OUT=/tmp/p \
@@ -59,6 +62,8 @@ DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-models/$SHAPE}
 KV_DTYPE=${KV_DTYPE:-bf16}
 DRY_RUN=${DRY_RUN:-0}
+SHARED_PREFIX=${SHARED_PREFIX:-0}
+MAX_CONTEXT=${MAX_CONTEXT:-0}
 STEP_TRACE=${STEP_TRACE:-0}
 # Time a point may take on top of DURATION + DRAIN: process start, model load (~3 s for the
 # 7B from the page cache), pinned host pool, the cost-model profile on the first point.
@@ -99,6 +104,7 @@ jarr() { local s="" x; for x in "$@"; do s+="${s:+,}\"$x\""; done; echo "[$s]"; 
 SHARED=(--duration "$DURATION" --drain "$DRAIN" --seed "$SEED" --time-scale "$TIME_SCALE"
         --context-scale "$CONTEXT_SCALE" --kv-cache-tokens "$KV_TOKENS" --swap-space-gb "$SWAP_GB"
         --max-batch-tokens "$MAX_BATCH_TOKENS" --max-seqs "$MAX_SEQS")
+[ "$MAX_CONTEXT" -gt 0 ] && SHARED+=(--max-context "$MAX_CONTEXT")
 { echo "chunk $NAME: $(echo $POINTS | wc -w) points: $(echo $POINTS)"
   echo "shape $SHAPE model $MODEL device $DEVICE kv-dtype $KV_DTYPE budget ${BUDGET_S}s"
   echo "shared flags: ${SHARED[*]}"
@@ -126,15 +132,21 @@ for p in $POINTS; do
   est=${est:-learned}
   n=$((n + 1))
   name="$wl-$pol-$est-r$rate${var:+-$var}"
-  [ -n "${var:-}" ] && { log "point $n $name: unknown variant '$var'"; continue; }
+  variant=()
+  case ${var:-} in
+    "") ;;
+    nocache) variant=(--prefix-cache off) ;;
+    *) log "point $n $name: unknown variant '$var'"; continue ;;
+  esac
+  [ "$SHARED_PREFIX" -gt 0 ] && variant+=(--shared-prefix "$SHARED_PREFIX")
   cmd=("$BIN" bench --device "$DEVICE" --model "$MODEL" --kv-dtype "$KV_DTYPE"
        --workload "$wl" --policy "$pol" --estimator "$est" --rate "$rate" "${SHARED[@]}"
-       --json "$RES/$name.json")
+       "${variant[@]}" --json "$RES/$name.json")
   [ "$STEP_TRACE" = 1 ] && cmd+=(--step-trace "$RES/$name.trace.csv")
   if [ "$DRY_RUN" = 1 ]; then echo "${cmd[*]}"; continue; fi
   used=$((SECONDS - T0))
   left=$((BUDGET_S - used))
-  meta="\"name\":\"$name\",\"workload\":\"$wl\",\"policy\":\"$pol\",\"estimator\":\"$est\",\"variant\":\"${var:-}\",\"rate\":$rate,\"shape\":\"$SHAPE\",\"device\":\"$DEVICE\",\"kv_dtype\":\"$KV_DTYPE\",\"shared_args\":$(jarr "${SHARED[@]}")"
+  meta="\"name\":\"$name\",\"workload\":\"$wl\",\"policy\":\"$pol\",\"estimator\":\"$est\",\"variant\":\"${var:-}\",\"rate\":$rate,\"shape\":\"$SHAPE\",\"device\":\"$DEVICE\",\"kv_dtype\":\"$KV_DTYPE\",\"shared_prefix\":$SHARED_PREFIX,\"shared_args\":$(jarr "${SHARED[@]}")"
   if [ $((DURATION + DRAIN + START_S)) -gt "$left" ]; then
     log "point $n $name: skipped, ${left}s left of the budget"
     echo "{$meta,\"rc\":\"skipped\",\"wall_s\":0,\"json\":null}" >>"$RES/manifest.jsonl"

@@ -150,18 +150,23 @@ void Scheduler::promote_cached(Sequence& s, StepPlan& plan, int64_t most_blocks)
     const auto db = take_copy_destination();
     if (!db) break;
     const int32_t hb = hit.blocks[i];
-    plan.swap_in.push_back({hb, *db});
-    pinned_host_.push_back(hb);  // read by this step's copies: not reused before the next
     int32_t block = *db;
     const auto pos = (size_t)((have + (int64_t)i) * bs);
     const uint64_t parent = s.cache_keys.empty() ? 0 : s.cache_keys.back();
     const auto key = cache_->index_block(
         s.cache_ns, parent, std::span<const int32_t>(s.tokens).subspan(pos, (size_t)bs), block);
-    CHECK(key.has_value() && *key == hit.keys[i] && block == *db);
+    if (!key) {  // the key is another prefix's on the device (a hash collision): stop here
+      device_.release(*db);
+      break;
+    }
+    if (block == *db) {  // (else the device tier had it after all: no copy needed)
+      plan.swap_in.push_back({hb, *db});
+      swap_budget_left_ -= bs;
+      prefix_counters_.promoted_blocks++;
+    }
+    pinned_host_.push_back(hb);  // read by this step's copies: not reused before the next
     s.blocks.blocks.push_back(block);
     s.cache_keys.push_back(*key);
-    swap_budget_left_ -= bs;
-    prefix_counters_.promoted_blocks++;
   }
   for (; i < hit.blocks.size(); ++i) host_->release(hit.blocks[i]);
 }

@@ -120,6 +120,55 @@ TEST(CudaModel, DefaultModelGreedyTokensTrackTheCpuBackend) {
   EXPECT_GE(g.full, 3);
 }
 
+// The prefix cache on the device: requests sharing a system prompt, one after another, the
+// later ones starting from the cached blocks (and, with a small pool, from blocks demoted to
+// the host and promoted back), against the same requests with the cache off. On the CPU the
+// tokens are identical by construction; here a hit changes the shape of the prefill (fewer
+// rows), so bf16 rounding may part the two at a near-tie: the test prints how many agree and
+// asks that most do.
+TEST(CudaModel, PrefixCacheHitsTrackTheCacheOff) {
+  const std::string tiny = tiny_model_path();
+  ASSERT_FALSE(tiny.empty()) << "set INFERCEPT_GPU_TEST_MODEL (make test-gpu does)";
+  const std::string system =
+      "You are a careful assistant. You answer in one short sentence and never make up facts. ";
+  const std::vector<std::string> questions = {
+      "What is the capital of France?", "Name a prime number.", "What is the capital of France?",
+      "Say hello.", "Name a prime number.", "Count to five.", "Say hello."};
+  auto run = [&](bool cache, int64_t kv_tokens, EngineStats* stats) {
+    EngineConfig c = config(tiny, "cuda");
+    c.prefix_cache = cache;
+    c.kv_cache_tokens = kv_tokens;
+    c.swap_space_tokens = 4096;
+    c.check_invariants = true;
+    auto e = EngineCore::create(c);
+    EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+    std::vector<std::vector<int32_t>> out;
+    for (const std::string& q : questions)
+      out.push_back(greedy(**e, (*e)->tokenizer().encode(system + q, true, false), 24));
+    *stats = (*e)->stats();
+    return out;
+  };
+  EngineStats off_stats, on_stats, tight_stats;
+  const auto off = run(false, 8192, &off_stats);
+  const auto on = run(true, 8192, &on_stats);
+  const auto tight = run(true, 320, &tight_stats);  // every request evicts the last one's blocks
+  int same_on = 0, same_tight = 0;
+  for (size_t i = 0; i < off.size(); ++i) {
+    same_on += on[i] == off[i];
+    same_tight += tight[i] == off[i];
+  }
+  std::printf("prefix cache on CUDA: %d/%zu requests identical to the cache off (hits %lld of %lld "
+              "tokens); small pool: %d/%zu (demoted %lld, promoted %lld blocks)\n",
+              same_on, off.size(), (long long)on_stats.prefix_hit_tokens,
+              (long long)on_stats.prefix_query_tokens, same_tight, off.size(),
+              (long long)tight_stats.prefix_demoted_blocks,
+              (long long)tight_stats.prefix_promoted_blocks);
+  EXPECT_GT(on_stats.prefix_hit_tokens, 0);
+  EXPECT_GT(tight_stats.prefix_promoted_blocks, 0);
+  EXPECT_GT(same_on * 2, (int)off.size());
+  EXPECT_GT(same_tight * 2, (int)off.size());
+}
+
 // Decode steps replayed from CUDA graphs run the very kernels of the eager path: a batch of
 // concurrent greedy requests (joining and finishing at different steps, so the batch shape
 // changes and repeats) gives the same tokens bit for bit with graphs on and off, and steps
