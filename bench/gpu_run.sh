@@ -78,7 +78,7 @@ for stage in "$@"; do
       log "model tests"
       INFERCEPT_GPU_TEST_MODEL=$PWD/models/tiny INFERCEPT_TEST_MODEL=${INFERCEPT_TEST_MODEL:-$PWD/models/tiny} \
         GTEST_FILTER=${GTEST_FILTER:--*DefaultModel*} $BIN/test_cuda_model 2>&1 | tee "$OUT/model.txt" |
-        grep -E "OK|FAILED|identical for 32|segments identical|Failure|PASSED|error" | tail -40 ;;
+        grep -E "OK|FAILED|identical for 32|segments identical|prefix cache on CUDA|Failure|PASSED|error" | tail -40 ;;
     hf-*)  # hf-SHAPE: logits ours vs transformers on one checkpoint, plus transformers timings
       model_of "$stage"
       echo "$PROMPTS" >models/prompts.json

@@ -203,8 +203,13 @@ TEST(Cli, ValueOfTheWrongTypeIsAnError) {
       {{"simulate", "--gpus", "0"}, "--gpus", "0"},  // out of range
       {{"make-model", "--shape", "llama9", "--out", "/tmp/x"}, "--shape", "llama9"},
       {{"generate", "--prompt", "x", "--kv-dtype", "f8"}, "--kv-dtype", "f8"},
+      {{"bench", "--prefix-cache", "maybe"}, "--prefix-cache", "maybe"},
+      {{"bench", "--shared-prefix", "-5"}, "--shared-prefix", "-5"},
   };
-  if (has_server()) cases.push_back({{"serve", "--port", "abc"}, "--port", "abc"});
+  if (has_server()) {
+    cases.push_back({{"serve", "--port", "abc"}, "--port", "abc"});
+    cases.push_back({{"serve", "--prefix-cache", "2"}, "--prefix-cache", "2"});
+  }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.flag + " " + c.value);
     const CliRun r = run_cli(c.args);
