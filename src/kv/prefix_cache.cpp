@@ -128,9 +128,10 @@ std::vector<uint64_t> PrefixCache::insert(uint64_t ns, std::span<const int32_t> 
 void PrefixCache::erase(const Entry& e) {
   if (e.parent != kRoot && !lower_tier_) entries_.at(e.parent).children--;
   key_by_block_[(size_t)e.block] = 0;
+  const uint64_t key = e.key;  // e is the entry being erased
   allocator_.set_cached(e.block, false);
   allocator_.release(e.block);
-  entries_.erase(e.key);
+  entries_.erase(key);
 }
 
 std::vector<int32_t> PrefixCache::evict(int64_t n,
