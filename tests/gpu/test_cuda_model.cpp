@@ -131,9 +131,13 @@ TEST(CudaModel, PrefixCacheHitsTrackTheCacheOff) {
   ASSERT_FALSE(tiny.empty()) << "set INFERCEPT_GPU_TEST_MODEL (make test-gpu does)";
   const std::string system =
       "You are a careful assistant. You answer in one short sentence and never make up facts. ";
-  const std::vector<std::string> questions = {
-      "What is the capital of France?", "Name a prime number.", "What is the capital of France?",
-      "Say hello.", "Name a prime number.", "Count to five.", "Say hello."};
+  const std::vector<std::string> questions = {"What is the capital of France?",
+                                              "Name a prime number.",
+                                              "What is the capital of France?",
+                                              "Say hello.",
+                                              "Name a prime number.",
+                                              "Count to five.",
+                                              "Say hello."};
   auto run = [&](bool cache, int64_t kv_tokens, EngineStats* stats) {
     EngineConfig c = config(tiny, "cuda");
     c.prefix_cache = cache;
@@ -157,12 +161,12 @@ TEST(CudaModel, PrefixCacheHitsTrackTheCacheOff) {
     same_on += on[i] == off[i];
     same_tight += tight[i] == off[i];
   }
-  std::printf("prefix cache on CUDA: %d/%zu requests identical to the cache off (hits %lld of %lld "
-              "tokens); small pool: %d/%zu (demoted %lld, promoted %lld blocks)\n",
-              same_on, off.size(), (long long)on_stats.prefix_hit_tokens,
-              (long long)on_stats.prefix_query_tokens, same_tight, off.size(),
-              (long long)tight_stats.prefix_demoted_blocks,
-              (long long)tight_stats.prefix_promoted_blocks);
+  std::printf(
+      "prefix cache on CUDA: %d/%zu requests identical to the cache off (hits %lld of %lld "
+      "tokens); small pool: %d/%zu (demoted %lld, promoted %lld blocks)\n",
+      same_on, off.size(), (long long)on_stats.prefix_hit_tokens,
+      (long long)on_stats.prefix_query_tokens, same_tight, off.size(),
+      (long long)tight_stats.prefix_demoted_blocks, (long long)tight_stats.prefix_promoted_blocks);
   EXPECT_GT(on_stats.prefix_hit_tokens, 0);
   EXPECT_GT(tight_stats.prefix_promoted_blocks, 0);
   EXPECT_GT(same_on * 2, (int)off.size());
