@@ -43,10 +43,13 @@ TRUE = {
 
 
 def simulate(binary, profile, policy, out, extra=()):
+    # The prefix cache off: the policies' own swaps (with it, a discarded pause comes back as
+    # cache hits and demotions mix in, and the copy-heavy steps that pin the interference
+    # prices are fewer than these tolerances were set on).
     cmd = [binary, "simulate", "--profile", profile, "--workload", "mixed", "--policy", policy,
            "--rate", "3", "--duration", "20", "--drain", "10", "--seed", "5", "--time-scale", "0.1",
            "--kv-cache-tokens", "12288", "--swap-space-gb", "4", "--max-batch-tokens", "512",
-           "--quiet", "--step-trace", out] + list(extra)
+           "--prefix-cache", "off", "--quiet", "--step-trace", out] + list(extra)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 

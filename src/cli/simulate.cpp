@@ -31,7 +31,7 @@ struct SimulateFlags {
          first_sight_ms = 0.0, gpu_memory_utilization = 0.9;
   double kv_cache_gb = 0.0, kv_cache_mb = 0.0, swap_space_gb = 0.0, swap_space_mb = 0.0;
   int64_t kv_cache_tokens = 0, swap_space_tokens = 0;
-  std::string graph_miss_ms;
+  std::string graph_miss_ms, prefix_cache = "on";
   bool quiet = false, no_hints = false;
   CLI::Option *tp_efficiency_opt = nullptr, *copy_mode_opt = nullptr, *model_context_opt = nullptr,
               *context_cost_opt = nullptr, *sequence_cost_opt = nullptr, *sample_cost_opt = nullptr,
@@ -115,6 +115,15 @@ void add_simulate_flags(CLI::App& app, SimulateFlags& f) {
                  "seconds a request may stay paused before its KV is released")
       ->group(e);
   app.add_option("--idle-tick", c.idle_tick_s, "engine wake-up while only paused requests exist")
+      ->group(e);
+  app.add_option("--prefix-cache", f.prefix_cache,
+                 "keep full KV blocks indexed by their prefix for later requests, as the engine")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(e);
+  app.add_option(
+         "--shared-prefix", c.shared_prefix_tokens,
+         "tokens of one system prompt in front of every drawn prompt (bench --shared-prefix)")
+      ->check(CLI::Range((int64_t)0, (int64_t)1 << 20))
       ->group(e);
   app.add_option("--block-size", c.block_size, "tokens per KV block")->group(e);
   app.add_option("--max-batch-tokens", c.max_tokens_per_step, "tokens per step")->group(e);
@@ -248,6 +257,7 @@ Result<Deployment> deployment_from(const SimulateFlags& f) {
   TRY_ASSIGN(cfg.artifacts, artifacts_from(f, d.profile));
   cfg.jitter_seed = (uint64_t)f.jitter_seed;
   cfg.hints = !f.no_hints;
+  cfg.prefix_cache = f.prefix_cache == "on";
   cfg.max_context = given(f.model_context_opt) ? f.model_context : d.profile.max_context;
   if (cfg.max_partial_prefills < 1 || cfg.long_prefill_tokens < 0)
     return make_error("--max-partial-prefills must be >= 1, --long-prefill-tokens >= 0");
@@ -335,6 +345,15 @@ void print_run(const Deployment& d, const WorkloadRun& run, const SimResult& r) 
               (long long)st.swap_decisions, (long long)st.preserve_decisions);
   std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
               st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
+  if (cfg.prefix_cache)
+    std::printf(
+        "prefix cache: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
+        "%lld/%lld/%lld blocks\n",
+        st.prefix_query_tokens > 0
+            ? 100.0 * (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens
+            : 0.0,
+        (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
+        (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks);
   std::printf(
       "engine: %lld steps (%lld decode-only), busy %.1f%% of %.0f s, forward %.1f s, swap stall "
       "%.2f s, "
@@ -390,6 +409,16 @@ nlohmann::json results_json(const Deployment& d, const WorkloadRun& run, const S
   j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
+  j["prefix_cache"] = {{"on", cfg.prefix_cache},
+                       {"shared_prefix_tokens", cfg.shared_prefix_tokens},
+                       {"query_tokens", st.prefix_query_tokens},
+                       {"hit_tokens", st.prefix_hit_tokens},
+                       {"hit_rate", st.prefix_query_tokens > 0 ? (double)st.prefix_hit_tokens /
+                                                                     (double)st.prefix_query_tokens
+                                                               : 0.0},
+                       {"evicted_blocks", st.prefix_evicted_blocks},
+                       {"demoted_blocks", st.prefix_demoted_blocks},
+                       {"promoted_blocks", st.prefix_promoted_blocks}};
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
                     {"preserve", st.preserve_decisions}};

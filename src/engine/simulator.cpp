@@ -461,6 +461,7 @@ class SimRun : public StepRequests {
     sc.max_seqs_per_step = config_.max_seqs;
     sc.max_partial_prefills = config_.max_partial_prefills;
     sc.long_prefill_tokens = config_.long_prefill_tokens;
+    sc.prefix_cache = config_.prefix_cache;
     sched_ = std::make_unique<Scheduler>(sc, device_, &host_, policy_.get(), &config_.cost);
     if (!config_.step_trace_path.empty()) {
       TRY_ASSIGN(step_trace_, StepTraceWriter::open(config_.step_trace_path));
@@ -521,8 +522,8 @@ class SimRun : public StepRequests {
     for (auto& r : reqs_)
       if (r && !r->record.completed) res_.records.push_back(r->record);  // unfinished
     res_.tools = estimator_->stats();
-    res_.device_blocks_in_use = device_.n_used();
-    res_.host_blocks_in_use = host_.n_used();
+    res_.device_blocks_in_use = device_.n_held();  // idle cached blocks are the cache's
+    res_.host_blocks_in_use = host_.n_held();
     return std::move(res_);
   }
 
@@ -566,8 +567,22 @@ class SimRun : public StepRequests {
  private:
   void step() {
     t_ += loop_->step(t_, *executor_, *this).duration();
+    const PrefixCacheCounters& pc = sched_->prefix_counters();
+    res_.stats.prefix_query_tokens = pc.query_tokens;
+    res_.stats.prefix_hit_tokens = pc.hit_tokens;
+    res_.stats.prefix_evicted_blocks = pc.evicted_blocks;
+    res_.stats.prefix_demoted_blocks = pc.demoted_blocks;
+    res_.stats.prefix_promoted_blocks = pc.promoted_blocks;
     if (config_.progress && ++steps_ % 1000 == 0)
       config_.progress(t_, (int64_t)res_.records.size());
+  }
+
+  bool with_content() const { return config_.prefix_cache || config_.shared_prefix_tokens > 0; }
+  // Token content: `owner` 0 is the shared prefix, i + 1 request i's own tokens.
+  static int32_t content_token(uint64_t owner, int64_t pos) {
+    uint64_t h = owner * 0x9e3779b97f4a7c15ull + (uint64_t)pos * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+    return 1 + (int32_t)(h % 30000);
   }
 
   // Arrivals whose time has come. As bench: a request that cannot fit the engine at all is
@@ -577,7 +592,8 @@ class SimRun : public StepRequests {
     while (next_ < trace_.size() && trace_[next_].arrival_s <= t_) {
       const size_t i = next_++;
       const TraceRequest& tr = trace_[i];
-      if (final_context(tr) > limit_ - 1 || tr.prompt_tokens <= 0 || tr.segments.empty()) {
+      const int64_t prefix = config_.shared_prefix_tokens;
+      if (final_context(tr) + prefix > limit_ - 1 || tr.prompt_tokens <= 0 || tr.segments.empty()) {
         ++res_.skipped;
         continue;
       }
@@ -586,9 +602,14 @@ class SimRun : public StepRequests {
       r->max_tokens = generated(tr);
       r->seq.id = i;
       r->seq.arrival_time = t_;
-      r->seq.n_prompt = tr.prompt_tokens;
-      r->seq.tokens.reserve((size_t)final_context(tr));
-      r->seq.tokens.assign((size_t)tr.prompt_tokens, 0);
+      r->seq.n_prompt = tr.prompt_tokens + prefix;
+      r->seq.tokens.reserve((size_t)(final_context(tr) + prefix));
+      r->seq.tokens.assign((size_t)(tr.prompt_tokens + prefix), 0);
+      if (with_content()) {
+        for (int64_t k = 0; k < prefix; ++k) r->seq.tokens[(size_t)k] = content_token(0, k);
+        for (int64_t k = prefix; k < tr.prompt_tokens + prefix; ++k)
+          r->seq.tokens[(size_t)k] = content_token(i + 1, k);
+      }
       r->record.id = tr.id;
       r->record.augmentation = tr.augmentation;
       r->record.arrival_s = tr.arrival_s;
@@ -607,7 +628,11 @@ class SimRun : public StepRequests {
       SimRequest& r = *reqs_[ev.index];
       const Segment& sg = r.trace->segments[r.segment - 1];
       loop_->note_resume(r.seq, t_);
-      sched_->resume(&r.seq, std::vector<int32_t>((size_t)sg.return_tokens, 0), t_);
+      std::vector<int32_t> returned((size_t)sg.return_tokens, 0);
+      if (with_content())
+        for (size_t k = 0; k < returned.size(); ++k)
+          returned[k] = content_token(ev.index + 1, (int64_t)(r.seq.tokens.size() + k));
+      sched_->resume(&r.seq, returned, t_);
       r.record.interception_s += t_ - r.paused_at;
       r.record.output_tokens += sg.return_tokens;
     }

@@ -133,6 +133,12 @@ struct SimConfig {
   int64_t max_partial_prefills = 4;  // as EngineConfig
   int64_t long_prefill_tokens = 0;
   int64_t max_context = 0;  // the model's limit; 0 = only the cache limits a request
+  // The prefix cache (EngineConfig::prefix_cache), and tokens of one system prompt in front
+  // of every drawn prompt (bench --shared-prefix). With either, prompts and tool results get
+  // token content (a request's own, deterministic), so a cached prefix is found exactly where
+  // the engine would find it; without, every token is 0 as before.
+  bool prefix_cache = false;
+  int64_t shared_prefix_tokens = 0;
   std::string policy = "minwaste";
   std::string estimator = "learned";
   double interception_timeout_s = 600.0;
