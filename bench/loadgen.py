@@ -38,11 +38,33 @@ turn generates exactly the segment's tokens and ends in a call to the segment's 
 The server is never told a tool's duration unless --hint is given (expected_duration_ms in
 the tool definition; in native mode also POST /v1/interceptions/{id}/hint).
 
+A shared prefix (--shared-prefix TOKENS, the prefix cache's workload): every conversation
+starts with the same system message, a fixed text of TOKENS words drawn from WORDS by a
+constant seed (about one token a word; the same text for every agent, run and server),
+followed by the same tool definitions (every tool of the workload: the six of Table 1 for the
+built-in workloads, in that order, or a trace's tools sorted), so that the rendered prompt's
+system turn is one string for everyone (ChatML/Qwen2.5 put the tools after the system text).
+The agent's own part, the drawn prompt (its filler words, the task and the example calls),
+comes after, in the user message: the first turn's prompt is the drawn prompt plus the shared
+prefix's tokens (measured at calibration with a text of the same length but other words, so
+that the run starts with nothing of it cached; the JSON's shared_prefix). With a shared
+prefix the tool definitions never carry --hint's expected_duration_ms (it would change the
+shared part from turn to turn); native mode's hint endpoint still does.
+
 Records per request: arrival, first token (TTFT: the first streamed chunk that carries a token:
 content, a tool call or logprobs), end, total interception time (the client's tool waits),
-output tokens (generated tokens from usage + the tool's returned tokens, as in the paper).
+output tokens (generated tokens from usage + the tool's returned tokens, as in the paper);
+per turn: its prompt tokens and those the server reports as cached
+(usage.prompt_tokens_details.cached_tokens: infercept's kept or prefix-cached KV,
+llama-server's slot or prompt-cache reuse; llama-server's timings.prompt_n / cache_n too),
+and its own TTFT (from sending the turn to its first token). The summary's prefix section
+gives the hit rate the same way for any server: cached / prompt tokens over every turn, over
+first turns (where only a prefix shared with other conversations can hit) and over
+continuation turns; ttft_continuation_s is the TTFT of the turns after a tool call (ttft_s
+is the first turn's, from the arrival).
 Reads /metrics before and after (when the server has it) for server-side deltas: recomputed
-tokens, swapped tokens and bytes, waste by cause, policy decisions, resumes (infercept);
+tokens, swapped tokens and bytes, waste by cause, policy decisions, resumes, the prefix
+cache's looked-up and hit prompt tokens (infercept);
 prompt tokens computed and cached, generated tokens (llama.cpp's llama-server --metrics);
 any other server's counters raw.
 
@@ -106,6 +128,11 @@ WORDS = ("time year people way day man thing woman life child world school state
          "reason research girl moment air teacher force education food road field river tree light "
          "music voice color paper table window market street letter rate price plan step age").split()
 
+# --shared-prefix: the system text every conversation starts with (words drawn by a constant
+# seed); the calibration probe uses the same number of words of another draw.
+SHARED_PREFIX_HEAD = "You are an agent. Use the tools, then answer. "
+SHARED_PREFIX_SEED, SHARED_PREFIX_SALT, SHARED_PREFIX_PROBE_SALT = 0x5eed, 0xf1, 0xf2
+
 CALL_ARG = "lookup"  # the argument of the example calls in the prompt (one token)
 CALL_OVERHEAD = 18  # tokens of a call with a one-word argument, ChatML/SmolLM2 (measured)
 
@@ -147,9 +174,30 @@ def summarize(records, duration_s):
     done = [r for r in records if r["completed"]]
     nl = [(r["end_s"] - r["arrival_s"] - r["interception_s"]) / r["output_tokens"] for r in done]
     ttft = [r["first_token_s"] - r["arrival_s"] for r in done]
+    cont = [t["ttft_s"] for r in done for t in r.get("turns", [])[1:] if t.get("ttft_s") is not None]
     return {"submitted": len(records), "completed": len(done), "duration_s": duration_s,
             "throughput_rps": len(done) / duration_s,
-            "normalized_latency_s_per_token": stats(nl), "ttft_s": stats(ttft)}
+            "normalized_latency_s_per_token": stats(nl), "ttft_s": stats(ttft),
+            "ttft_continuation_s": dict(stats(cont), count=len(cont))}
+
+
+def prefix_summary(records):
+    """Prompt tokens and those the server reported cached, summed over every turn sent (of
+    finished requests or not), over first turns and over continuation turns; hit = cached /
+    prompt."""
+    def part(turns):
+        p = sum(t.get("prompt", 0) for t in turns)
+        c = sum(t.get("cached", 0) for t in turns)
+        out = {"turns": len(turns), "prompt_tokens": p, "cached_tokens": c,
+               "hit_rate": c / p if p else 0.0}
+        if any("server_cache_n" in t for t in turns):  # llama-server's timings
+            out["server_prompt_n"] = sum(t.get("server_prompt_n", 0) for t in turns)
+            out["server_cache_n"] = sum(t.get("server_cache_n", 0) for t in turns)
+        return out
+    turns = [t for r in records for t in r.get("turns", [])]
+    first = [r["turns"][0] for r in records if r.get("turns")]
+    cont = [t for r in records for t in r.get("turns", [])[1:]]
+    return {"all": part(turns), "first_turns": part(first), "continuations": part(cont)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +247,8 @@ def metrics_report(before, after):
         "preemptions": g(p + "num_preemptions_total"),
         "cached_prompt_tokens": g(p + "prompt_tokens_cached_total"),
         "prompt_tokens_computed": g(p + "engine_prompt_tokens_computed_total"),
+        "prefix_cache_query_tokens": g(p + "prefix_cache_queries_total"),
+        "prefix_cache_hit_tokens": g(p + "prefix_cache_hits_total"),
         "resumes": {"prefix": g(p + 'interception_resumes_total{how="prefix"}'),
                     "explicit": g(p + 'interception_resumes_total{how="explicit"}')},
         "waste_byte_seconds": {c: d.get(p + f'waste_byte_seconds_total{{cause="{c}"}}')
@@ -226,9 +276,10 @@ class ServerError(Exception):
 
 async def stream_chat(client, url, body, headers):
     """POSTs a streamed chat completion. Returns a dict: content, calls, finish, usage,
-    interception, t_first (monotonic time of the first chunk carrying a token, or None)."""
+    interception, timings (llama-server's), t_first (monotonic time of the first chunk
+    carrying a token, or None)."""
     out = {"content": "", "calls": [], "finish": None, "usage": None, "interception": None,
-           "t_first": None}
+           "t_first": None, "timings": None}
     calls = {}
     async with client.stream("POST", url, json=body, headers=headers) as resp:
         if resp.status_code != 200:
@@ -249,6 +300,8 @@ async def stream_chat(client, url, body, headers):
                 out["usage"] = j["usage"]
             if j.get("interception"):
                 out["interception"] = j["interception"]
+            if j.get("timings"):  # llama-server: prompt_n, cache_n, prompt_ms, ...
+                out["timings"] = j["timings"]
             for ch in j.get("choices") or []:
                 delta = ch.get("delta") or {}
                 lp = (ch.get("logprobs") or {}).get("content") if ch.get("logprobs") else None
@@ -289,9 +342,14 @@ class LoadGen:
             "segments", "server_tool_calls", "server_interceptions", "synthesized_calls",
             "native_resumes", "native_fallbacks", "cached_prompt_tokens", "deleted_interceptions",
             "hints_sent", "generated_tokens_scripted", "generated_tokens_actual",
-            "returned_tokens", "prompt_tokens_scripted", "prompt_tokens_actual", "errors")}
+            "returned_tokens", "prompt_tokens_scripted", "prompt_tokens_actual",
+            "prompt_tokens_all_turns", "first_turn_cached_tokens", "errors")}
         self.errors = {}
         self.records = []
+        # --shared-prefix: the system text (None: off) and the tool list every turn carries.
+        self.shared_text = None
+        self.shared_tools = shared_tool_names(requests, args.workload) if args.shared_prefix > 0 else None
+        self.shared_info = None
 
     # -- the prompt ---------------------------------------------------------------------------
     def words_for(self, tokens):
@@ -312,9 +370,13 @@ class LoadGen:
 
     def initial_messages(self, r, filler_tokens):
         tool = r["segments"][0].get("tool") or "tool"
-        msgs = [{"role": "system", "content": "You are an agent. Use the tool, then answer. " +
-                 synth_words(r["seed"], 0, self.words_for(filler_tokens))},
-                {"role": "user", "content": f"Task {r['id']}: use {tool}."}]
+        filler = synth_words(r["seed"], 0, self.words_for(filler_tokens))
+        if self.shared_text is not None:  # the shared system turn, then the agent's own part
+            msgs = [{"role": "system", "content": self.shared_text},
+                    {"role": "user", "content": f"Task {r['id']}: use {tool}. " + filler}]
+        else:
+            msgs = [{"role": "system", "content": "You are an agent. Use the tool, then answer. " + filler},
+                    {"role": "user", "content": f"Task {r['id']}: use {tool}."}]
         if self.a.call_style != "synthetic":
             for k in range(self.a.call_examples):
                 cid = f"call_example_{k}"
@@ -335,7 +397,10 @@ class LoadGen:
         n = seg["generate_tokens"]
         if self.a.call_style != "synthetic" and tools_for:
             hint = seg.get("tool_seconds") if (self.a.hint and not last) else None
-            body["tools"] = [tool_def(tools_for, hint)]
+            if self.shared_text is not None:  # the same list on every turn (no hint in it)
+                body["tools"] = [tool_def(t) for t in self.shared_tools]
+            else:
+                body["tools"] = [tool_def(tools_for, hint)]
             if last:
                 body["tool_choice"] = "auto"
             elif self.a.call_style == "scripted":  # infercept's extension: exactly n, then the call
@@ -370,6 +435,11 @@ class LoadGen:
             r = await client.get(self.base + "/models", headers=self.headers)
             r.raise_for_status()
             self.model = r.json()["data"][0]["id"]
+        if self.a.shared_prefix > 0:
+            self.shared_info = {"words": self.a.shared_prefix, "tools": list(self.shared_tools),
+                                "tokens": None, "skeleton_tokens": None}
+            if self.a.no_calibrate:
+                self.shared_text = shared_prefix_text(self.a.shared_prefix, SHARED_PREFIX_SALT)
         if self.a.no_calibrate:
             return
         # Prompt tokens of the skeleton with no filler, and with 200 filler words: the template
@@ -392,6 +462,21 @@ class LoadGen:
             self.tokens_per_word = (counts[1] - counts[0]) / 200.0
         else:
             self.tokens_per_word = 1.0
+        if self.a.shared_prefix > 0:
+            # The skeleton with a shared prefix of the same length but other words (so that
+            # nothing of the real one is cached before the run): what the prefix adds.
+            self.shared_text = shared_prefix_text(self.a.shared_prefix, SHARED_PREFIX_PROBE_SALT)
+            body = self.chat_body(probe, self.initial_messages(probe, 0), seg, "wikipedia")
+            body["max_tokens"] = 1
+            body.pop("logprobs", None)
+            res = await stream_chat(client, self.base + "/chat/completions", body, self.headers)
+            if res["interception"]:
+                await self.delete_interception(client, res["interception"]["id"])
+            n = (res["usage"] or {}).get("prompt_tokens", 0)
+            self.shared_info["skeleton_tokens"] = n
+            self.shared_info["tokens"] = n - counts[0] if counts[0] > 0 and n > 0 else None
+        if self.shared_text is not None:
+            self.shared_text = shared_prefix_text(self.a.shared_prefix, SHARED_PREFIX_SALT)
 
     async def delete_interception(self, client, iid):
         try:
@@ -444,6 +529,7 @@ class LoadGen:
         for i, seg in enumerate(segs):
             last = not seg.get("tool")
             tool = seg.get("tool") or tool0
+            t_send = time.monotonic()
             if a.mode == "native" and pending is not None:
                 scripted = a.call_style == "scripted" and not last
                 body = {"tool_results": [{"tool_call_id": cid, "content": result_text if k == 0 else "ok"}
@@ -477,12 +563,15 @@ class LoadGen:
             usage = res["usage"] or {}
             gen = int(usage.get("completion_tokens") or 0)
             cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+            n_prompt = int(usage.get("prompt_tokens") or 0)
             rec["generated_tokens"] += gen
             rec["cached_tokens"] += cached
             self.counters["generated_tokens_actual"] += gen
             self.counters["cached_prompt_tokens"] += cached
+            self.counters["prompt_tokens_all_turns"] += n_prompt
             if i == 0:
-                self.counters["prompt_tokens_actual"] += int(usage.get("prompt_tokens") or 0)
+                self.counters["prompt_tokens_actual"] += n_prompt
+                self.counters["first_turn_cached_tokens"] += cached
                 rec["first_token_s"] = (res["t_first"] or t_end) - t0
             if res["calls"]:
                 self.counters["server_tool_calls"] += 1
@@ -490,9 +579,16 @@ class LoadGen:
             iid = (res["interception"] or {}).get("id")
             if iid:
                 self.counters["server_interceptions"] += 1
-            rec["turns"].append({"kind": kind, "finish": res["finish"], "generated": gen, "max_tokens": (
+            turn = {"kind": kind, "finish": res["finish"], "generated": gen, "max_tokens": (
                 seg["generate_tokens"] if last else max(seg["generate_tokens"], a.min_call_tokens)),
-                "cached": cached, "call": bool(res["calls"]), "paused": bool(iid)})
+                "prompt": n_prompt, "cached": cached, "call": bool(res["calls"]), "paused": bool(iid),
+                "ttft_s": (res["t_first"] or t_end) - t_send}
+            tm = res.get("timings") or {}
+            if "cache_n" in tm:
+                turn["server_prompt_n"] = int(tm.get("prompt_n") or 0)
+                turn["server_cache_n"] = int(tm.get("cache_n") or 0)
+                turn["server_prompt_ms"] = tm.get("prompt_ms")
+            rec["turns"].append(turn)
             if a.verbose:
                 print(f"request {r['id']} turn {i}: {rec['turns'][-1]} {json.dumps(res['content'][:160])} "
                       f"{json.dumps(res['calls'])[:160]}", file=sys.stderr, flush=True)
@@ -588,7 +684,9 @@ class LoadGen:
             "context_scale": a.context_scale, "max_context": a.max_context,
             "max_concurrency": a.max_concurrency, "hint": a.hint,
             "calibration": {"template_tokens": self.overhead, "tokens_per_word": self.tokens_per_word},
+            "shared_prefix": self.shared_info,
             "summary": summarize(self.records, self.duration_s), "by_augmentation": by_aug,
+            "prefix": prefix_summary(self.records),
             "client": dict(self.counters, error_kinds=self.errors),
             "server": server,
         }
@@ -599,6 +697,9 @@ class LoadGen:
                       "preemptions", "waste_byte_seconds", "decisions"):
                 if k in server:
                     res[k] = server[k]
+            if server.get("prefix_cache_query_tokens") is not None:
+                q, h = server["prefix_cache_query_tokens"], server["prefix_cache_hit_tokens"] or 0
+                res["prefix_cache"] = {"query_tokens": q, "hit_tokens": h, "hit_rate": h / q if q else 0.0}
         if not res["label"]:
             res["label"] = (res.get("policy") or "server") + ("" if a.mode == "standard" else f" ({a.mode})")
         res["requests"] = self.records
@@ -607,6 +708,18 @@ class LoadGen:
 
 def wl_is_builtin(name):
     return name in wl.BUILTIN_WORKLOADS
+
+
+def shared_prefix_text(words, salt):
+    """The shared system message of --shared-prefix: the same for every agent and server."""
+    return SHARED_PREFIX_HEAD + synth_words(SHARED_PREFIX_SEED, salt, words)
+
+
+def shared_tool_names(requests, workload):
+    """Every tool of the workload, in a fixed order: Table 1's for the built-in workloads."""
+    if wl_is_builtin(workload):
+        return [p[1] for p in wl.DEFAULT_PROFILES]
+    return sorted({s["tool"] for r in requests for s in r["segments"] if s.get("tool")}) or ["tool"]
 
 
 def ms(x):
@@ -626,6 +739,21 @@ def format_table(res):
                      f"{ms(nl['mean'])} / {ms(nl['p50'])} / {ms(nl['p90'])} / {ms(nl['p99'])} | "
                      f"{ms(tt['mean'])} / {ms(tt['p50'])} / {ms(tt['p90'])} / {ms(tt['p99'])} |")
     c = res["client"]
+    cont = res["summary"].get("ttft_continuation_s")
+    if cont:
+        lines += ["", f"continuation turns' TTFT (send to first token, {cont['count']} turns of finished "
+                  f"requests): mean / p50 / p90 / p99 {ms(cont['mean'])} / {ms(cont['p50'])} / "
+                  f"{ms(cont['p90'])} / {ms(cont['p99'])} ms"]
+    px = res.get("prefix")
+    if px:
+        def hr(k):
+            return f"{100 * px[k]['hit_rate']:.1f}% ({px[k]['cached_tokens']}/{px[k]['prompt_tokens']})"
+        sp = res.get("shared_prefix")
+        lines.append((f"shared prefix: {sp['words']} words, {sp['tokens']} tokens measured; " if sp else "")
+                     + f"cached/prompt tokens: all turns {hr('all')}, first turns {hr('first_turns')}, "
+                     f"continuations {hr('continuations')}"
+                     + (f"; server prefix cache hit {100 * res['prefix_cache']['hit_rate']:.1f}% of "
+                        f"{res['prefix_cache']['query_tokens']} looked up" if res.get("prefix_cache") else ""))
     lines += ["", f"client: {c['segments']} turns, {c['server_tool_calls']} tool calls made by the model "
               f"({c['server_interceptions']} left paused by the server), {c['synthesized_calls']} made up "
               f"by the client; native resumes {c['native_resumes']}, fallbacks {c['native_fallbacks']}; "
@@ -676,6 +804,10 @@ def build_parser():
     g.add_argument("--tokens", action="append", default=[], metavar="AUG.FIELD=MIN-MAX",
                    help="token range override, e.g. '*.generate=8-16' (repeatable)")
     g.add_argument("--trace-out", default="", help="write the replayed trace (docs/TRACE.md) here")
+    g.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
+                   help="every conversation starts with the same system message of TOKENS words "
+                        "(about TOKENS tokens) and the same tool definitions, then its own part "
+                        "(the prefix cache's workload; see below)")
     g = ap.add_argument_group("client")
     g.add_argument("--mode", choices=["standard", "native"], default="standard")
     g.add_argument("--max-concurrency", type=int, default=64, help="agents running at once")
@@ -730,6 +862,8 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     if a.max_concurrency < 1:
         sys.exit("loadgen.py: --max-concurrency must be >= 1")
+    if a.shared_prefix < 0:
+        sys.exit("loadgen.py: --shared-prefix must be >= 0")
     try:
         requests, duration = load_requests(a)
     except (ValueError, OSError) as e:
