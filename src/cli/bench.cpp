@@ -257,10 +257,7 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       "prefix cache %s: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
       "%lld/%lld/%lld blocks; resumed turns' first token mean %.2f ms, p90 %.2f ms (decode "
       "step %.2f ms)\n",
-      cfg.prefix_cache ? "on" : "off",
-      st.prefix_query_tokens > 0
-          ? 100.0 * (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens
-          : 0.0,
+      cfg.prefix_cache ? "on" : "off", 100.0 * st.prefix_hit_rate(),
       (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
       (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, resumed.mean * 1e3,
       resumed.p90 * 1e3, decode_step * 1e3);
@@ -293,16 +290,7 @@ nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, con
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
   const Percentiles resumed = percentiles(loop.resume_ttft());
-  j["prefix_cache"] = {{"on", cfg.prefix_cache},
-                       {"shared_prefix_tokens", loop.shared_prefix_tokens()},
-                       {"query_tokens", st.prefix_query_tokens},
-                       {"hit_tokens", st.prefix_hit_tokens},
-                       {"hit_rate", st.prefix_query_tokens > 0 ? (double)st.prefix_hit_tokens /
-                                                                     (double)st.prefix_query_tokens
-                                                               : 0.0},
-                       {"evicted_blocks", st.prefix_evicted_blocks},
-                       {"demoted_blocks", st.prefix_demoted_blocks},
-                       {"promoted_blocks", st.prefix_promoted_blocks}};
+  j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, loop.shared_prefix_tokens());
   j["resume_ttft_s"] = {{"mean", resumed.mean},
                         {"p50", resumed.p50},
                         {"p90", resumed.p90},

@@ -125,6 +125,17 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
           ->group(g);
 }
 
+nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens) {
+  return {{"on", on},
+          {"shared_prefix_tokens", shared_prefix_tokens},
+          {"query_tokens", st.prefix_query_tokens},
+          {"hit_tokens", st.prefix_hit_tokens},
+          {"hit_rate", st.prefix_hit_rate()},
+          {"evicted_blocks", st.prefix_evicted_blocks},
+          {"demoted_blocks", st.prefix_demoted_blocks},
+          {"promoted_blocks", st.prefix_promoted_blocks}};
+}
+
 Result<EngineConfig> engine_config_from(const EngineFlags& f) {
   EngineConfig c = f.config;
   if (given(f.kv_cache_gb_opt)) c.kv_cache_mb = f.kv_cache_gb * 1024.0;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ std::string default_model_path();
 // --max-seqs --chat-template --kv-dtype --swap-space-gb/--swap-space-mb --policy --estimator
 // --interception-timeout --device --gpu-memory-utilization --cuda-graphs --cpu-numerics
 // --dtype. Bound to `config`'s fields where the units match, to the others here.
+// The prefix cache's counters as bench and simulate write them (--json).
+nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens);
+
 struct EngineFlags {
   EngineConfig config;
   int64_t threads = 0;

@@ -349,11 +349,9 @@ void print_run(const Deployment& d, const WorkloadRun& run, const SimResult& r) 
     std::printf(
         "prefix cache: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
         "%lld/%lld/%lld blocks\n",
-        st.prefix_query_tokens > 0
-            ? 100.0 * (double)st.prefix_hit_tokens / (double)st.prefix_query_tokens
-            : 0.0,
-        (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
-        (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks);
+        100.0 * st.prefix_hit_rate(), (long long)st.prefix_query_tokens,
+        (long long)st.prefix_evicted_blocks, (long long)st.prefix_demoted_blocks,
+        (long long)st.prefix_promoted_blocks);
   std::printf(
       "engine: %lld steps (%lld decode-only), busy %.1f%% of %.0f s, forward %.1f s, swap stall "
       "%.2f s, "
@@ -409,16 +407,7 @@ nlohmann::json results_json(const Deployment& d, const WorkloadRun& run, const S
   j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
-  j["prefix_cache"] = {{"on", cfg.prefix_cache},
-                       {"shared_prefix_tokens", cfg.shared_prefix_tokens},
-                       {"query_tokens", st.prefix_query_tokens},
-                       {"hit_tokens", st.prefix_hit_tokens},
-                       {"hit_rate", st.prefix_query_tokens > 0 ? (double)st.prefix_hit_tokens /
-                                                                     (double)st.prefix_query_tokens
-                                                               : 0.0},
-                       {"evicted_blocks", st.prefix_evicted_blocks},
-                       {"demoted_blocks", st.prefix_demoted_blocks},
-                       {"promoted_blocks", st.prefix_promoted_blocks}};
+  j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, cfg.shared_prefix_tokens);
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
                     {"preserve", st.preserve_decisions}};

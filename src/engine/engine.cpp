@@ -547,12 +547,6 @@ void EngineCore::Requests::on_finished(Sequence& s, double end) {
 std::vector<RequestOutput> EngineCore::step() {
   outputs_.clear();
   const StepTiming timing = loop_->step(now(), *executor_, *requests_);
-  const PrefixCacheCounters& pc = scheduler_->prefix_counters();
-  stats_.prefix_query_tokens = pc.query_tokens;
-  stats_.prefix_hit_tokens = pc.hit_tokens;
-  stats_.prefix_evicted_blocks = pc.evicted_blocks;
-  stats_.prefix_demoted_blocks = pc.demoted_blocks;
-  stats_.prefix_promoted_blocks = pc.promoted_blocks;
   if (config_.virtual_step_seconds > 0.0) virtual_now_ += timing.duration();
   return std::move(outputs_);
 }

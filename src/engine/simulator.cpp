@@ -567,12 +567,6 @@ class SimRun : public StepRequests {
  private:
   void step() {
     t_ += loop_->step(t_, *executor_, *this).duration();
-    const PrefixCacheCounters& pc = sched_->prefix_counters();
-    res_.stats.prefix_query_tokens = pc.query_tokens;
-    res_.stats.prefix_hit_tokens = pc.hit_tokens;
-    res_.stats.prefix_evicted_blocks = pc.evicted_blocks;
-    res_.stats.prefix_demoted_blocks = pc.demoted_blocks;
-    res_.stats.prefix_promoted_blocks = pc.promoted_blocks;
     if (config_.progress && ++steps_ % 1000 == 0)
       config_.progress(t_, (int64_t)res_.records.size());
   }

@@ -54,8 +54,15 @@ void StepLoop::count_plan(const StepPlan& plan) {
   st.max_running = std::max<int64_t>(st.max_running, (int64_t)sched_.n_running());
   st.max_paused = std::max<int64_t>(st.max_paused, (int64_t)sched_.n_paused());
   st.max_waiting = std::max<int64_t>(st.max_waiting, (int64_t)sched_.n_waiting());
-  st.peak_device_blocks = std::max<int64_t>(st.peak_device_blocks, device_.n_used());
-  st.peak_host_blocks = std::max<int64_t>(st.peak_host_blocks, host_.n_used());
+  // Blocks requests hold (idle cached blocks are the prefix cache's, evictable at will).
+  st.peak_device_blocks = std::max<int64_t>(st.peak_device_blocks, device_.n_held());
+  st.peak_host_blocks = std::max<int64_t>(st.peak_host_blocks, host_.n_held());
+  const PrefixCacheCounters& pc = sched_.prefix_counters();
+  st.prefix_query_tokens = pc.query_tokens;
+  st.prefix_hit_tokens = pc.hit_tokens;
+  st.prefix_evicted_blocks = pc.evicted_blocks;
+  st.prefix_demoted_blocks = pc.demoted_blocks;
+  st.prefix_promoted_blocks = pc.promoted_blocks;
   // The scheduler accrues the device tokens paused requests hold over time at every plan.
   st.waste_preserve = sched_.preserved_token_seconds() * kv_bytes_per_token_;
 }

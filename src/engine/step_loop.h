@@ -54,12 +54,15 @@ struct StepStats {
   double waste_swap_stall = 0.0;
   int64_t max_running = 0, max_paused = 0, max_waiting = 0;
   int64_t peak_device_blocks = 0, peak_host_blocks = 0;
-  // The prefix cache (Scheduler::prefix_stats): prompt tokens looked up when requests were
-  // admitted and how many of them were found cached (vLLM's prefix_cache_queries / _hits);
-  // cached blocks evicted from the device tier, of which demoted to the host tier; host
+  // The prefix cache (Scheduler::prefix_counters, copied at every plan): prompt tokens looked up
+  // when requests were admitted and how many of them were found cached (vLLM's prefix_cache_queries
+  // / _hits); cached blocks evicted from the device tier, of which demoted to the host tier; host
   // blocks promoted back on a hit.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_evicted_blocks = 0, prefix_demoted_blocks = 0, prefix_promoted_blocks = 0;
+  double prefix_hit_rate() const {
+    return prefix_query_tokens > 0 ? (double)prefix_hit_tokens / (double)prefix_query_tokens : 0.0;
+  }
 };
 
 // What executing one plan took.
