@@ -122,6 +122,37 @@ TEST(PrefixReuse, ASecondRequestStartsFromTheSharedPrefixAndWritesOnlyItsOwnBloc
   EXPECT_EQ(h.device.n_idle_cached(), h.sched.cached_device_blocks());
 }
 
+// The fair planner with a pool the cache fills: two waiting requests whose prefixes are all
+// the idle cached blocks there are. The older one must be able to evict the younger one's
+// prefix; had every candidate taken its prefix while the step was planned, nothing would be
+// evictable, the older one would never fit and neither would run.
+TEST(PrefixReuse, WaitingRequestsDoNotHoldTheirPrefixesAgainstEachOther) {
+  SchedulerConfig cfg = cache_config(64);
+  cfg.max_partial_prefills = 4;
+  Harness h(8, cfg);
+  Sequence* a = h.add(range(1, 17));  // 4 full blocks + 1 token
+  h.run_until_computed(a);
+  h.sched.finish(a);
+  Sequence* b = h.add(range(500, 17));
+  h.run_until_computed(b);
+  h.sched.finish(b);
+  ASSERT_EQ(h.device.n_held(), 0);
+  ASSERT_EQ(h.device.n_idle_cached(), 8);  // a's and b's 4 blocks each: the whole pool
+  // c extends a's prefix by 3 blocks (7 blocks in all), d extends b's.
+  Sequence* c = h.add(concat(range(1, 16), range(900, 12)));
+  Sequence* d = h.add(concat(range(500, 16), range(950, 12)));
+  // Each finishes once it has sampled its first token (the fake executor appends it).
+  for (int i = 0; i < 20; ++i) {
+    h.step();
+    for (Sequence* s : {c, d})
+      if (s->state == SeqState::running && s->tokens.size() > 28) h.sched.finish(s);
+  }
+  EXPECT_EQ(c->state, SeqState::finished);
+  EXPECT_EQ(d->state, SeqState::finished);
+  EXPECT_EQ(c->n_cache_hit, 16);  // each took its own prefix when its turn came
+  EXPECT_EQ(h.device.n_held(), 0);
+}
+
 TEST(PrefixReuse, TheLastTokenAlwaysRunsAndTheSameBlockIsIndexedOnce) {
   Harness h(64);
   const std::vector<int32_t> prompt = range(1, 16);  // exactly 4 blocks
@@ -251,12 +282,12 @@ TEST(PrefixReuse, ACutInsideASharedBlockGivesTheBlockUp) {
 // KV a request reads was written for exactly its tokens: each block's content is tracked
 // through a model of what was written where.
 TEST(PrefixReuse, RandomAgentTrafficKeepsEveryBlockRight) {
-  for (uint32_t seed : {1u, 2u, 3u}) {
+  for (uint32_t seed = 1; seed <= 32; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937 rng(seed);
     SchedulerConfig cfg = cache_config(24);
-    cfg.max_partial_prefills = seed == 1 ? 1 : 4;
-    Harness h(40, cfg, seed == 3 ? nullptr : std::make_unique<RandomPolicy>(seed));
+    cfg.max_partial_prefills = seed % 4 == 1 ? 1 : 4;  // the FCFS planner, or the fair one
+    Harness h(40, cfg, seed % 4 == 3 ? nullptr : std::make_unique<RandomPolicy>(seed));
     // What each device block holds: the token written at each of its slots (-1: nothing).
     std::map<int32_t, std::vector<int32_t>> written;
     auto check_reads = [&](const Sequence& s) {

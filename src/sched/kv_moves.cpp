@@ -191,6 +191,7 @@ void Scheduler::preempt(Sequence& s, StepPlan& plan) {
       const auto hb = take_host_block();
       CHECK(hb.has_value());
       plan.swap_out.push_back({db, *hb});
+      read_out_this_step_.push_back(db);
       s.host_blocks.push_back(*hb);
     }
     release_device_blocks(s);  // the copies run before anything reuses them (apply_policy)
@@ -276,6 +277,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
           const int32_t db = s.blocks.blocks.back();
           s.blocks.blocks.pop_back();
           plan.swap_out.push_back({db, *hb});
+          read_out_this_step_.push_back(db);
           moved.push_back(*hb);
           device_.release(db);  // the copy runs before anything reuses it this step
         }

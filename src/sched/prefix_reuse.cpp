@@ -14,7 +14,8 @@
 // pool is one pool for both uses: paused requests' swapped KV takes idle cached host blocks
 // when no block is free. The copies ride in the plan's swap lists, so they are batched and
 // overlapped with the forward pass like any swap; swap-ins run before swap-outs, so a
-// device block demoted in a step is never a copy destination in the same step, a host block
+// device block any swap-out of a step reads (a demotion, paused KV moved out, a swap
+// preemption) is never a promotion's destination in the same step, a host block
 // demoted in a step is not promoted in it, and a host block a promotion reads stays
 // referenced until the next step.
 #include <algorithm>
@@ -44,13 +45,13 @@ std::optional<int32_t> Scheduler::take_host_block() {
 }
 
 std::optional<int32_t> Scheduler::take_copy_destination() {
-  std::vector<int32_t> set_aside;  // free, but read by a demotion of this step
+  std::vector<int32_t> set_aside;  // free, but read by a swap-out of this step
   std::optional<int32_t> b;
   for (;;) {
     if (device_.n_free() == 0 && evict_cached(1) == 0) break;  // dropped, not demoted
     b = device_.allocate();
-    if (!b || std::find(demoted_this_step_.begin(), demoted_this_step_.end(), *b) ==
-                  demoted_this_step_.end())
+    if (!b || std::find(read_out_this_step_.begin(), read_out_this_step_.end(), *b) ==
+                  read_out_this_step_.end())
       break;
     set_aside.push_back(*b);
     b.reset();
@@ -98,6 +99,13 @@ void Scheduler::attach_cached_prefix(Sequence& s, StepPlan& plan) {
   s.n_computed = (int64_t)s.blocks.blocks.size() * bs;
   s.n_computed_peak = std::max(s.n_computed_peak, s.n_computed);
   s.blocks.n_tokens = s.n_computed;
+}
+
+int64_t Scheduler::cached_prefix_tokens(const Sequence& s) const {
+  if (cache_ == nullptr || s.n_computed != 0 || !s.blocks.blocks.empty()) return 0;
+  const int64_t bs = config_.block_size;
+  const int64_t most = ((int64_t)s.tokens.size() - 1) / bs;
+  return most > 0 ? cache_->peek(s.cache_ns, s.tokens, most) * bs : 0;
 }
 
 void Scheduler::detach_cached_prefix(Sequence& s) {
@@ -181,7 +189,7 @@ int64_t Scheduler::evict_cached(int64_t n, StepPlan* plan) {
     const auto hb = take_host_block();
     if (!hb) return;
     plan->swap_out.push_back({e.block, *hb});
-    demoted_this_step_.push_back(e.block);
+    read_out_this_step_.push_back(e.block);
     demoted_to_this_step_.push_back(*hb);
     int32_t block = *hb;
     const auto key = host_cache_->index_block(e.ns, e.parent, e.tokens, block);

@@ -255,15 +255,14 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     // A sequence preempted in this step is not readmitted in the same step.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s) != plan.preempted.end()) break;
     if (s->n_uncomputed() <= 0) break;
-    attach_cached_prefix(*s, plan);  // given back below unless admitted
-    cands.push_back({s, cap_of(s), true});
+    // A waiting sequence takes its cached prefix only when it is admitted (below): were every
+    // candidate to hold its prefix from here, those references could leave nothing to evict
+    // for the oldest one, which then never fits (with a small pool, a livelock), and running
+    // sequences would be preempted for requests not yet admitted. Its share is planned
+    // from what the cache holds now.
+    cands.push_back({s, std::max<int64_t>(cap_of(s) - cached_prefix_tokens(*s), 1), true});
     wanted += std::min(cands.back().cap, long_chunk);
   }
-  // Waiting sequences that took a cached prefix but are not admitted give it back.
-  auto give_back_unadmitted = [&] {
-    for (const Prefill& c : cands)
-      if (c.waiting && c.seq->state == SeqState::waiting) detach_cached_prefix(*c.seq);
-  };
   if (cands.empty()) return;
   int64_t left = budget;
   auto give = [&](Prefill& c, int64_t n) {
@@ -286,7 +285,9 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
   // budget is not handed on: the step stays short).
   int64_t partial = 0;
   for (Prefill& c : cands)
-    if (c.n > 0 && c.n < c.seq->n_uncomputed() && ++partial > config_.max_partial_prefills) c.n = 0;
+    if (c.n > 0 && c.n < (c.waiting ? c.cap : c.seq->n_uncomputed()) &&
+        ++partial > config_.max_partial_prefills)
+      c.n = 0;
 
   bool admitting = true;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -307,7 +308,14 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
         continue;
       }
     } else {
-      if (!admitting || !ensure_blocks(*s, s->n_computed + c.n, plan, now)) {
+      if (!admitting) {
+        c.n = 0;
+        continue;
+      }
+      attach_cached_prefix(*s, plan);  // the hit may have shrunk (evictions) or grown (host tier)
+      c.n = std::min(c.n, s->n_uncomputed());
+      if (!ensure_blocks(*s, s->n_computed + c.n, plan, now)) {
+        detach_cached_prefix(*s);
         admitting = false;  // FCFS admission: nobody younger passes one that does not fit
         c.n = 0;
         continue;
@@ -319,7 +327,6 @@ void Scheduler::plan_fair(StepPlan& plan, int64_t& budget, int64_t recompute_chu
     }
     budget -= c.n;
   }
-  give_back_unadmitted();
   for (const Prefill& c : cands)
     if (c.n > 0) {
       Sequence* s = c.seq;
@@ -345,7 +352,7 @@ StepPlan Scheduler::schedule(double now) {
   // The last step's copies are queued: the host blocks its promotions read may be reused.
   for (int32_t b : pinned_host_) host_->release(b);
   pinned_host_.clear();
-  demoted_this_step_.clear();
+  read_out_this_step_.clear();
   demoted_to_this_step_.clear();
 
   // What can be copied while this step's forward pass runs (N_i), estimated from the last

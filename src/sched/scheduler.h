@@ -189,6 +189,9 @@ class Scheduler {
   // back; committed full blocks are indexed; idle cached blocks are evicted for room.
   void attach_cached_prefix(Sequence& s, StepPlan& plan);
   void detach_cached_prefix(Sequence& s);
+  // Tokens of a waiting sequence's prompt the device tier holds now (whole blocks, never the
+  // last token): what attach_cached_prefix would take, without taking it.
+  int64_t cached_prefix_tokens(const Sequence& s) const;
   void count_admission(Sequence& s);
   void index_computed_blocks(Sequence& s);
   // Evicts up to n idle cached device blocks; with `plan`, each is demoted to the host tier
@@ -215,8 +218,10 @@ class Scheduler {
   std::unique_ptr<PrefixCache> cache_;       // config_.prefix_cache
   std::unique_ptr<PrefixCache> host_cache_;  // its host tier (with a host pool)
   PrefixCacheCounters prefix_counters_;
-  int64_t swap_budget_left_ = 0;               // what this step's copies may still move
-  std::vector<int32_t> demoted_this_step_;     // device blocks read by this step's demotions
+  int64_t swap_budget_left_ = 0;  // what this step's copies may still move
+  // Device blocks this step's swap-outs read (demotions, paused KV, swap preemptions): swap-ins
+  // run first in a step, so none of them may be a swap-in's destination in the same step.
+  std::vector<int32_t> read_out_this_step_;
   std::vector<int32_t> demoted_to_this_step_;  // host blocks written by them
   std::vector<int32_t> pinned_host_;           // host blocks read by the last step's promotions
   BlockAllocator* host_;
