@@ -3,6 +3,7 @@
 // request finishes, with the tokens it would have produced alone), stop conditions, and
 // clear errors for bad requests.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -171,7 +172,9 @@ TEST_P(EnginePreemption, UnderMemoryPressureEveryRequestStillFinishesIdentically
   c.kv_cache_tokens = 192;  // 12 blocks: far less than 8 requests need at once
   c.max_tokens_per_step = 64;
   c.policy = GetParam();
-  c.step_trace_path = ::testing::TempDir() + "engine_step_trace_" + GetParam() + ".csv";
+  // The process id in the name: suites of other checkouts may run at the same time.
+  c.step_trace_path = ::testing::TempDir() + "engine_step_trace_" + GetParam() + "_" +
+                      std::to_string(::getpid()) + ".csv";
   auto e = make_engine(c);
   ASSERT_TRUE(e);
   const auto prompts = varied_prompts();
