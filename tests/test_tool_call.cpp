@@ -18,7 +18,7 @@ TEST(ToolCall, HermesCompleteCallIsFoundWithNameAndArguments) {
       "\"Paris\"}}\n</tool_call>");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->name, "get_weather");
-  EXPECT_EQ(c->arguments_json, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(c->arguments_json, "{\"city\": \"Paris\"}");  // as the model wrote it
 }
 
 TEST(ToolCall, HermesIncompleteOrAbsentIsNotACall) {
@@ -51,7 +51,7 @@ TEST(ToolCall, HermesMalformedBlockThenACallBothAgree) {
   ParsedTurn turn = parse_tool_turn(text, kHermes);
   ASSERT_EQ(turn.calls.size(), 1u);
   EXPECT_EQ(turn.calls[0].name, "search");
-  EXPECT_EQ(turn.calls[0].arguments_json, "{\"q\":\"x\"}");
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"q\": \"x\"}");
   EXPECT_EQ(turn.content, "<tool_call>oops</tool_call>");  // the malformed block, as text
   // An opening tag inside a malformed block does not hide the call after it.
   const std::string nested = "<tool_call>bad <tool_call>{\"name\": \"a\"}</tool_call>";
@@ -69,7 +69,7 @@ TEST(ToolCall, HermesWholeTurnContentAndSeveralCalls) {
       "</tool_call>\n",
       kHermes);
   ASSERT_EQ(turn.calls.size(), 2u);
-  EXPECT_EQ(turn.calls[0].arguments_json, "{\"b\":1,\"a\":2}");  // the model's key order
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"b\": 1, \"a\": 2}");  // as the model wrote it
   EXPECT_EQ(turn.calls[1].name, "v");
   EXPECT_EQ(turn.calls[1].arguments_json, "{\"x\": 1}");  // a string is taken as the text
   EXPECT_EQ(turn.content, "Checking both.");
@@ -103,14 +103,14 @@ TEST(ToolCall, Llama3JsonTurn) {
       " {\"name\": \"search\", \"parameters\": {\"q\": \"tallest mountain\"}} ");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->name, "search");
-  EXPECT_EQ(c->arguments_json, "{\"q\":\"tallest mountain\"}");
+  EXPECT_EQ(c->arguments_json, "{\"q\": \"tallest mountain\"}");
   auto p = parse_json_tool_call("<|python_tag|>{\"name\": \"calc\"}");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->name, "calc");
   EXPECT_EQ(p->arguments_json, "{}");
   // "arguments" is read when "parameters" is absent (Llama 2 and models that mix them up).
   EXPECT_EQ(parse_json_tool_call("{\"name\": \"a\", \"arguments\": {\"k\": 1}}")->arguments_json,
-            "{\"k\":1}");
+            "{\"k\": 1}");
   EXPECT_FALSE(parse_json_tool_call("The answer is {\"name\": 1}"));
   EXPECT_FALSE(parse_json_tool_call("{\"parameters\": {}}"));
   EXPECT_FALSE(parse_json_tool_call("{\"name\": 42}"));
