@@ -425,6 +425,34 @@ TEST(ServerInterceptionRegistry, ChatFollowUpsMatchByCallId) {
 }
 
 // A raw completion continues a paused request only when it extends all of its tokens.
+// A follow-up that sends the paused turn's calls back without its reasoning gets it back,
+// so a template that renders reasoning gives the paused request's tokens again.
+TEST(ServerInterceptionRegistry, FollowUpGetsThePausedTurnsReasoning) {
+  PausedRequest p;
+  ChatMessage generated;
+  generated.role = "assistant";
+  generated.reasoning_content = "The weather tool, then.";
+  generated.tool_calls = {{"call_a", "w", "{}"}};
+  p.request.messages = {{"user", "hi"}, generated};
+  p.call_ids = {"call_a"};
+  ChatMessage sent_back;
+  sent_back.role = "assistant";
+  sent_back.tool_calls = {{"call_a", "w", "{}"}};
+  ChatMessage other = sent_back;
+  other.tool_calls[0].id = "call_other";
+  std::vector<ChatMessage> follow = {{"user", "hi"}, other, sent_back, {"tool", "sunny"}};
+  EXPECT_TRUE(restore_reasoning(follow, p));
+  EXPECT_EQ(follow[2].reasoning_content, "The weather tool, then.");
+  EXPECT_EQ(follow[1].reasoning_content, "");  // another turn's calls
+  EXPECT_FALSE(restore_reasoning(follow, p));  // present now: nothing changes
+  follow[2].reasoning_content = "the client's own";
+  EXPECT_FALSE(restore_reasoning(follow, p));
+  EXPECT_EQ(follow[2].reasoning_content, "the client's own");
+  p.request.messages.back().reasoning_content.clear();
+  std::vector<ChatMessage> plain = {sent_back};
+  EXPECT_FALSE(restore_reasoning(plain, p));  // the turn had no reasoning
+}
+
 TEST(ServerInterceptionRegistry, RawPromptsMustExtendAllTokens) {
   RecordingRegistry rr(0);
   InterceptionRegistry& r = rr.r;

@@ -43,6 +43,12 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
     entry = registry->take_followup(owner, g->cache_namespace, call_ids_of(cr), &superseded);
     release_superseded(superseded);
   }
+  if (entry && restore_reasoning(cr.messages, *entry)) {
+    // The prompt changes where the template renders reasoning: rendered again, so that it is
+    // the paused request's tokens and its KV is reused.
+    if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
+    gr = chat_engine_request(cr, *g);
+  }
   g->chat = std::move(cr);
   if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
     return send_error(res, *e);
@@ -377,6 +383,7 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
   ChatMessage assistant;
   assistant.role = "assistant";
   assistant.content = f.content;
+  assistant.reasoning_content = f.reasoning;
   assistant.tool_calls = f.calls;
   p.request.messages.push_back(std::move(assistant));
   for (const ToolCall& c : f.calls) {
@@ -423,6 +430,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   ChatMessage assistant;
   assistant.role = "assistant";
   assistant.content = f.content;
+  assistant.reasoning_content = f.reasoning;
   assistant.tool_calls = f.calls;
   cr.messages.push_back(assistant);
   // The request stays paused in the engine while the tools run: a real interception.
