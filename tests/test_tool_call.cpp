@@ -151,3 +151,69 @@ TEST(ToolCall, FormatFollowsTheChatTemplate) {
 
 }  // namespace
 }  // namespace infercept
+
+#include "engine/request.h"
+
+namespace infercept {
+namespace {
+
+// A vocabulary of single characters and Mistral's control tokens: the engine renders a
+// format's control-token markers when the request reads calls (left out otherwise), and a
+// Mistral turn's call pauses the request at the end of the turn.
+TEST(ToolCall, EngineRendersControlMarkersAndPausesAtAMistralCall) {
+  TokenizerSpec spec;
+  spec.kind = TokenizerKind::byte_bpe;
+  for (char c : std::string("abcdefghijklmnopqrstuvwxyz_{}[]\":,.0123456789"))
+    spec.tokens.push_back(std::string(1, c));
+  const int32_t n_chars = (int32_t)spec.tokens.size();
+  spec.tokens.insert(spec.tokens.end(), {"[TOOL_CALLS]", "[ARGS]", "</s>"});
+  spec.types.assign(spec.tokens.size(), TokenType::normal);
+  for (int32_t i = n_chars; i < (int32_t)spec.tokens.size(); ++i)
+    spec.types[(size_t)i] = TokenType::control;
+  spec.eos_id = n_chars + 2;
+  auto tok = Tokenizer::create(spec);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const TurnFormat format{ToolCallFormat::mistral, false};
+  std::vector<int32_t> markers;
+  for (const std::string& m : turn_markers(format))
+    if (auto id = (*tok)->token_id(m); id && (*tok)->is_control(*id)) markers.push_back(*id);
+  ASSERT_EQ(markers.size(), 2u);  // [TOOL_CALLS] and [ARGS]; no [CALL_ID] here
+
+  auto ids = [&](const std::string& s) {
+    std::vector<int32_t> v;
+    for (char c : s) v.push_back(*(*tok)->token_id(std::string(1, c)));
+    return v;
+  };
+  std::vector<int32_t> turn = {n_chars};  // [TOOL_CALLS]
+  for (int32_t t : ids("get_weather")) turn.push_back(t);
+  turn.push_back(n_chars + 1);  // [ARGS]
+  for (int32_t t : ids("{\"city\":\"paris\"}")) turn.push_back(t);
+  turn.push_back(spec.eos_id);
+
+  for (bool reads_calls : {true, false}) {
+    GenerateRequest req;
+    req.prompt = ids("hi");
+    req.params.max_tokens = 100;
+    req.pause_at_tool_turn_end = reads_calls;
+    Request r(1, req, 1, **tok, format, markers, 0.0);
+    std::string text;
+    TokenOutcome last;
+    for (int32_t t : turn) {
+      r.seq.tokens.push_back(t);
+      RequestOutput out;
+      last = r.on_token(t, 1000, out);
+      text += out.text;
+    }
+    if (reads_calls) {
+      EXPECT_EQ(text, "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"paris\"}");
+      EXPECT_EQ(last.kind, TokenOutcome::Kind::pause);
+      EXPECT_EQ(last.pause.tool, "get_weather");
+    } else {
+      EXPECT_EQ(text, "get_weather{\"city\":\"paris\"}");  // control tokens left out
+      EXPECT_EQ(last.kind, TokenOutcome::Kind::finish);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace infercept
