@@ -172,6 +172,43 @@ inline std::vector<json> sse_events(const std::string& body, bool* saw_done = nu
   return out;
 }
 
+// A streamed chat answer as a client accumulates it: content appended, tool calls by index
+// (the chunk that opens one has its id, type and name; later ones add to its arguments).
+struct StreamedTurn {
+  std::string content;
+  json calls = json::array();  // [{"id", "type", "function": {"name", "arguments"}}]
+  json last;                   // the chunk with the finish_reason
+  int call_chunks = 0;         // chunks that carried tool_calls
+};
+inline StreamedTurn accumulate_stream(const std::vector<json>& events) {
+  StreamedTurn t;
+  for (const json& e : events) {
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    const json& d = c["delta"];
+    if (d.contains("content") && d["content"].is_string())
+      t.content += d["content"].get<std::string>();
+    if (d.contains("tool_calls")) {
+      ++t.call_chunks;
+      for (const json& tc : d["tool_calls"]) {
+        const size_t i = tc["index"].get<size_t>();
+        while (t.calls.size() <= i)
+          t.calls.push_back(
+              {{"id", ""}, {"type", ""}, {"function", {{"name", ""}, {"arguments", ""}}}});
+        json& call = t.calls[i];
+        if (tc.contains("id")) call["id"] = tc["id"];
+        if (tc.contains("type")) call["type"] = tc["type"];
+        if (tc["function"].contains("name")) call["function"]["name"] = tc["function"]["name"];
+        if (tc["function"].contains("arguments"))
+          call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() +
+                                          tc["function"]["arguments"].get<std::string>();
+      }
+    }
+    if (!c["finish_reason"].is_null()) t.last = e;
+  }
+  return t;
+}
+
 // A conversation that SmolLM2-135M answers with a get_weather call when told to call it
 // (tool_choice named): one earlier exchange shows the format.
 inline json weather_tools() {

@@ -138,6 +138,31 @@ def main():
         cached = second.usage.prompt_tokens_details.cached_tokens
         check(cached > 0, f"the follow-up resumed the paused request (cached_tokens = {cached})")
 
+        # The same tool turn streamed, through the SDK's stream helper: the call's name comes
+        # first, its arguments in pieces; what accumulates is the plain answer's call.
+        stream_api = getattr(c.chat.completions, "stream", None) or c.beta.chat.completions.stream
+        kinds = []
+        with stream_api(model=model, messages=HISTORY, tools=TOOLS, tool_choice=NAMED, temperature=0,
+                        max_tokens=40) as st:
+            for ev in st:
+                if ev.type == "tool_calls.function.arguments.delta":
+                    kinds.append(("args", ev.name, ev.arguments_delta))
+                elif ev.type == "tool_calls.function.arguments.done":
+                    kinds.append(("done", ev.name, ev.arguments))
+            streamed = st.get_final_completion()
+        deltas = [k for k in kinds if k[0] == "args"]
+        check(len(deltas) > 1 and all(k[1] == "get_weather" for k in deltas),
+              f"streamed: the name first, the arguments in {len(deltas)} pieces")
+        check(kinds[-1][0] == "done" and isinstance(json.loads(kinds[-1][2]), dict), "streamed arguments parse")
+        scall = streamed.choices[0].message.tool_calls[0]
+        check(streamed.choices[0].finish_reason == "tool_calls" and scall.function.name == call.function.name
+              and scall.function.arguments == call.function.arguments,
+              "the streamed call is the plain one")
+        resumed_stream = c.chat.completions.create(model=model, messages=follow_up(streamed), tools=TOOLS,
+                                                   temperature=0, max_tokens=24)
+        check(resumed_stream.usage.prompt_tokens_details.cached_tokens > 0,
+              "the streamed call's id resumes the paused request")
+
         off = Server(args.binary, args.model, "--no-interception", "--prefix-cache", "off")
         f1 = tool_turn(off.client, model)
         f2 = off.client.chat.completions.create(model=model, messages=follow_up(f1), tools=TOOLS, temperature=0,

@@ -17,14 +17,18 @@
 namespace infercept::server {
 namespace {
 
-// What a client of the stream sees as content: everything the filter let out as the turn
-// came, then the rest of the final content.
+// What a client of the stream sees as content: the content deltas as the turn came and at
+// its end.
 std::string streamed_content(const std::string& turn, ChatTemplateKind kind, size_t piece) {
-  ToolTextFilter f(kind, true);
+  ChatTurnStreamer f(TurnFormat{tool_call_format(kind), false}, true);
+  std::vector<json> deltas;
+  for (size_t i = 0; i < turn.size(); i += piece)
+    for (json& d : f.push(turn.substr(i, piece))) deltas.push_back(std::move(d));
+  for (json& d : f.finish()) deltas.push_back(std::move(d));
   std::string out;
-  for (size_t i = 0; i < turn.size(); i += piece) out += f.push(turn.substr(i, piece));
-  const AssistantTurn t = parse_assistant_turn(turn, kind);
-  return out + (t.content.size() > f.emitted() ? t.content.substr(f.emitted()) : "");
+  for (const json& d : deltas)
+    if (d.contains("content")) out += d["content"].get<std::string>();
+  return out;
 }
 
 TEST(ServerToolParser, CallsGetIdsAndContentIsTheRest) {
@@ -34,7 +38,7 @@ TEST(ServerToolParser, CallsGetIdsAndContentIsTheRest) {
       ChatTemplateKind::chatml);
   ASSERT_EQ(t.calls.size(), 1u);
   EXPECT_EQ(t.calls[0].name, "get_weather");
-  EXPECT_EQ(t.calls[0].arguments_json, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(t.calls[0].arguments_json, "{\"city\": \"Paris\"}");
   EXPECT_EQ(t.calls[0].id.rfind("call_", 0), 0u);
   EXPECT_EQ(t.content, "Let me look.");
 }
@@ -77,6 +81,106 @@ TEST(ServerToolParser, MalformedJsonTurnIsContentStreamedOrNot) {
   ASSERT_EQ(ok.calls.size(), 2u);
   EXPECT_EQ(ok.calls[1].name, "g");
   EXPECT_EQ(ok.content, "");
+}
+
+// A client's view of a streamed chat turn, accumulated as the openai SDK does: content and
+// reasoning appended, tool calls by index (the first chunk of one has its id, type and name,
+// the later ones pieces of its arguments).
+struct Accumulated {
+  std::string content, reasoning;
+  std::vector<ToolCall> calls;
+  bool name_before_arguments_done = true;
+};
+
+void accumulate(Accumulated& a, const json& d) {
+  if (d.contains("content")) a.content += d["content"].get<std::string>();
+  if (d.contains("reasoning_content")) a.reasoning += d["reasoning_content"].get<std::string>();
+  if (!d.contains("tool_calls")) return;
+  for (const json& c : d["tool_calls"]) {
+    const size_t i = c["index"].get<size_t>();
+    if (c.contains("id")) {
+      ASSERT_EQ(i, a.calls.size()) << d.dump();  // a new call takes the next index
+      EXPECT_EQ(c["type"], "function");
+      a.calls.push_back({c["id"], c["function"]["name"], ""});
+    }
+    ASSERT_LT(i, a.calls.size()) << d.dump();  // arguments only after the name
+    a.calls[i].arguments_json += c["function"]["arguments"].get<std::string>();
+  }
+}
+
+// Streamed in pieces of every size, a turn adds up to what the whole-turn parse reports, the
+// calls with the ids they were streamed with; the name comes in a chunk before the last piece
+// of the arguments.
+TEST(ServerToolParser, StreamedDeltasAddUpToTheWholeTurn) {
+  const struct {
+    std::string turn;
+    TurnFormat format;
+  } cases[] = {
+      {"Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+       "{\"tz\": \"CET\"}}\n</tool_call>",
+       {ToolCallFormat::hermes, false}},
+      {"<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"x\"}}; {\"name\": "
+       "\"calc\", \"parameters\": {\"e\": \"1+2\"}}",
+       {ToolCallFormat::json_turn, false}},
+      {"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+       {ToolCallFormat::mistral, false}},
+      {"<think>\nThe weather, then.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"w\", "
+       "\"arguments\": {}}\n</tool_call>",
+       {ToolCallFormat::hermes, true}},
+      {"No calls here, <b>just</b> text.  ", {ToolCallFormat::hermes, false}},
+  };
+  for (const auto& c : cases) {
+    for (size_t piece : {1, 2, 5, 7, 1000}) {
+      ChatTurnStreamer s(c.format, true);
+      Accumulated a;
+      for (size_t i = 0; i < c.turn.size(); i += piece)
+        for (const json& d : s.push(c.turn.substr(i, piece))) {
+          accumulate(a, d);
+          if (piece == 1 && d.contains("tool_calls") && d["tool_calls"][0].contains("id"))
+            // The name went out while the rest of the turn was still to come.
+            EXPECT_LT(i + 1, c.turn.size());
+        }
+      for (const json& d : s.finish()) accumulate(a, d);
+      AssistantTurn whole = parse_assistant_turn(c.turn, c.format);
+      s.assign_ids(whole.calls);
+      EXPECT_EQ(a.content, whole.content) << c.turn;
+      EXPECT_EQ(a.reasoning, whole.reasoning) << c.turn;
+      ASSERT_EQ(a.calls.size(), whole.calls.size()) << c.turn;
+      for (size_t i = 0; i < a.calls.size(); ++i) {
+        EXPECT_EQ(a.calls[i].id, whole.calls[i].id);
+        EXPECT_EQ(a.calls[i].name, whole.calls[i].name);
+        EXPECT_EQ(a.calls[i].arguments_json, whole.calls[i].arguments_json);
+        EXPECT_TRUE(json::parse(a.calls[i].arguments_json).is_object());
+      }
+      size_t first = 9;
+      EXPECT_TRUE(s.held_calls(whole.calls, &first).empty());
+    }
+  }
+}
+
+// Calls to server-side tools are held back, with every call after one; the turn's end says
+// which the client gets (held_calls), at the next indexes.
+TEST(ServerToolParser, ServerToolCallsAreHeldBack) {
+  const std::string turn =
+      "<tool_call>{\"name\": \"client\", \"arguments\": {}}</tool_call><tool_call>{\"name\": "
+      "\"calculator\", \"arguments\": {\"expression\": \"1\"}}</tool_call><tool_call>"
+      "{\"name\": \"client\", \"arguments\": {\"b\": 2}}</tool_call>";
+  ChatTurnStreamer s({ToolCallFormat::hermes, false}, true, {"calculator"});
+  Accumulated a;
+  for (const json& d : s.push(turn)) accumulate(a, d);
+  for (const json& d : s.finish()) accumulate(a, d);
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].name, "client");
+  AssistantTurn whole = parse_assistant_turn(turn, TurnFormat{});
+  s.assign_ids(whole.calls);
+  EXPECT_EQ(whole.calls[0].id, a.calls[0].id);
+  size_t first = 0;
+  const std::vector<ToolCall> held = s.held_calls(whole.calls, &first);
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(first, 1u);
+  EXPECT_EQ(held[0].name, "calculator");
+  EXPECT_EQ(held[1].arguments_json, "{\"b\": 2}");
 }
 
 TEST(ServerStream, ChunksAndEventFraming) {
@@ -321,6 +425,34 @@ TEST(ServerInterceptionRegistry, ChatFollowUpsMatchByCallId) {
 }
 
 // A raw completion continues a paused request only when it extends all of its tokens.
+// A follow-up that sends the paused turn's calls back without its reasoning gets it back,
+// so a template that renders reasoning gives the paused request's tokens again.
+TEST(ServerInterceptionRegistry, FollowUpGetsThePausedTurnsReasoning) {
+  PausedRequest p;
+  ChatMessage generated;
+  generated.role = "assistant";
+  generated.reasoning_content = "The weather tool, then.";
+  generated.tool_calls = {{"call_a", "w", "{}"}};
+  p.request.messages = {{"user", "hi"}, generated};
+  p.call_ids = {"call_a"};
+  ChatMessage sent_back;
+  sent_back.role = "assistant";
+  sent_back.tool_calls = {{"call_a", "w", "{}"}};
+  ChatMessage other = sent_back;
+  other.tool_calls[0].id = "call_other";
+  std::vector<ChatMessage> follow = {{"user", "hi"}, other, sent_back, {"tool", "sunny"}};
+  EXPECT_TRUE(restore_reasoning(follow, p));
+  EXPECT_EQ(follow[2].reasoning_content, "The weather tool, then.");
+  EXPECT_EQ(follow[1].reasoning_content, "");  // another turn's calls
+  EXPECT_FALSE(restore_reasoning(follow, p));  // present now: nothing changes
+  follow[2].reasoning_content = "the client's own";
+  EXPECT_FALSE(restore_reasoning(follow, p));
+  EXPECT_EQ(follow[2].reasoning_content, "the client's own");
+  p.request.messages.back().reasoning_content.clear();
+  std::vector<ChatMessage> plain = {sent_back};
+  EXPECT_FALSE(restore_reasoning(plain, p));  // the turn had no reasoning
+}
+
 TEST(ServerInterceptionRegistry, RawPromptsMustExtendAllTokens) {
   RecordingRegistry rr(0);
   InterceptionRegistry& r = rr.r;

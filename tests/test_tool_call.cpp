@@ -18,7 +18,7 @@ TEST(ToolCall, HermesCompleteCallIsFoundWithNameAndArguments) {
       "\"Paris\"}}\n</tool_call>");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->name, "get_weather");
-  EXPECT_EQ(c->arguments_json, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(c->arguments_json, "{\"city\": \"Paris\"}");  // as the model wrote it
 }
 
 TEST(ToolCall, HermesIncompleteOrAbsentIsNotACall) {
@@ -51,7 +51,7 @@ TEST(ToolCall, HermesMalformedBlockThenACallBothAgree) {
   ParsedTurn turn = parse_tool_turn(text, kHermes);
   ASSERT_EQ(turn.calls.size(), 1u);
   EXPECT_EQ(turn.calls[0].name, "search");
-  EXPECT_EQ(turn.calls[0].arguments_json, "{\"q\":\"x\"}");
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"q\": \"x\"}");
   EXPECT_EQ(turn.content, "<tool_call>oops</tool_call>");  // the malformed block, as text
   // An opening tag inside a malformed block does not hide the call after it.
   const std::string nested = "<tool_call>bad <tool_call>{\"name\": \"a\"}</tool_call>";
@@ -69,7 +69,7 @@ TEST(ToolCall, HermesWholeTurnContentAndSeveralCalls) {
       "</tool_call>\n",
       kHermes);
   ASSERT_EQ(turn.calls.size(), 2u);
-  EXPECT_EQ(turn.calls[0].arguments_json, "{\"b\":1,\"a\":2}");  // the model's key order
+  EXPECT_EQ(turn.calls[0].arguments_json, "{\"b\": 1, \"a\": 2}");  // as the model wrote it
   EXPECT_EQ(turn.calls[1].name, "v");
   EXPECT_EQ(turn.calls[1].arguments_json, "{\"x\": 1}");  // a string is taken as the text
   EXPECT_EQ(turn.content, "Checking both.");
@@ -103,14 +103,14 @@ TEST(ToolCall, Llama3JsonTurn) {
       " {\"name\": \"search\", \"parameters\": {\"q\": \"tallest mountain\"}} ");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->name, "search");
-  EXPECT_EQ(c->arguments_json, "{\"q\":\"tallest mountain\"}");
+  EXPECT_EQ(c->arguments_json, "{\"q\": \"tallest mountain\"}");
   auto p = parse_json_tool_call("<|python_tag|>{\"name\": \"calc\"}");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->name, "calc");
   EXPECT_EQ(p->arguments_json, "{}");
   // "arguments" is read when "parameters" is absent (Llama 2 and models that mix them up).
   EXPECT_EQ(parse_json_tool_call("{\"name\": \"a\", \"arguments\": {\"k\": 1}}")->arguments_json,
-            "{\"k\":1}");
+            "{\"k\": 1}");
   EXPECT_FALSE(parse_json_tool_call("The answer is {\"name\": 1}"));
   EXPECT_FALSE(parse_json_tool_call("{\"parameters\": {}}"));
   EXPECT_FALSE(parse_json_tool_call("{\"name\": 42}"));
@@ -147,6 +147,72 @@ TEST(ToolCall, FormatFollowsTheChatTemplate) {
   // A Hermes block is not a call in a JSON-turn format, and the other way round.
   EXPECT_TRUE(parse_tool_turn("<tool_call>{\"name\": \"a\"}</tool_call>", kJson).calls.empty());
   EXPECT_TRUE(parse_tool_turn("{\"name\": \"a\"}", kHermes).calls.empty());
+}
+
+}  // namespace
+}  // namespace infercept
+
+#include "engine/request.h"
+
+namespace infercept {
+namespace {
+
+// A vocabulary of single characters and Mistral's control tokens: the engine renders a
+// format's control-token markers when the request reads calls (left out otherwise), and a
+// Mistral turn's call pauses the request at the end of the turn.
+TEST(ToolCall, EngineRendersControlMarkersAndPausesAtAMistralCall) {
+  TokenizerSpec spec;
+  spec.kind = TokenizerKind::byte_bpe;
+  for (char c : std::string("abcdefghijklmnopqrstuvwxyz_{}[]\":,.0123456789"))
+    spec.tokens.push_back(std::string(1, c));
+  const int32_t n_chars = (int32_t)spec.tokens.size();
+  spec.tokens.insert(spec.tokens.end(), {"[TOOL_CALLS]", "[ARGS]", "</s>"});
+  spec.types.assign(spec.tokens.size(), TokenType::normal);
+  for (int32_t i = n_chars; i < (int32_t)spec.tokens.size(); ++i)
+    spec.types[(size_t)i] = TokenType::control;
+  spec.eos_id = n_chars + 2;
+  auto tok = Tokenizer::create(spec);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const TurnFormat format{ToolCallFormat::mistral, false};
+  std::vector<int32_t> markers;
+  for (const std::string& m : turn_markers(format))
+    if (auto id = (*tok)->token_id(m); id && (*tok)->is_control(*id)) markers.push_back(*id);
+  ASSERT_EQ(markers.size(), 2u);  // [TOOL_CALLS] and [ARGS]; no [CALL_ID] here
+
+  auto ids = [&](const std::string& s) {
+    std::vector<int32_t> v;
+    for (char c : s) v.push_back(*(*tok)->token_id(std::string(1, c)));
+    return v;
+  };
+  std::vector<int32_t> turn = {n_chars};  // [TOOL_CALLS]
+  for (int32_t t : ids("get_weather")) turn.push_back(t);
+  turn.push_back(n_chars + 1);  // [ARGS]
+  for (int32_t t : ids("{\"city\":\"paris\"}")) turn.push_back(t);
+  turn.push_back(spec.eos_id);
+
+  for (bool reads_calls : {true, false}) {
+    GenerateRequest req;
+    req.prompt = ids("hi");
+    req.params.max_tokens = 100;
+    req.pause_at_tool_turn_end = reads_calls;
+    Request r(1, req, 1, **tok, format, markers, 0.0);
+    std::string text;
+    TokenOutcome last;
+    for (int32_t t : turn) {
+      r.seq.tokens.push_back(t);
+      RequestOutput out;
+      last = r.on_token(t, 1000, out);
+      text += out.text;
+    }
+    if (reads_calls) {
+      EXPECT_EQ(text, "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"paris\"}");
+      EXPECT_EQ(last.kind, TokenOutcome::Kind::pause);
+      EXPECT_EQ(last.pause.tool, "get_weather");
+    } else {
+      EXPECT_EQ(text, "get_weather{\"city\":\"paris\"}");  // control tokens left out
+      EXPECT_EQ(last.kind, TokenOutcome::Kind::finish);
+    }
+  }
 }
 
 }  // namespace

@@ -117,6 +117,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   } else if (!config.chat_template.empty()) {
     return t.error();
   }
+  e->turn_format_ = infercept::turn_format(e->chat_template_, config.chat_template,
+                                           e->tokenizer_->spec().chat_template);
+  for (const std::string& m : turn_markers(e->turn_format_))
+    if (auto id = e->tokenizer_->token_id(m); id && e->tokenizer_->is_control(*id))
+      e->marker_ids_.push_back(*id);
   if (config.block_size <= 0 || config.max_tokens_per_step <= 0 || config.max_seqs <= 0)
     return make_error("block size, tokens per step and sequences per step must be positive");
   if (config.max_partial_prefills < 1 || config.long_prefill_tokens < 0)
@@ -292,7 +297,7 @@ void EngineCore::add_validated(GenerateRequest req, uint64_t id) {
   CHECK(active_.find(id) == active_.end());
   next_id_ = std::max(next_id_, id + 1);
   auto r = std::make_unique<Request>(id, std::move(req), config_.seed + id * 0x9e3779b97f4a7c15ull,
-                                     *tokenizer_, tool_call_format(chat_template_.kind), now());
+                                     *tokenizer_, turn_format_, marker_ids_, now());
   scheduler_->add(&r->seq);
   active_.emplace(id, std::move(r));
 }

@@ -26,6 +26,7 @@
 #include "engine/sampling.h"
 #include "engine/step_loop.h"
 #include "engine/stop_matcher.h"
+#include "engine/tool_call.h"
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
 #include "model/llama.h"
@@ -136,6 +137,10 @@ struct GenerateRequest {
   // Text of the turn that is already in the prompt (a generation made to start inside a
   // tool call): the tool-call triggers see it in front of the generated text.
   std::string turn_prefix;
+  // The turn may hold tool calls read from its text: the format's marker tokens that are
+  // control tokens ([TOOL_CALLS], <|python_tag|>) are rendered in the output text (they are
+  // left out otherwise). Implied by detect_tool_calls and pause_at_tool_turn_end.
+  bool tool_call_text = false;
   // Expected tool durations (seconds) by tool name, given to the oracle estimator when the
   // request pauses on that tool.
   std::unordered_map<std::string, double> tool_duration_hints;
@@ -225,6 +230,8 @@ class EngineCore {
   const ModelConfig& model_config() const { return source_->config(); }
   const ModelSource& model_source() const { return *source_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
+  // How the model writes a turn: its tool-call format and reasoning blocks (turn_format()).
+  const TurnFormat& turn_format() const { return turn_format_; }
   const EngineConfig& config() const { return config_; }
   const EngineStats& stats() const { return stats_; }
   int64_t max_context() const { return max_context_; }
@@ -258,6 +265,8 @@ class EngineCore {
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatTemplate chat_template_;
+  TurnFormat turn_format_;
+  std::vector<int32_t> marker_ids_;  // turn_format_'s markers that are control tokens
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvStorage> kv_;

@@ -7,9 +7,10 @@
 namespace infercept {
 
 Request::Request(uint64_t id, GenerateRequest req, uint64_t seed, const Tokenizer& tokenizer,
-                 ToolCallFormat tool_format, double arrival_time)
+                 TurnFormat tool_format, const std::vector<int32_t>& markers, double arrival_time)
     : tokenizer_(tokenizer),
       tool_format_(tool_format),
+      markers_(markers),
       sampler_(req.params, seed),
       detok_(tokenizer),
       stops_(req.params.stop) {
@@ -37,6 +38,7 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
   intercept_token_ids_ = std::move(req.intercept_token_ids);
   detect_tool_calls_ = req.detect_tool_calls;
   pause_at_tool_turn_end_ = req.pause_at_tool_turn_end;
+  tool_call_text_ = req.tool_call_text || req.detect_tool_calls || req.pause_at_tool_turn_end;
   tool_hints_ = std::move(req.tool_duration_hints);
   logprobs_ = req.logprobs;
   recent_text_ = std::move(req.turn_prefix);
@@ -93,8 +95,9 @@ std::optional<InterceptionInfo> Request::fired_trigger() {
       info.tool = str;
       return info;
     }
-  if (detect_tool_calls_)
-    if (auto call = find_hermes_tool_call(recent_text_)) {
+  // A call completes with the '>' of its closing tag: only then is the turn read again.
+  if (detect_tool_calls_ && piece_closes_)
+    if (auto call = find_tool_call(recent_text_, tool_format_)) {
       info.tool = call->name;
       info.hint = hint_of(info.tool);
       return info;
@@ -120,12 +123,21 @@ TokenOutcome Request::on_token(int32_t token, int64_t limit, RequestOutput& out)
     // call pauses at its closing tag: fired_trigger). Malformed calls are text.
     const ParsedTurn turn = parse_tool_turn(recent_text_, tool_format_);
     if (!turn.calls.empty() &&
-        (pause_at_tool_turn_end_ || tool_format_ == ToolCallFormat::json_turn)) {
+        (pause_at_tool_turn_end_ || tool_format_.calls != ToolCallFormat::hermes)) {
       json_tool_call_ = turn.calls.front().name;
       reason = FinishReason::none;
     }
   }
-  const std::string piece_text = is_stop_token ? std::string() : detok_.push(token);
+  std::string piece_text;
+  if (!is_stop_token) {
+    // A call's marker that is a control token ([TOOL_CALLS], <|python_tag|>) is text here:
+    // the calls are read from the text.
+    const bool marker = tool_call_text_ && !markers_.empty() &&
+                        std::find(markers_.begin(), markers_.end(), token) != markers_.end();
+    piece_text = marker ? detok_.flush() + tokenizer_.token_to_bytes(token, /*render_special=*/true)
+                        : detok_.push(token);
+  }
+  piece_closes_ = piece_text.find('>') != std::string::npos;
   if (!intercept_strings_.empty() || detect_tool_calls_ || pause_at_tool_turn_end_)
     recent_text_ += piece_text;
   auto piece = stops_.push(piece_text);

@@ -23,9 +23,10 @@ namespace infercept {
 class Request {
  public:
   // A request `id` from `req` (prompt, parameters, triggers); its sampler is seeded with
-  // `seed`; `tool_format` is how the model writes tool calls (its chat template's).
+  // `seed`; `tool_format` is how the model writes tool calls (its chat template's), and
+  // `markers` its marker tokens that are control tokens (rendered when calls are read).
   Request(uint64_t id, GenerateRequest req, uint64_t seed, const Tokenizer& tokenizer,
-          ToolCallFormat tool_format, double arrival_time);
+          TurnFormat tool_format, const std::vector<int32_t>& markers, double arrival_time);
 
   // The request starts over as `req` would (a paused request continued by a new request):
   // new prompt, parameters, triggers and counts; the sequence keeps its id, its place and
@@ -57,7 +58,8 @@ class Request {
   std::optional<InterceptionInfo> fired_trigger();
 
   const Tokenizer& tokenizer_;
-  ToolCallFormat tool_format_;
+  TurnFormat tool_format_;
+  const std::vector<int32_t>& markers_;
   SamplingParams params_;
   Sampler sampler_;
   StreamingDetokenizer detok_;
@@ -70,6 +72,8 @@ class Request {
   std::vector<int32_t> intercept_token_ids_;
   bool detect_tool_calls_ = false;
   bool pause_at_tool_turn_end_ = false;
+  bool tool_call_text_ = false;  // markers rendered (GenerateRequest::tool_call_text)
+  bool piece_closes_ = false;    // the last piece holds a '>' (a </tool_call> may be complete)
   std::unordered_map<std::string, double> tool_hints_;
   int32_t logprobs_ = -1;
   int64_t kept_tokens_ = 0;

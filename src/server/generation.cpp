@@ -27,6 +27,7 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
                              "--chat-template chatml|llama3|llama2 or use /v1/completions"));
   auto g = new_generation(Endpoint::chat, "chatcmpl-", owner);
   g->kind = core->chat_template().kind;
+  g->format = core->turn_format();
   g->cache_namespace = cache_namespace(owner, cr.cache);
   if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error(res, *e);
   if (auto e = check_tool_choice(cr)) return send_error(res, *e);
@@ -41,6 +42,12 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
     std::vector<PausedLease> superseded;
     entry = registry->take_followup(owner, g->cache_namespace, call_ids_of(cr), &superseded);
     release_superseded(superseded);
+  }
+  if (entry && restore_reasoning(cr.messages, *entry)) {
+    // The prompt changes where the template renders reasoning: rendered again, so that it is
+    // the paused request's tokens and its KV is reused.
+    if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
+    gr = chat_engine_request(cr, *g);
   }
   g->chat = std::move(cr);
   if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
@@ -131,8 +138,8 @@ std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Ge
   g.include_usage = cr.include_usage;
   g.logprobs = cr.logprobs;
   g.return_token_ids = cr.return_token_ids;
-  g.filter = ToolTextFilter(g.kind, g.tools_active);
-  (void)g.filter.push(g.forced_prefix);
+  g.streamer = ChatTurnStreamer(g.format, g.tools_active, g.server_tool_names);
+  g.stream_ahead = g.streamer.push(g.forced_prefix);
   // Message content is text (special tokens only from the template); rendering stops past
   // what the context could hold (each token stands for max_token_bytes() at most).
   const size_t prompt_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
@@ -157,6 +164,7 @@ GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Gen
   gr.params = cr.params;
   gr.pause_at_tool_turn_end = g.keep_paused || (g.tools_active && !g.server_tool_names.empty());
   gr.turn_prefix = g.forced_prefix;
+  gr.tool_call_text = g.tools_active;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
   gr.cache_namespace = g.cache_namespace;
@@ -329,15 +337,19 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
   return f;
 }
 
-// The turn's content and calls (parse_assistant_turn: a malformed call is content), or the
-// call intercept_after_tokens scripted.
+// The turn's content, reasoning and calls (parse_assistant_turn: a malformed call is
+// content; a streamed call keeps the id it went out with), or the call
+// intercept_after_tokens scripted.
 void HttpServer::Impl::read_turn(const Generation& g, FinalTurn& f) const {
   AssistantTurn turn;
-  if (g.endpoint == Endpoint::chat && g.tools_active)
-    turn = parse_assistant_turn(g.forced_prefix + g.text, g.kind);
-  else
+  if (g.endpoint == Endpoint::chat) {
+    turn = parse_assistant_turn(g.forced_prefix + g.text, g.format, g.tools_active);
+    if (g.stream) g.streamer.assign_ids(turn.calls);
+  } else {
     turn.content = g.text;
+  }
   f.content = turn.content;
+  f.reasoning = turn.reasoning;
   f.calls = turn.calls;
   if (g.intercepted && f.calls.empty() && !g.scripted_tool.empty()) {
     // intercept_after_tokens: the turn's tokens were generated; it ends in the scripted call.
@@ -371,6 +383,7 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
   ChatMessage assistant;
   assistant.role = "assistant";
   assistant.content = f.content;
+  assistant.reasoning_content = f.reasoning;
   assistant.tool_calls = f.calls;
   p.request.messages.push_back(std::move(assistant));
   for (const ToolCall& c : f.calls) {
@@ -417,6 +430,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   ChatMessage assistant;
   assistant.role = "assistant";
   assistant.content = f.content;
+  assistant.reasoning_content = f.reasoning;
   assistant.tool_calls = f.calls;
   cr.messages.push_back(assistant);
   // The request stays paused in the engine while the tools run: a real interception.
@@ -484,7 +498,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   g.done = false;
   g.finalized = false;
   g.forced_prefix.clear();
-  g.filter = ToolTextFilter(g.kind, true);
+  g.streamer = ChatTurnStreamer(g.format, true, g.server_tool_names);
   g.server_rounds++;
   return std::nullopt;
 }
@@ -492,6 +506,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
 json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) const {
   json msg = {{"role", "assistant"}};
   msg["content"] = f.calls.empty() || !f.content.empty() ? json(f.content) : json(nullptr);
+  if (!f.reasoning.empty()) msg["reasoning_content"] = f.reasoning;
   if (!f.calls.empty()) msg["tool_calls"] = tool_calls_json(f.calls);
   json choice = {{"index", 0}, {"message", msg}, {"finish_reason", f.finish_reason}};
   choice["logprobs"] = g.logprobs >= 0 ? chat_logprobs_json(g.lps) : json(nullptr);

@@ -100,31 +100,58 @@ class GenerationProducer : public ResponseProducer {
         res.body += progress_event(item->out.text, new_lps);
         continue;
       }
-      // The turn is over.
+      // The turn is over: the rest of its deltas are decided before it is read whole, so
+      // that the calls it reports carry the ids they were streamed with.
+      std::vector<json> last;
+      if (g.endpoint == Endpoint::chat && g.finish != FinishReason::abort) {
+        last = turn_deltas(item->out.text);
+        for (json& d : g.streamer.finish()) last.push_back(std::move(d));
+      }
       FinalTurn f = s_.finalize(g);
       if (f.server_round) {
-        // The turn's content went out already; the calls run here, the next turn streams on.
+        // Every call is the server's: the turn's text goes out, the calls run here (none
+        // was streamed), the next turn streams on.
+        res.body += delta_events(last, new_lps);
         if (auto e = s_.server_tool_round(g, f))
           f.error = e;
         else
           continue;
       }
       res.body += f.error ? sse_event(error_body(*f.error)) + sse_done()
-                          : final_events(f, item->out.text, new_lps);
+                          : final_events(f, last, item->out.text, new_lps);
       return true;
     }
   }
 
-  // The event for new text (and logprobs) while the turn goes on; "" when there is nothing
-  // to send yet (chat content held back as a possible tool call).
+  // A chat turn's deltas for new text (with the forced prefix's, the first time).
+  std::vector<json> turn_deltas(const std::string& text) {
+    Generation& g = *g_;
+    std::vector<json> d = std::move(g.stream_ahead);
+    g.stream_ahead.clear();
+    for (json& x : g.streamer.push(text)) d.push_back(std::move(x));
+    return d;
+  }
+
+  // Chat chunks for deltas; the new tokens' logprobs ride on the first (on a content chunk
+  // of their own when there is no delta).
+  std::string delta_events(const std::vector<json>& deltas,
+                           const std::vector<TokenInfo>& new_lps) const {
+    std::string out;
+    json lps = g_->logprobs >= 0 && !new_lps.empty() ? chat_logprobs(new_lps) : json(nullptr);
+    if (deltas.empty() && !lps.is_null())
+      return sse_event(stream_chunk(header(), chat_chunk_choice({{"content", ""}}, lps)));
+    for (const json& d : deltas) {
+      out += sse_event(stream_chunk(header(), chat_chunk_choice(d, lps)));
+      lps = nullptr;
+    }
+    return out;
+  }
+
+  // The events for new text (and logprobs) while the turn goes on; "" when there is nothing
+  // to send yet (text held back as a possible call marker, a call's head).
   std::string progress_event(const std::string& text, const std::vector<TokenInfo>& new_lps) {
     Generation& g = *g_;
-    if (g.endpoint == Endpoint::chat) {
-      const std::string piece = g.filter.push(text);
-      if (piece.empty() && new_lps.empty()) return {};
-      return sse_event(
-          stream_chunk(header(), chat_chunk_choice({{"content", piece}}, chat_logprobs(new_lps))));
-    }
+    if (g.endpoint == Endpoint::chat) return delta_events(turn_deltas(text), new_lps);
     if (text.empty() && new_lps.empty()) return {};
     json choice = completion_chunk_choice(text, completion_logprobs(new_lps));
     with_prompt_ids(choice);
@@ -134,10 +161,10 @@ class GenerationProducer : public ResponseProducer {
   }
 
   // The end of the stream: the rest of the turn, the finish, the usage when asked, [DONE].
-  std::string final_events(const FinalTurn& f, const std::string& last_text,
-                           const std::vector<TokenInfo>& new_lps) {
+  std::string final_events(const FinalTurn& f, const std::vector<json>& last_deltas,
+                           const std::string& last_text, const std::vector<TokenInfo>& new_lps) {
     const Generation& g = *g_;
-    std::string out = g.endpoint == Endpoint::chat ? chat_final_events(f, new_lps)
+    std::string out = g.endpoint == Endpoint::chat ? chat_final_events(f, last_deltas, new_lps)
                                                    : completion_final_event(f, last_text, new_lps);
     if (g.include_usage)
       out += sse_event(usage_chunk(
@@ -145,17 +172,17 @@ class GenerationProducer : public ResponseProducer {
     return out + sse_done();
   }
 
-  // Chat: the content held back that turned out not to be a call, the calls, the finish.
-  std::string chat_final_events(const FinalTurn& f, const std::vector<TokenInfo>& new_lps) {
+  // Chat: the turn's last deltas (what was held back to its end), the calls that were not
+  // streamed (those after a server-side tool's, or a scripted call), the finish.
+  std::string chat_final_events(const FinalTurn& f, const std::vector<json>& last_deltas,
+                                const std::vector<TokenInfo>& new_lps) {
     const Generation& g = *g_;
-    std::string out;
-    const size_t sent = g.filter.emitted();
-    const std::string rest = f.content.size() > sent ? f.content.substr(sent) : std::string();
-    if (!rest.empty() || (g.logprobs >= 0 && !new_lps.empty()))
-      out += sse_event(
-          stream_chunk(header(), chat_chunk_choice({{"content", rest}}, chat_logprobs(new_lps))));
-    if (!f.calls.empty())
-      out += sse_event(stream_chunk(header(), chat_chunk_choice(tool_calls_delta(f.calls))));
+    std::string out = delta_events(last_deltas, new_lps);
+    size_t first_index = 0;
+    const std::vector<ToolCall> held = g.streamer.held_calls(f.calls, &first_index);
+    if (!held.empty())
+      out +=
+          sse_event(stream_chunk(header(), chat_chunk_choice(tool_calls_delta(held, first_index))));
     json last = stream_chunk(header(), chat_chunk_choice(json::object(), nullptr, f.finish_reason));
     if (!f.interception.is_null()) last["interception"] = f.interception;
     if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;

@@ -88,6 +88,7 @@ struct Generation {
   std::string forced_prefix;  // the turn starts with this (tool_choice required/named)
   std::string scripted_tool;  // intercept_after_tokens: the call the turn ends in
   ChatTemplateKind kind = ChatTemplateKind::chatml;
+  TurnFormat format;  // how the model writes calls and reasoning (EngineCore::turn_format)
   std::vector<int32_t> prompt;
   std::string cache_namespace;  // GenerateRequest::cache_namespace (owner, key, salt)
   bool stream = false, include_usage = false, return_token_ids = false;
@@ -106,7 +107,8 @@ struct Generation {
   bool done = false;
   bool finalized = false;
   double t_received = 0.0, t_first = 0.0, t_last = 0.0;
-  ToolTextFilter filter{ChatTemplateKind::chatml, false};
+  ChatTurnStreamer streamer;       // chat streams: the turn's deltas as it comes
+  std::vector<json> stream_ahead;  // deltas of the forced prefix, sent with the first output
   // Server-side tools: which this request may use, and the calls run so far.
   std::set<std::string> server_tool_names;
   int server_rounds = 0;
@@ -119,6 +121,7 @@ struct Generation {
 struct FinalTurn {
   std::string finish_reason;
   std::string content;
+  std::string reasoning;  // reasoning_content
   std::vector<ToolCall> calls;
   json interception;  // null unless the request stays paused
   std::optional<ApiError> error;

@@ -222,4 +222,21 @@ void InterceptionRegistry::remember(const PausedRequest& p, TakeError what) {
   }
 }
 
+bool restore_reasoning(std::vector<ChatMessage>& messages, const PausedRequest& p) {
+  if (p.request.messages.empty()) return false;
+  const ChatMessage& generated = p.request.messages.back();
+  if (generated.role != "assistant" || generated.reasoning_content.empty()) return false;
+  bool changed = false;
+  for (ChatMessage& m : messages) {
+    if (m.role != "assistant" || !m.reasoning_content.empty()) continue;
+    for (const ToolCall& c : m.tool_calls)
+      if (std::find(p.call_ids.begin(), p.call_ids.end(), c.id) != p.call_ids.end()) {
+        m.reasoning_content = generated.reasoning_content;
+        changed = true;
+        break;
+      }
+  }
+  return changed;
+}
+
 }  // namespace infercept::server

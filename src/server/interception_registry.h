@@ -23,6 +23,14 @@
 
 namespace infercept::server {
 
+struct PausedRequest;
+
+// Clients rarely send a turn's reasoning back: an assistant message in `messages` that
+// carries the calls of the paused turn `p` and no reasoning gets the reasoning that turn
+// generated, so that a template that renders reasoning gives the paused request's tokens
+// again. True when a message changed.
+bool restore_reasoning(std::vector<ChatMessage>& messages, const PausedRequest& p);
+
 struct PausedRequest {
   std::string id;  // "icpt_..." (assigned by add)
   std::string owner;

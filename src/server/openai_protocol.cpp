@@ -473,6 +473,9 @@ std::optional<ApiError> parse_messages(const json& arr, const std::string& param
     RETURN_IF_ERROR(parse_content(m, p, msg.content));
     if (msg.role == "assistant") {
       RETURN_IF_ERROR(parse_tool_calls(m, p, msg.tool_calls));
+      std::optional<std::string> reasoning;
+      RETURN_IF_ERROR(opt_string(m, "reasoning_content", p, reasoning));
+      msg.reasoning_content = reasoning.value_or("");
     } else if (field(m, "tool_calls") != nullptr) {
       return invalid_request("only assistant messages carry tool_calls", p + ".tool_calls");
     }

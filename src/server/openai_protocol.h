@@ -140,8 +140,10 @@ json completion_logprobs_json(const std::vector<TokenInfo>& lps, size_t text_off
 
 // --- streaming (stream: true) -------------------------------------------------------------
 // A stream is chunks, each a server-sent event `data: <json>\n\n`, ended by
-// `data: [DONE]\n\n`. Chat: a first chunk with the role, content deltas, the tool calls in
-// one chunk, a last chunk with finish_reason, then the usage chunk when asked.
+// `data: [DONE]\n\n`. Chat: a first chunk with the role, content (and reasoning_content)
+// deltas, each tool call as it is generated (a chunk with its index, id, type and name and
+// arguments "", then chunks with pieces of its arguments), a last chunk with finish_reason,
+// then the usage chunk when asked.
 
 // What every chunk of one response repeats.
 struct StreamHeader {
@@ -160,9 +162,9 @@ json usage_chunk(const StreamHeader& h, json usage);
 json chat_chunk_choice(json delta, json logprobs = nullptr, json finish_reason = nullptr);
 // The first chat delta: {"role": "assistant", "content": ""}.
 json chat_first_delta();
-// The delta with a turn's calls, each complete: {"tool_calls": [{"index", "id", "type",
-// "function": {"name", "arguments"}}]}.
-json tool_calls_delta(const std::vector<ToolCall>& calls);
+// The delta with calls, each complete: {"tool_calls": [{"index", "id", "type",
+// "function": {"name", "arguments"}}]}, indexed from first_index.
+json tool_calls_delta(const std::vector<ToolCall>& calls, size_t first_index = 0);
 // A completion chunk's choice: {"index": 0, "text", "logprobs", "finish_reason"}.
 json completion_chunk_choice(const std::string& text, json logprobs, json finish_reason = nullptr);
 // One server-sent event: "data: " + the JSON + a blank line.

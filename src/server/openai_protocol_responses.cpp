@@ -94,11 +94,11 @@ json chat_first_delta() {
   return {{"role", "assistant"}, {"content", ""}};
 }
 
-json tool_calls_delta(const std::vector<ToolCall>& calls) {
+json tool_calls_delta(const std::vector<ToolCall>& calls, size_t first_index) {
   json arr = json::array();
   for (size_t i = 0; i < calls.size(); ++i)
     arr.push_back(
-        {{"index", i},
+        {{"index", first_index + i},
          {"id", calls[i].id},
          {"type", "function"},
          {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments_json}}}});

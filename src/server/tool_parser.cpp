@@ -1,24 +1,18 @@
 #include "server/tool_parser.h"
 
-#include "engine/tool_call.h"
-
 namespace infercept::server {
 
 namespace {
 
 const std::string kOpen = "<tool_call>";
-const std::string kPythonTag = "<|python_tag|>";
-
-bool is_prefix_of(const std::string& s, const std::string& full) {
-  return s.size() <= full.size() && full.compare(0, s.size(), s) == 0;
-}
 
 }  // namespace
 
-AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kind) {
-  ParsedTurn parsed = parse_tool_turn(text, tool_call_format(kind));
+AssistantTurn parse_assistant_turn(const std::string& text, TurnFormat format, bool calls) {
+  ParsedTurn parsed = parse_tool_turn(text, format, calls);
   AssistantTurn turn;
   turn.content = std::move(parsed.content);
+  turn.reasoning = std::move(parsed.reasoning);
   for (ParsedToolCall& p : parsed.calls) {
     ToolCall c;
     c.id = random_id("call_");
@@ -27,6 +21,10 @@ AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kin
     turn.calls.push_back(std::move(c));
   }
   return turn;
+}
+
+AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kind) {
+  return parse_assistant_turn(text, TurnFormat{tool_call_format(kind), false});
 }
 
 std::string forced_tool_prefix(ChatTemplateKind kind, ToolChoice choice, const std::string& name) {
@@ -41,46 +39,81 @@ std::string forced_tool_prefix(ChatTemplateKind kind, ToolChoice choice, const s
   return "{\"name\": " + name_json + ", \"" + key + "\": ";
 }
 
-std::string ToolTextFilter::push(const std::string& delta) {
-  text_ += delta;
-  if (!active_) {
-    const std::string out = text_.substr(emitted_);
-    emitted_ = text_.size();
-    return out;
-  }
-  if (holding_) return {};
-  if (kind_ == ChatTemplateKind::chatml) {
-    // Everything before an opening tag, minus trailing white space and a partial tag.
-    size_t safe = text_.size();
-    const size_t open = text_.find(kOpen, emitted_);
-    if (open != std::string::npos) {
-      safe = open;
-      holding_ = true;
-    } else {
-      for (size_t k = std::min(kOpen.size() - 1, text_.size()); k > 0; --k)
-        if (text_.compare(text_.size() - k, k, kOpen, 0, k) == 0) {
-          safe = text_.size() - k;
-          break;
+ChatTurnStreamer::ChatTurnStreamer(TurnFormat format, bool calls, std::set<std::string> held)
+    : reader_(format, calls), held_(std::move(held)) {}
+
+std::vector<json> ChatTurnStreamer::push(const std::string& text) {
+  std::vector<TurnEvent> events;
+  reader_.push(text, events);
+  return deltas(events);
+}
+
+std::vector<json> ChatTurnStreamer::finish() {
+  std::vector<TurnEvent> events;
+  reader_.finish(events);
+  return deltas(events);
+}
+
+std::vector<json> ChatTurnStreamer::deltas(std::vector<TurnEvent>& events) {
+  std::vector<json> out;
+  for (TurnEvent& e : events) {
+    switch (e.kind) {
+      case TurnEvent::Kind::content:
+        out.push_back({{"content", std::move(e.text)}});
+        break;
+      case TurnEvent::Kind::reasoning:
+        out.push_back({{"reasoning_content", std::move(e.text)}});
+        break;
+      case TurnEvent::Kind::call_start: {
+        Started s;
+        holding_ = holding_ || held_.count(e.text) != 0;
+        if (!holding_) {
+          s.id = random_id("call_");
+          out.push_back({{"tool_calls",
+                          json::array({{{"index", announced_},
+                                        {"id", s.id},
+                                        {"type", "function"},
+                                        {"function", {{"name", e.text}, {"arguments", ""}}}}})}});
+          ++announced_;
         }
+        started_.push_back(std::move(s));
+        break;
+      }
+      case TurnEvent::Kind::call_arguments: {
+        const Started& s = started_.at((size_t)e.index);
+        if (s.id.empty()) break;
+        // The index the call was announced with: its place among the announced ones.
+        size_t index = 0;
+        for (size_t i = 0; i < (size_t)e.index; ++i) index += started_[i].id.empty() ? 0 : 1;
+        out.push_back(
+            {{"tool_calls", json::array({{{"index", index},
+                                          {"function", {{"arguments", std::move(e.text)}}}}})}});
+        break;
+      }
+      case TurnEvent::Kind::call_end:
+        started_.at((size_t)e.index).valid = e.valid;
+        break;
     }
-    while (safe > emitted_ && std::string(" \t\r\n").find(text_[safe - 1]) != std::string::npos)
-      --safe;
-    if (safe <= emitted_) return {};
-    const std::string out = text_.substr(emitted_, safe - emitted_);
-    emitted_ = safe;
-    return out;
   }
-  // JSON-call templates: a turn that starts like a call is held back whole.
-  const size_t b = text_.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const std::string head = text_.substr(b);
-  if (head.front() == '{' || is_prefix_of(head, kPythonTag) || head.rfind(kPythonTag, 0) == 0) {
-    if (head.front() == '{' || head.rfind(kPythonTag, 0) == 0) holding_ = true;
-    return {};
-  }
-  const std::string out = text_.substr(emitted_);
-  emitted_ = text_.size();
   return out;
+}
+
+void ChatTurnStreamer::assign_ids(std::vector<ToolCall>& calls) const {
+  size_t k = 0;
+  for (const Started& s : started_) {
+    if (!s.valid) continue;
+    if (k < calls.size() && !s.id.empty()) calls[k].id = s.id;
+    ++k;
+  }
+}
+
+std::vector<ToolCall> ChatTurnStreamer::held_calls(const std::vector<ToolCall>& calls,
+                                                   size_t* first_index) const {
+  size_t sent = 0;
+  for (const Started& s : started_) sent += s.valid && !s.id.empty() ? 1 : 0;
+  *first_index = announced_;
+  if (sent >= calls.size()) return {};
+  return std::vector<ToolCall>(calls.begin() + (ptrdiff_t)sent, calls.end());
 }
 
 }  // namespace infercept::server

@@ -32,6 +32,9 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant only
   std::string tool_call_id;          // tool only
   std::string name;                  // tool only: the tool's name (optional)
+  // Assistant only: a reasoning model's <think> text (OpenAI-style "reasoning_content"), for
+  // templates that render it (Qwen3 keeps it in the turns after the last user message).
+  std::string reasoning_content;
 };
 
 struct ToolDefinition {
