@@ -480,7 +480,7 @@ TEST(MakeModel, RealShapesConfigAndParameterCounts) {
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     EXPECT_EQ(tok->merges.size() == gg->spec().merges.size(), e.default_tokenizer);
     EXPECT_LE((int64_t)tok->tokens.size(), e.vocab);
-    auto c = parse_hf_config(hf_llama_config_json(*shape, DType::bf16, *tok), "config.json");
+    auto c = parse_hf_config(hf_config_json(*shape, DType::bf16, *tok), "config.json");
     ASSERT_TRUE(c.ok()) << c.error().message;
     EXPECT_EQ(c->d_model, e.d);
     EXPECT_EQ(c->n_layers, e.layers);
