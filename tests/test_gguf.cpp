@@ -492,6 +492,13 @@ TEST_F(GgufTest, ModelLevelErrors) {
     expect_error(w, "llama, mistral, qwen2, qwen3");
   }
   {
+    GgufWriter w;  // q/k head norms in an architecture that has none
+    TinyLlama m;
+    m.qk_norm = true;
+    add_tiny_llama(w, m);
+    expect_error(w, "attn_q_norm");
+  }
+  {
     GgufWriter w;  // a bias on the output projection would be dropped: refused
     add_tiny_llama(w, TinyLlama{});
     w.add_tensor("blk.0.attn_output.bias", testing::kGgmlF32, {16}, testing::f32_bytes(16, 1));

@@ -603,7 +603,12 @@ Status GgufFile::derive_config() {
   c.rope_style = c.arch == "qwen2" || c.arch == "qwen3" ? RopeStyle::neox : RopeStyle::interleaved;
   c.tied_embeddings = find("output.weight") == nullptr;
   c.qkv_bias = find("blk.0.attn_q.bias") != nullptr;
-  c.qk_norm = c.arch == "qwen3" || find("blk.0.attn_q_norm.weight") != nullptr;
+  c.qk_norm = c.arch == "qwen3";
+  if (!c.qk_norm && find("blk.0.attn_q_norm.weight") != nullptr)
+    return make_error(path,
+                      ": tensor 'blk.0.attn_q_norm.weight' (a q/k head norm) is not "
+                      "part of architecture '",
+                      c.arch, "' (only qwen3 has one)");
   if (find("blk.0.attn_output.bias") != nullptr)
     return make_error(path,
                       ": tensor 'blk.0.attn_output.bias' (a bias on the output "
