@@ -85,8 +85,8 @@ for stage in "$@"; do
       log "logits vs HF transformers: $shape"
       $BIN/infercept logits --device cuda --model "$dir" --tokens-file models/prompts.json --out models/ours-$shape.npy 2>&1 | tail -1
       # Timings beside ours (docs/PERF.md, "H200: prefill against the FLOP floor and HF
-      # transformers") for the benchmark shapes; none for the tiny one.
-      timing="--prefill-len 4096 --decode-batches 1,32,128"; [ "$shape" = tiny ] && timing="--no-timing"
+      # transformers") for the benchmark shapes; none for the tiny ones.
+      timing="--prefill-len 4096 --decode-batches 1,32,128"; case $shape in *tiny) timing="--no-timing" ;; esac
       timeout 300 python3 bench/hf_reference.py --model "$dir" --tokens-file models/prompts.json --out "$OUT/hf-$shape.json" \
         --logits none --logits-npy models/hf-$shape.npy --greedy 0 $timing 2>&1 | tail -25
       # fp32 transformers as the higher-precision reference both bf16 engines are held to.

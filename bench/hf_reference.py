@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Reference logits, greedy tokens and timings from Hugging Face transformers on a GPU.
 
-Loads a Llama checkpoint (safetensors) with transformers on CUDA in bf16 (or fp32 with
---dtype fp32) and, for each token-id list in --tokens-file:
+Loads a Hugging Face checkpoint (safetensors: Llama, Qwen2, Qwen3, Mistral, any model_type
+AutoModelForCausalLM knows) with transformers on CUDA in bf16 (or fp32 with --dtype fp32)
+and, for each token-id list in --tokens-file:
   * runs the whole sequence in one forward pass (batch 1, no padding) and records the logits
     at the last position: the full vocabulary row (default), or the top-k ids/values, plus
     the row's L2 norm, logsumexp and argmax in every mode;

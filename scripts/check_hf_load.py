@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks that a checkpoint written by `infercept make-model` loads in Hugging Face
-transformers: LlamaForCausalLM.from_pretrained with no missing, unexpected or mismatched
+transformers: AutoModelForCausalLM.from_pretrained (LlamaForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM or MistralForCausalLM, by the config's model_type) with no missing, unexpected or mismatched
 weights, AutoTokenizer (tokenizer.json + tokenizer_config.json, chat template), one forward
 pass over a few tokens with finite logits, and a few greedy tokens. Prints the logits' stats.
 
@@ -16,7 +17,7 @@ import time
 
 import torch
 import transformers
-from transformers import AutoTokenizer, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 def main():
@@ -44,8 +45,8 @@ def main():
     # transformers >= 4.56 names the argument `dtype`; older ones `torch_dtype`.
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     kw = {"dtype": "auto"} if major_minor >= (4, 56) else {"torch_dtype": "auto"}
-    model, info = LlamaForCausalLM.from_pretrained(args.dir, output_loading_info=True, **kw)
-    print(f"loaded in {time.time() - t0:.1f} s: dtype {model.dtype}, "
+    model, info = AutoModelForCausalLM.from_pretrained(args.dir, output_loading_info=True, **kw)
+    print(f"loaded {type(model).__name__} in {time.time() - t0:.1f} s: dtype {model.dtype}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
     for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
         bad = [k for k in info.get(key, []) if "rotary_emb.inv_freq" not in str(k)]

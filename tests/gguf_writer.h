@@ -148,8 +148,10 @@ struct TinyLlama {
   int64_t n_layers = 2, d = 16, n_heads = 4, n_kv = 2, d_ff = 32, vocab = 24;
   bool tied = true;
   bool qkv_bias = false;
+  bool qk_norm = false;           // Qwen3's attn_q_norm / attn_k_norm
+  int64_t explicit_head_dim = 0;  // written as attention.key_length / value_length
   std::string arch = "llama";
-  int64_t head_dim() const { return d / n_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d / n_heads; }
 };
 
 // Adds the metadata and f32 tensors of a tiny Llama-shaped model.
@@ -165,6 +167,10 @@ inline void add_tiny_llama(GgufWriter& w, const TinyLlama& m) {
   w.add_u32(a + "context_length", 256);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.add_f32(a + "rope.freq_base", 50000.0f);
+  if (m.explicit_head_dim > 0) {
+    w.add_u32(a + "attention.key_length", (uint32_t)m.explicit_head_dim);
+    w.add_u32(a + "attention.value_length", (uint32_t)m.explicit_head_dim);
+  }
   std::vector<std::string> toks;
   for (int64_t i = 0; i < m.vocab; ++i) toks.push_back("t" + std::to_string(i));
   w.add_string_array("tokenizer.ggml.tokens", toks);
@@ -190,6 +196,10 @@ inline void add_tiny_llama(GgufWriter& w, const TinyLlama& m) {
       add(p + "attn_q.bias", {q});
       add(p + "attn_k.bias", {kv});
       add(p + "attn_v.bias", {kv});
+    }
+    if (m.qk_norm) {
+      add(p + "attn_q_norm.weight", {(uint64_t)m.head_dim()});
+      add(p + "attn_k_norm.weight", {(uint64_t)m.head_dim()});
     }
     add(p + "attn_output.weight", {q, d});
     add(p + "ffn_norm.weight", {d});

@@ -252,6 +252,44 @@ TEST_F(GgufTest, Qwen2WithBiasAndUntiedOutput) {
   EXPECT_TRUE(c.rope_scaling.has_freq_factors_tensor);
 }
 
+TEST_F(GgufTest, Qwen3WithHeadNormsAndItsOwnHeadDim) {
+  GgufWriter w;
+  TinyLlama m;
+  m.arch = "qwen3";
+  m.qk_norm = true;
+  m.explicit_head_dim = 8;  // d / n_heads = 4
+  add_tiny_llama(w, m);
+  auto r = GgufFile::open(write("q3.gguf", w.build()));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const ModelConfig& c = (*r)->config();
+  EXPECT_EQ(c.arch, "qwen3");
+  EXPECT_EQ(c.rope_style, RopeStyle::neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.sliding_window, 0);
+
+  // A qwen3 file without its head norms names the first missing one.
+  GgufWriter w2;
+  m.qk_norm = false;
+  add_tiny_llama(w2, m);
+  auto bad = GgufFile::open(write("q3bad.gguf", w2.build()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("blk.0.attn_q_norm.weight"), std::string::npos)
+      << bad.error().message;
+}
+
+TEST_F(GgufTest, SlidingWindowCapsTheContext) {
+  GgufWriter w;
+  add_tiny_llama(w, TinyLlama{});  // context_length 256
+  w.add_u32("llama.attention.sliding_window", 64);
+  auto r = GgufFile::open(write("sw.gguf", w.build()));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ((*r)->config().sliding_window, 64);
+  EXPECT_EQ((*r)->config().max_context, 64);
+  EXPECT_NE((*r)->config().max_context_note.find("sliding window"), std::string::npos);
+}
+
 TEST_F(GgufTest, VocabFallsBackToEmbeddingRowsAndKvHeadsToHeads) {
   GgufWriter w;
   TinyLlama m;
@@ -451,6 +489,20 @@ TEST_F(GgufTest, ModelLevelErrors) {
     GgufWriter w;
     w.add_string("general.architecture", "gpt2");
     expect_error(w, "unsupported architecture 'gpt2'");
+    expect_error(w, "llama, mistral, qwen2, qwen3");
+  }
+  {
+    GgufWriter w;  // q/k head norms in an architecture that has none
+    TinyLlama m;
+    m.qk_norm = true;
+    add_tiny_llama(w, m);
+    expect_error(w, "attn_q_norm");
+  }
+  {
+    GgufWriter w;  // a bias on the output projection would be dropped: refused
+    add_tiny_llama(w, TinyLlama{});
+    w.add_tensor("blk.0.attn_output.bias", testing::kGgmlF32, {16}, testing::f32_bytes(16, 1));
+    expect_error(w, "attn_output.bias");
   }
   {
     GgufWriter w;  // required key missing

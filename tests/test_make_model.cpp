@@ -468,6 +468,11 @@ TEST(MakeModel, RealShapesConfigAndParameterCounts) {
       {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 6738415616, 10000.0f, false},
       {"llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096, 13015864320, 10000.0f, false},
       {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 131072, 8030261248, 500000.0f, true},
+      // The published parameter counts (safetensors total_size / 2) of
+      // Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen3-8B and mistralai/Mistral-7B-Instruct-v0.3.
+      {"qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, 32768, 7615616512, 1e6f, true},
+      {"qwen3-8b", 4096, 36, 32, 8, 12288, 151936, 40960, 8190735360, 1e6f, true},
+      {"mistral-7b", 4096, 32, 32, 8, 14336, 32768, 32768, 7248023552, 1e6f, false},
   };
   for (const Expect& e : cases) {
     SCOPED_TRACE(e.name);
@@ -480,7 +485,7 @@ TEST(MakeModel, RealShapesConfigAndParameterCounts) {
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     EXPECT_EQ(tok->merges.size() == gg->spec().merges.size(), e.default_tokenizer);
     EXPECT_LE((int64_t)tok->tokens.size(), e.vocab);
-    auto c = parse_hf_config(hf_llama_config_json(*shape, DType::bf16, *tok), "config.json");
+    auto c = parse_hf_config(hf_config_json(*shape, DType::bf16, *tok), "config.json");
     ASSERT_TRUE(c.ok()) << c.error().message;
     EXPECT_EQ(c->d_model, e.d);
     EXPECT_EQ(c->n_layers, e.layers);
@@ -492,6 +497,11 @@ TEST(MakeModel, RealShapesConfigAndParameterCounts) {
     EXPECT_EQ(c->max_context, e.ctx);
     EXPECT_FLOAT_EQ(c->rope_theta, e.theta);
     EXPECT_FALSE(c->tied_embeddings);
+    EXPECT_EQ(c->arch, shape->arch);
+    EXPECT_EQ(c->qkv_bias, shape->arch == "qwen2");
+    EXPECT_EQ(c->qk_norm, shape->arch == "qwen3");
+    EXPECT_EQ(c->sliding_window, 0);
+    EXPECT_FLOAT_EQ(c->rms_eps, shape->arch.rfind("qwen", 0) == 0 ? 1e-6f : 1e-5f);
     int64_t params = 0;
     for (const SafetensorsTensor& t : random_checkpoint_tensors(*shape, DType::bf16))
       params += t.n_elements();

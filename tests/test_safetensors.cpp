@@ -346,9 +346,77 @@ TEST(HfConfig, ParsesFieldsAndDefaults) {
   EXPECT_EQ(q->head_dim, 8);
   EXPECT_EQ(q->n_kv_heads, 4);
 
+  // Llama's attention_bias puts a bias on o_proj too, which the forward pass does not take:
+  // refused, not dropped.
   c["architectures"] = {"LlamaForCausalLM"};
   c["attention_bias"] = true;
-  EXPECT_TRUE(parse_hf_config(c.dump(), "config.json")->qkv_bias);
+  auto lb = parse_hf_config(c.dump(), "config.json");
+  ASSERT_FALSE(lb.ok());
+  EXPECT_NE(lb.error().message.find("o_proj"), std::string::npos) << lb.error().message;
+}
+
+// model_type names the architecture (the class alone in older files); Qwen3 gets its q/k
+// norms and keeps an explicit head_dim; Mistral's window caps the context.
+TEST(HfConfig, ArchitecturesByModelType) {
+  TinyHf m;
+  json c = m.config();
+  c.erase("architectures");
+  c["model_type"] = "qwen3";
+  c["head_dim"] = 8;  // 16 / 4 = 4 otherwise
+  auto q3 = parse_hf_config(c.dump(), "config.json");
+  ASSERT_TRUE(q3.ok()) << q3.error().message;
+  EXPECT_EQ(q3->arch, "qwen3");
+  EXPECT_TRUE(q3->qk_norm);
+  EXPECT_FALSE(q3->qkv_bias);
+  EXPECT_EQ(q3->head_dim, 8);
+  EXPECT_EQ(q3->rope_style, RopeStyle::neox);
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  EXPECT_TRUE(parse_hf_config(c.dump(), "config.json").ok());
+
+  c = m.config();
+  c["architectures"] = {"MistralForCausalLM"};
+  c["model_type"] = "mistral";
+  c["max_position_embeddings"] = 32768;
+  c["sliding_window"] = 4096;
+  auto mi = parse_hf_config(c.dump(), "config.json");
+  ASSERT_TRUE(mi.ok()) << mi.error().message;
+  EXPECT_EQ(mi->arch, "mistral");
+  EXPECT_EQ(mi->sliding_window, 4096);
+  EXPECT_EQ(mi->max_context, 4096);
+  EXPECT_NE(mi->max_context_note.find("4096"), std::string::npos) << mi->max_context_note;
+  c["sliding_window"] = nullptr;  // Mistral 7B v0.3
+  mi = parse_hf_config(c.dump(), "config.json");
+  ASSERT_TRUE(mi.ok());
+  EXPECT_EQ(mi->max_context, 32768);
+  EXPECT_EQ(mi->sliding_window, 0);
+  EXPECT_TRUE(mi->max_context_note.empty());
+  c["sliding_window"] = 65536;  // longer than the context: nothing to cap
+  EXPECT_EQ(parse_hf_config(c.dump(), "config.json")->max_context, 32768);
+
+  // Qwen2's window counts only with use_sliding_window (or sliding layer types).
+  c = m.config();
+  c["architectures"] = {"Qwen2ForCausalLM"};
+  c["model_type"] = "qwen2";
+  c["sliding_window"] = 64;
+  c["use_sliding_window"] = false;
+  EXPECT_EQ(parse_hf_config(c.dump(), "config.json")->max_context, 128);
+  c["use_sliding_window"] = true;
+  EXPECT_EQ(parse_hf_config(c.dump(), "config.json")->max_context, 64);
+  c["use_sliding_window"] = false;
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_EQ(parse_hf_config(c.dump(), "config.json")->max_context, 64);
+  c["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_EQ(parse_hf_config(c.dump(), "config.json")->max_context, 128);
+
+  // Newer transformers' rope_parameters.
+  c = m.config();
+  c.erase("rope_theta");
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  auto rp = parse_hf_config(c.dump(), "config.json");
+  ASSERT_TRUE(rp.ok()) << rp.error().message;
+  EXPECT_FLOAT_EQ(rp->rope_theta, 1e6f);
+  c["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_FALSE(parse_hf_config(c.dump(), "config.json").ok());
 }
 
 TEST(HfConfig, Errors) {
@@ -381,6 +449,26 @@ TEST(HfConfig, Errors) {
   x = c;
   x["num_attention_heads"] = 0;
   err(x, "num_attention_heads");
+  // An unknown model_type is named, with what is supported.
+  x = c;
+  x["model_type"] = "gemma2";
+  x["architectures"] = {"Gemma2ForCausalLM"};
+  err(x, "'gemma2'");
+  err(x, "qwen3 (Qwen3ForCausalLM)");
+  x["model_type"] = "qwen2_moe";
+  x["architectures"] = {"Qwen2MoeForCausalLM"};
+  err(x, "qwen2_moe");
+  // A known model_type with a class that is not its causal LM.
+  x = c;
+  x["model_type"] = "qwen2";
+  x["architectures"] = {"Qwen2ForSequenceClassification"};
+  err(x, "Qwen2ForSequenceClassification");
+  x = c;
+  x["hidden_act"] = "gelu";
+  err(x, "hidden_act");
+  x = c;
+  x["layer_types"] = {"chunked_attention", "full_attention"};
+  err(x, "chunked_attention");
   auto r = parse_hf_config("{not json", "cfg/config.json");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("cfg/config.json"), std::string::npos);

@@ -79,11 +79,18 @@ struct RopeParams {
   std::span<const float> freq_factors;
 };
 
-// One product of a group sharing its input (norm_project): out = input @ w^T (+ bias).
+// One product of a group sharing its input (norm_project): out = input @ w^T (+ bias), then,
+// with head_norm, head_rmsnorm(out, *head_norm, head_norm_eps) (Qwen3 normalizes each head
+// of q and k before RoPE). The norm belongs to the product rather than to the RoPE or the
+// attention so that every form of a layer's attention (composed, fused, a device backend's
+// decode kernel that rotates q and k itself) receives q and k already normalized.
 struct Projection {
   const Weight* w = nullptr;
   const Weight* bias = nullptr;  // nullptr or an absent weight: none
   Tensor out;
+  const Weight* head_norm = nullptr;  // nullptr or an absent weight: none; [head_dim] f32
+  float head_norm_eps = 1e-6f;
+  bool has_head_norm() const { return head_norm != nullptr && head_norm->present(); }
 };
 
 class Backend {
@@ -153,6 +160,9 @@ class Backend {
                            Tensor out) = 0;
   // out = x @ w^T (+ bias)          x: [n, k]; w: [m, k]; out: [n, m]
   virtual void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) = 0;
+  // RMSNorm of every head of every row, in place: with d = w.cols, each slice
+  // x[r, h*d : (h+1)*d] becomes slice / rms(slice) * w.     x: [n, n_heads*d]; w: [d] f32
+  virtual void head_rmsnorm(Tensor x, const Weight& w, float eps) = 0;
   // Rotates q and k in place. q: [n, n_heads*head_dim]; k: [n, n_kv_heads*head_dim].
   virtual void rope(Tensor q, Tensor k, std::span<const int32_t> positions,
                     const RopeParams& p) = 0;
@@ -188,7 +198,10 @@ class Backend {
   virtual void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
                             std::span<const Projection> projections) {
     rmsnorm(x, norm, eps, h);
-    for (const Projection& p : projections) matmul(h, *p.w, p.bias, p.out);
+    for (const Projection& p : projections) {
+      matmul(h, *p.w, p.bias, p.out);
+      if (p.has_head_norm()) head_rmsnorm(p.out, *p.head_norm, p.head_norm_eps);
+    }
   }
   // norm_project into q, k, v (projections 0, 1, 2), then rope_store_kv: a layer's attention
   // inputs, rotated and stored to `layer`'s cache slots, as one call.

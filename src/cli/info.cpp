@@ -38,13 +38,16 @@ int run_info(int argc, char** argv) {
               (long long)c.n_kv_heads, (long long)c.head_dim);
   std::printf("d_ff:            %lld\n", (long long)c.d_ff);
   std::printf("vocab:           %lld\n", (long long)c.vocab_size);
-  std::printf("context:         %lld\n", (long long)c.max_context);
+  std::printf("context:         %lld%s%s\n", (long long)c.max_context,
+              c.max_context_note.empty() ? "" : " (",
+              c.max_context_note.empty() ? "" : (c.max_context_note + ")").c_str());
   std::printf("rope:            theta %.0f, %s%s\n", (double)c.rope_theta,
               c.rope_style == RopeStyle::neox ? "neox" : "interleaved",
               c.rope_scaling.type == "none" ? "" : (", scaling " + c.rope_scaling.type).c_str());
   std::printf("rms_eps:         %g\n", (double)c.rms_eps);
   std::printf("tied embeddings: %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("qkv bias:        %s\n", c.qkv_bias ? "yes" : "no");
+  std::printf("q/k head norm:   %s\n", c.qk_norm ? "yes" : "no");
   std::printf("tensor types:   ");
   for (const auto& [t, n] : types) std::printf(" %s x%d", t.c_str(), n);
   std::printf("\n");

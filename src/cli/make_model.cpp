@@ -1,6 +1,6 @@
-// `infercept make-model`: writes a Hugging Face Llama checkpoint with random weights of a real
-// shape (src/engine/random_checkpoint.h), for benchmarks that need a 7B/8B/13B-sized model
-// without its trained weights.
+// `infercept make-model`: writes a Hugging Face checkpoint (Llama, Qwen2, Qwen3 or Mistral)
+// with random weights of a real shape (src/engine/random_checkpoint.h), for benchmarks that
+// need a 7B/8B/13B-sized model without its trained weights, and tiny ones for tests.
 #include <unistd.h>
 #include <cstdio>
 #include <filesystem>
@@ -14,19 +14,34 @@ namespace {
 
 // What `--help` adds below the flags: the shapes and the tokenizer each gets.
 const char* const kShapesHelp =
-    "Writes a Hugging Face Llama checkpoint (config.json, generation_config.json,\n"
+    "Writes a Hugging Face checkpoint (config.json, generation_config.json,\n"
     "tokenizer.json, tokenizer_config.json, safetensors shards of at most --max-shard-gb,\n"
     "with model.safetensors.index.json) with random weights of the shape:\n"
     "  llama2-7b   hidden 4096, 32 layers, 32 heads, ffn 11008, vocab 32000  (13.5 GB bf16)\n"
     "  llama2-13b  hidden 5120, 40 layers, 40 heads, ffn 13824, vocab 32000  (26.0 GB bf16)\n"
     "  llama3-8b   Llama 3.1 8B: hidden 4096, 32 layers, 32/8 heads, ffn 14336,\n"
     "              vocab 128256, rope theta 500000 with llama3 scaling      (16.1 GB bf16)\n"
-    "  tiny        hidden 256, 4 layers, 8/4 heads, ffn 768, vocab 49152   (runs in ms on a CPU)\n"
+    "  qwen2.5-7b  Qwen2.5-7B-Instruct: hidden 3584, 28 layers, 28/4 heads, ffn 18944,\n"
+    "              vocab 152064, q/k/v biases                               (15.2 GB bf16)\n"
+    "  qwen3-8b    Qwen3-8B: hidden 4096, 36 layers, 32/8 heads of 128, ffn 12288,\n"
+    "              vocab 151936, q/k head norms                             (16.4 GB bf16)\n"
+    "  mistral-7b  Mistral-7B-Instruct-v0.3: hidden 4096, 32 layers, 32/8 heads,\n"
+    "              ffn 14336, vocab 32768                                   (14.5 GB bf16)\n"
+    "  tiny        Llama: hidden 256, 4 layers, 8/4 heads, ffn 768, vocab 49152 (ms on a CPU)\n"
+    "  qwen2-tiny, qwen3-tiny (head_dim 64), mistral-tiny (sliding window 4096): the same\n"
+    "              size in each architecture; the Qwen ones tie their embeddings\n"
     "Tokenizer (--tokenizer auto): the default model's (SmolLM2, byte-level BPE, 49152\n"
-    "tokens, ChatML) for llama3-8b (rows past 49152 are padding) and tiny; for the llama2\n"
-    "shapes, whose 32000 ids cannot hold it, a byte-level fallback cut from it: its special\n"
+    "tokens, ChatML) for every shape whose vocabulary holds it (rows past 49152 are\n"
+    "padding); for the llama2 and mistral-7b shapes, whose 32000 / 32768 ids cannot hold\n"
+    "it, a byte-level fallback cut from it: its special\n"
     "tokens, the 256 byte tokens and its first merges, 32000 tokens in all. --tokenizer byte\n"
     "forces the fallback, --tokenizer default the default model's. Same seed, same bytes.\n";
+
+std::vector<std::string> shape_names() {
+  std::vector<std::string> names;
+  for (const LlamaShape& s : llama_shapes()) names.push_back(s.name);
+  return names;
+}
 
 struct MakeModelFlags {
   std::string shape, out, dtype = "bf16", tokenizer = "auto";
@@ -38,7 +53,7 @@ void add_make_model_flags(CLI::App& app, MakeModelFlags& f) {
   // --shape and --out are required; checked after parsing, so that an unknown flag is the
   // error named first.
   app.add_option("--shape", f.shape, "the model's shape (required)")
-      ->check(CLI::IsMember({"llama2-7b", "llama2-13b", "llama3-8b", "tiny"}));
+      ->check(CLI::IsMember(shape_names()));
   app.add_option("--out", f.out, "directory to write (required)");
   app.add_option("--seed", f.seed, "weights seed (same seed, same bytes)")
       ->check(CLI::NonNegativeNumber);
@@ -85,7 +100,7 @@ std::string human_bytes(double b) {
 }  // namespace
 
 int run_make_model(int argc, char** argv) {
-  CLI::App app{"Writes a random-weight Hugging Face Llama checkpoint of a real shape.",
+  CLI::App app{"Writes a random-weight Hugging Face checkpoint of a real shape.",
                "infercept make-model"};
   set_up_app(app, "infercept make-model --shape tiny --out /tmp/tiny --seed 1");
   app.footer(std::string(kShapesHelp) +

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
@@ -56,6 +57,11 @@ TensorGen generator_for(uint64_t seed, const LlamaShape& shape, const std::strin
   if (ends_with(name, "layernorm.weight") || name == "model.norm.weight") {
     g.mean = 1.0f;
     g.std = 0.01f;
+  } else if (ends_with(name, "q_norm.weight") || ends_with(name, "k_norm.weight")) {
+    g.mean = 1.0f;
+    g.std = 0.1f;
+  } else if (ends_with(name, ".bias")) {
+    g.std = 0.1f;
   } else if (name.find("o_proj") != std::string::npos ||
              name.find("down_proj") != std::string::npos) {
     g.std = (float)(0.02 / std::sqrt(2.0 * (double)std::max<int64_t>(1, shape.n_layers)));
@@ -113,6 +119,13 @@ LlamaShape make_shape(const char* name, int64_t hidden, int64_t ffn, int64_t lay
   return s;
 }
 
+// Qwen2/Qwen3 shapes: the architecture and Qwen's RMSNorm epsilon.
+LlamaShape qwen(LlamaShape s, const char* arch) {
+  s.arch = arch;
+  s.rms_norm_eps = 1e-6;
+  return s;
+}
+
 std::string dtype_torch_name(DType t) {
   return t == DType::bf16 ? "bfloat16" : t == DType::f16 ? "float16" : "float32";
 }
@@ -137,6 +150,30 @@ const std::vector<LlamaShape>& llama_shapes() {
     // Milliseconds per step on a CPU; the default tokenizer fits exactly. Untied, so that it
     // has the same tensors as the real shapes.
     v.push_back(make_shape("tiny", 256, 768, 4, 8, 4, 49152, 8192, 10000.0, false));
+    // Qwen/Qwen2.5-7B-Instruct (q/k/v biases; its sliding window is off).
+    v.push_back(
+        qwen(make_shape("qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, false), "qwen2"));
+    // Qwen/Qwen3-8B (q/k head norms, head_dim 128).
+    LlamaShape q3 =
+        qwen(make_shape("qwen3-8b", 4096, 12288, 36, 32, 8, 151936, 40960, 1e6, false), "qwen3");
+    q3.explicit_head_dim = 128;
+    v.push_back(q3);
+    // mistralai/Mistral-7B-Instruct-v0.3 (sliding_window null).
+    LlamaShape m7 = make_shape("mistral-7b", 4096, 14336, 32, 32, 8, 32768, 32768, 1e6, false);
+    m7.arch = "mistral";
+    v.push_back(m7);
+    // The tiny shape in each other architecture, with what sets it apart: tied embeddings as
+    // the small Qwen2.5/Qwen3 sizes have, Qwen3's head_dim apart from hidden / heads, and a
+    // Mistral window shorter than the positions (the context is capped to it).
+    v.push_back(qwen(make_shape("qwen2-tiny", 256, 768, 4, 8, 4, 49152, 8192, 1e6, true), "qwen2"));
+    LlamaShape q3t =
+        qwen(make_shape("qwen3-tiny", 256, 768, 4, 8, 4, 49152, 8192, 1e6, true), "qwen3");
+    q3t.explicit_head_dim = 64;
+    v.push_back(q3t);
+    LlamaShape mt = make_shape("mistral-tiny", 256, 768, 4, 8, 4, 49152, 8192, 1e6, false);
+    mt.arch = "mistral";
+    mt.sliding_window = 4096;
+    v.push_back(mt);
     return v;
   }();
   return shapes;
@@ -165,6 +202,15 @@ std::vector<SafetensorsTensor> random_checkpoint_tensors(const LlamaShape& s, DT
     add(p + "self_attn.q_proj.weight", {q, d});
     add(p + "self_attn.k_proj.weight", {kv, d});
     add(p + "self_attn.v_proj.weight", {kv, d});
+    if (s.arch == "qwen2") {
+      add(p + "self_attn.q_proj.bias", {q});
+      add(p + "self_attn.k_proj.bias", {kv});
+      add(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (s.arch == "qwen3") {
+      add(p + "self_attn.q_norm.weight", {s.head_dim()});
+      add(p + "self_attn.k_norm.weight", {s.head_dim()});
+    }
     add(p + "self_attn.o_proj.weight", {d, q});
     add(p + "post_attention_layernorm.weight", {d});
     add(p + "mlp.gate_proj.weight", {f, d});
@@ -181,27 +227,34 @@ float random_weight_value(uint64_t seed, const LlamaShape& shape, const std::str
   return value_at(generator_for(seed, shape, name), i);
 }
 
-std::string hf_llama_config_json(const LlamaShape& s, DType dtype, const TokenizerSpec& tok) {
+std::string hf_config_json(const LlamaShape& s, DType dtype, const TokenizerSpec& tok) {
+  // Keys in the order and spelling of the published config.json of each family.
+  static const std::map<std::string, const char*> kClass = {{"llama", "LlamaForCausalLM"},
+                                                            {"mistral", "MistralForCausalLM"},
+                                                            {"qwen2", "Qwen2ForCausalLM"},
+                                                            {"qwen3", "Qwen3ForCausalLM"}};
+  const bool llama = s.arch == "llama", qwen = s.arch == "qwen2" || s.arch == "qwen3";
   nlohmann::ordered_json c;
   c["_name_or_path"] = "infercept-random-" + s.name;
-  c["architectures"] = {"LlamaForCausalLM"};
-  c["attention_bias"] = false;
+  c["architectures"] = {kClass.at(s.arch)};
+  if (llama || s.arch == "qwen3") c["attention_bias"] = false;
   c["attention_dropout"] = 0.0;
   c["bos_token_id"] = tok.bos_id >= 0 ? nlohmann::ordered_json(tok.bos_id) : nullptr;
   c["eos_token_id"] = tok.eos_id >= 0 ? nlohmann::ordered_json(tok.eos_id) : nullptr;
   if (tok.pad_id >= 0) c["pad_token_id"] = tok.pad_id;
-  c["head_dim"] = s.head_dim();
+  if (s.arch != "qwen2") c["head_dim"] = s.head_dim();
   c["hidden_act"] = "silu";
   c["hidden_size"] = s.hidden_size;
   c["initializer_range"] = 0.02;
   c["intermediate_size"] = s.intermediate_size;
   c["max_position_embeddings"] = s.max_position_embeddings;
-  c["mlp_bias"] = false;
-  c["model_type"] = "llama";
+  if (qwen) c["max_window_layers"] = s.n_layers;
+  if (llama) c["mlp_bias"] = false;
+  c["model_type"] = s.arch;
   c["num_attention_heads"] = s.n_heads;
   c["num_hidden_layers"] = s.n_layers;
   c["num_key_value_heads"] = s.n_kv_heads;
-  c["pretraining_tp"] = 1;
+  if (llama) c["pretraining_tp"] = 1;
   c["rms_norm_eps"] = s.rms_norm_eps;
   if (s.rope_scaling.type == "llama3") {
     c["rope_scaling"] = {{"factor", (double)s.rope_scaling.factor},
@@ -209,13 +262,20 @@ std::string hf_llama_config_json(const LlamaShape& s, DType dtype, const Tokeniz
                          {"low_freq_factor", (double)s.rope_scaling.low_freq_factor},
                          {"original_max_position_embeddings", s.rope_scaling.original_max_position},
                          {"rope_type", "llama3"}};
-  } else {
+  } else if (s.arch != "mistral" && s.arch != "qwen2") {
     c["rope_scaling"] = nullptr;
   }
   c["rope_theta"] = s.rope_theta;
+  // Qwen2.5 ships a window of 131072 with use_sliding_window false; Qwen3 and Mistral v0.3
+  // null. Mistral's is on whenever it is not null.
+  if (s.arch == "mistral")
+    c["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window) : nullptr;
+  if (s.arch == "qwen2") c["sliding_window"] = 131072;
+  if (s.arch == "qwen3") c["sliding_window"] = nullptr;
   c["tie_word_embeddings"] = s.tie_word_embeddings;
   c["torch_dtype"] = dtype_torch_name(dtype);
   c["use_cache"] = true;
+  if (qwen) c["use_sliding_window"] = false;
   c["vocab_size"] = s.vocab_size;
   return c.dump(2) + "\n";
 }
@@ -263,7 +323,7 @@ Result<RandomCheckpointInfo> write_random_checkpoint(const RandomCheckpointOptio
   if (o.out_dir.empty()) return make_error("random checkpoint: no output directory given");
   {
     ModelConfig c;
-    c.arch = "llama";
+    c.arch = s.arch;
     c.n_layers = s.n_layers;
     c.d_model = s.hidden_size;
     c.n_heads = s.n_heads;
@@ -272,7 +332,7 @@ Result<RandomCheckpointInfo> write_random_checkpoint(const RandomCheckpointOptio
     c.d_ff = s.intermediate_size;
     c.vocab_size = s.vocab_size;
     c.max_context = s.max_position_embeddings;
-    if (s.n_heads <= 0 || s.hidden_size % s.n_heads != 0)
+    if (s.n_heads <= 0 || (s.explicit_head_dim == 0 && s.hidden_size % s.n_heads != 0))
       return make_error("shape ", s.name, ": hidden size is not a multiple of the head count");
     if (Status v = c.validate(); !v.ok())
       return make_error("shape ", s.name, ": ", v.error().message);
@@ -302,7 +362,7 @@ Result<RandomCheckpointInfo> write_random_checkpoint(const RandomCheckpointOptio
   if (tok.eos_id >= 0) gen["eos_token_id"] = tok.eos_id;
   if (tok.pad_id >= 0) gen["pad_token_id"] = tok.pad_id;
   const std::pair<const char*, std::string> text_files[] = {
-      {"config.json", hf_llama_config_json(s, o.dtype, tok)},
+      {"config.json", hf_config_json(s, o.dtype, tok)},
       {"generation_config.json", gen.dump(2) + "\n"},
       {"tokenizer.json", tokenizer_json},
       {"tokenizer_config.json", tokenizer_config},

@@ -507,9 +507,9 @@ Status GgufFile::derive_config() {
   if (arch_v == nullptr) return make_error(path, ": missing metadata key 'general.architecture'");
   const std::optional<std::string> arch = get_string("general.architecture");
   if (!arch) return make_error(path, ": metadata key 'general.architecture' is not a string");
-  if (*arch != "llama" && *arch != "mistral" && *arch != "qwen2")
+  if (*arch != "llama" && *arch != "mistral" && *arch != "qwen2" && *arch != "qwen3")
     return make_error(path, ": unsupported architecture '", *arch,
-                      "' (supported: llama, mistral, qwen2)");
+                      "' (supported: ", supported_architectures(), ")");
 
   // Typed lookups that tell "absent" (nullopt) from "present with the wrong type" (Error).
   auto opt_int = [&](const std::string& key) -> Result<std::optional<int64_t>> {
@@ -598,9 +598,26 @@ Status GgufFile::derive_config() {
   if (orig) c.rope_scaling.original_max_position = *orig;
   c.rope_scaling.has_freq_factors_tensor = find("rope_freqs.weight") != nullptr;
 
-  c.rope_style = c.arch == "qwen2" ? RopeStyle::neox : RopeStyle::interleaved;
+  // llama.cpp's converter permutes Q/K rows for llama (and Mistral, which it writes as
+  // llama) only; Qwen2/3 keep Hugging Face's layout and RoPE pairs.
+  c.rope_style = c.arch == "qwen2" || c.arch == "qwen3" ? RopeStyle::neox : RopeStyle::interleaved;
   c.tied_embeddings = find("output.weight") == nullptr;
   c.qkv_bias = find("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.arch == "qwen3";
+  if (!c.qk_norm && find("blk.0.attn_q_norm.weight") != nullptr)
+    return make_error(path,
+                      ": tensor 'blk.0.attn_q_norm.weight' (a q/k head norm) is not "
+                      "part of architecture '",
+                      c.arch, "' (only qwen3 has one)");
+  if (find("blk.0.attn_output.bias") != nullptr)
+    return make_error(path,
+                      ": tensor 'blk.0.attn_output.bias' (a bias on the output "
+                      "projection) is not supported");
+  TRY_ASSIGN(std::optional<int64_t> window, opt_int(a + "attention.sliding_window"));
+  if (window) {
+    if (*window < 0) return make_error(path, ": '", a, "attention.sliding_window' is negative");
+    c.apply_sliding_window(*window);
+  }
 
   auto valid = c.validate();
   if (!valid.ok()) return make_error(path, ": ", valid.error().message);

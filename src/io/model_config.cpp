@@ -26,6 +26,22 @@ Status check_range(const char* what, int64_t v, int64_t max) {
 
 }  // namespace
 
+const char* supported_architectures() {
+  return "llama, mistral, qwen2, qwen3";
+}
+
+void ModelConfig::apply_sliding_window(int64_t window) {
+  if (window <= 0) return;
+  sliding_window = window;
+  if (window < max_context) {
+    max_context_note = "context capped from " + std::to_string(max_context) +
+                       " to the model's sliding window of " + std::to_string(window) +
+                       " tokens (within it full attention is exact; the window itself is not "
+                       "implemented)";
+    max_context = window;
+  }
+}
+
 Status ModelConfig::validate() const {
   TRY(check_range("n_layers", n_layers, kMaxLayers));
   TRY(check_range("d_model", d_model, kMaxDim));
@@ -50,6 +66,13 @@ Status ModelConfig::validate() const {
   if (!std::isfinite(rope_theta) || rope_theta <= 0.0f)
     return make_error("invalid model config: rope_theta = ", std::to_string(rope_theta),
                       " (must be positive)");
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3")
+    return make_error("invalid model config: unsupported architecture '", arch,
+                      "' (supported: ", supported_architectures(), ")");
+  if (sliding_window < 0 || (sliding_window > 0 && max_context > sliding_window))
+    return make_error("invalid model config: context ", std::to_string(max_context),
+                      " is longer than the sliding window ", std::to_string(sliding_window),
+                      ", which is not implemented");
   if (rope_scaling.type != "none" && rope_scaling.type != "llama3")
     return make_error("invalid model config: unsupported rope scaling type '", rope_scaling.type,
                       "' (supported: none, llama3)");

@@ -51,6 +51,10 @@ Status validate_llama_tensors(const ModelSource& src) {
     TRY(expect(src, p + "ffn_gate.weight", {c.d_ff, d}));
     TRY(expect(src, p + "ffn_up.weight", {c.d_ff, d}));
     TRY(expect(src, p + "ffn_down.weight", {d, c.d_ff}));
+    if (c.qk_norm) {
+      TRY(expect(src, p + "attn_q_norm.weight", {c.head_dim}));
+      TRY(expect(src, p + "attn_k_norm.weight", {c.head_dim}));
+    }
     if (c.qkv_bias) {
       TRY(expect(src, p + "attn_q.bias", {q_dim}));
       TRY(expect(src, p + "attn_k.bias", {kv_dim}));

@@ -166,6 +166,43 @@ struct Fields {
   }
 };
 
+// The architecture a config.json names: 'model_type' (what transformers dispatches on),
+// checked against the class in 'architectures' when both are there; an older file with the
+// class alone is read by the class. Anything else is an error naming it and what is supported.
+Result<std::string> hf_architecture(const Fields& f, const std::string& path) {
+  static const std::pair<const char*, const char*> kKnown[] = {
+      {"llama", "LlamaForCausalLM"},
+      {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},
+  };
+  std::string supported;
+  for (const auto& [type, cls] : kKnown)
+    supported += std::string(supported.empty() ? "" : ", ") + type + " (" + cls + ")";
+  const json* mt = f.find("model_type");
+  if (mt != nullptr && !mt->is_string()) return make_error(path, ": 'model_type' is not a string");
+  const json* archs = f.find("architectures");
+  std::string cls;
+  if (archs != nullptr) {
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+      return make_error(path, ": 'architectures' is not a list naming the model class");
+    cls = (*archs)[0].get<std::string>();
+  }
+  if (mt == nullptr && cls.empty())
+    return make_error(path, ": neither 'model_type' nor 'architectures' names the model");
+  for (const auto& [type, c] : kKnown) {
+    const bool type_matches = mt != nullptr && mt->get<std::string>() == type;
+    const bool class_matches = cls == c;
+    if (type_matches && !cls.empty() && !class_matches)
+      return make_error(path, ": model class '", cls, "' is not supported for model_type '", type,
+                        "' (only ", c, ": a causal language model)");
+    if (type_matches || (mt == nullptr && class_matches)) return std::string(type);
+  }
+  return make_error(
+      path, ": unsupported architecture '", mt != nullptr ? mt->get<std::string>() : cls, "'",
+      mt != nullptr && !cls.empty() ? " (" + cls + ")" : std::string(), "; supported: ", supported);
+}
+
 Result<ModelConfig> parse_hf_config_impl(const std::string& json_text, const std::string& path) {
   const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return make_error(path, ": not valid JSON");
@@ -173,20 +210,7 @@ Result<ModelConfig> parse_hf_config_impl(const std::string& json_text, const std
   const Fields f{j, path};
 
   ModelConfig c;
-  const json* archs = f.find("architectures");
-  if (archs == nullptr || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
-    return make_error(path, ": missing 'architectures' (a list naming the model class)");
-  const std::string& cls = (*archs)[0].get_ref<const std::string&>();
-  if (cls == "LlamaForCausalLM") {
-    c.arch = "llama";
-  } else if (cls == "MistralForCausalLM") {
-    c.arch = "mistral";
-  } else if (cls == "Qwen2ForCausalLM") {
-    c.arch = "qwen2";
-  } else {
-    return make_error(path, ": unsupported architecture '", cls,
-                      "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
-  }
+  TRY_ASSIGN(c.arch, hf_architecture(f, path));
   if (const json* n = f.find("_name_or_path"); n != nullptr && n->is_string())
     c.name = n->get<std::string>();
 
@@ -204,13 +228,31 @@ Result<ModelConfig> parse_hf_config_impl(const std::string& json_text, const std
   c.rms_eps = (float)eps;
   c.rope_theta = (float)theta;
   TRY_ASSIGN(c.tied_embeddings, f.boolean("tie_word_embeddings", false));
+  if (const json* act = f.find("hidden_act");
+      act != nullptr && !(act->is_string() && act->get<std::string>() == "silu"))
+    return make_error(path, ": 'hidden_act' ", act->dump(), " is not supported (supported: silu)");
   TRY_ASSIGN(const bool attention_bias, f.boolean("attention_bias", false));
   TRY_ASSIGN(const bool mlp_bias, f.boolean("mlp_bias", false));
   if (mlp_bias) return make_error(path, ": 'mlp_bias' = true is not supported");
-  c.qkv_bias = c.arch == "qwen2" || (c.arch == "llama" && attention_bias);
+  // Qwen2 always has q/k/v biases and none on o_proj. Elsewhere attention_bias puts a bias
+  // on all four, and the output projection takes none here: refuse rather than drop it.
+  if (attention_bias && c.arch != "qwen2")
+    return make_error(path, ": 'attention_bias' = true (a bias on o_proj too) is not supported");
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
   c.rope_style = RopeStyle::neox;  // HF checkpoints: no Q/K permutation is applied
 
-  if (const json* rs = f.find("rope_scaling")) {
+  // Newer transformers write the RoPE settings as one 'rope_parameters' object (theta and
+  // scaling together); older ones as 'rope_theta' and 'rope_scaling'.
+  const json* rs = f.find("rope_scaling");
+  if (const json* rp = f.find("rope_parameters")) {
+    if (!rp->is_object()) return make_error(path, ": 'rope_parameters' is not an object");
+    const Fields pf{*rp, path};
+    TRY_ASSIGN(const double t, pf.number("rope_theta", c.rope_theta));
+    c.rope_theta = (float)t;
+    if (rs == nullptr) rs = rp;
+  }
+  if (rs != nullptr) {
     if (!rs->is_object()) return make_error(path, ": 'rope_scaling' is not an object");
     const Fields rf{*rs, path};
     const json* type = rf.find("rope_type");
@@ -229,8 +271,33 @@ Result<ModelConfig> parse_hf_config_impl(const std::string& json_text, const std
       c.rope_scaling.low_freq_factor = (float)lo;
       c.rope_scaling.high_freq_factor = (float)hi;
     } else if (t != "default") {
-      return make_error(path, ": rope_scaling type '", t, "' is not supported (supported: llama3)");
+      return make_error(path, ": rope_scaling type '", t,
+                        "' is not supported (supported: default, llama3)");
     }
+  }
+
+  // Sliding-window attention: Mistral declares 'sliding_window' (null when off); Qwen2/3
+  // only use theirs with 'use_sliding_window' (and then on some layers, 'layer_types' or
+  // 'max_window_layers'). Within the window full attention is exact: cap the context to it.
+  TRY_ASSIGN(const bool use_sw, f.boolean("use_sliding_window", c.arch == "mistral"));
+  bool sliding = use_sw;
+  if (const json* lt = f.find("layer_types")) {
+    if (!lt->is_array()) return make_error(path, ": 'layer_types' is not a list");
+    sliding = false;
+    for (const json& t : *lt) {
+      if (!t.is_string()) return make_error(path, ": 'layer_types' holds a non-string");
+      const std::string& s = t.get_ref<const std::string&>();
+      if (s == "sliding_attention")
+        sliding = true;
+      else if (s != "full_attention")
+        return make_error(path, ": layer type '", s,
+                          "' is not supported (supported: full_attention, sliding_attention)");
+    }
+  }
+  if (sliding) {
+    TRY_ASSIGN(const int64_t window, f.integer("sliding_window", int64_t{0}));
+    if (window < 0) return make_error(path, ": 'sliding_window' must not be negative");
+    c.apply_sliding_window(window);
   }
   auto valid = c.validate();
   if (!valid.ok()) return make_error(path, ": ", valid.error().message);
@@ -297,6 +364,8 @@ std::string hf_to_canonical_name(const std::string& hf_name) {
       {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},
       {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},

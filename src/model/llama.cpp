@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/log.h"
 
 namespace infercept {
 
@@ -44,6 +45,8 @@ std::vector<float> rope_freq_factors(const ModelConfig& c) {
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelSource& src, Backend& backend,
                                                        int64_t max_rows, int64_t max_logit_rows) {
   const ModelConfig& c = src.config();
+  if (!c.max_context_note.empty())
+    LOG_WARN("%s: %s", src.path().c_str(), c.max_context_note.c_str());
   std::unique_ptr<LlamaModel> m(new LlamaModel(backend, c));
   TRY_ASSIGN(m->weights_, load_weights(src, backend));
   m->max_rows_ = max_rows;
@@ -114,7 +117,10 @@ bool LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits,
     for (int64_t l = 0; l < c.n_layers; ++l) {
       if (interrupted()) return false;
       const LayerWeights& w = weights_.layers[(size_t)l];
-      const Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
+      // q_norm/k_norm are absent (no-ops) except on Qwen3.
+      const Projection qkv[] = {{&w.wq, &w.bq, q, &w.q_norm, c.rms_eps},
+                                {&w.wk, &w.bk, k, &w.k_norm, c.rms_eps},
+                                {&w.wv, &w.bv, v}};
       b.prefetch_hint(w.wo);
       b.self_attention_project(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l,
                                in.slots, batch, c.n_heads, scale, attn, w.wo, x, o);

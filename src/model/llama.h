@@ -1,6 +1,9 @@
-// The Llama-family forward pass (Llama 2/3, Mistral, SmolLM2, Qwen2) over a paged KV cache,
-// written once against the Backend interface. One call runs one engine step: any mix of
-// prefill chunks and decode tokens from many sequences, flattened into rows.
+// The Llama-family forward pass (Llama 1/2/3.x, Mistral, SmolLM2, Qwen2/2.5, Qwen3 dense)
+// over a paged KV cache, written once against the Backend interface. One call runs one engine
+// step: any mix of prefill chunks and decode tokens from many sequences, flattened into rows.
+// What differs between the architectures is data in ModelConfig and LayerWeights: q/k/v
+// biases (Qwen2) ride on the projections, Qwen3's per-head q/k RMSNorm too
+// (Projection::head_norm), tied embeddings make the output projection the embedding.
 #pragma once
 
 #include <atomic>

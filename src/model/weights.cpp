@@ -46,7 +46,7 @@ Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend) {
   const ModelConfig& c = src.config();
   TRY(c.validate());
   ModelWeights m;
-  m.converted.reserve((size_t)c.n_layers * 5 + 2);  // no reallocation: Weights point in
+  m.converted.reserve((size_t)c.n_layers * 7 + 2);  // no reallocation: Weights point in
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   TRY_ASSIGN(m.tok_embd, load(src, backend, m, "token_embd.weight", c.vocab_size, d));
   TRY_ASSIGN(m.output_norm, load(src, backend, m, "output_norm.weight", 0, d));
@@ -64,6 +64,10 @@ Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend) {
     TRY_ASSIGN(w.bq, load(src, backend, m, p + "attn_q.bias", 0, q_dim, true));
     TRY_ASSIGN(w.bk, load(src, backend, m, p + "attn_k.bias", 0, kv_dim, true));
     TRY_ASSIGN(w.bv, load(src, backend, m, p + "attn_v.bias", 0, kv_dim, true));
+    if (c.qk_norm) {
+      TRY_ASSIGN(w.q_norm, load(src, backend, m, p + "attn_q_norm.weight", 0, c.head_dim));
+      TRY_ASSIGN(w.k_norm, load(src, backend, m, p + "attn_k_norm.weight", 0, c.head_dim));
+    }
     TRY_ASSIGN(w.ffn_norm, load(src, backend, m, p + "ffn_norm.weight", 0, d));
     TRY_ASSIGN(w.w_gate, load(src, backend, m, p + "ffn_gate.weight", c.d_ff, d));
     TRY_ASSIGN(w.w_up, load(src, backend, m, p + "ffn_up.weight", c.d_ff, d));

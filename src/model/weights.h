@@ -13,6 +13,7 @@ struct LayerWeights {
   Weight attn_norm;             // [d]
   Weight wq, wk, wv, wo;        // [nh*hd, d], [nkv*hd, d], [nkv*hd, d], [d, nh*hd]
   Weight bq, bk, bv;            // optional biases (Qwen2)
+  Weight q_norm, k_norm;        // [hd] per-head RMSNorm of q and k before RoPE (Qwen3), or absent
   Weight ffn_norm;              // [d]
   Weight w_gate, w_up, w_down;  // [f, d], [f, d], [d, f]
 };

@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
@@ -1047,9 +1048,10 @@ TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
 // ---- The table of plain ops: op x shape x activation type, each against the CPU backend ----
 
 enum class Op {
-  matmul,       // x[n, k] w[m, k]^T (+ bias): GEMV, tensor-core GEMV or cuBLASLt by n
-  rmsnorm,      // [n, k]
-  add_rmsnorm,  // residual += x, then rmsnorm of it
+  matmul,        // x[n, k] w[m, k]^T (+ bias): GEMV, tensor-core GEMV or cuBLASLt by n
+  rmsnorm,       // [n, k]
+  add_rmsnorm,   // residual += x, then rmsnorm of it
+  head_rmsnorm,  // [n, k] in place, each m-wide head normalized (Qwen3's q/k norm)
   silu_mul,
   add,
   gather_rows,  // n rows picked out of k-wide rows
@@ -1066,6 +1068,8 @@ const char* op_name(Op op) {
       return "rmsnorm";
     case Op::add_rmsnorm:
       return "add_rmsnorm";
+    case Op::head_rmsnorm:
+      return "head_rmsnorm";
     case Op::silu_mul:
       return "silu_mul";
     case Op::add:
@@ -1189,6 +1193,14 @@ void run_elementwise(const OpCase& c) {
       p.cpu->silu_mul(xc, yc, oc);
       p.gpu->silu_mul(xg, yg, og);
       break;
+    case Op::head_rmsnorm: {  // in place, heads of c.m
+      const auto hw = randn((size_t)c.m);
+      const Weight hc = upload_f32(*p.cpu, hw), hg = upload_f32(*p.gpu, hw);
+      p.cpu->head_rmsnorm(xc, hc, 1e-6f);
+      p.gpu->head_rmsnorm(xg, hg, 1e-6f);
+      EXPECT_LT(rel_error(get(*p.gpu, xg), get(*p.cpu, xc)), kBf16Tol);
+      return;
+    }
     case Op::add:  // in place: x += y
       p.cpu->add(xc, yc);
       p.gpu->add(xg, yg);
@@ -1298,6 +1310,12 @@ std::vector<OpCase> op_cases() {
     // is not (element by element).
     for (Op op : {Op::rmsnorm, Op::add_rmsnorm, Op::silu_mul, Op::add})
       for (int64_t d : {576, 100}) cases.push_back(op_case(op, act, 37, 0, d));
+    // Head norms: Qwen3's head sizes, one row (decode) and many, a head narrower than a warp.
+    for (const auto& [n, hd, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 4096},
+                                   {37, 128, 1024},
+                                   {5, 64, 512},
+                                   {3, 16, 64}})
+      cases.push_back(op_case(Op::head_rmsnorm, act, n, hd, k));
     for (Op op : {Op::gather_rows, Op::embed})
       for (int64_t d : {576, 100}) cases.push_back(op_case(op, act, 5, 0, d));
     // RoPE + store of many rows (a prefill: 16 heads a block) and of few (4 a block), in
@@ -1384,6 +1402,7 @@ TEST_P(CudaOpCases, MatchesTheCpuBackend) {
       return run_matmul(c);
     case Op::rmsnorm:
     case Op::add_rmsnorm:
+    case Op::head_rmsnorm:
     case Op::silu_mul:
     case Op::add:
       return run_elementwise(c);

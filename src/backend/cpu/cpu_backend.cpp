@@ -157,6 +157,22 @@ class CpuBackend final : public Backend {
         /*grain=*/4);
   }
 
+  void head_rmsnorm(Tensor x, const Weight& w, float eps) override {
+    CHECK(x.dtype == DType::f32 && w.dtype == DType::f32 && w.cols > 0 && x.cols % w.cols == 0);
+    const auto* wv = static_cast<const float*>(w.data);
+    const int64_t d = w.cols, heads = x.cols / d;
+    pool_.parallel_for(
+        x.rows,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r)
+            for (int64_t h = 0; h < heads; ++h) {
+              float* v = x.row<float>(r) + h * d;
+              rmsnorm_row(v, wv, d, eps, v);
+            }
+        },
+        /*grain=*/4);
+  }
+
   void add_rmsnorm(Tensor residual, const Tensor& x, const Weight& w, float eps,
                    Tensor out) override {
     CHECK(residual.rows == x.rows && residual.cols == x.cols && out.rows == x.rows);
@@ -195,6 +211,8 @@ class CpuBackend final : public Backend {
     const auto* wv = check_norm(x, norm, h);
     auto pre = [&](int64_t r) { rmsnorm_row(x.row<float>(r), wv, x.cols, eps, h.row<float>(r)); };
     run_products(quantize_input(h, *ps[0].w, pre), x.rows, ps, nullptr);
+    for (const Projection& p : projections)
+      if (p.has_head_norm()) head_rmsnorm(p.out, *p.head_norm, p.head_norm_eps);
   }
 
   void norm_gated_ffn(const Tensor& x, const Weight& norm, float eps, Tensor h,

@@ -120,6 +120,7 @@ class CudaBackend final : public Backend {
                    Tensor out) override;
 
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor out) override;
+  void head_rmsnorm(Tensor x, const Weight& w, float eps) override;
 
   void norm_project(const Tensor& x, const Weight& norm, float eps, Tensor h,
                     std::span<const Projection> projections) override;

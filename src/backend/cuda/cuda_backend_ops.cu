@@ -45,6 +45,12 @@ void CudaBackend::matmul(const Tensor& x, const Weight& w, const Weight* bias, T
   }
 }
 
+void CudaBackend::head_rmsnorm(Tensor x, const Weight& w, float eps) {
+  CHECK(w.dtype == DType::f32 && w.cols > 0 && x.cols % w.cols == 0 && x.dtype == act_);
+  if (skip_launch(19, x, w.data, w.cols, eps)) return;
+  cuda::head_rmsnorm(view(x), static_cast<const float*>(w.data), (int)w.cols, eps, compute_);
+}
+
 // The fused groups run as one GEMV launch each when the batch is small enough for the GEMV
 // kernel (decode at batch 1-2); otherwise as the composed ops, with the residual add done by
 // cuBLASLt's beta = 1 instead of a kernel of its own.
@@ -77,9 +83,15 @@ bool CudaBackend::launch_norm_project(const Tensor& x, const Weight& norm, float
   a.signal.ready = signal.ready;
   a.signal.q_rows = signal.q_rows;
   a.signal.kv_rows = signal.kv_rows;
+  // A head norm (Qwen3's q/k norm) runs after the product, so the product's per-head
+  // counters would tell the attention too early: no signalled form with one.
+  bool head_norms = false;
+  for (const Projection& p : projections) head_norms = head_norms || p.has_head_norm();
+  if (head_norms && signal.ready != nullptr) return false;
   if (!fits || !fused_fits(a)) return false;
-  if (skip_launch(16, bytes_of(a))) return true;  // 11: an upload's
-  run_gemv(a);
+  if (!skip_launch(16, bytes_of(a))) run_gemv(a);  // 11: an upload's
+  for (const Projection& p : projections)
+    if (p.has_head_norm()) head_rmsnorm(p.out, *p.head_norm, p.head_norm_eps);
   return true;
 }
 

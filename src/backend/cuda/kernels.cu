@@ -73,6 +73,25 @@ __global__ void rmsnorm_kernel(const T* x, int64_t xs, const float* w, float eps
     out[r * os + c] = from_f32<T>(to_f32(src[c]) * inv * w[c]);
 }
 
+// RMSNorm of every head_dim-wide slice of every row, in place (Qwen3's q/k norm): one warp a
+// (row, head), its sum of squares by a shuffle reduction, f32 throughout, rounded to T once.
+template <typename T>
+__global__ void head_rmsnorm_kernel(T* x, int64_t xs, int64_t rows, int heads, int d,
+                                    const float* __restrict__ w, float eps) {
+  const int64_t item = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= rows * heads) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  T* v = x + (item / heads) * xs + (item % heads) * (int64_t)d;
+  float ss = 0.0f;
+  for (int c = lane; c < d; c += 32) {
+    const float f = to_f32(v[c]);
+    ss += f * f;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+  const float inv = rsqrtf(ss / (float)d + eps);
+  for (int c = lane; c < d; c += 32) v[c] = from_f32<T>(to_f32(v[c]) * inv * w[c]);
+}
+
 // rmsnorm_kernel with the row moved in 16-byte pieces through shared memory: element by
 // element, a prefill's 4,096 rows of 4,096 took 46 us, three times their bytes (docs/PERF.md
 // 4.5s). The squares are summed from shared memory in rmsnorm_kernel's order (element c by
@@ -466,6 +485,18 @@ void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* res,
       rmsnorm_kernel<T><<<(unsigned)x.rows, kThreads, 0, s>>>(
           static_cast<const T*>(x.data), x.stride, w, eps, static_cast<T*>(out.data), out.stride,
           res ? static_cast<T*>(res->data) : nullptr, res ? res->stride : 0, x.cols));
+  CUDA_CHECK_LAUNCH();
+}
+
+void head_rmsnorm(RowsView x, const float* w, int head_dim, float eps, cudaStream_t s) {
+  CHECK(head_dim > 0 && x.cols % head_dim == 0);
+  const int heads = (int)(x.cols / head_dim);
+  const int64_t items = x.rows * heads;
+  if (items == 0) return;
+  constexpr int kWarps = 4;
+  DISPATCH_ACT(x.dtype, T,
+               head_rmsnorm_kernel<T><<<(unsigned)ceil_div(items, kWarps), kWarps * 32, 0, s>>>(
+                   static_cast<T*>(x.data), x.stride, x.rows, heads, head_dim, w, eps));
   CUDA_CHECK_LAUNCH();
 }
 

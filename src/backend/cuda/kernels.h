@@ -22,6 +22,8 @@ void embed(const void* table, DType table_dtype, const int32_t* tokens, RowsView
 // out = x / rms(x) * w; with `residual`: residual += x first and the sum is normalized.
 void rmsnorm(RowsView x, const float* w, float eps, RowsView out, RowsView* residual,
              cudaStream_t s);
+// Each head_dim-wide slice of each row of x, in place: slice / rms(slice) * w (w: [head_dim]).
+void head_rmsnorm(RowsView x, const float* w, int head_dim, float eps, cudaStream_t s);
 void add_bias(RowsView out, const float* bias, cudaStream_t s);
 void silu_mul(RowsView gate, RowsView up, RowsView out, cudaStream_t s);
 void add(RowsView a, RowsView b, cudaStream_t s);
