@@ -204,8 +204,9 @@ void expect_matches_reference(const ModelSource& src, const json& entry, const s
         EXPECT_NEAR(logsumexp(row, vocab), p["logsumexp"][pos].get<double>(), kTol)
             << "position " << pos;
         const int64_t argmax = std::max_element(row, row + vocab) - row;
-        if (p["top2_gap"][pos].get<double>() > 2 * kTol)
+        if (p["top2_gap"][pos].get<double>() > 2 * kTol) {
           EXPECT_EQ(argmax, p["argmax"][pos].get<int64_t>()) << "position " << pos;
+        }
       }
     }
   }
