@@ -98,8 +98,8 @@ TEST(Grammar, ObjectsInSchemaOrderRequiredAndClosed) {
   EXPECT_TRUE(complete(o, R"({"city": "Paris"})"));
   EXPECT_TRUE(complete(o, R"({"city":"Paris","days":3,"unit":"c"})"));
   EXPECT_TRUE(complete(o, "{\n  \"city\": \"Paris\",\n  \"unit\": \"f\"\n}"));
-  EXPECT_FALSE(complete(o, R"({})"));                            // city is required
-  EXPECT_FALSE(prefix(o, R"({"days": 3})"));                     // city comes first
+  EXPECT_FALSE(complete(o, R"({})"));                              // city is required
+  EXPECT_FALSE(prefix(o, R"({"days": 3})"));                       // city comes first
   EXPECT_FALSE(prefix(o, R"({"city": "Paris", "country": ""})"));  // closed
   EXPECT_FALSE(prefix(o, R"({"city": 3})"));
   EXPECT_FALSE(prefix(o, R"({"city": "P", "unit": "k"})"));
@@ -179,28 +179,35 @@ TEST(Grammar, Errors) {
   EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a"})").find("'pattern'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type": "object", "properties": {"n": {"type": "integer",
-      "minimum": 1}}})").find("'minimum' at #/properties/n"), std::string::npos);
+      "minimum": 1}}})")
+                .find("'minimum' at #/properties/n"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "strng"})").find("unknown type 'strng'"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "object", "required": "a"})").find("'required'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}})")
-                .find("$ref cycle"), std::string::npos);
+                .find("$ref cycle"),
+            std::string::npos);
   // Recursion that can never end: a required property of the same schema.
   EXPECT_NE(error_of(R"({"type": "object", "properties": {"x": {"$ref": "#"}},
-      "required": ["x"]})").find("no finite instance"), std::string::npos);
-  EXPECT_NE(error_of(R"({"$ref": "http://example.com/s.json"})").find("local"),
+      "required": ["x"]})")
+                .find("no finite instance"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"$ref": "http://example.com/s.json"})").find("local"), std::string::npos);
   EXPECT_NE(error_of(R"({"$ref": "#/$defs/missing"})").find("points nowhere"), std::string::npos);
   EXPECT_NE(error_of(R"({"enum": []})").find("'enum'"), std::string::npos);
   EXPECT_NE(error_of("false").find("nothing is valid"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "object", "properties": {}, "required": ["a"],
-      "additionalProperties": false})").find("'a'"), std::string::npos);
+      "additionalProperties": false})")
+                .find("'a'"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"type": "array", "items": [{"type": "string"}]})").find("tuple"),
             std::string::npos);
   EXPECT_NE(error_of("17").find("must be an object"), std::string::npos);
   // Annotations and unknown keywords are fine.
   EXPECT_EQ(error_of(R"({"type": "string", "description": "d", "title": "t", "format": "date",
-      "default": "x", "x-custom": 1})"), "");
+      "default": "x", "x-custom": 1})"),
+            "");
 }
 
 TEST(Grammar, ToolCallsHermes) {
@@ -212,15 +219,17 @@ TEST(Grammar, ToolCallsHermes) {
   auto r = tool_call_grammar(tools, hermes_syntax(), 16);
   ASSERT_TRUE(std::holds_alternative<Grammar>(r));
   auto g = std::make_shared<const Grammar>(std::get<Grammar>(std::move(r)));
-  EXPECT_TRUE(complete(
-      g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(complete(g,
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                       "\"Paris\"}}\n</tool_call>"));
   EXPECT_TRUE(complete(g,
                        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n"
                        "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3, "
                        "\"b\": 4}}\n</tool_call>\n"));
   EXPECT_FALSE(prefix(g, "<tool_call>\n{\"name\": \"Paris\""));
   EXPECT_FALSE(prefix(g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\""));
-  EXPECT_FALSE(complete(g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  EXPECT_FALSE(
+      complete(g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
   EXPECT_FALSE(prefix(g, "Sure! <tool_call>"));
   EXPECT_FALSE(complete(g, ""));
   // A schema error names its tool.
@@ -245,14 +254,13 @@ TEST(Grammar, ToolCallsJsonTurn) {
 
 // A small vocabulary with the kinds of tokens a real one has.
 std::vector<std::string> test_vocab() {
-  std::vector<std::string> v = {"",      "{",     "}",      "{\"",   "\":",    "\": ",  "\"",
-                                ",",     ", \"",  "city",   "Paris", " ",     "\n",    "  ",
-                                "name",  "\"}",   "\"}}",   "1",     "23",    "-",     ".5",
-                                "true",  "false", "null",   "\\",    "\\n",   "\\u00", "e9",
-                                "ab\"",  "x\"y",  "\xc3",   "\xa9",  "\t",    "<tool_call>",
-                                "<",     "tool",  "_call",  ">",     ">\n",   "</",    "add",
-                                "\"add", "get",   "_weather", "arguments", "\": {\"", "a",
-                                "b",     "\": 1", "]",      "[",     "\"]",   ",\n"};
+  std::vector<std::string> v = {
+      "",        "{",     "}",    "{\"",   "\":",   "\": ",  "\"",          ",",        ", \"",
+      "city",    "Paris", " ",    "\n",    "  ",    "name",  "\"}",         "\"}}",     "1",
+      "23",      "-",     ".5",   "true",  "false", "null",  "\\",          "\\n",      "\\u00",
+      "e9",      "ab\"",  "x\"y", "\xc3",  "\xa9",  "\t",    "<tool_call>", "<",        "tool",
+      "_call",   ">",     ">\n",  "</",    "add",   "\"add", "get",         "_weather", "arguments",
+      "\": {\"", "a",     "b",    "\": 1", "]",     "[",     "\"]",         ",\n"};
   return v;
 }
 
@@ -272,7 +280,8 @@ void expect_masks_exact(const std::shared_ptr<const Grammar>& g, const std::stri
       EXPECT_EQ(ok, (bool)((mask[(size_t)id >> 6] >> (id & 63)) & 1))
           << "token '" << vocab.bytes(id) << "' after '" << text.substr(0, pos) << "'";
     }
-    EXPECT_EQ(m.accepting(), (bool)(mask[0] & 1)) << "end token after '" << text.substr(0, pos) << "'";
+    EXPECT_EQ(m.accepting(), (bool)(mask[0] & 1))
+        << "end token after '" << text.substr(0, pos) << "'";
     if (pos < text.size()) ASSERT_TRUE(m.advance(text.substr(pos, 1)));
   }
   EXPECT_GT(cache.size(), 0u);
@@ -287,10 +296,10 @@ TEST(TokenMask, MatchesBruteForce) {
   const json weather = json::parse(R"({"type": "object", "properties": {
       "city": {"type": "string"}}, "required": ["city"], "additionalProperties": false})");
   std::vector<ToolSpec> tools{{"get_weather", &weather, false}, {"add", &weather, false}};
-  auto g = std::make_shared<const Grammar>(
-      std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
-  expect_masks_exact(g,
-                     "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>");
+  auto g =
+      std::make_shared<const Grammar>(std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
+  expect_masks_exact(
+      g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>");
 }
 
 TEST(TokenMask, ApplySetsMinusInfinityOutsideTheMask) {

@@ -71,7 +71,8 @@ int32_t GrammarBuilder::object(std::vector<Property> props, int32_t additional) 
   n.trie.emplace_back();
   for (size_t i = 0; i < n.props.size(); ++i)
     trie_insert(n.trie,
-                nlohmann::json(n.props[i].name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                nlohmann::json(n.props[i].name)
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                 (int32_t)i, uint64_t{1} << i);
   if (additional >= 0) n.key_string = string();
   return add(std::move(n));
@@ -121,8 +122,7 @@ int32_t GrammarBuilder::any_value() {
   any_value_ = reserve();
   const int32_t obj = any_object();
   const int32_t arr = array(any_value_);
-  const int32_t v =
-      choice({obj, arr, string(), number(false), literal({"true", "false", "null"})});
+  const int32_t v = choice({obj, arr, string(), number(false), literal({"true", "false", "null"})});
   set_alias(any_value_, v);
   return any_value_;
 }

@@ -15,25 +15,46 @@ std::string dump(const json& j) {
 
 // Keywords that only describe.
 const std::set<std::string> kAnnotations = {
-    "title",     "description",    "default",     "examples",         "$schema",
-    "$id",       "$comment",       "deprecated",  "readOnly",         "writeOnly",
-    "$defs",     "definitions",    "format",      "contentMediaType", "contentEncoding",
-    "$anchor",   "nullable",       "strict",      "discriminator",    "x-guidance"};
+    "title",   "description", "default",    "examples",         "$schema",
+    "$id",     "$comment",    "deprecated", "readOnly",         "writeOnly",
+    "$defs",   "definitions", "format",     "contentMediaType", "contentEncoding",
+    "$anchor", "nullable",    "strict",     "discriminator",    "x-guidance"};
 // Keywords that change validity and are not supported.
-const std::set<std::string> kUnsupported = {
-    "pattern",          "minimum",           "maximum",          "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf",        "minProperties",    "maxProperties",
-    "patternProperties", "propertyNames",    "dependentRequired", "dependentSchemas",
-    "dependencies",     "if",                "then",             "else",
-    "not",              "contains",          "minContains",      "maxContains",
-    "prefixItems",      "additionalItems",   "unevaluatedItems", "unevaluatedProperties",
-    "uniqueItems",      "$dynamicRef",       "$recursiveRef",    "contentSchema"};
-const std::set<std::string> kTypes = {"object", "array",   "string", "number",
+const std::set<std::string> kUnsupported = {"pattern",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum",
+                                            "multipleOf",
+                                            "minProperties",
+                                            "maxProperties",
+                                            "patternProperties",
+                                            "propertyNames",
+                                            "dependentRequired",
+                                            "dependentSchemas",
+                                            "dependencies",
+                                            "if",
+                                            "then",
+                                            "else",
+                                            "not",
+                                            "contains",
+                                            "minContains",
+                                            "maxContains",
+                                            "prefixItems",
+                                            "additionalItems",
+                                            "unevaluatedItems",
+                                            "unevaluatedProperties",
+                                            "uniqueItems",
+                                            "$dynamicRef",
+                                            "$recursiveRef",
+                                            "contentSchema"};
+const std::set<std::string> kTypes = {"object",  "array",   "string", "number",
                                       "integer", "boolean", "null"};
 
 class Compiler {
  public:
-  Compiler(GrammarBuilder& b, const json& root, bool strict) : b_(b), root_(root), strict_(strict) {}
+  Compiler(GrammarBuilder& b, const json& root, bool strict)
+      : b_(b), root_(root), strict_(strict) {}
 
   Result<int32_t> compile(const json& s, const std::string& at) {
     if (++depth_ > 128) return make_error("the schema nests deeper than 128 levels at ", at);
@@ -208,7 +229,8 @@ class Compiler {
     if (ref.size() > 1) {
       try {
         const json::json_pointer ptr(ref.substr(1));
-        if (!root_.contains(ptr)) return make_error("'$ref' '", ref, "' at ", at, " points nowhere");
+        if (!root_.contains(ptr))
+          return make_error("'$ref' '", ref, "' at ", at, " points nowhere");
         target = &root_.at(ptr);
       } catch (const json::exception&) {
         return make_error("'$ref' '", ref, "' at ", at, " is not a JSON pointer");

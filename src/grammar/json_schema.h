@@ -1,10 +1,10 @@
 // JSON Schema -> grammar nodes (grammar.h). What is supported, and how:
 //   type (object, array, string, number, integer, boolean, null, and lists of them), enum,
-//   const, properties (written in the order of the parsed object, which sorts keys; optional ones may be left out), required,
-//   additionalProperties (false: closed; true, absent or a schema: extra properties after
-//   or between the declared ones), items, minItems, maxItems, minLength, maxLength, anyOf
-//   and oneOf (both read as anyOf: an instance matching several alternatives is not
-//   refused), allOf of one schema, $ref to "#" or a JSON pointer inside the document
+//   const, properties (written in the order of the parsed object, which sorts keys; optional ones
+//   may be left out), required, additionalProperties (false: closed; true, absent or a schema:
+//   extra properties after or between the declared ones), items, minItems, maxItems, minLength,
+//   maxLength, anyOf and oneOf (both read as anyOf: an instance matching several alternatives is
+//   not refused), allOf of one schema, $ref to "#" or a JSON pointer inside the document
 //   ($defs, definitions; recursion works, a cycle with no finite instance is an error).
 //   Annotations are ignored: title, description, default, examples, format (an annotation
 //   in JSON Schema 2020-12 unless a validator opts in), $schema, $id, $comment, ...

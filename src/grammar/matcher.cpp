@@ -23,8 +23,12 @@ namespace infercept::grammar {
 // a stack always has something left to read or may end.
 
 namespace {
-bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool is_ws(uint8_t c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+bool is_digit(uint8_t c) {
+  return c >= '0' && c <= '9';
+}
 bool is_hex(uint8_t c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -35,9 +39,15 @@ uint64_t key_range(const Node& n, int32_t i) {
   const uint64_t upto = last >= 63 ? ~uint64_t{0} : (uint64_t{1} << (last + 1)) - 1;
   return upto & ~((uint64_t{1} << i) - 1);
 }
-int32_t low(uint64_t b) { return (int32_t)(uint32_t)b; }
-int32_t high(uint64_t b) { return (int32_t)(uint32_t)(b >> 32); }
-uint64_t pack(int32_t lo, int32_t hi) { return (uint64_t)(uint32_t)lo | ((uint64_t)(uint32_t)hi << 32); }
+int32_t low(uint64_t b) {
+  return (int32_t)(uint32_t)b;
+}
+int32_t high(uint64_t b) {
+  return (int32_t)(uint32_t)(b >> 32);
+}
+uint64_t pack(int32_t lo, int32_t hi) {
+  return (uint64_t)(uint32_t)lo | ((uint64_t)(uint32_t)hi << 32);
+}
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
@@ -61,10 +71,9 @@ int32_t Matcher::settle(int32_t h) const {
   while (h >= 0) {
     const Frame& f = arena_[(size_t)h];
     const Node& n = g_->nodes[(size_t)f.node];
-    const bool must_end =
-        (n.kind == NodeKind::seq && f.st == (int32_t)n.children.size()) ||
-        (n.kind == NodeKind::repeat && f.st == 1 && n.max_items >= 0 &&
-         (int64_t)f.b >= n.max_items);
+    const bool must_end = (n.kind == NodeKind::seq && f.st == (int32_t)n.children.size()) ||
+                          (n.kind == NodeKind::repeat && f.st == 1 && n.max_items >= 0 &&
+                           (int64_t)f.b >= n.max_items);
     if (!must_end) break;
     h = f.parent;
   }
@@ -95,8 +104,8 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
     out.push_back(push(nf));
   };
   auto end_here = [&] { out.push_back(settle(f.parent)); };  // c was the construct's last
-  auto pass_on = [&] { feed_one(f.parent, c, out); };      // complete; c belongs to the parent
-  auto gap = [&]() -> bool {                               // white space in a gap
+  auto pass_on = [&] { feed_one(f.parent, c, out); };        // complete; c belongs to the parent
+  auto gap = [&]() -> bool {                                 // white space in a gap
     if (!is_ws(c)) return false;
     if (f.a < max_ws) {
       nf.a = f.a + 1;
@@ -142,8 +151,8 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
           return then(1);
         case 2:
           if (c == 'u') return then(3);
-          if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-              c == 'r' || c == 't')
+          if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+              c == 't')
             then(1);
           return;
         default:  // 3..6: hex digits of \u

@@ -11,7 +11,9 @@ namespace infercept::grammar {
 
 namespace {
 
-bool plain_byte(uint8_t c) { return c >= 0x20 && c != '"' && c != '\\'; }
+bool plain_byte(uint8_t c) {
+  return c >= 0x20 && c != '"' && c != '\\';
+}
 
 // The preorder trie of the given ids (sorted by their bytes; empty ones left out).
 Vocabulary::Trie build_trie(const std::vector<std::string>& bytes, std::vector<int32_t> ids) {
@@ -53,15 +55,17 @@ Vocabulary::Trie build_trie(const std::vector<std::string>& bytes, std::vector<i
   return t;
 }
 
-void set_bit(uint64_t* mask, int32_t id) { mask[id >> 6] |= uint64_t{1} << (id & 63); }
+void set_bit(uint64_t* mask, int32_t id) {
+  mask[id >> 6] |= uint64_t{1} << (id & 63);
+}
 
 // Walks `t` from the matcher's heads, setting the bits of every token whose bytes are all
 // accepted.
 void walk(Matcher& m, const Vocabulary::Trie& t, uint64_t* mask, int64_t& visited) {
   struct Level {
-    int32_t end;        // the subtree of this level ends before this trie index
-    size_t arena_mark;  // the matcher's arena before this level's frames
-    size_t begin, size; // this level's heads in `heads`
+    int32_t end;         // the subtree of this level ends before this trie index
+    size_t arena_mark;   // the matcher's arena before this level's frames
+    size_t begin, size;  // this level's heads in `heads`
   };
   const size_t base = m.arena_size();
   std::vector<int32_t> heads(m.heads().begin(), m.heads().end());

@@ -5,13 +5,17 @@
 
 namespace infercept::grammar {
 
-ToolCallSyntax hermes_syntax() { return {"<tool_call>", "</tool_call>", "name", "arguments"}; }
+ToolCallSyntax hermes_syntax() {
+  return {"<tool_call>", "</tool_call>", "name", "arguments"};
+}
 
-ToolCallSyntax json_turn_syntax() { return {"", "", "name", "parameters"}; }
+ToolCallSyntax json_turn_syntax() {
+  return {"", "", "name", "parameters"};
+}
 
 std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSpec> tools,
                                                           const ToolCallSyntax& syntax,
-                                                          int32_t max_ws) {
+                                                          int32_t max_ws, int64_t max_calls) {
   GrammarBuilder b(max_ws);
   std::vector<int32_t> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -28,10 +32,10 @@ std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSp
       if (!a.ok()) return ToolGrammarError{i, a.error().message};
       args = *a;
     }
-    const int32_t name = b.literal({nlohmann::json(t.name).dump(
-        -1, ' ', false, nlohmann::json::error_handler_t::replace)});
-    calls.push_back(b.object({{syntax.name_key, name, true}, {syntax.arguments_key, args, true}},
-                             -1));
+    const int32_t name = b.literal(
+        {nlohmann::json(t.name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+    calls.push_back(
+        b.object({{syntax.name_key, name, true}, {syntax.arguments_key, args, true}}, -1));
   }
   if (calls.empty()) return ToolGrammarError{0, "no tools to call"};
   const int32_t call = calls.size() == 1 ? calls[0] : b.choice(calls);
@@ -43,7 +47,7 @@ std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSp
     one.push_back(b.ws());
     one.push_back(b.literal({syntax.close}));
   }
-  const int32_t root = b.seq({b.repeat(b.seq(one), 1, -1), b.ws()});
+  const int32_t root = b.seq({b.repeat(b.seq(one), 1, max_calls), b.ws()});
   auto g = std::move(b).finish(root);
   if (!g.ok()) return ToolGrammarError{0, g.error().message};
   return std::move(*g);

@@ -21,8 +21,8 @@
 namespace infercept::grammar {
 
 struct ToolCallSyntax {
-  std::string open;             // before a call's JSON ("" = none)
-  std::string close;            // after it
+  std::string open;   // before a call's JSON ("" = none)
+  std::string close;  // after it
   std::string name_key = "name";
   std::string arguments_key = "arguments";
 };
@@ -40,10 +40,11 @@ struct ToolGrammarError {
   std::string message;
 };
 
-// One or more calls (parallel calls in one turn), each of one of `tools`. On an error, the
-// tool it comes from.
+// One or more calls (up to max_calls, -1 = any number: parallel calls in one turn), each of
+// one of `tools`. On an error, the tool it comes from.
 std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSpec> tools,
                                                           const ToolCallSyntax& syntax,
-                                                          int32_t max_ws = 16);
+                                                          int32_t max_ws = 16,
+                                                          int64_t max_calls = -1);
 
 }  // namespace infercept::grammar
