@@ -37,7 +37,8 @@ $(BUILD)/.deps-ok:
 # stamp names the packages, so a venv made for fewer is completed.
 # openai-agents: the constrained-decoding test runs an Agent with tool_choice "required"
 # (tests/server_constrained_clients.py); python3-jsonschema (Debian) validates its calls.
-PY_PACKAGES := openai langchain-openai openai-agents
+# llguidance: tests/test_grammar_llguidance.cpp compares our token masks with its.
+PY_PACKAGES := openai langchain-openai openai-agents llguidance
 empty :=
 PY_STAMP := $(VENV)/.ok-$(subst $(empty) $(empty),+,$(PY_PACKAGES))
 pyenv: $(PY_STAMP)

@@ -46,9 +46,9 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
 MULTIPLY = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
             "required": ["a", "b"], "additionalProperties": False}
 EVENT = {"type": "object", "properties": {
-    "title": {"type": "string"},
+    "title": {"type": "string", "maxLength": 40},
     "attendees": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "role": {"enum": ["host", "guest"]}},
+        "name": {"type": "string", "maxLength": 30}, "role": {"enum": ["host", "guest"]}},
         "required": ["name", "role"], "additionalProperties": False}, "minItems": 1, "maxItems": 3},
     "remote": {"type": "boolean"}}, "required": ["title", "attendees", "remote"], "additionalProperties": False}
 TOOLS = [

@@ -44,6 +44,14 @@ TEST(Grammar, Scalars) {
   EXPECT_TRUE(complete(s, R"("a\"b\\c\u00e9\n")"));
   EXPECT_TRUE(complete(s, "\"caf\xc3\xa9\""));
   EXPECT_FALSE(prefix(s, "\"a\nb\""));  // raw control character
+  // Only valid UTF-8: no lone continuation byte, no overlong form, no surrogate, no 0xFF.
+  EXPECT_TRUE(complete(s, "\"\xf0\x9f\x98\x80\xe6\x97\xa5\""));
+  EXPECT_TRUE(prefix(s, "\"\xe6\x97"));  // a character still open
+  EXPECT_FALSE(prefix(s, "\"\xa9"));
+  EXPECT_FALSE(prefix(s, "\"\xe0\x80\x80"));
+  EXPECT_FALSE(prefix(s, "\"\xed\xa0\x80"));
+  EXPECT_FALSE(prefix(s, "\"\xff"));
+  EXPECT_FALSE(prefix(s, "\"\xc3\""));  // the quote inside an open character
   EXPECT_FALSE(prefix(s, R"("\x")"));
   EXPECT_FALSE(prefix(s, R"("\u12g")"));
   EXPECT_FALSE(complete(s, R"("abc)"));
@@ -111,9 +119,16 @@ TEST(Grammar, ObjectsInSchemaOrderRequiredAndClosed) {
 }
 
 TEST(Grammar, AdditionalPropertiesOpenAndSchema) {
-  auto open = compile(R"({"properties": {"a": {"type": "integer"}}})");
+  auto open =
+      compile(R"({"properties": {"a": {"type": "integer"}}, "additionalProperties": true})");
   EXPECT_TRUE(complete(open, R"({"a": 1, "zz": [true, {"x": null}]})"));
   EXPECT_TRUE(complete(open, R"({"other": "x"})"));
+  // Absent: closed where properties are declared, free where none are.
+  auto absent = compile(R"({"properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})");
+  EXPECT_TRUE(complete(absent, R"({"a": 1, "b": [2]})"));
+  EXPECT_FALSE(prefix(absent, R"({"a": 1, "c")"));
+  auto free = compile(R"({"type": "object"})");
+  EXPECT_TRUE(complete(free, R"({"x": {"y": [1, "z"]}})"));
   auto typed = compile(R"({"type": "object", "additionalProperties": {"type": "number"}})");
   EXPECT_TRUE(complete(typed, R"({"x": 1.5, "y": -2})"));
   EXPECT_FALSE(prefix(typed, R"({"x": "no"})"));

@@ -187,11 +187,17 @@ class Compiler {
     }
     // (nlohmann's objects keep their keys sorted: properties are written in that order,
     // the order the prompt's tool list shows them in.)
-    bool closed = strict_;
+    // An absent additionalProperties is read as false where properties are declared (as
+    // xgrammar, vLLM's default backend, does): the model writes the declared properties, not
+    // inventions of its own, and every output is still valid for the schema. Without
+    // declared properties an object is free, as the schema says.
+    bool closed = strict_ || !props.empty();
+    bool closed_explicitly = strict_;
     int32_t additional = -1;
     if (const auto it = s.find("additionalProperties"); it != s.end() && !strict_) {
+      closed = false;
       if (it->is_boolean()) {
-        closed = !it->get<bool>();
+        closed = closed_explicitly = !it->get<bool>();
       } else if (it->is_object()) {
         TRY_ASSIGN(additional, compile(*it, at + "/additionalProperties"));
       } else {
@@ -208,7 +214,7 @@ class Compiler {
         for (Property& p : props)
           if (p.name == name) found = p.required = true;
         if (found) continue;
-        if (closed)
+        if (closed_explicitly)
           return make_error("required property '", name, "' at ", at,
                             " is not in properties and no other property is allowed");
         props.push_back({name, b_.any_value(), true});

@@ -8,7 +8,8 @@ namespace infercept::grammar {
 
 // Frame states per node kind:
 //   literal  st = trie node
-//   string   st 0 before '"', 1 body, 2 after '\', 3..6 inside \uXXXX; a = length (bounded only)
+//   string   st 0 before '"', 1 body, 2 after '\', 3..6 inside \uXXXX, 16.. inside a UTF-8
+//            character (only valid UTF-8 is read); a = length in characters (bounded only)
 //   number   st 0 start, 1 after '-', 2 after a leading 0, 3 integer digits, 4 after '.',
 //            5 fraction digits, 6 after e/E, 7 after the exponent's sign, 8 exponent digits
 //   object   st 0 before '{', 1 after '{', 2 after a value, 3 after ',', 4 after a key,
@@ -32,6 +33,9 @@ bool is_digit(uint8_t c) {
 bool is_hex(uint8_t c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
+// String states from here on: inside a UTF-8 character, kUtf8 + 8 * (bytes still needed)
+// + the allowed range of the next one.
+constexpr int32_t kUtf8 = 16;
 uint64_t key_range(const Node& n, int32_t i) {
   const int32_t np = (int32_t)n.props.size();
   if (i >= np) return 0;
@@ -125,30 +129,42 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
     }
     case NodeKind::string: {
       const bool bounded = n.max_len >= 0 || n.min_len > 0;
+      if (f.st >= kUtf8) {  // inside a multi-byte character: a continuation byte
+        const int32_t need = (f.st - kUtf8) / 8, range = (f.st - kUtf8) % 8;
+        static constexpr uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80};
+        static constexpr uint8_t hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+        if (c < lo[range] || c > hi[range]) return;
+        return then(need == 1 ? 1 : kUtf8 + (need - 1) * 8);
+      }
       switch (f.st) {
         case 0:
           if (c == '"') then(1);
           return;
-        case 1:
+        case 1: {
           if (c == '"') {
             if (f.a >= n.min_len) end_here();
             return;
           }
           if (c < 0x20) return;
-          if (c == '\\') {
-            if (bounded && n.max_len >= 0 && f.a >= n.max_len) return;
+          const bool starts = c < 0x80 || (c >= 0xC2 && c <= 0xF4);
+          if (!starts) return;  // not valid UTF-8 here
+          if (bounded) {
+            if (n.max_len >= 0 && f.a >= n.max_len) return;
             nf.a = f.a + 1;
-            return then(2);
+          }
+          if (c == '\\') return then(2);
+          if (c >= 0x80) {
+            // (need, range of the next byte): UTF-8's rules for overlong forms and surrogates
+            const int32_t need = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+            const int32_t range = c == 0xE0 ? 1 : c == 0xED ? 2 : c == 0xF0 ? 3 : c == 0xF4 ? 4 : 0;
+            return then(kUtf8 + need * 8 + range);
           }
           if (!bounded) {
             out.push_back(head);  // the same state: no new frame
             return;
           }
-          if ((c & 0xC0) != 0x80) {  // a character starts (not a UTF-8 continuation byte)
-            if (n.max_len >= 0 && f.a >= n.max_len) return;
-            nf.a = f.a + 1;
-          }
           return then(1);
+        }
         case 2:
           if (c == 'u') return then(3);
           if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||

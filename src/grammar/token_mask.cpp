@@ -11,8 +11,28 @@ namespace infercept::grammar {
 
 namespace {
 
-bool plain_byte(uint8_t c) {
-  return c >= 0x20 && c != '"' && c != '\\';
+// A token a string body reads as it is, leaving the body's state unchanged: no '"', '\\' or
+// control byte, and whole UTF-8 characters only.
+bool plain_token(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = (uint8_t)s[i];
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return false;
+      ++i;
+      continue;
+    }
+    if (c < 0xC2 || c > 0xF4) return false;
+    const size_t need = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+    if (i + need >= s.size()) return false;  // the character continues in the next token
+    const uint8_t c1 = (uint8_t)s[i + 1];
+    const uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const uint8_t hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (c1 < lo || c1 > hi) return false;
+    for (size_t k = 2; k <= need; ++k)
+      if (((uint8_t)s[i + k] & 0xC0) != 0x80) return false;
+    i += need + 1;
+  }
+  return true;
 }
 
 // The preorder trie of the given ids (sorted by their bytes; empty ones left out).
@@ -117,7 +137,7 @@ Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_
   for (int32_t id : every) {
     const std::string& s = bytes_[(size_t)id];
     if (s.empty()) continue;
-    if (std::all_of(s.begin(), s.end(), [](char c) { return plain_byte((uint8_t)c); }))
+    if (plain_token(s))
       set_bit(plain_.data(), id);
     else
       others.push_back(id);

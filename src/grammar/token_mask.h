@@ -5,9 +5,9 @@
 // its prefix is rejected, so a state that allows few bytes (between JSON tokens, inside a
 // key or an enum) visits few nodes. The common expensive state, the body of a free string,
 // where nearly every token is allowed, is precomputed: tokens made only of bytes a string
-// body takes as they are ("plain": not '"', '\\', nor control bytes) leave that state
-// unchanged whatever surrounds it, so their bits come from one precomputed mask and only a
-// second, much smaller trie of the other tokens is walked. Masks are also cached per state
+// body takes as they are ("plain": not '"', '\\', nor control bytes; whole UTF-8 characters) leave
+// that state unchanged whatever surrounds it, so their bits come from one precomputed mask and only
+// a second, much smaller trie of the other tokens is walked. Masks are also cached per state
 // (MaskCache): a string's body, a gap between properties, ... recur within a generation and
 // across requests of the same grammar.
 #pragma once
