@@ -52,6 +52,7 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
     } else {
       awaiting_trigger_ = true;
       turn_text_ = req.turn_prefix;
+      look_for_trigger();  // the forced start may hold it already
     }
   }
   recent_text_ = std::move(req.turn_prefix);
@@ -91,6 +92,10 @@ void Request::constrain(int32_t token) {
   }
   if (!awaiting_trigger_) return;
   turn_text_ += bytes;
+  look_for_trigger();
+}
+
+void Request::look_for_trigger() {
   size_t at = std::string::npos;
   if (constraint_->trigger_at_start) {
     const size_t b = turn_text_.find_first_not_of(" \t\r\n");
