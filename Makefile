@@ -9,7 +9,7 @@ MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
                 libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx \
-                python3-matplotlib clang-format libbenchmark-dev
+                python3-matplotlib clang-format libbenchmark-dev python3-jsonschema
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
@@ -35,7 +35,10 @@ $(BUILD)/.deps-ok:
 # end-to-end tests (tests/server_openai_client.py, tests/server_agent_clients.py), in a venv
 # inside the build folder. Without network the tests are skipped, nothing else fails. The
 # stamp names the packages, so a venv made for fewer is completed.
-PY_PACKAGES := openai langchain-openai
+# openai-agents: the constrained-decoding test runs an Agent with tool_choice "required"
+# (tests/server_constrained_clients.py); python3-jsonschema (Debian) validates its calls.
+# llguidance: tests/test_grammar_llguidance.cpp compares our token masks with its.
+PY_PACKAGES := openai langchain-openai openai-agents llguidance
 empty :=
 PY_STAMP := $(VENV)/.ok-$(subst $(empty) $(empty),+,$(PY_PACKAGES))
 pyenv: $(PY_STAMP)

@@ -100,6 +100,55 @@ class EngineCore::Requests : public StepRequests {
   EngineCore& e_;
 };
 
+// Computes the step's token masks on its own thread while the forward pass runs: a mask
+// depends only on the tokens its request has accepted, all known before the step starts.
+class EngineCore::MaskWorker {
+ public:
+  MaskWorker() : thread_([this] { loop(); }) {}
+  ~MaskWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+      pending_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !pending_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (pending_ && job_); });
+      if (stop_) return;
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      job();
+      lock.lock();
+      pending_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool pending_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 EngineCore::EngineCore() = default;
 EngineCore::~EngineCore() = default;
 
@@ -110,6 +159,20 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const ModelConfig& mc = e->source_->config();
   TRY(mc.validate());
   TRY_ASSIGN(e->tokenizer_, load_tokenizer(*e->source_));
+  {
+    // Every token id's bytes for constrained decoding; control tokens write nothing a
+    // grammar could read, end-of-turn ones are allowed where the text is complete.
+    const Tokenizer& tok = *e->tokenizer_;
+    std::vector<std::string> bytes((size_t)std::max<int64_t>(mc.vocab_size, tok.vocab_size()));
+    std::vector<int32_t> ends;
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      if (tok.is_eog(id))
+        ends.push_back(id);
+      else if (!tok.is_control(id))
+        bytes[(size_t)id] = tok.token_to_bytes(id);
+    }
+    e->vocab_ = std::make_unique<grammar::Vocabulary>(std::move(bytes), std::move(ends));
+  }
   // A missing or unknown template only matters once a chat is rendered.
   if (auto t = resolve_chat_template(config.chat_template, e->tokenizer_->spec().chat_template);
       t.ok()) {
@@ -283,6 +346,12 @@ Status EngineCore::validate(const GenerateRequest& req) const {
                       " tokens; this engine holds at most ", std::to_string(limit - 1),
                       " (context ", std::to_string(max_context_), ", KV cache ",
                       std::to_string(kv_capacity_tokens()), " tokens)");
+  if (req.constraint != nullptr) {
+    if (req.constraint->grammar == nullptr) return make_error("a constraint without a grammar");
+    if (req.constraint->trigger.empty() &&
+        !grammar::Matcher(req.constraint->grammar).advance(req.turn_prefix))
+      return make_error("the generation's forced start does not fit its constraint");
+  }
   return req.params.validate();
 }
 
@@ -485,6 +554,27 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   CHECK((int64_t)e.sample_rows_.size() == n_logit_rows);
   const bool any_device = e.row_sampling_.plan(*e.backend_, e.sample_rows_);
   const int64_t vocab = e.model_config().vocab_size;
+  // Constrained rows' masks, computed beside the forward pass (MaskWorker).
+  e.masked_.clear();
+  for (const ScheduledSeq& ss : plan.scheduled) {
+    if (!ss.sample) continue;
+    Request& r = *e.active_.at(ss.seq->id);
+    e.masked_.push_back(r.matcher() != nullptr ? &r : nullptr);
+  }
+  const bool any_masked =
+      std::any_of(e.masked_.begin(), e.masked_.end(), [](Request* r) { return r != nullptr; });
+  if (any_masked) {
+    if (!e.mask_worker_) e.mask_worker_ = std::make_unique<MaskWorker>();
+    e.mask_worker_->start([&e] {
+      const double t = now_seconds();
+      for (Request* r : e.masked_) {
+        if (r == nullptr) continue;
+        r->mask().resize(e.vocab_->mask_words());
+        grammar::compute_mask(*r->matcher(), *e.vocab_, r->mask_cache(), r->mask().data());
+      }
+      e.stats_.mask_seconds += now_seconds() - t;
+    });
+  }
   timing.host_seconds = now_seconds() - t_build;
   const double t0 = now_seconds();
   const int64_t replayed_before = e.backend_->replayed_steps();
@@ -497,6 +587,11 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   const bool ran = e.model_->forward(e.step_input_, *e.kv_, any_device ? nullptr : e.logits_.data(),
                                      may_interrupt ? &e.interrupt_ : nullptr);
   e.last_step_interrupted_ = !ran;
+  if (any_masked) {
+    const double t = now_seconds();
+    e.mask_worker_->wait();
+    e.stats_.mask_wait_seconds += now_seconds() - t;
+  }
   if (!ran) {
     timing.ran = false;
     timing.forward_seconds = now_seconds() - t0;
@@ -515,7 +610,16 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
     if (!ss.sample) continue;
     const Sequence& s = *ss.seq;
     Request& r = *e.active_.at(s.id);
-    const std::span<const float> logits(e.logits_.data() + row * (size_t)vocab, (size_t)vocab);
+    const std::span<float> logits(e.logits_.data() + row * (size_t)vocab, (size_t)vocab);
+    if (e.masked_[row] != nullptr) {
+      // (a constrained row is always a host row: Request::needs_host_logits)
+      CHECK(e.row_sampling_.on_host(row));
+      std::vector<uint64_t>& mask = r.mask();
+      if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
+        for (int32_t id : e.vocab_->end_ids()) mask[(size_t)id >> 6] |= uint64_t{1} << (id & 63);
+      grammar::apply_mask(logits, mask.data());
+      e.stats_.masked_rows++;
+    }
     const std::span<const int32_t> all(s.tokens);
     tokens.push_back(!e.row_sampling_.on_host(row)
                          ? e.row_sampling_.device_token(row)

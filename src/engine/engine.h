@@ -27,6 +27,8 @@
 #include "engine/step_loop.h"
 #include "engine/stop_matcher.h"
 #include "engine/tool_call.h"
+#include "grammar/grammar.h"
+#include "grammar/token_mask.h"
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
 #include "model/llama.h"
@@ -122,6 +124,21 @@ struct ScriptedInterception {
   std::optional<double> hint;  // expected duration (seconds), for the oracle estimator
 };
 
+// Constrained decoding (docs/DESIGN.md "Constrained decoding"): the generated text must stay
+// in `grammar`; before each sampled token, tokens that would leave it get -inf.
+struct GenerationConstraint {
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Masks by grammar state, shared by the requests of this grammar (may be null).
+  std::shared_ptr<grammar::MaskCache> cache;
+  // Empty: from the first generated token, the grammar having read the request's
+  // turn_prefix first. Otherwise the text is free until the turn's text (turn_prefix and
+  // what was generated) contains `trigger`; the grammar then reads the text from the
+  // trigger on and constrains the rest (a tool call opened by the model). With
+  // trigger_at_start the trigger counts only at the start of the turn (after white space).
+  std::string trigger;
+  bool trigger_at_start = false;
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
@@ -151,6 +168,8 @@ struct GenerateRequest {
   // share, requests of different ones never do. The OpenAI server sets it from the API key
   // and the request's prompt_cache_key / cache_salt; empty is a namespace like any other.
   std::string cache_namespace;
+  // Null: unconstrained (and no cost).
+  std::shared_ptr<const GenerationConstraint> constraint;
 };
 
 // What one step produced for one request.
@@ -180,6 +199,11 @@ struct EngineStats : StepStats {
   // Sampled rows whose logits went to the host (penalties, logprobs, or a backend that does
   // not draw them); the rest were drawn where the logits are.
   int64_t host_sampled_rows = 0;
+  // Constrained rows: token masks applied, and the time spent computing them (on the mask
+  // worker, beside the forward pass) and waiting for them after it.
+  int64_t masked_rows = 0;
+  double mask_seconds = 0.0;
+  double mask_wait_seconds = 0.0;
 };
 
 class Request;
@@ -234,6 +258,8 @@ class EngineCore {
   const TurnFormat& turn_format() const { return turn_format_; }
   const EngineConfig& config() const { return config_; }
   const EngineStats& stats() const { return stats_; }
+  // The vocabulary as constrained decoding sees it (every token id's bytes).
+  const grammar::Vocabulary& grammar_vocabulary() const { return *vocab_; }
   int64_t max_context() const { return max_context_; }
   int64_t kv_capacity_tokens() const { return scheduler_->capacity_tokens(); }
   // The most tokens a sequence can hold: the context limit, or the KV cache if smaller.
@@ -290,6 +316,10 @@ class EngineCore {
   std::vector<float> logits_;             // [max_seqs, vocab]
   std::vector<RowToSample> sample_rows_;  // this step's sampled rows, in logit-row order
   RowSampling row_sampling_;              // where each is drawn; the device-drawn tokens
+  std::unique_ptr<grammar::Vocabulary> vocab_;
+  class MaskWorker;
+  std::unique_ptr<MaskWorker> mask_worker_;  // constrained rows' masks, beside the forward
+  std::vector<Request*> masked_;             // this step's constrained rows' requests
   EngineStats stats_;
   // The step (step_loop.h): the loop, the model as its executor, the requests' side, and
   // the outputs of the step in progress.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "engine/tool_call.h"
 
 namespace infercept {
@@ -41,6 +42,21 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
   tool_call_text_ = req.tool_call_text || req.detect_tool_calls || req.pause_at_tool_turn_end;
   tool_hints_ = std::move(req.tool_duration_hints);
   logprobs_ = req.logprobs;
+  constraint_ = std::move(req.constraint);
+  matcher_.reset();
+  awaiting_trigger_ = false;
+  turn_text_.clear();
+  if (constraint_ != nullptr) {
+    if (constraint_->trigger.empty()) {
+      matcher_.emplace(constraint_->grammar);
+      // (EngineCore::validate checked that the grammar reads the prefix)
+      CHECK(matcher_->advance(req.turn_prefix));
+    } else {
+      awaiting_trigger_ = true;
+      turn_text_ = req.turn_prefix;
+      look_for_trigger();  // the forced start may hold it already
+    }
+  }
   recent_text_ = std::move(req.turn_prefix);
   seq.n_prompt = (int64_t)req.prompt.size();
   seq.tokens = std::move(req.prompt);
@@ -59,6 +75,46 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
 void Request::on_resume() {
   sampled_since_resume_ = 0;
   recent_text_.clear();
+  // The constraint was the paused turn's; the turn after the tool's answer is free.
+  constraint_.reset();
+  matcher_.reset();
+  awaiting_trigger_ = false;
+}
+
+// The matcher reads the sampled token (the mask allowed it); a trigger awaited is looked for
+// in the turn's text, and from it on the grammar reads the text.
+void Request::constrain(int32_t token) {
+  if (tokenizer_.is_eog(token)) return;
+  const std::string bytes = tokenizer_.token_to_bytes(token);
+  if (matcher_) {
+    // Only a token outside the mask is refused (a sampler that ignored it): the constraint
+    // is dropped rather than the request broken.
+    if (!matcher_->advance(bytes)) matcher_.reset();
+    return;
+  }
+  if (!awaiting_trigger_) return;
+  turn_text_ += bytes;
+  look_for_trigger();
+}
+
+void Request::look_for_trigger() {
+  size_t at = std::string::npos;
+  if (constraint_->trigger_at_start) {
+    const size_t b = turn_text_.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return;
+    if (turn_text_.compare(b, constraint_->trigger.size(), constraint_->trigger) == 0)
+      at = b;
+    else if (turn_text_.size() - b >= constraint_->trigger.size())
+      awaiting_trigger_ = false;
+  } else {
+    at = turn_text_.find(constraint_->trigger);
+  }
+  if (at == std::string::npos) return;
+  awaiting_trigger_ = false;
+  matcher_.emplace(constraint_->grammar);
+  // A call the grammar cannot read from its start (it began otherwise than the format's
+  // calls do) stays free text; the parsers then read it as text.
+  if (!matcher_->advance(std::string_view(turn_text_).substr(at))) matcher_.reset();
 }
 
 // The triggers in order: a JSON tool call completed by end-of-turn, the script, a token id, a
@@ -116,6 +172,7 @@ TokenOutcome Request::on_token(int32_t token, int64_t limit, RequestOutput& out)
                              std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
                                        token) != params_.stop_token_ids.end();
   if (is_stop_token) reason = FinishReason::stop;
+  if (constraint_ != nullptr) constrain(token);
   if (is_stop_token && (detect_tool_calls_ || pause_at_tool_turn_end_)) {
     // The turn read as the server reads it (parse_tool_turn, the one parser): a JSON-turn
     // model's calls closed by end-of-turn pause the request instead of ending it; so do a

@@ -15,6 +15,7 @@
 #include "engine/step_loop.h"
 #include "engine/stop_matcher.h"
 #include "engine/tool_call.h"
+#include "grammar/matcher.h"
 #include "sched/sequence.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,7 +45,16 @@ class Request {
   TokenOutcome on_token(int32_t token, int64_t limit, RequestOutput& out);
 
   // The logits row must reach the host for it (penalties and logprobs need the row).
-  bool needs_host_logits() const { return params_.has_penalties() || logprobs_ >= 0; }
+  bool needs_host_logits() const {
+    return params_.has_penalties() || logprobs_ >= 0 || matcher_.has_value();
+  }
+  // The grammar the next token must keep to (GenerateRequest::constraint), when one is in
+  // force: its state after every token accepted so far. Null otherwise.
+  grammar::Matcher* matcher() { return matcher_ ? &*matcher_ : nullptr; }
+  grammar::MaskCache* mask_cache() const {
+    return constraint_ ? constraint_->cache.get() : nullptr;
+  }
+  std::vector<uint64_t>& mask() { return mask_; }
   int32_t logprobs() const { return logprobs_; }
   const SamplingParams& params() const { return params_; }
   Sampler& sampler() { return sampler_; }
@@ -79,6 +89,15 @@ class Request {
   int64_t kept_tokens_ = 0;
   std::string recent_text_;                    // generated text since the last pause (triggers)
   std::optional<std::string> json_tool_call_;  // a tool call just completed by end-of-turn
+  // Constrained decoding: the constraint, its matcher once in force, the turn's text while a
+  // trigger is awaited, the next token's mask (filled by the engine's mask worker).
+  void constrain(int32_t token);
+  void look_for_trigger();
+  std::shared_ptr<const GenerationConstraint> constraint_;
+  std::optional<grammar::Matcher> matcher_;
+  bool awaiting_trigger_ = false;
+  std::string turn_text_;
+  std::vector<uint64_t> mask_;
 };
 
 }  // namespace infercept

@@ -133,6 +133,7 @@ std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Ge
   const std::vector<ToolDefinition>& prompt_tools = cr.tools;
   g.tools_active = !cr.tools.empty() && cr.tool_choice != ToolChoice::none;
   g.forced_prefix = forced_tool_prefix(g.kind, cr.tool_choice, cr.tool_choice_name);
+  if (auto e = constraints.build(cr, g.kind, g.tools_active, g.constraint)) return e;
   g.keep_paused = opt.interception && cr.intercept && g.tools_active;
   g.stream = cr.stream;
   g.include_usage = cr.include_usage;
@@ -168,6 +169,7 @@ GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Gen
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
   gr.cache_namespace = g.cache_namespace;
+  gr.constraint = g.constraint;
   if (cr.intercept_after_tokens > 0) {
     ScriptedInterception si;
     si.after_generated = cr.intercept_after_tokens;

@@ -22,6 +22,7 @@
 
 #include "core/log.h"
 #include "server/auth.h"
+#include "server/constraints.h"
 #include "server/dashboard.h"
 #include "server/interception_registry.h"
 #include "server/metrics.h"
@@ -86,6 +87,8 @@ struct Generation {
   bool tools_active = false;  // the model saw tools: its turn may hold calls
   bool keep_paused = false;   // a turn with calls leaves the request paused
   std::string forced_prefix;  // the turn starts with this (tool_choice required/named)
+  // What the turn is constrained to (constraints.h); null: free.
+  std::shared_ptr<const GenerationConstraint> constraint;
   std::string scripted_tool;  // intercept_after_tokens: the call the turn ends in
   ChatTemplateKind kind = ChatTemplateKind::chatml;
   TurnFormat format;  // how the model writes calls and reasoning (EngineCore::turn_format)
@@ -261,6 +264,7 @@ struct HttpServer::Impl {
                                              const std::string& owner) const;
   std::optional<ApiError> add_server_tools(ChatRequest& cr, bool resume, Generation& g) const;
   std::optional<ApiError> check_tool_choice(const ChatRequest& cr) const;
+  ConstraintCompiler constraints;  // compiled grammars by request shape
   std::optional<ApiError> render_chat_prompt(ChatRequest& cr, Generation& g);
   GenerateRequest chat_engine_request(const ChatRequest& cr, Generation& g) const;
   static std::set<std::string> call_ids_of(const ChatRequest& cr);

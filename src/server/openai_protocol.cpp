@@ -210,6 +210,9 @@ std::optional<ApiError> parse_tools(const json& body, ChatRequest& out) {
       // search per key: quadratic in an object's size, and nothing gained).
       d.parameters_json = params->dump();
     }
+    std::optional<bool> strict;
+    RETURN_IF_ERROR(opt_bool(*fn, "strict", p + ".function", strict));
+    d.strict = strict.value_or(false);
     // Extension: the expected duration of this tool, a hint for the oracle estimator.
     std::optional<double> ms;
     RETURN_IF_ERROR(opt_number(t, "expected_duration_ms", p, ms));
@@ -563,6 +566,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   if (top && !logprobs.value_or(false))
     return invalid_request("top_logprobs needs logprobs: true", "top_logprobs");
   out.logprobs = logprobs.value_or(false) ? (int32_t)top.value_or(0) : -1;
+  out.parallel_tool_calls = parallel.value_or(true);
   out.intercept = intercept.value_or(true);
   out.return_token_ids = ids.value_or(false);
   RETURN_IF_ERROR(parse_scripted_call(body, out));
@@ -571,9 +575,31 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
     if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
     std::optional<std::string> type;
     RETURN_IF_ERROR(opt_string(*rf, "type", "response_format", type));
-    if (type && *type != "text")
-      return invalid_request("response_format '" + *type + "' is not supported (text only)",
-                             "response_format.type", "unsupported_parameter");
+    ResponseFormat& f = out.response_format;
+    if (!type || *type == "text") {
+      f.kind = ResponseFormat::Kind::text;
+    } else if (*type == "json_object") {
+      f.kind = ResponseFormat::Kind::json_object;
+    } else if (*type == "json_schema") {
+      f.kind = ResponseFormat::Kind::json_schema;
+      const json* js = field(*rf, "json_schema");
+      if (js == nullptr)
+        return invalid_request("response_format json_schema needs 'json_schema'",
+                               "response_format.json_schema", "missing_required_parameter");
+      if (!js->is_object()) return wrong_type("response_format.json_schema", "an object", *js);
+      if (const json* schema = field(*js, "schema")) {
+        if (!schema->is_object() && !schema->is_boolean())
+          return wrong_type("response_format.json_schema.schema", "an object", *schema);
+        f.schema = *schema;
+      }
+      std::optional<bool> strict;
+      RETURN_IF_ERROR(opt_bool(*js, "strict", "response_format.json_schema", strict));
+      f.strict = strict.value_or(false);
+    } else {
+      return invalid_request(
+          "response_format '" + *type + "' is not supported (text, json_object, json_schema)",
+          "response_format.type", "unsupported_parameter");
+    }
   }
   return std::nullopt;
 }

@@ -56,6 +56,14 @@ constexpr size_t kMaxCacheFieldBytes = 512;
 // string that two requests share only when their owner, key and salt are all equal.
 std::string cache_namespace(const std::string& owner, const CacheScope& scope);
 
+// response_format: free text, any JSON object, or JSON of a schema.
+struct ResponseFormat {
+  enum class Kind { text, json_object, json_schema };
+  Kind kind = Kind::text;
+  json schema;  // json_schema: the schema (null = any JSON value)
+  bool strict = false;
+};
+
 struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;
@@ -80,6 +88,8 @@ struct ChatRequest {
   std::vector<std::string> server_tools;
   bool all_server_tools = false;
   CacheScope cache;  // prompt_cache_key, cache_salt
+  ResponseFormat response_format;
+  bool parallel_tool_calls = true;  // false: a constrained turn holds one call at most
 };
 
 struct CompletionRequest {

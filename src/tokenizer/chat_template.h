@@ -41,6 +41,7 @@ struct ToolDefinition {
   std::string name;
   std::string description;
   std::string parameters_json;  // JSON Schema text
+  bool strict = false;          // OpenAI's strict: calls hold to the schema, all required
 };
 
 enum class ChatTemplateKind { chatml, llama3, llama2 };
