@@ -297,7 +297,9 @@ void expect_masks_exact(const std::shared_ptr<const Grammar>& g, const std::stri
     }
     EXPECT_EQ(m.accepting(), (bool)(mask[0] & 1))
         << "end token after '" << text.substr(0, pos) << "'";
-    if (pos < text.size()) ASSERT_TRUE(m.advance(text.substr(pos, 1)));
+    if (pos < text.size()) {
+      ASSERT_TRUE(m.advance(text.substr(pos, 1)));
+    }
   }
   EXPECT_GT(cache.size(), 0u);
 }

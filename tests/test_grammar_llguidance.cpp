@@ -135,7 +135,9 @@ TEST(GrammarLlguidance, MasksMatch) {
       EXPECT_EQ(missing, 0) << "case " << k << " position " << pos;
       if (extra > 0)
         std::printf("case %zu before token %zu: %d extra:%s\n", k, pos, extra, extras.c_str());
-      if (pos < path.size()) ASSERT_TRUE(m.advance(vocab.bytes(path[pos])));
+      if (pos < path.size()) {
+        ASSERT_TRUE(m.advance(vocab.bytes(path[pos])));
+      }
     }
   }
 }

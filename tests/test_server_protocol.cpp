@@ -137,9 +137,10 @@ TEST(ServerToolParser, StreamedDeltasAddUpToTheWholeTurn) {
       for (size_t i = 0; i < c.turn.size(); i += piece)
         for (const json& d : s.push(c.turn.substr(i, piece))) {
           accumulate(a, d);
-          if (piece == 1 && d.contains("tool_calls") && d["tool_calls"][0].contains("id"))
+          if (piece == 1 && d.contains("tool_calls") && d["tool_calls"][0].contains("id")) {
             // The name went out while the rest of the turn was still to come.
             EXPECT_LT(i + 1, c.turn.size());
+          }
         }
       for (const json& d : s.finish()) accumulate(a, d);
       AssistantTurn whole = parse_assistant_turn(c.turn, c.format);
