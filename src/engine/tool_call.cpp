@@ -119,6 +119,10 @@ ToolCallFormat tool_call_format(ChatTemplateKind kind) {
   return kind == ChatTemplateKind::chatml ? ToolCallFormat::hermes : ToolCallFormat::json_turn;
 }
 
+ToolCallFormat tool_call_format_of(const ChatTemplate& t) {
+  return tool_call_format(t.kind);
+}
+
 ParsedTurn parse_tool_turn(const std::string& text, ToolCallFormat format) {
   return format == ToolCallFormat::hermes ? parse_hermes_turn(text) : parse_json_turn(text);
 }

@@ -30,6 +30,11 @@ enum class ToolCallFormat { hermes, json_turn };
 
 // The format a chat template teaches its model.
 ToolCallFormat tool_call_format(ChatTemplateKind kind);
+// The format of a loaded template: a Jinja template's is read from its text when it reads
+// `tools` ("<tool_call>": Hermes; "<|python_tag|>" or a "parameters" object: Llama 3.1
+// JSON; "[TOOL_CALLS]": Mistral, parsed as a JSON turn for now), otherwise its built-in
+// family's (load_chat_template sets ChatTemplate::kind to match).
+ToolCallFormat tool_call_format_of(const ChatTemplate& t);
 
 struct ParsedTurn {
   std::string content;                // the text outside the calls (right-trimmed; "" if blank)
