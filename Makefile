@@ -131,15 +131,16 @@ test-asan: deps model
 	fi; exit $$rc
 
 # libFuzzer in a separate clang build (build-fuzz, ASan + UBSan): the file parsers (GGUF,
-# safetensors), the OpenAI request parser, the chat templates and the tokenizer, each
-# FUZZ_SECONDS from its seeds in fuzz/corpus (fuzz/run.sh; a crash, a sanitizer report or
+# safetensors), the OpenAI request parser, the chat templates, the Jinja interpreter and the
+# tokenizer, each FUZZ_SECONDS from its seeds in fuzz/corpus (fuzz/run.sh; a crash, a sanitizer report or
 # a leak fails it, the input is left in build-fuzz/artifacts). `make fuzz` is the long run,
 # `make fuzz-ci` the short one of .ci/run. Needs clang-14 and libclang-rt-14-dev: installed
 # here if missing.
 FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 45
 FUZZ_BUILD := build-fuzz
-FUZZ_TARGETS := fuzz_gguf fuzz_safetensors fuzz_openai_request fuzz_chat_template fuzz_tokenizer
+FUZZ_TARGETS := fuzz_gguf fuzz_safetensors fuzz_openai_request fuzz_chat_template fuzz_tokenizer \
+                fuzz_jinja
 fuzz-build: deps model
 	@dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1 || { \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
