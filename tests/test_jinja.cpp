@@ -126,6 +126,12 @@ TEST(Jinja, Macros) {
             "321");
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"),
             std::string::npos);
+  // A macro that outlives its scope (kept in a namespace past its loop iteration).
+  EXPECT_EQ(render("{% set ns = namespace() %}{% for i in [1] %}{% macro m() %}x{% endmacro %}"
+                   "{% set ns.m = m %}{% endfor %}{{ ns.m() }}"),
+            "x");
+  // A namespace holding itself renders and is freed (the sanitizer build checks leaks).
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me is defined }}"), "True");
 }
 
 TEST(Jinja, Filters) {

@@ -571,7 +571,7 @@ Value get_global(const std::string& name, const BuiltinLimits& lim) {
   }
   if (name == "namespace" || name == "dict") {
     const bool ns = name == "namespace";
-    return make_callable(name, [ns](const CallArgs& a) {
+    return make_callable(name, [ns, lim](const CallArgs& a) {
       DictData d;
       for (const Value& p : a.positional) {
         if (!p.is_dict()) fail("namespace()/dict() take a mapping or keyword arguments");
@@ -581,6 +581,7 @@ Value get_global(const std::string& name, const BuiltinLimits& lim) {
       if (!ns) return make_dict(std::move(d));
       auto n = std::make_shared<NamespaceData>();
       n->attrs = std::move(d);
+      if (lim.namespaces) lim.namespaces->push_back(n);
       return Value(std::move(n));
     });
   }

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tokenizer/jinja/value.h"
 
@@ -15,6 +17,9 @@ namespace infercept::jinja {
 struct BuiltinLimits {
   size_t max_bytes;   // any string or list a builtin makes
   int64_t max_items;  // range() and list repetition
+  // Where namespace() records what it makes (the renderer empties them at the end, which
+  // frees a namespace that holds itself); may be null.
+  std::vector<std::shared_ptr<NamespaceData>>* namespaces = nullptr;
 };
 
 Value apply_filter(const std::string& name, const Value& subject, const CallArgs& args,

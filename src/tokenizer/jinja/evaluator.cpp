@@ -29,7 +29,12 @@ enum class Flow { normal, break_, continue_ };
 class Renderer {
  public:
   Renderer(const DictData& ctx, const RenderOptions& o)
-      : ctx_(ctx), o_(o), lim_{o.max_bytes, int64_t(o.max_bytes / 8 + 1024)} {}
+      : ctx_(ctx), o_(o), lim_{o.max_bytes, int64_t(o.max_bytes / 8 + 1024), &namespaces_} {}
+
+  ~Renderer() {
+    // A namespace may hold itself (`set ns.me = ns`): emptied, every one is freed.
+    for (const auto& ns : namespaces_) ns->attrs = DictData{};
+  }
 
   Str run(const Body& body) {
     auto top = std::make_shared<Frame>();
@@ -191,12 +196,19 @@ class Renderer {
     return Flow::normal;
   }
 
+  // The macro holds its scope weakly (the scope holds the macro: a strong reference would
+  // keep both alive after the render); the renderer keeps the scope alive until the end, so
+  // a macro called after its loop iteration still finds it, as in jinja2.
   Value make_macro(const Stmt& s, const FramePtr& defined_in) {
     const Stmt* m = &s;
-    return make_callable(s.name, [this, m, defined_in](const CallArgs& a) {
+    macro_scopes_.push_back(defined_in);
+    std::weak_ptr<Frame> weak_scope = defined_in;
+    return make_callable(s.name, [this, m, weak_scope](const CallArgs& a) {
+      FramePtr defined = weak_scope.lock();
+      if (!defined) fail("macro '" + m->name + "' called after the scope it was defined in");
       if (++call_depth_ > o_.max_call_depth)
         fail("macro calls nest deeper than " + std::to_string(o_.max_call_depth));
-      auto scope = std::make_shared<Frame>(Frame{{}, defined_in});
+      auto scope = std::make_shared<Frame>(Frame{{}, defined});
       if (a.positional.size() > m->params.size())
         fail("macro '" + m->name + "' takes " + std::to_string(m->params.size()) + " arguments, " +
              std::to_string(a.positional.size()) + " given");
@@ -489,6 +501,8 @@ class Renderer {
   const RenderOptions& o_;
   BuiltinLimits lim_;
   Str* out_ = nullptr;
+  std::vector<std::shared_ptr<NamespaceData>> namespaces_;  // made by namespace() here
+  std::vector<FramePtr> macro_scopes_;                      // scopes macros were defined in
   int64_t steps_ = 0;
   int call_depth_ = 0;
 };

@@ -21,7 +21,7 @@ class Checker {
     std::string name;
     int line;
   };
-  std::vector<Call> called_names;
+  std::vector<Call> called_names, called_attrs;
   std::string error;
 
  private:
@@ -56,9 +56,7 @@ class Checker {
         break;
       case Expr::Kind::call: {
         const Expr& callee = *e.args[0];
-        if (callee.kind == Expr::Kind::attr && !is_known_method(callee.name))
-          bad(e.line,
-              "the method '" + callee.name + "()' is not supported by infercept's interpreter");
+        if (callee.kind == Expr::Kind::attr) called_attrs.push_back({callee.name, e.line});
         if (callee.kind == Expr::Kind::name) called_names.push_back({callee.name, e.line});
         break;
       }
@@ -84,6 +82,13 @@ Result<Template> Template::parse(const std::string& source) {
     if (!is_known_global(call.name) && !c.macros.count(call.name) && call.name != "caller" &&
         c.error.empty()) {
       c.error = "template line " + std::to_string(call.line) + ": the function '" + call.name +
+                "()' is not supported by infercept's interpreter";
+    }
+  }
+  // A method is one the interpreter has, or a macro kept in a namespace (ns.m()).
+  for (const auto& call : c.called_attrs) {
+    if (!is_known_method(call.name) && !c.macros.count(call.name) && c.error.empty()) {
+      c.error = "template line " + std::to_string(call.line) + ": the method '" + call.name +
                 "()' is not supported by infercept's interpreter";
     }
   }
