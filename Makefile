@@ -9,13 +9,13 @@ MODEL := $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 BIN := $(BUILD)/infercept
 DEB_PACKAGES := cmake g++ make python3 python3-pip python3-venv nlohmann-json3-dev libgtest-dev unzip \
                 libcpp-httplib-dev libboost-dev libcli11-dev pkg-config chromium python3-httpx \
-                python3-matplotlib clang-format libbenchmark-dev python3-jsonschema
+                python3-matplotlib clang-format libbenchmark-dev python3-jsonschema python3-jinja2
 PORT ?= 8000
 SERVED_MODEL := $(notdir $(basename $(MODEL)))
 VENV := $(BUILD)/venv
 
-.PHONY: all deps pyenv model build run test test-asan format format-check bench fuzz fuzz-ci \
-        fuzz-build clean
+.PHONY: all deps pyenv model chat-templates build run test test-asan format format-check bench fuzz \
+        fuzz-ci fuzz-build clean
 
 all: build
 
@@ -45,6 +45,22 @@ pyenv: $(PY_STAMP)
 $(PY_STAMP): | deps
 	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q $(PY_PACKAGES) && touch $@ || \
 	  echo "warning: could not install the openai and langchain-openai packages; their server tests will be skipped"
+
+# Real models' chat templates for tests/chat_template_jinja_test.py (python3-jinja2 renders them
+# as transformers does; the test compares infercept's interpreter with it): llama.cpp's
+# models/templates/*.jinja, taken from the llama-cpp-python source distribution on PyPI
+# (pinned), into build/chat-templates. Without network the test is skipped, nothing else fails.
+CHAT_TEMPLATES := $(BUILD)/chat-templates
+CHAT_TEMPLATES_SDIST := llama-cpp-python==0.3.36
+chat-templates: $(CHAT_TEMPLATES)/.ok
+$(CHAT_TEMPLATES)/.ok: | deps
+	@rm -rf $(BUILD)/.sdist && mkdir -p $(BUILD)/.sdist && \
+	if python3 -m pip download -q --no-deps --no-binary :all: $(CHAT_TEMPLATES_SDIST) -d $(BUILD)/.sdist; then \
+	  mkdir -p $(CHAT_TEMPLATES) && \
+	  tar xzf $(BUILD)/.sdist/*.tar.gz -C $(CHAT_TEMPLATES) --strip-components=5 --wildcards \
+	    '*/vendor/llama.cpp/models/templates/*.jinja' && touch $@; \
+	else echo "warning: could not fetch $(CHAT_TEMPLATES_SDIST); the chat template test will be skipped"; fi; \
+	rm -rf $(BUILD)/.sdist
 
 model: $(MODEL)
 $(MODEL):
@@ -77,7 +93,7 @@ run: build model
 	echo ""; \
 	wait $$pid
 
-test: build model
+test: build model chat-templates
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE gpu
 
 # The GPU tests (label `gpu`: CUDA ops against the CPU backend, the model, interception on
@@ -118,15 +134,16 @@ test-asan: deps model
 	fi; exit $$rc
 
 # libFuzzer in a separate clang build (build-fuzz, ASan + UBSan): the file parsers (GGUF,
-# safetensors), the OpenAI request parser, the chat templates and the tokenizer, each
-# FUZZ_SECONDS from its seeds in fuzz/corpus (fuzz/run.sh; a crash, a sanitizer report or
+# safetensors), the OpenAI request parser, the chat templates, the Jinja interpreter and the
+# tokenizer, each FUZZ_SECONDS from its seeds in fuzz/corpus (fuzz/run.sh; a crash, a sanitizer report or
 # a leak fails it, the input is left in build-fuzz/artifacts). `make fuzz` is the long run,
 # `make fuzz-ci` the short one of .ci/run. Needs clang-14 and libclang-rt-14-dev: installed
 # here if missing.
 FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 45
 FUZZ_BUILD := build-fuzz
-FUZZ_TARGETS := fuzz_gguf fuzz_safetensors fuzz_openai_request fuzz_chat_template fuzz_tokenizer
+FUZZ_TARGETS := fuzz_gguf fuzz_safetensors fuzz_openai_request fuzz_chat_template fuzz_tokenizer \
+                fuzz_jinja
 fuzz-build: deps model
 	@dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1 || { \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

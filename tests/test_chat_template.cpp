@@ -350,5 +350,84 @@ TEST(ChatTemplate, OutputHasAByteBudget) {
   }
 }
 
+// The model's own Jinja template: the default model's renders plain chats exactly as the
+// built-in ChatML does; it never reads `tools`, so conversations with tools go to the
+// built-in ChatML (Hermes tools) and tool calling keeps working.
+TEST(ChatTemplate, ModelJinjaTemplateAndToolFallback) {
+  const json fx = json::parse(testing::read_file(testing::fixture_path("tokenizer_smollm2.json")));
+  const std::string src = fx["chat_template"].get<std::string>();
+  auto t = load_chat_template("", src, "<|im_start|>", "<|im_end|>");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_TRUE(t->jinja);
+  EXPECT_FALSE(t->jinja_reads_tools);
+  EXPECT_EQ(t->kind, ChatTemplateKind::chatml);
+  auto builtin = resolve_chat_template("", src);
+  ASSERT_TRUE(builtin.ok());
+  const std::vector<ChatMessage> chat = {
+      {"user", "Hi", {}, "", ""}, {"assistant", "Hello!", {}, "", ""}, {"user", "Bye", {}, "", ""}};
+  EXPECT_EQ(render(*t, chat), render(*builtin, chat));
+  EXPECT_EQ(render(*t, chat, {}, false), render(*builtin, chat, {}, false));
+  EXPECT_EQ(render(*t, tool_conversation(), {weather_tool()}),
+            render(*builtin, tool_conversation(), {weather_tool()}));
+  EXPECT_NE(render(*t, tool_conversation(), {weather_tool()}).find("<tool_call>"),
+            std::string::npos);
+  // Named families still win over the model's template.
+  auto named = load_chat_template("llama3", src, "", "");
+  ASSERT_TRUE(named.ok());
+  EXPECT_FALSE(named->jinja);
+  EXPECT_EQ(named->kind, ChatTemplateKind::llama3);
+}
+
+TEST(ChatTemplate, JinjaTemplateThatRendersTools) {
+  const std::string src =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+      "{% for c in m.tool_calls %}<tool_call>{{ c.function|tojson }}</tool_call>{% endfor %}"
+      "<|im_end|>\n{% endfor %}{% if tools %}[{{ tools|map(attribute='function.name')|join(',') "
+      "}}]{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  auto t = load_chat_template("", src, "", "");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(t->jinja_reads_tools);
+  EXPECT_EQ(t->kind, ChatTemplateKind::chatml);  // <tool_call>: Hermes
+  EXPECT_EQ(render(*t, tool_conversation(), {weather_tool()}),
+            "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+            "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+            "</tool_call><|im_end|>\n<|im_start|>tool\n{\"temp\": 21}<|im_end|>\n[get_weather]"
+            "<|im_start|>assistant\n");
+  // The tool-call family follows what the template teaches.
+  auto mistral = load_chat_template("", "{{ tools }}[TOOL_CALLS]{{ messages[0].content }}", "", "");
+  ASSERT_TRUE(mistral.ok());
+  EXPECT_EQ(mistral->kind, ChatTemplateKind::llama2);
+  auto llama = load_chat_template("", "{{ tools }}<|python_tag|>{{ messages[0].content }}", "", "");
+  ASSERT_TRUE(llama.ok());
+  EXPECT_EQ(llama->kind, ChatTemplateKind::llama3);
+  // A template without tools and without a known framing refuses tool conversations.
+  auto plain = load_chat_template("", "{% for m in messages %}{{ m.content }}{% endfor %}", "", "");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->has_family);
+  auto r = render_chat(*plain, tool_conversation(), {weather_tool()}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("no tool format"), std::string::npos);
+}
+
+TEST(ChatTemplate, JinjaTemplateErrorsAtLoad) {
+  auto unsupported =
+      load_chat_template("", "{% for m in messages %}{{ m|frob }}{% endfor %}", "", "");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.error().message.find("filter 'frob'"), std::string::npos);
+  EXPECT_NE(unsupported.error().message.find("--chat-template"), std::string::npos);
+  auto raising = load_chat_template("", "{{ raise_exception('only tools') }}", "", "");
+  ASSERT_FALSE(raising.ok());
+  EXPECT_NE(raising.error().message.find("only tools"), std::string::npos);
+  EXPECT_FALSE(load_chat_template("", "", "", "").ok());  // no template at all
+  // Client JSON past the depth limit is refused before it is parsed.
+  auto t = load_chat_template("", "{{ tools|tojson }}{{ messages|length }}", "", "");
+  ASSERT_TRUE(t.ok());
+  const std::vector<ToolDefinition> deep = {
+      {"t", "", std::string(500, '[') + std::string(500, ']')}};
+  auto r = render_chat(*t, {{"user", "x", {}, "", ""}}, deep, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("deeper"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace infercept

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -291,6 +292,50 @@ TEST(Cli, GenerateEndsItsTextWithANewline) {
     EXPECT_EQ(r.out, ends_in_newline ? text : text + "\n");
     EXPECT_TRUE(contains(r.err, max_tokens + " generated")) << r.err;
   }
+}
+
+// --chat-template-file replaces the model's template: the prompt's ids are what it renders;
+// a template the interpreter cannot use stops the start-up with the construct named.
+TEST(Cli, ChatTemplateFile) {
+  const std::string dir = ::testing::TempDir() + "/cli_tmpl_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string plain =
+      write("plain.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  const std::string bad = write("bad.jinja", "{{ messages|frobnicate }}");
+  const std::vector<std::string> args = {"generate",     "--model",  testing::default_model_path(),
+                                         "--chat",       "--prompt", "Hello there",
+                                         "--max-tokens", "1",        "--json",
+                                         "--threads",    "2"};
+  auto with = [&](const std::string& file) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--chat-template-file", file});
+    return run_cli(a);
+  };
+  const CliRun ok = with(plain);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  // "Hello there" alone, no turn markers and no BOS: the template writes the whole prompt.
+  const auto ids = nlohmann::json::parse(ok.out)["prompt_token_ids"];
+  const CliRun model_template = run_cli(args);
+  ASSERT_EQ(model_template.exit_code, 0) << model_template.err;
+  EXPECT_LT(ids.size(), nlohmann::json::parse(model_template.out)["prompt_token_ids"].size());
+  const CliRun refused = with(bad);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_TRUE(contains(refused.err, "filter 'frobnicate'")) << refused.err;
+  // render-template renders a template with a JSON context, and can report client spans.
+  const std::string ctx =
+      write("ctx.json", R"({"messages": [{"role": "user", "content": "a<b"}]})");
+  const CliRun r = run_cli({"render-template", "--template", plain, "--context", ctx});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "a<b");
+  const CliRun spans =
+      run_cli({"render-template", "--template", plain, "--context", ctx, "--spans"});
+  ASSERT_EQ(spans.exit_code, 0) << spans.err;
+  EXPECT_EQ(nlohmann::json::parse(spans.out)["literal"], nlohmann::json::parse("[[0, 3]]"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, ProgressLineOnlyOnATerminal) {

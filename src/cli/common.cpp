@@ -108,7 +108,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "seconds a request may stay paused before its KV is released")
       ->group(g);
   app.add_option("--chat-template", c.chat_template,
-                 "chatml|llama3|llama2 (default: from the model)")
+                 "chatml|llama3|llama2: a built-in template instead of the model's own")
+      ->group(g);
+  app.add_option("--chat-template-file", c.chat_template_file,
+                 "a Jinja chat template to use instead of the model's own")
+      ->check(CLI::ExistingFile)
       ->group(g);
   app.add_option("--kv-dtype", f.kv_dtype, "KV cache element type")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}))

@@ -16,6 +16,7 @@ int run_profile(int argc, char** argv);
 int run_serve(int argc, char** argv);
 int run_make_model(int argc, char** argv);
 int run_simulate(int argc, char** argv);
+int run_render_template(int argc, char** argv);
 }  // namespace infercept::cli
 
 namespace {
@@ -39,6 +40,7 @@ const Command kCommands[] = {
     {"bench-forward", run_bench_forward, "time the forward pass and swaps against hardware floors"},
     {"logits", run_logits, "last-position logits of token sequences, as .npy"},
     {"make-model", run_make_model, "write a random-weight HF Llama checkpoint of a real shape"},
+    {"render-template", run_render_template, "render a Jinja chat template with a JSON context"},
 };
 
 void usage(FILE* out) {

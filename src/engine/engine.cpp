@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <future>
+#include <sstream>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -11,6 +13,7 @@
 #include "engine/request.h"
 #include "engine/tool_call.h"
 #include "io/gguf.h"
+#include "tokenizer/chat_encoding.h"
 
 namespace infercept {
 
@@ -29,6 +32,17 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 namespace {
+
+// The Jinja text of the chat template: --chat-template-file's, else the model's (may be "").
+Result<std::string> chat_template_text(const EngineConfig& config, const Tokenizer& tok) {
+  if (config.chat_template_file.empty()) return tok.spec().chat_template;
+  std::ifstream in(config.chat_template_file, std::ios::binary);
+  if (!in) return make_error("cannot read --chat-template-file ", config.chat_template_file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
@@ -173,15 +187,19 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     }
     e->vocab_ = std::make_unique<grammar::Vocabulary>(std::move(bytes), std::move(ends));
   }
-  // A missing or unknown template only matters once a chat is rendered.
-  if (auto t = resolve_chat_template(config.chat_template, e->tokenizer_->spec().chat_template);
+  // A missing template only matters once a chat is rendered (completions need none); one
+  // that is named, given, or that the model carries but cannot be used fails here.
+  TRY_ASSIGN(std::string template_text, chat_template_text(config, *e->tokenizer_));
+  const Tokenizer& tok = *e->tokenizer_;
+  if (auto t = load_chat_template(config.chat_template, template_text,
+                                  tok.token_to_bytes(tok.bos_id(), true),
+                                  tok.token_to_bytes(tok.eos_id(), true));
       t.ok()) {
     e->chat_template_ = *t;
-  } else if (!config.chat_template.empty()) {
+  } else if (!config.chat_template.empty() || !template_text.empty()) {
     return t.error();
   }
-  e->turn_format_ = infercept::turn_format(e->chat_template_, config.chat_template,
-                                           e->tokenizer_->spec().chat_template);
+  e->turn_format_ = infercept::turn_format(e->chat_template_, config.chat_template, template_text);
   for (const std::string& m : turn_markers(e->turn_format_))
     if (auto id = e->tokenizer_->token_id(m); id && e->tokenizer_->is_control(*id))
       e->marker_ids_.push_back(*id);
@@ -380,12 +398,12 @@ void EngineCore::abort(uint64_t id) {
 
 Result<std::vector<int32_t>> EngineCore::encode_chat(
     const std::vector<ChatMessage>& messages, const std::vector<ToolDefinition>& tools) const {
-  if (tokenizer_->spec().chat_template.empty() && config_.chat_template.empty())
+  if (tokenizer_->spec().chat_template.empty() && config_.chat_template.empty() &&
+      config_.chat_template_file.empty())
     return make_error("the model has no chat template; pass --chat-template chatml|llama3|llama2");
-  TRY_ASSIGN(auto cached,
-             resolve_chat_template(config_.chat_template, tokenizer_->spec().chat_template));
-  TRY_ASSIGN(std::string text, render_chat(cached, messages, tools, true));
-  return tokenizer_->encode(text, /*add_bos=*/true, /*parse_special=*/true);
+  ChatEncodeOptions options;
+  options.allow_special_in_content = true;  // the local user's own text (generate, chat)
+  return infercept::encode_chat(*tokenizer_, chat_template_, messages, tools, options);
 }
 
 int32_t block_table_width(int32_t blocks, int64_t most) {

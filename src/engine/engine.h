@@ -64,7 +64,8 @@ struct EngineConfig {
   int64_t max_tokens_per_step = 512;  // chunked-prefill token budget per step
   int64_t max_seqs = 64;              // sequences per step
   int64_t max_context = 0;            // 0 = the model's
-  std::string chat_template;          // empty = detect from the model
+  std::string chat_template;          // a built-in family's name; empty = the model's own
+  std::string chat_template_file;     // a Jinja template file instead of the model's
   uint64_t seed = 0x5eed;             // base for requests without their own seed
   bool check_invariants = false;      // run the KV invariants after every step (tests)
   std::string step_trace_path;        // --step-trace: one CSV row per step (sched/step_trace.h)

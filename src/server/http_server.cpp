@@ -17,8 +17,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
       impl->opt.write_timeout_s <= 0)
     return make_error("--header-timeout, --body-timeout and --write-timeout must be > 0");
   impl->context_limit = std::min(core->max_context(), core->kv_capacity_tokens());
-  impl->has_template =
-      !core->tokenizer().spec().chat_template.empty() || !core->config().chat_template.empty();
+  impl->has_template = !core->tokenizer().spec().chat_template.empty() ||
+                       !core->config().chat_template.empty() ||
+                       !core->config().chat_template_file.empty();
   impl->model_name = impl->opt.model_name;
   if (impl->model_name.empty()) {
     std::filesystem::path p(core->config().model_path);

@@ -9,6 +9,8 @@
 #include <string_view>
 
 #include "core/json_depth.h"
+#include "tokenizer/chat_template_jinja.h"
+#include "tokenizer/jinja/template.h"
 #include "tokenizer/py_json.h"
 
 namespace infercept {
@@ -423,6 +425,50 @@ Result<ChatTemplate> resolve_chat_template(const std::string& name,
   return t;
 }
 
+Result<ChatTemplate> load_chat_template(const std::string& name, const std::string& jinja_source,
+                                        const std::string& bos_token,
+                                        const std::string& eos_token) {
+  if (!name.empty()) return resolve_chat_template(name, jinja_source);
+  if (jinja_source.empty())
+    return make_error("the model has no chat template: pass --chat-template chatml|llama3|llama2");
+  auto parsed = jinja::Template::parse(jinja_source);
+  if (!parsed.ok()) {
+    return make_error("the chat template cannot be used: ", parsed.error().message,
+                      " (pass --chat-template chatml|llama3|llama2 to use a built-in one)");
+  }
+  ChatTemplate t;
+  if (auto family = resolve_chat_template("", jinja_source); family.ok()) {
+    t = *family;
+  } else {
+    t.has_family = false;
+  }
+  t.jinja = std::make_shared<const jinja::Template>(std::move(*parsed));
+  t.jinja_source = jinja_source;
+  t.jinja_reads_tools = t.jinja->uses_name("tools");
+  t.bos_token = bos_token;
+  t.eos_token = eos_token;
+  // A template that reads tools teaches its own call format: the family is the one whose
+  // format it teaches, so the server parses and forces calls in it.
+  if (t.jinja_reads_tools) {
+    if (jinja_source.find("[TOOL_CALLS]") != std::string::npos) {
+      t.kind = ChatTemplateKind::llama2;
+    } else if (jinja_source.find("<tool_call>") != std::string::npos) {
+      t.kind = ChatTemplateKind::chatml;
+    } else if (jinja_source.find("<|python_tag|>") != std::string::npos ||
+               jinja_source.find("\"parameters\"") != std::string::npos) {
+      t.kind = ChatTemplateKind::llama3;
+    }
+  }
+  // Fails now rather than on the first request if the template cannot render a plain turn.
+  const std::vector<ChatMessage> probe = {ChatMessage{"user", "Hello", {}, "", ""}};
+  if (auto r = render_jinja_chat(t, probe, {}, true, kDefaultMaxRenderedBytes); !r.ok()) {
+    return make_error(
+        "the chat template cannot render a one-message conversation: ", r.error().message,
+        " (pass --chat-template chatml|llama3|llama2 to use a built-in one)");
+  }
+  return t;
+}
+
 Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
                                        const std::vector<ChatMessage>& messages,
                                        const std::vector<ToolDefinition>& tools,
@@ -432,6 +478,15 @@ Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
     if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       return make_error("message ", std::to_string(i), " has unknown role '", r,
                         "' (expected system, user, assistant or tool)");
+    }
+  }
+  if (tmpl.jinja) {
+    if (tmpl.jinja_reads_tools || !conversation_uses_tools(messages, tools))
+      return render_jinja_chat(tmpl, messages, tools, add_generation_prompt, max_bytes);
+    if (!tmpl.has_family) {
+      return make_error(
+          "the model's chat template has no tool format and matches no built-in family: "
+          "start the server with --chat-template chatml|llama3|llama2 to use tools");
     }
   }
   switch (tmpl.kind) {

@@ -1,7 +1,9 @@
 // Chat templates: renders a conversation (with tool definitions, assistant tool calls and
-// tool results) into the prompt text a model was trained on. The families in use are
-// implemented natively rather than through a Jinja interpreter; the family is detected from
-// the model's template text, or named with --chat-template. An unknown template is an error.
+// tool results) into the prompt text a model was trained on. The model's own Jinja template
+// renders by default (tokenizer/jinja: jinja2's semantics, as transformers'
+// apply_chat_template); three families are also implemented natively (ChatML, Llama 3,
+// Llama 2), for files without a template, for --chat-template NAME, and for tool requests to
+// a template that has no tool format (ChatTemplate::jinja_reads_tools).
 //
 // What a client sends is text, never structure: the rendered prompt comes with the byte spans
 // that came from the client (RenderedChat::literal), and the tokenizer matches special tokens
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,16 +49,44 @@ struct ToolDefinition {
 
 enum class ChatTemplateKind { chatml, llama3, llama2 };
 
+namespace jinja {
+class Template;
+}
+
 struct ChatTemplate {
+  // The built-in family: it renders when there is no Jinja template (and where the rule
+  // below says), and it names the tool-call format the server parses and forces.
   ChatTemplateKind kind = ChatTemplateKind::chatml;
   // ChatML only: the system message used when the conversation has none ("" = none).
   std::string default_system;
+
+  // The model's own Jinja template (null: the built-in family renders everything).
+  std::shared_ptr<const jinja::Template> jinja;
+  std::string jinja_source;
+  // Whether the Jinja template reads `tools`. One that does not teaches the model no tool
+  // format: a request whose conversation involves tools (tools declared, assistant tool
+  // calls, tool results) is rendered by the built-in family instead, so tools keep working
+  // (docs/DESIGN.md, "Chat templates"). Such requests are an error when no family matched
+  // the template's framing (has_family false).
+  bool jinja_reads_tools = false;
+  bool has_family = true;
+  // The template's bos_token and eos_token (the tokenizer's BOS and EOS pieces).
+  std::string bos_token, eos_token;
 };
 
 // Picks the family from a template name ("chatml", "llama3", "llama2") or, when name is
 // empty, from the model's own template text. Error when neither identifies one.
 Result<ChatTemplate> resolve_chat_template(const std::string& name,
                                            const std::string& model_template_text);
+
+// The template the server renders with: a built-in family when `name` is given; otherwise
+// the Jinja template `jinja_source` (the model file's, or --chat-template-file's), with the
+// built-in family its framing matches as the fallback for tool requests. Errors: an unknown
+// name, no template at all, a Jinja template the interpreter cannot parse or that uses what
+// it lacks (the message names the construct and line), or one that fails on a one-message
+// conversation.
+Result<ChatTemplate> load_chat_template(const std::string& name, const std::string& jinja_source,
+                                        const std::string& bos_token, const std::string& eos_token);
 
 // The budget render_chat uses when given none: far above any real prompt (a 128k-token
 // context is under 1 MB of text), far below what would strain the host.
