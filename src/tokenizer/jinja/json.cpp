@@ -14,7 +14,7 @@ namespace infercept::jinja {
 namespace {
 
 void append_u_escape(std::string& out, uint32_t u) {
-  char b[8];
+  char b[16];  // "\\u" and 4 hex digits; room for what the compiler cannot bound
   std::snprintf(b, sizeof b, "\\u%04x", unsigned(u));
   out += b;
 }
