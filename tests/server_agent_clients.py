@@ -27,10 +27,8 @@ import http.server
 import json
 import re
 import signal
-import subprocess
 import sys
 import threading
-import time
 
 import checks  # tests/checks.py: the shared tally
 
@@ -189,21 +187,7 @@ class Server:
         cmd = [binary, "serve", "--model", model, "--port", "0", "--temperature", "0", "--max-tokens", "48",
                "--kv-cache-tokens", "8192", "--swap-space-mb", "32", "--max-batch-tokens", "256",
                "--policy", "preserve"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        self.log, self.port = [], None
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("server exited: " + "".join(self.log))
-            self.log.append(line)
-            m = re.search(r"on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        self.proc, self.port, self.log = checks.start_server(cmd)
 
     def get(self, path):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

@@ -17,11 +17,7 @@ Exits 77 (skipped) when the packages are missing (make installs them in build/ve
 import argparse
 import asyncio
 import json
-import re
-import subprocess
 import sys
-import threading
-import time
 
 import checks
 
@@ -67,21 +63,7 @@ class Server:
     def __init__(self, binary, model):
         cmd = [binary, "serve", "--model", model, "--port", "0", "--temperature", "1",
                "--max-tokens", "200", "--kv-cache-tokens", "16384"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        self.log, self.port = [], None
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("server exited: " + "".join(self.log))
-            self.log.append(line)
-            m = re.search(r"on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        self.proc, self.port, self.log = checks.start_server(cmd)
 
     def stop(self):
         self.proc.terminate()

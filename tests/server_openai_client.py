@@ -8,12 +8,10 @@ exit 0). Run by ctest; exits 77 (skipped) when the `openai` package is not insta
 """
 import argparse
 import json
-import re
 import signal
-import subprocess
 import sys
-import threading
-import time
+
+import checks  # tests/checks.py: start_server
 
 try:
     import openai
@@ -40,22 +38,7 @@ class Server:
     def __init__(self, binary, model, *extra):
         cmd = [binary, "serve", "--model", model, "--port", "0", "--temperature", "0", "--max-tokens", "16",
                "--kv-cache-tokens", "4096", "--swap-space-mb", "32", "--max-batch-tokens", "256", *extra]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        self.port = None
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("server exited: " + "".join(self.log))
-            self.log.append(line)
-            m = re.search(r"on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        self.proc, self.port, self.log = checks.start_server(cmd)
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0,
                                     timeout=300)
 

@@ -142,6 +142,11 @@ TEST(Jinja, Filters) {
   EXPECT_EQ(render("{{ j.b|tojson(indent=2) }}", ctx), "[\n  1,\n  2.5,\n  null\n]");
   EXPECT_EQ(render("{{ j|tojson(sort_keys=true, ensure_ascii=true) }}", ctx),
             R"({"a": "\u00e9\"\n", "b": [1, 2.5, null]})");
+  // json.dumps escapes DEL too with ensure_ascii (everything outside ' '..'~'), and a
+  // character past the BMP as a surrogate pair; without it, both stand for themselves.
+  EXPECT_EQ(render("{{ s|tojson(ensure_ascii=true) }}", R"({"s": "a\u007f\ud83d\ude00"})"),
+            R"("a\u007f\ud83d\ude00")");
+  EXPECT_EQ(render("{{ s|tojson }}", R"({"s": "a\u007f"})"), "\"a\x7f\"");
   EXPECT_EQ(
       render("{{ m|selectattr('role', 'equalto', 'user')|map(attribute='c')|join(',') }}", ctx),
       "B,a");

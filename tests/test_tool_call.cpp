@@ -2,6 +2,7 @@
 // turns the server reports read the same calls, and a malformed call is text to both.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "engine/tool_call.h"
@@ -11,6 +12,18 @@ namespace {
 
 constexpr ToolCallFormat kHermes = ToolCallFormat::hermes;
 constexpr ToolCallFormat kJson = ToolCallFormat::json_turn;
+
+// While a Hermes turn is generated: its first closed call (what pauses the engine).
+std::optional<ParsedToolCall> find_hermes_tool_call(const std::string& text) {
+  return find_tool_call(text, TurnFormat{kHermes, false});
+}
+
+// A whole JSON turn's first call, if the turn is calls.
+std::optional<ParsedToolCall> parse_json_tool_call(const std::string& text) {
+  ParsedTurn turn = parse_tool_turn(text, kJson);
+  if (turn.calls.empty()) return std::nullopt;
+  return std::move(turn.calls.front());
+}
 
 TEST(ToolCall, HermesCompleteCallIsFoundWithNameAndArguments) {
   auto c = find_hermes_tool_call(

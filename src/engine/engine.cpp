@@ -163,6 +163,27 @@ class EngineCore::MaskWorker {
   std::thread thread_;
 };
 
+// Built when a constrained row first needs it: most engines never constrain a token, and the
+// walk's tries over a 150k vocabulary are not free to build.
+const grammar::Vocabulary& EngineCore::grammar_vocabulary() {
+  if (vocab_ == nullptr) {
+    // Control tokens write nothing a grammar could read; end-of-turn ones are allowed where
+    // the text is complete.
+    const Tokenizer& tok = *tokenizer_;
+    std::vector<std::string> bytes(
+        (size_t)std::max<int64_t>(model_config().vocab_size, tok.vocab_size()));
+    std::vector<int32_t> ends;
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      if (tok.is_eog(id))
+        ends.push_back(id);
+      else if (!tok.is_control(id))
+        bytes[(size_t)id] = tok.token_to_bytes(id);
+    }
+    vocab_ = std::make_unique<grammar::Vocabulary>(std::move(bytes), std::move(ends));
+  }
+  return *vocab_;
+}
+
 EngineCore::EngineCore() = default;
 EngineCore::~EngineCore() = default;
 
@@ -173,20 +194,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   const ModelConfig& mc = e->source_->config();
   TRY(mc.validate());
   TRY_ASSIGN(e->tokenizer_, load_tokenizer(*e->source_));
-  {
-    // Every token id's bytes for constrained decoding; control tokens write nothing a
-    // grammar could read, end-of-turn ones are allowed where the text is complete.
-    const Tokenizer& tok = *e->tokenizer_;
-    std::vector<std::string> bytes((size_t)std::max<int64_t>(mc.vocab_size, tok.vocab_size()));
-    std::vector<int32_t> ends;
-    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-      if (tok.is_eog(id))
-        ends.push_back(id);
-      else if (!tok.is_control(id))
-        bytes[(size_t)id] = tok.token_to_bytes(id);
-    }
-    e->vocab_ = std::make_unique<grammar::Vocabulary>(std::move(bytes), std::move(ends));
-  }
   // A missing template only matters once a chat is rendered (completions need none); one
   // that is named, given, or that the model carries but cannot be used fails here.
   TRY_ASSIGN(std::string template_text, chat_template_text(config, *e->tokenizer_));
@@ -562,33 +569,36 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   e.build_step_input(plan);
   // Where each sampled row is drawn (RowSampling): plain ones where the logits are, those
   // with logprobs or penalties on the host.
+  // Constrained rows (a matcher in force) also get their masks, computed beside the forward
+  // pass (MaskWorker).
   e.sample_rows_.clear();
+  e.masked_.clear();
+  bool any_masked = false;
   for (const ScheduledSeq& ss : plan.scheduled) {
     if (!ss.sample) continue;
     Request& r = *e.active_.at(ss.seq->id);
     e.sample_rows_.push_back({&r.params(), &r.sampler(), r.needs_host_logits()});
+    e.masked_.push_back(r.matcher() != nullptr ? &r : nullptr);
+    any_masked = any_masked || r.matcher() != nullptr;
   }
   const int64_t n_logit_rows = (int64_t)e.step_input_.logit_rows.size();
   CHECK((int64_t)e.sample_rows_.size() == n_logit_rows);
   const bool any_device = e.row_sampling_.plan(*e.backend_, e.sample_rows_);
   const int64_t vocab = e.model_config().vocab_size;
-  // Constrained rows' masks, computed beside the forward pass (MaskWorker).
-  e.masked_.clear();
-  for (const ScheduledSeq& ss : plan.scheduled) {
-    if (!ss.sample) continue;
-    Request& r = *e.active_.at(ss.seq->id);
-    e.masked_.push_back(r.matcher() != nullptr ? &r : nullptr);
-  }
-  const bool any_masked =
-      std::any_of(e.masked_.begin(), e.masked_.end(), [](Request* r) { return r != nullptr; });
   if (any_masked) {
+    const grammar::Vocabulary& v = e.grammar_vocabulary();
     if (!e.mask_worker_) e.mask_worker_ = std::make_unique<MaskWorker>();
-    e.mask_worker_->start([&e] {
+    e.mask_worker_->start([&e, &v] {
       const double t = now_seconds();
       for (Request* r : e.masked_) {
         if (r == nullptr) continue;
-        r->mask().resize(e.vocab_->mask_words());
-        grammar::compute_mask(*r->matcher(), *e.vocab_, r->mask_cache(), r->mask().data());
+        std::vector<uint64_t>& mask = r->mask();
+        mask.resize(v.mask_words());
+        grammar::compute_mask(*r->matcher(), v, r->mask_cache(), mask.data());
+        // A state no token of this vocabulary continues ends the turn, rather than leaving
+        // every logit at -inf.
+        if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
+          for (int32_t id : v.end_ids()) mask[(size_t)id >> 6] |= uint64_t{1} << (id & 63);
       }
       e.stats_.mask_seconds += now_seconds() - t;
     });
@@ -632,10 +642,7 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
     if (e.masked_[row] != nullptr) {
       // (a constrained row is always a host row: Request::needs_host_logits)
       CHECK(e.row_sampling_.on_host(row));
-      std::vector<uint64_t>& mask = r.mask();
-      if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
-        for (int32_t id : e.vocab_->end_ids()) mask[(size_t)id >> 6] |= uint64_t{1} << (id & 63);
-      grammar::apply_mask(logits, mask.data());
+      grammar::apply_mask(logits, r.mask().data());
       e.stats_.masked_rows++;
     }
     const std::span<const int32_t> all(s.tokens);

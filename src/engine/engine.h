@@ -259,8 +259,6 @@ class EngineCore {
   const TurnFormat& turn_format() const { return turn_format_; }
   const EngineConfig& config() const { return config_; }
   const EngineStats& stats() const { return stats_; }
-  // The vocabulary as constrained decoding sees it (every token id's bytes).
-  const grammar::Vocabulary& grammar_vocabulary() const { return *vocab_; }
   int64_t max_context() const { return max_context_; }
   int64_t kv_capacity_tokens() const { return scheduler_->capacity_tokens(); }
   // The most tokens a sequence can hold: the context limit, or the KV cache if smaller.
@@ -317,6 +315,8 @@ class EngineCore {
   std::vector<float> logits_;             // [max_seqs, vocab]
   std::vector<RowToSample> sample_rows_;  // this step's sampled rows, in logit-row order
   RowSampling row_sampling_;              // where each is drawn; the device-drawn tokens
+  // The vocabulary as constrained decoding sees it (every token id's bytes), made on first use.
+  const grammar::Vocabulary& grammar_vocabulary();
   std::unique_ptr<grammar::Vocabulary> vocab_;
   class MaskWorker;
   std::unique_ptr<MaskWorker> mask_worker_;  // constrained rows' masks, beside the forward

@@ -54,7 +54,7 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
     } else {
       awaiting_trigger_ = true;
       turn_text_ = req.turn_prefix;
-      look_for_trigger();  // the forced start may hold it already
+      look_for_trigger(turn_text_.size());  // the forced start may hold it already
     }
   }
   recent_text_ = std::move(req.turn_prefix);
@@ -94,10 +94,10 @@ void Request::constrain(int32_t token) {
   }
   if (!awaiting_trigger_) return;
   turn_text_ += bytes;
-  look_for_trigger();
+  look_for_trigger(bytes.size());
 }
 
-void Request::look_for_trigger() {
+void Request::look_for_trigger(size_t added) {
   size_t at = std::string::npos;
   if (constraint_->trigger_at_start) {
     const size_t b = turn_text_.find_first_not_of(" \t\r\n");
@@ -107,7 +107,10 @@ void Request::look_for_trigger() {
     else if (turn_text_.size() - b >= constraint_->trigger.size())
       awaiting_trigger_ = false;
   } else {
-    at = turn_text_.find(constraint_->trigger);
+    // Only where the new bytes could complete it: the text before was searched already.
+    const size_t reach = added + constraint_->trigger.size() - 1;
+    at = turn_text_.find(constraint_->trigger,
+                         turn_text_.size() > reach ? turn_text_.size() - reach : 0);
   }
   if (at == std::string::npos) return;
   awaiting_trigger_ = false;

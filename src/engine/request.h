@@ -92,7 +92,7 @@ class Request {
   // Constrained decoding: the constraint, its matcher once in force, the turn's text while a
   // trigger is awaited, the next token's mask (filled by the engine's mask worker).
   void constrain(int32_t token);
-  void look_for_trigger();
+  void look_for_trigger(size_t added);  // `added`: bytes just appended to turn_text_
   std::shared_ptr<const GenerationConstraint> constraint_;
   std::optional<grammar::Matcher> matcher_;
   bool awaiting_trigger_ = false;

@@ -198,14 +198,4 @@ std::optional<ParsedToolCall> find_tool_call(const std::string& text, TurnFormat
   return std::nullopt;
 }
 
-std::optional<ParsedToolCall> find_hermes_tool_call(const std::string& text) {
-  return find_tool_call(text, TurnFormat{ToolCallFormat::hermes, false});
-}
-
-std::optional<ParsedToolCall> parse_json_tool_call(const std::string& text) {
-  ParsedTurn turn = parse_tool_turn(text, ToolCallFormat::json_turn);
-  if (turn.calls.empty()) return std::nullopt;
-  return std::move(turn.calls.front());
-}
-
 }  // namespace infercept

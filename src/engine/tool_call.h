@@ -76,12 +76,6 @@ inline ParsedTurn parse_tool_turn(const std::string& text, ToolCallFormat format
 // While a turn is generated: its first call that is complete before the turn ends (Hermes:
 // a <tool_call> block closed; the other formats' calls are complete only at the turn's end).
 std::optional<ParsedToolCall> find_tool_call(const std::string& text, TurnFormat format);
-// find_tool_call in the Hermes format.
-std::optional<ParsedToolCall> find_hermes_tool_call(const std::string& text);
-
-// `text` (a whole assistant turn) in the JSON-turn format: its first call, if the turn is
-// calls (parse_tool_turn(text, ToolCallFormat::json_turn).calls.front()).
-std::optional<ParsedToolCall> parse_json_tool_call(const std::string& text);
 
 // {"name": ..., <arguments>} as a call, or nothing when it is not one (not JSON, not an
 // object, no non-empty string "name", nested past kMaxJsonDepth). The arguments are under

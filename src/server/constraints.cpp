@@ -16,7 +16,7 @@ grammar::ToolCallSyntax tool_call_syntax(ChatTemplateKind kind) {
       return grammar::json_turn_syntax();
     case ChatTemplateKind::llama2: {
       grammar::ToolCallSyntax s = grammar::json_turn_syntax();
-      s.arguments_key = "arguments";  // (forced_tool_prefix's key for this template)
+      s.arguments_key = "arguments";  // Llama 2 calls carry "arguments" (Llama 3.1: "parameters")
       return s;
     }
   }

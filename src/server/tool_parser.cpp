@@ -1,12 +1,8 @@
 #include "server/tool_parser.h"
 
+#include "server/constraints.h"
+
 namespace infercept::server {
-
-namespace {
-
-const std::string kOpen = "<tool_call>";
-
-}  // namespace
 
 AssistantTurn parse_assistant_turn(const std::string& text, TurnFormat format, bool calls) {
   ParsedTurn parsed = parse_tool_turn(text, format, calls);
@@ -29,14 +25,13 @@ AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kin
 
 std::string forced_tool_prefix(ChatTemplateKind kind, ToolChoice choice, const std::string& name) {
   if (choice != ToolChoice::required && choice != ToolChoice::named) return {};
-  const std::string name_json = json(name).dump();
-  if (kind == ChatTemplateKind::chatml) {
-    if (choice == ToolChoice::required) return kOpen + "\n{\"name\": \"";
-    return kOpen + "\n{\"name\": " + name_json + ", \"arguments\": ";
-  }
-  const char* key = kind == ChatTemplateKind::llama3 ? "parameters" : "arguments";
-  if (choice == ToolChoice::required) return "{\"name\": \"";
-  return "{\"name\": " + name_json + ", \"" + key + "\": ";
+  // The start of a call as the constraint's grammar writes it (tool_call_syntax), so that the
+  // grammar reads the forced text.
+  const grammar::ToolCallSyntax syntax = tool_call_syntax(kind);
+  std::string s = syntax.open.empty() ? "{" : syntax.open + "\n{";
+  s += json(syntax.name_key).dump() + ": ";
+  if (choice == ToolChoice::required) return s + "\"";
+  return s + json(name).dump() + ", " + json(syntax.arguments_key).dump() + ": ";
 }
 
 ChatTurnStreamer::ChatTurnStreamer(TurnFormat format, bool calls, std::set<std::string> held)
@@ -69,6 +64,7 @@ std::vector<json> ChatTurnStreamer::deltas(std::vector<TurnEvent>& events) {
         holding_ = holding_ || held_.count(e.text) != 0;
         if (!holding_) {
           s.id = random_id("call_");
+          s.index = announced_;
           out.push_back({{"tool_calls",
                           json::array({{{"index", announced_},
                                         {"id", s.id},
@@ -82,11 +78,8 @@ std::vector<json> ChatTurnStreamer::deltas(std::vector<TurnEvent>& events) {
       case TurnEvent::Kind::call_arguments: {
         const Started& s = started_.at((size_t)e.index);
         if (s.id.empty()) break;
-        // The index the call was announced with: its place among the announced ones.
-        size_t index = 0;
-        for (size_t i = 0; i < (size_t)e.index; ++i) index += started_[i].id.empty() ? 0 : 1;
         out.push_back(
-            {{"tool_calls", json::array({{{"index", index},
+            {{"tool_calls", json::array({{{"index", s.index},
                                           {"function", {{"arguments", std::move(e.text)}}}}})}});
         break;
       }

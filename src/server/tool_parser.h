@@ -66,7 +66,8 @@ class ChatTurnStreamer {
   std::set<std::string> held_;
   bool holding_ = false;  // a held call started: the rest of the turn's calls wait too
   struct Started {
-    std::string id;  // "" when held
+    std::string id;    // "" when held
+    size_t index = 0;  // the index it was announced with (among the announced calls)
     bool valid = false;
   };
   std::vector<Started> started_;  // by the reader's call index

@@ -2,46 +2,34 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 
 namespace infercept {
+
+const char* py_json_escape(unsigned char c) {
+  static const auto table = [] {
+    std::array<std::array<char, 16>, 128> t{};  // (room the format checker can bound)
+    for (int b = 0; b < 0x20; ++b) std::snprintf(t[(size_t)b].data(), 16, "\\u%04x", b);
+    const std::pair<char, const char*> named[] = {{'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"},
+                                                  {'\r', "\\r"}, {'\t', "\\t"},  {'\b', "\\b"},
+                                                  {'\f', "\\f"}};
+    for (const auto& [ch, text] : named) std::snprintf(t[(size_t)ch].data(), 16, "%s", text);
+    return t;
+  }();
+  if (c >= 0x80 || table[c][0] == 0) return nullptr;
+  return table[c].data();
+}
 
 void append_py_json_string(std::string_view s, std::string& out) {
   out += '"';
   for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
+    if (const char* e = py_json_escape(static_cast<unsigned char>(ch)))
+      out += e;
+    else
+      out += ch;
   }
   out += '"';
 }

@@ -45,6 +45,10 @@ class PyJsonWriter {
   std::vector<Level> open_;  // the containers being written, outermost first
 };
 
+// The escape json.dumps writes for an ASCII byte inside a string ("\\n", "\\u001f", ...),
+// null where the byte stands for itself (and for every byte >= 0x80).
+const char* py_json_escape(unsigned char c);
+
 // A JSON string literal as json.dumps writes it (ensure_ascii=False).
 void append_py_json_string(std::string_view s, std::string& out);
 

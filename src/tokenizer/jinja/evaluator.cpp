@@ -36,15 +36,7 @@ class Renderer {
     for (const auto& ns : namespaces_) ns->attrs = DictData{};
   }
 
-  Str run(const Body& body) {
-    auto top = std::make_shared<Frame>();
-    Str out;
-    Str* saved = out_;
-    out_ = &out;
-    exec_body(body, top);
-    out_ = saved;
-    return out;
-  }
+  Str run(const Body& body) { return capture(body, std::make_shared<Frame>()); }
 
  private:
   void step(int line) {

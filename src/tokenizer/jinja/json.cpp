@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/json_depth.h"
+#include "tokenizer/py_json.h"
 #include "tokenizer/unicode.h"
 
 namespace infercept::jinja {
@@ -19,45 +20,24 @@ void append_u_escape(std::string& out, uint32_t u) {
   out += b;
 }
 
-// One character of a JSON string literal, as json.dumps escapes it.
+// One character of a JSON string literal, as json.dumps escapes it: ASCII as every JSON
+// string the templates print (py_json_escape); with ensure_ascii, DEL and everything past
+// ASCII as \u escapes (surrogate pairs past the BMP).
 void escape_char(uint32_t c, std::string_view raw, bool ensure_ascii, std::string& out) {
-  switch (c) {
-    case '"':
-      out += "\\\"";
+  if (c < 0x80) {
+    if (const char* e = py_json_escape((unsigned char)c)) {
+      out += e;
       return;
-    case '\\':
-      out += "\\\\";
-      return;
-    case '\n':
-      out += "\\n";
-      return;
-    case '\r':
-      out += "\\r";
-      return;
-    case '\t':
-      out += "\\t";
-      return;
-    case '\b':
-      out += "\\b";
-      return;
-    case '\f':
-      out += "\\f";
-      return;
-    default:
-      break;
-  }
-  if (c < 0x20) {
-    append_u_escape(out, c);
-  } else if (ensure_ascii && c >= 0x80) {
-    if (c >= 0x10000) {
-      const uint32_t v = c - 0x10000;
-      append_u_escape(out, 0xD800 + (v >> 10));
-      append_u_escape(out, 0xDC00 + (v & 0x3FF));
-    } else {
-      append_u_escape(out, c);
     }
-  } else {
+  }
+  if (!ensure_ascii || c < 0x7f) {
     out += raw;
+  } else if (c >= 0x10000) {
+    const uint32_t v = c - 0x10000;
+    append_u_escape(out, 0xD800 + (v >> 10));
+    append_u_escape(out, 0xDC00 + (v & 0x3FF));
+  } else {
+    append_u_escape(out, c);
   }
 }
 
