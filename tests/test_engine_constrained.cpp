@@ -104,6 +104,37 @@ TEST(EngineConstrained, OutputKeepsToTheSchemaBesideFreeRequests) {
   EXPECT_EQ(alone->stats().masked_rows, 0);
 }
 
+// A constrained row without logprobs or penalties is masked and drawn where its logits are
+// (Backend::mask_rows; the CPU backend's is the oracle of a device's): no row goes to the host,
+// and the text is the one the host path gives (a row with logprobs is masked on the host).
+TEST(EngineConstrained, RowsMaskedWhereTheLogitsAreEqualTheHostPath) {
+  auto c = schema_constraint(R"({"type": "object", "properties": {"city": {"type": "string",
+      "maxLength": 24}, "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type":
+      "integer"}}, "required": ["city", "unit", "days"], "additionalProperties": false})");
+  std::string text[2];
+  for (int host = 0; host < 2; ++host) {
+    auto e = make_engine();
+    ASSERT_NE(e, nullptr);
+    GenerateRequest r;
+    r.prompt = e->tokenizer().encode("The weather query as JSON:", true, false);
+    r.params.max_tokens = 60;
+    r.params.temperature = 0.0f;
+    r.logprobs = host ? 0 : -1;
+    r.constraint = c;
+    const uint64_t id = *e->add_request(r);
+    const auto out = run_all(*e);
+    text[host] = out.at(id).text;
+    EXPECT_TRUE(accepts(*c, text[host], out.at(id).finish == FinishReason::stop)) << text[host];
+    EXPECT_GT(e->stats().masked_rows, 0);
+    if (host)
+      EXPECT_EQ(e->stats().host_sampled_rows, e->stats().masked_rows);
+    else
+      EXPECT_EQ(e->stats().host_sampled_rows, 0);
+  }
+  EXPECT_EQ(text[0], text[1]);
+  EXPECT_FALSE(text[0].empty());
+}
+
 TEST(EngineConstrained, TriggerStartsTheConstraintAndPrefixIsRead) {
   auto e = make_engine();
   ASSERT_NE(e, nullptr);

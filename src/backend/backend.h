@@ -140,6 +140,18 @@ class Backend {
     (void)logits, (void)rows, (void)out;
     return false;
   }
+  // Constrained decoding's token masks applied where the logits live, before argmax_rows /
+  // sample_rows: for each i, row rows[i] of `logits` keeps the ids whose bit is set in
+  // masks[i * words ..] (bit id & 63 of word id >> 6) and gets -inf elsewhere, ids past
+  // words * 64 included. So a constrained row is drawn on the device like any other and only
+  // its mask crosses (a bit per token, not four bytes). masks_on_device() says whether the
+  // backend does it; mask_rows returns false when it does not.
+  virtual bool masks_on_device() const { return false; }
+  virtual bool mask_rows(Tensor logits, std::span<const int32_t> rows, const uint64_t* masks,
+                         int64_t words) {
+    (void)logits, (void)rows, (void)masks, (void)words;
+    return false;
+  }
   // A step that may be given up part-way: while `*flag` (set by another thread) is true, the
   // backend may skip what is left of the ops it runs (their outputs are then meaningless and
   // the model reports the step as not run). Only a backend that runs ops as they are called

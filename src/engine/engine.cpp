@@ -577,7 +577,8 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   for (const ScheduledSeq& ss : plan.scheduled) {
     if (!ss.sample) continue;
     Request& r = *e.active_.at(ss.seq->id);
-    e.sample_rows_.push_back({&r.params(), &r.sampler(), r.needs_host_logits()});
+    e.sample_rows_.push_back({&r.params(), &r.sampler(), r.needs_host_logits(),
+                              r.matcher() != nullptr ? &r.mask() : nullptr});
     e.masked_.push_back(r.matcher() != nullptr ? &r : nullptr);
     any_masked = any_masked || r.matcher() != nullptr;
   }
@@ -640,9 +641,8 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
     Request& r = *e.active_.at(s.id);
     const std::span<float> logits(e.logits_.data() + row * (size_t)vocab, (size_t)vocab);
     if (e.masked_[row] != nullptr) {
-      // (a constrained row is always a host row: Request::needs_host_logits)
-      CHECK(e.row_sampling_.on_host(row));
-      grammar::apply_mask(logits, r.mask().data());
+      // (a device row was masked where its logits are: RowSampling::draw)
+      if (e.row_sampling_.on_host(row)) grammar::apply_mask(logits, r.mask().data());
       e.stats_.masked_rows++;
     }
     const std::span<const int32_t> all(s.tokens);

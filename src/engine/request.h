@@ -45,9 +45,7 @@ class Request {
   TokenOutcome on_token(int32_t token, int64_t limit, RequestOutput& out);
 
   // The logits row must reach the host for it (penalties and logprobs need the row).
-  bool needs_host_logits() const {
-    return params_.has_penalties() || logprobs_ >= 0 || matcher_.has_value();
-  }
+  bool needs_host_logits() const { return params_.has_penalties() || logprobs_ >= 0; }
   // The grammar the next token must keep to (GenerateRequest::constraint), when one is in
   // force: its state after every token accepted so far. Null otherwise.
   grammar::Matcher* matcher() { return matcher_ ? &*matcher_ : nullptr; }

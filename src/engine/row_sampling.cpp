@@ -12,6 +12,7 @@ bool RowSampling::plan(const Backend& backend, std::span<const RowToSample> rows
     const SamplingParams& p = *rows[i].params;
     const bool greedy = p.is_greedy();
     const bool device = !rows[i].needs_host_logits &&
+                        (rows[i].mask == nullptr || backend.masks_on_device()) &&
                         (greedy ? backend.greedy_on_device() : backend.samples_on_device());
     host_[i] = device ? 0 : 1;
     n_host_ += device ? 0 : 1;
@@ -35,6 +36,19 @@ void RowSampling::draw(Backend& backend, const Tensor& logits, std::span<const R
     b = e;
   }
   tokens_.resize((size_t)n);
+  masked_rows_.clear();
+  packed_masks_.clear();
+  size_t words = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (host_[i] || rows[i].mask == nullptr) continue;
+    const std::vector<uint64_t>& m = *rows[i].mask;
+    CHECK(masked_rows_.empty() || m.size() == words);  // one vocabulary
+    words = m.size();
+    masked_rows_.push_back((int32_t)i);
+    packed_masks_.insert(packed_masks_.end(), m.begin(), m.end());
+  }
+  if (!masked_rows_.empty())
+    CHECK(backend.mask_rows(logits, masked_rows_, packed_masks_.data(), (int64_t)words));
   if (device_all_greedy_) {
     // (a host row's argmax is computed too and not used)
     CHECK(backend.argmax_rows(logits, tokens_.data()));

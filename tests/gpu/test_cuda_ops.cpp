@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -993,6 +994,76 @@ TEST(CudaOps, SampleRowsMatchTheFilteredDistribution) {
     EXPECT_EQ(got[(size_t)r], (int32_t)(std::max_element(x, x + vocab) - x)) << "row " << r;
   }
   EXPECT_EQ(got[1], 10);
+}
+
+// Constrained decoding's masks applied on the device: the same logits as the CPU backend's
+// (the oracle), for a subset of a step's rows, masks shorter than the row (ids past them are
+// refused), and more rows than one upload holds (the masks go in turns); then a masked row
+// is drawn by argmax and by sampling among the allowed ids only.
+TEST(CudaOps, MaskRowsMatchTheCpuAndOnlyAllowedIdsAreDrawn) {
+  Pair p = backends();
+  ASSERT_TRUE(p.gpu);
+  ASSERT_TRUE(p.gpu->masks_on_device() && p.cpu->masks_on_device());
+  struct Case {
+    int64_t rows, vocab, words, every;  // masked: every `every`-th row
+  };
+  // 152,064 ids (Qwen2.5's vocabulary): 2,376 words; 240 rows of them are two uploads.
+  for (const Case& c : {Case{7, 5000, 79, 2}, Case{9, 50001, 700, 2}, Case{240, 152064, 2376, 1}}) {
+    SCOPED_TRACE("vocab " + std::to_string(c.vocab) + " rows " + std::to_string(c.rows));
+    auto v = randn((size_t)(c.rows * c.vocab));
+    std::vector<int32_t> masked;
+    for (int32_t r = 0; r < c.rows; r += (int32_t)c.every) masked.push_back(r);
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> masks(masked.size() * (size_t)c.words);
+    for (size_t i = 0; i < masked.size(); ++i)
+      for (int64_t w = 0; w < c.words; ++w) {
+        uint64_t& m = masks[i * (size_t)c.words + (size_t)w];
+        switch ((w + (int64_t)i) % 4) {
+          case 0:
+            m = ~uint64_t{0};
+            break;  // a word kept whole
+          case 1:
+            m = 0;
+            break;  // refused whole
+          default:
+            m = rng() & rng();
+            break;  // scattered bits
+        }
+      }
+    Tensor tg = p.gpu->alloc_activation(c.rows, c.vocab, DType::f32);
+    ASSERT_EQ(cudaMemcpy(tg.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    Tensor tc = p.cpu->alloc_activation(c.rows, c.vocab, DType::f32);
+    std::copy(v.begin(), v.end(), static_cast<float*>(tc.data));
+    ASSERT_TRUE(p.gpu->mask_rows(tg, masked, masks.data(), c.words));
+    ASSERT_TRUE(p.cpu->mask_rows(tc, masked, masks.data(), c.words));
+    std::vector<float> got(v.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), tg.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const float* want = static_cast<const float*>(tc.data);
+    int64_t differ = 0, refused = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      differ += std::memcmp(&got[i], &want[i], 4) != 0 ? 1 : 0;
+      refused += std::isinf(want[i]) ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0);
+    EXPECT_GT(refused, c.vocab / 4);  // the masks did refuse ids
+    if (c.every > 1)                  // an unmasked row is untouched
+      EXPECT_EQ(std::memcmp(got.data() + c.vocab, v.data() + c.vocab, (size_t)c.vocab * 4), 0);
+    // Drawn where the logits are: the argmax of the allowed ids, and samples among them.
+    std::vector<int32_t> ids((size_t)c.rows, -1);
+    ASSERT_TRUE(p.gpu->argmax_rows(tg, ids.data()));
+    std::vector<DeviceSampleRow> params((size_t)c.rows);
+    for (int64_t r = 0; r < c.rows; ++r) params[(size_t)r].u = (float)((r + 0.5) / c.rows);
+    std::vector<int32_t> drawn((size_t)c.rows, -1);
+    ASSERT_TRUE(p.gpu->sample_rows(tg, params, drawn.data()));
+    for (size_t i = 0; i < masked.size(); ++i) {
+      const int32_t r = masked[i];
+      const float* row = want + (int64_t)r * c.vocab;
+      EXPECT_EQ(ids[(size_t)r], (int32_t)(std::max_element(row, row + c.vocab) - row)) << r;
+      const int32_t d = drawn[(size_t)r];
+      ASSERT_TRUE(d >= 0 && d < c.vocab);
+      EXPECT_FALSE(std::isinf(row[d])) << "row " << r << " drew refused id " << d;
+    }
+  }
 }
 
 TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {

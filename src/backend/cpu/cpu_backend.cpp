@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -131,6 +132,25 @@ class CpuBackend final : public Backend {
           for (int64_t r = b; r < e; ++r) out[r] = argmax_row(logits.row<float>(r), logits.cols);
         },
         /*grain=*/4);
+    return true;
+  }
+
+  // The oracle of a device backend's masking: the logits are host memory already.
+  bool masks_on_device() const override { return true; }
+  bool mask_rows(Tensor logits, std::span<const int32_t> rows, const uint64_t* masks,
+                 int64_t words) override {
+    CHECK(logits.dtype == DType::f32);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      CHECK(rows[i] >= 0 && rows[i] < logits.rows);
+      float* row = logits.row<float>(rows[i]);
+      const uint64_t* mask = masks + (int64_t)i * words;
+      for (int64_t w = 0; w * 64 < logits.cols; ++w) {
+        const uint64_t bits = w < words ? mask[w] : 0;
+        if (bits == ~uint64_t{0}) continue;  // most words of a free string's mask
+        for (int64_t id = w * 64; id < std::min(logits.cols, w * 64 + 64); ++id)
+          if (((bits >> (id & 63)) & 1) == 0) row[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
     return true;
   }
 

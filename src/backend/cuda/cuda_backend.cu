@@ -111,6 +111,25 @@ bool CudaBackend::sample_rows(Tensor t, std::span<const DeviceSampleRow> rows, i
   return true;
 }
 
+bool CudaBackend::mask_rows(Tensor t, std::span<const int32_t> rows, const uint64_t* masks,
+                            int64_t words) {
+  CHECK(t.dtype == DType::f32 && words > 0);
+  // The pinned side is free: the last draw synchronized the stream.
+  const int64_t per_turn = (int64_t)cuda::SampleIo::kMaskWords / words;
+  CHECK(per_turn > 0);
+  for (int64_t b = 0; b < (int64_t)rows.size(); b += per_turn) {
+    if (b > 0) CUDA_CHECK(cudaStreamSynchronize(compute_));  // the last turn's uploads read
+    const int64_t n = std::min<int64_t>(per_turn, (int64_t)rows.size() - b);
+    const int32_t* rows_dev =
+        sample_io_.upload_mask_rows(rows.subspan((size_t)b, (size_t)n), compute_);
+    const uint64_t* masks_dev =
+        sample_io_.upload_masks(masks + b * words, (size_t)(n * words), compute_);
+    cuda::mask_rows(static_cast<float*>(t.data), t.cols, t.stride, rows_dev, n, masks_dev, words,
+                    compute_);
+  }
+  return true;
+}
+
 void CudaBackend::sync() {
   CUDA_CHECK(cudaStreamSynchronize(compute_));
   swap_.sync();

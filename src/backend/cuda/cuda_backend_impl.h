@@ -105,6 +105,10 @@ class CudaBackend final : public Backend {
   bool samples_on_device() const override { return true; }
   bool sample_rows(Tensor t, std::span<const DeviceSampleRow> rows, int32_t* out) override;
 
+  bool masks_on_device() const override { return true; }
+  bool mask_rows(Tensor t, std::span<const int32_t> rows, const uint64_t* masks,
+                 int64_t words) override;
+
   void sync() override;
 
   void begin_step(bool replayable) override;

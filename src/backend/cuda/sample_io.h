@@ -42,13 +42,21 @@ class SampleIo {
   // The rows' parameters on the device, copied in on `st` (the previous step's sync freed the
   // pinned side).
   const DeviceSampleRow* upload_params(std::span<const DeviceSampleRow> rows, cudaStream_t st);
+  // Backend::mask_rows' row indices and masks on the device, copied in on `st`; the pinned
+  // side must be free (the stream synchronized since the last upload). At most
+  // kMaskWords words of masks at once (128 rows of a 256k vocabulary): more rows go in turns.
+  static constexpr size_t kMaskWords = size_t{1} << 19;
+  const int32_t* upload_mask_rows(std::span<const int32_t> rows, cudaStream_t st);
+  const uint64_t* upload_masks(const uint64_t* masks, size_t words, cudaStream_t st);
   // The ids of the first `rows` rows into out, after everything queued on `st`.
   void ids_to_host(int64_t rows, int32_t* out, cudaStream_t st);
 
  private:
   SmallCopy copy_;
-  Staging ids_;     // int32 token ids, device -> host
-  Staging params_;  // DeviceSampleRow, host -> device
+  Staging ids_;        // int32 token ids, device -> host
+  Staging params_;     // DeviceSampleRow, host -> device
+  Staging mask_rows_;  // int32 row indices of masked rows, host -> device
+  Staging masks_;      // uint64 mask words, host -> device
 };
 
 }  // namespace infercept::cuda

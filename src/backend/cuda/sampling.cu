@@ -151,7 +151,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void mask_rows_kernel(float* logits, int64_t cols, int64_t stride, const int32_t* rows,
+                                 const uint64_t* masks, int64_t words) {
+  const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (id >= cols) return;
+  const int64_t w = id >> 6;
+  const uint64_t bits = w < words ? masks[(int64_t)blockIdx.y * words + w] : 0;
+  if (((bits >> (id & 63)) & 1) == 0) logits[(int64_t)rows[blockIdx.y] * stride + id] = -INFINITY;
+}
+
 }  // namespace
+
+void mask_rows(float* logits, int64_t cols, int64_t stride, const int32_t* rows, int64_t n_rows,
+               const uint64_t* masks, int64_t words, cudaStream_t s) {
+  if (n_rows == 0 || cols == 0) return;
+  CHECK(n_rows <= 65535);
+  const dim3 grid((unsigned)((cols + kThreads - 1) / kThreads), (unsigned)n_rows);
+  mask_rows_kernel<<<grid, kThreads, 0, s>>>(logits, cols, stride, rows, masks, words);
+  CUDA_CHECK_LAUNCH();
+}
 
 void sample_rows(float* logits, int64_t rows, int64_t cols, int64_t stride,
                  const DeviceSampleRow* params, int32_t* out, cudaStream_t s) {

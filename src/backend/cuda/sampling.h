@@ -19,4 +19,10 @@ namespace infercept::cuda {
 void sample_rows(float* logits, int64_t rows, int64_t cols, int64_t stride,
                  const DeviceSampleRow* params, int32_t* out, cudaStream_t s);
 
+// Constrained decoding's masks (Backend::mask_rows): row rows[i] of `logits` keeps the ids
+// whose bit is set in masks[i * words ..] and gets -inf elsewhere (ids past words * 64 too).
+// A thread per logit; the 32 threads of a warp share one mask word.
+void mask_rows(float* logits, int64_t cols, int64_t stride, const int32_t* rows, int64_t n_rows,
+               const uint64_t* masks, int64_t words, cudaStream_t s);
+
 }  // namespace infercept::cuda
