@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/tool_call.h"
-#include "tokenizer/chat_template.h"
 #include "test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace infercept {
 namespace {
@@ -48,8 +48,8 @@ TEST(ChatTemplateKwargs, ReachTheTemplateAsClientValues) {
   bool covered = false;
   for (const TextSpan& s : off->literal) covered = covered || (s.begin <= at && s.end >= at + 10);
   EXPECT_TRUE(covered);
-  auto on = render_chat_spans(*t, m, {}, true, kDefaultMaxRenderedBytes,
-                              R"({"enable_thinking": true})");
+  auto on =
+      render_chat_spans(*t, m, {}, true, kDefaultMaxRenderedBytes, R"({"enable_thinking": true})");
   ASSERT_TRUE(on.ok());
   EXPECT_EQ(on->text, "Hi0");
 }
@@ -58,9 +58,9 @@ TEST(ChatTemplateKwargs, ReservedNamesAndBadValuesAreErrors) {
   auto t = load_chat_template("", "{% for m in messages %}{{ m.content }}{% endfor %}", "", "");
   ASSERT_TRUE(t.ok());
   const std::vector<ChatMessage> m = {msg("user", "Hi")};
-  for (const char* vars : {R"({"messages": []})", R"({"add_generation_prompt": false})",
-                           R"({"bos_token": "x"})", R"({"tools": null})",
-                           R"({"raise_exception": 1})"}) {
+  for (const char* vars :
+       {R"({"messages": []})", R"({"add_generation_prompt": false})", R"({"bos_token": "x"})",
+        R"({"tools": null})", R"({"raise_exception": 1})"}) {
     auto r = render_chat_spans(*t, m, {}, true, kDefaultMaxRenderedBytes, vars);
     ASSERT_FALSE(r.ok()) << vars;
     EXPECT_NE(r.error().message.find("cannot be given"), std::string::npos) << r.error().message;

@@ -299,7 +299,8 @@ TEST(Grammar, ToolCallsMistral) {
   ASSERT_TRUE(std::holds_alternative<Grammar>(ar));
   auto args = std::make_shared<const Grammar>(std::get<Grammar>(std::move(ar)));
   EXPECT_TRUE(complete(args, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"})"));
-  EXPECT_TRUE(complete(args, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{"a": 2})"));
+  EXPECT_TRUE(complete(
+      args, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{"a": 2})"));
   EXPECT_FALSE(prefix(args, R"([TOOL_CALLS][{"name")"));
   EXPECT_FALSE(prefix(args, R"([TOOL_CALLS]Paris[ARGS])"));
   EXPECT_FALSE(prefix(args, R"({"name": "get_weather")"));

@@ -366,7 +366,8 @@ TEST(ToolCallStream, PromptClosedTheReasoningBlock) {
   const ParsedTurn t = parse_tool_turn("Hello!", after);
   EXPECT_EQ(t.content, "Hello!");
   EXPECT_EQ(t.reasoning, "");
-  const char* turn = "<think>x</think> <tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>";
+  const char* turn =
+      "<think>x</think> <tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>";
   const ParsedTurn u = parse_tool_turn(turn, after);
   EXPECT_EQ(u.reasoning, "");
   EXPECT_EQ(u.content, "<think>x</think>");

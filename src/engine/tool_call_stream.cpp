@@ -111,7 +111,7 @@ Head match_head(std::string_view s) {
 ToolCallStream::ToolCallStream(TurnFormat format, bool calls)
     : format_(format),
       calls_(calls),
-      mode_(format.think == ThinkStart::inside ? Mode::think
+      mode_(format.think == ThinkStart::inside                       ? Mode::think
             : format.think == ThinkStart::after || !format.reasoning ? Mode::start
                                                                      : Mode::think_open) {}
 

@@ -54,8 +54,7 @@ std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSp
   const int32_t call = calls.size() == 1 ? calls[0] : b.choice(calls);
   if (syntax.shape == ToolCallSyntax::Shape::list) {
     // One marker, then every call in one JSON array.
-    std::vector<int32_t> all{b.ws(), b.literal({syntax.open}), b.ws(),
-                             b.array(call, 1, max_calls)};
+    std::vector<int32_t> all{b.ws(), b.literal({syntax.open}), b.ws(), b.array(call, 1, max_calls)};
     if (!syntax.close.empty()) all.push_back(b.literal({syntax.close}));
     all.push_back(b.ws());
     const int32_t root = b.seq(all);

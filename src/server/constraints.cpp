@@ -20,7 +20,7 @@ grammar::ToolCallSyntax tool_call_syntax(ToolCallFormat format, ChatTemplateKind
     }
     case ToolCallFormat::mistral:
       return template_text.find("[ARGS]") != std::string::npos ? grammar::mistral_args_syntax()
-                                                                : grammar::mistral_list_syntax();
+                                                               : grammar::mistral_list_syntax();
   }
   return grammar::hermes_syntax();
 }
@@ -41,10 +41,10 @@ std::optional<ApiError> ConstraintCompiler::build(
   // The key: everything the grammar depends on.
   std::string key;
   if (calls) {
-    key = "tools\n" + std::to_string((int)syntax.shape) + '\0' + syntax.open + '\0' +
-          syntax.close + '\0' + syntax.name_key + '\0' + syntax.arguments_key + '\0' +
-          syntax.args_marker + "\n" + std::to_string((int)cr.tool_choice) +
-          "\n" + cr.tool_choice_name + "\n" + (cr.parallel_tool_calls ? "n" : "1") + "\n";
+    key = "tools\n" + std::to_string((int)syntax.shape) + '\0' + syntax.open + '\0' + syntax.close +
+          '\0' + syntax.name_key + '\0' + syntax.arguments_key + '\0' + syntax.args_marker + "\n" +
+          std::to_string((int)cr.tool_choice) + "\n" + cr.tool_choice_name + "\n" +
+          (cr.parallel_tool_calls ? "n" : "1") + "\n";
     for (const ToolDefinition& t : cr.tools)
       key += t.name + '\0' + t.parameters_json + '\0' + (t.strict ? "1" : "0") + '\n';
   } else {

@@ -147,8 +147,8 @@ std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Ge
     return invalid_request(rendered.error().message, vars ? "chat_template_kwargs" : "messages");
   }
   g.format.think = think_start_of_prompt(rendered->text, rendered->literal);
-  const bool forced =
-      g.tools_active && (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named);
+  const bool forced = g.tools_active && (cr.tool_choice == ToolChoice::required ||
+                                         cr.tool_choice == ToolChoice::named);
   std::string close_think;
   if (forced && g.format.think == ThinkStart::inside) {
     close_think = rendered->text.ends_with('\n') ? "\n</think>\n\n" : "\n\n</think>\n\n";
@@ -485,8 +485,8 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
     return invalid_request(rendered.error().message, "messages");
   }
   g.format.think = think_start_of_prompt(rendered->text, rendered->literal);
-  std::vector<int32_t> prompt = encode_rendered_chat(core->tokenizer(), core->chat_template(),
-                                                     cr.messages, cr.tools, std::move(*rendered), eo);
+  std::vector<int32_t> prompt = encode_rendered_chat(
+      core->tokenizer(), core->chat_template(), cr.messages, cr.tools, std::move(*rendered), eo);
   SamplingParams params = cr.params;
   const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
   if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {

@@ -324,9 +324,9 @@ std::optional<ApiError> parse_template_kwargs(const json& body, std::string& out
   if (!kw->is_object()) return wrong_type("chat_template_kwargs", "an object", *kw);
   for (const auto& [k, v] : kw->items())
     if (reserved_template_variable(k))
-      return invalid_request("chat_template_kwargs cannot set '" + k +
-                                 "': the server sets it from the request",
-                             "chat_template_kwargs." + k);
+      return invalid_request(
+          "chat_template_kwargs cannot set '" + k + "': the server sets it from the request",
+          "chat_template_kwargs." + k);
   if (!kw->empty()) out = kw->dump(-1, ' ', false, json::error_handler_t::replace);
   return std::nullopt;
 }

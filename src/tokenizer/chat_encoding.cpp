@@ -16,8 +16,8 @@ Result<RenderedChat> render_chat_for_encoding(const ChatTemplate& tmpl,
 
 std::vector<int32_t> encode_rendered_chat(const Tokenizer& tok, const ChatTemplate& tmpl,
                                           const std::vector<ChatMessage>& messages,
-                                          const std::vector<ToolDefinition>& tools,
-                                          RenderedChat r, const ChatEncodeOptions& options) {
+                                          const std::vector<ToolDefinition>& tools, RenderedChat r,
+                                          const ChatEncodeOptions& options) {
   r.text += options.suffix;
   const std::span<const TextSpan> literal =
       options.allow_special_in_content ? std::span<const TextSpan>() : r.literal;

@@ -72,9 +72,8 @@ Result<Value> tool_value(const ToolDefinition& t) {
 }
 
 // The variables the renderer sets (transformers' apply_chat_template passes these).
-constexpr const char* kRendererVariables[] = {"messages",  "tools",     "documents",
-                                              "add_generation_prompt", "bos_token",
-                                              "eos_token"};
+constexpr const char* kRendererVariables[] = {
+    "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"};
 
 // A request's extra variables into the context, after the renderer's own (which they may
 // not replace: a kwarg "messages" would swap the conversation the server checked).
