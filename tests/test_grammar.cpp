@@ -267,6 +267,46 @@ TEST(Grammar, ToolCallsJsonTurn) {
   EXPECT_FALSE(prefix(g, R"({"name": "search", "arguments")"));
 }
 
+// Mistral's two layouts, as its templates write calls back: v0.3 / Nemo one list after one
+// [TOOL_CALLS]; the later tokenizers a [TOOL_CALLS]name[ARGS]{...} per call. Neither reads a
+// Llama 3.1 JSON turn or the other layout.
+TEST(Grammar, ToolCallsMistral) {
+  const json weather = json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string"}}, "required": ["city"], "additionalProperties": false})");
+  const json add = json::parse(R"({"type": "object", "properties": {
+      "a": {"type": "integer"}}, "required": ["a"]})");
+  std::vector<ToolSpec> tools{{"get_weather", &weather, false}, {"add", &add, false}};
+  auto lr = tool_call_grammar(tools, mistral_list_syntax());
+  ASSERT_TRUE(std::holds_alternative<Grammar>(lr));
+  auto list = std::make_shared<const Grammar>(std::get<Grammar>(std::move(lr)));
+  EXPECT_TRUE(
+      complete(list, R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}])"));
+  EXPECT_TRUE(complete(list,
+                       R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, )"
+                       R"({"name": "add", "arguments": {"a": 1}}])"));
+  EXPECT_FALSE(prefix(list, R"({"name": "get_weather", "parameters")"));
+  EXPECT_FALSE(prefix(list, R"({"name": "get_weather", "arguments")"));
+  EXPECT_FALSE(prefix(list, R"([TOOL_CALLS]get_weather)"));
+  EXPECT_FALSE(prefix(list, R"([TOOL_CALLS][{"name": "Paris")"));
+  EXPECT_FALSE(complete(list, R"([TOOL_CALLS][])"));
+  EXPECT_FALSE(prefix(list, R"([TOOL_CALLS][{"name": "add", "arguments": {"city")"));
+  // One call at most (parallel_tool_calls false).
+  auto one = std::make_shared<const Grammar>(
+      std::get<Grammar>(tool_call_grammar(tools, mistral_list_syntax(), 16, 1)));
+  EXPECT_FALSE(prefix(one, R"([TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}, )"));
+
+  auto ar = tool_call_grammar(tools, mistral_args_syntax());
+  ASSERT_TRUE(std::holds_alternative<Grammar>(ar));
+  auto args = std::make_shared<const Grammar>(std::get<Grammar>(std::move(ar)));
+  EXPECT_TRUE(complete(args, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"})"));
+  EXPECT_TRUE(complete(
+      args, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{"a": 2})"));
+  EXPECT_FALSE(prefix(args, R"([TOOL_CALLS][{"name")"));
+  EXPECT_FALSE(prefix(args, R"([TOOL_CALLS]Paris[ARGS])"));
+  EXPECT_FALSE(prefix(args, R"({"name": "get_weather")"));
+  EXPECT_FALSE(prefix(args, R"([TOOL_CALLS]add[ARGS]{"city")"));
+}
+
 // A small vocabulary with the kinds of tokens a real one has.
 std::vector<std::string> test_vocab() {
   std::vector<std::string> v = {

@@ -314,6 +314,67 @@ TEST(ToolCallStream, CallsOffReadsReasoningOnly) {
   EXPECT_EQ(events[1].text, "<tool_call>{\"name\": \"w\"}</tool_call>  ");
 }
 
+// Where the template's generation prompt left the turn: its own <think> at the prompt's end
+// opens the turn in reasoning, its </think> closes it; client text never counts.
+TEST(ToolCallStream, ThinkStartFromThePromptTail) {
+  EXPECT_EQ(think_start_of_prompt("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+            ThinkStart::model);
+  EXPECT_EQ(think_start_of_prompt("<|im_start|>assistant\n<think>\n"), ThinkStart::inside);
+  EXPECT_EQ(think_start_of_prompt("<\xef\xbd\x9cAssistant\xef\xbd\x9c><think>\n"),
+            ThinkStart::inside);
+  EXPECT_EQ(think_start_of_prompt("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            ThinkStart::after);
+  // An earlier turn's closed block, then a new turn: the model's.
+  EXPECT_EQ(think_start_of_prompt("<think>a</think>b<|im_end|>\n<|im_start|>assistant\n"),
+            ThinkStart::model);
+  // A prompt that ends in a client's message ending "<think>" (an assistant prefill).
+  const std::string p = "<|im_start|>assistant\nI say <think>";
+  const std::vector<TextSpan> client{{p.find("I say"), p.size()}};
+  EXPECT_EQ(think_start_of_prompt(p, client), ThinkStart::model);
+  EXPECT_EQ(think_start_of_prompt(p), ThinkStart::inside);
+}
+
+// A prompt that opened <think> (DeepSeek-R1 distills, QwQ): the model writes the reasoning and
+// </think> only; without the start mode its reasoning would be content, and a call it
+// mentions while thinking a call.
+TEST(ToolCallStream, PromptOpenedTheReasoningBlock) {
+  const TurnFormat inside{ToolCallFormat::hermes, true, ThinkStart::inside};
+  const char* turn =
+      "The user wants <tool_call> weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
+      "\"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const ParsedTurn t = parse_tool_turn(turn, inside);
+  EXPECT_EQ(t.reasoning, "The user wants <tool_call> weather.\n");
+  EXPECT_EQ(t.content, "Checking.");
+  ASSERT_EQ(t.calls.size(), 1u);
+  EXPECT_EQ(t.calls[0].arguments_json, "{\"city\": \"Paris\"}");
+  expect_split_invariant(turn, inside);
+  // The turn cut before </think>: all reasoning, no content.
+  const ParsedTurn cut = parse_tool_turn("Still thinking about <tool_call>", inside);
+  EXPECT_EQ(cut.reasoning, "Still thinking about <tool_call>");
+  EXPECT_EQ(cut.content, "");
+  EXPECT_TRUE(cut.calls.empty());
+  // The start mode decides even where the template text showed no reasoning.
+  EXPECT_EQ(parse_tool_turn("a</think>b", {ToolCallFormat::json_turn, false, ThinkStart::inside})
+                .reasoning,
+            "a");
+}
+
+// A prompt that closed the block (Qwen3 with enable_thinking false): the turn is content from
+// its first byte; a <think> the model writes then is text.
+TEST(ToolCallStream, PromptClosedTheReasoningBlock) {
+  const TurnFormat after{ToolCallFormat::hermes, true, ThinkStart::after};
+  const ParsedTurn t = parse_tool_turn("Hello!", after);
+  EXPECT_EQ(t.content, "Hello!");
+  EXPECT_EQ(t.reasoning, "");
+  const char* turn =
+      "<think>x</think> <tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>";
+  const ParsedTurn u = parse_tool_turn(turn, after);
+  EXPECT_EQ(u.reasoning, "");
+  EXPECT_EQ(u.content, "<think>x</think>");
+  ASSERT_EQ(u.calls.size(), 1u);
+  expect_split_invariant(turn, after);
+}
+
 TEST(ToolCallStream, FormatFromTemplateText) {
   EXPECT_EQ(tool_call_format_from_template_text("{{ '[TOOL_CALLS]' + tool_calls|tojson }}"),
             ToolCallFormat::mistral);

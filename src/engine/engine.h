@@ -155,6 +155,9 @@ struct GenerateRequest {
   // Text of the turn that is already in the prompt (a generation made to start inside a
   // tool call): the tool-call triggers see it in front of the generated text.
   std::string turn_prefix;
+  // Where the prompt left the turn relative to a reasoning block (think_start_of_prompt):
+  // the engine's reading of the turn for calls starts there.
+  ThinkStart think_start = ThinkStart::model;
   // The turn may hold tool calls read from its text: the format's marker tokens that are
   // control tokens ([TOOL_CALLS], <|python_tag|>) are rendered in the output text (they are
   // left out otherwise). Implied by detect_tool_calls and pause_at_tool_turn_end.

@@ -43,6 +43,7 @@ void Request::configure(GenerateRequest& req, uint64_t seed) {
   tool_hints_ = std::move(req.tool_duration_hints);
   logprobs_ = req.logprobs;
   constraint_ = std::move(req.constraint);
+  tool_format_.think = req.think_start;
   matcher_.reset();
   awaiting_trigger_ = false;
   turn_text_.clear();
@@ -85,7 +86,9 @@ void Request::on_resume() {
 // in the turn's text, and from it on the grammar reads the text.
 void Request::constrain(int32_t token) {
   if (tokenizer_.is_eog(token)) return;
-  const std::string bytes = tokenizer_.token_to_bytes(token);
+  // A call's marker that is a control token writes its text (the grammar's vocabulary too).
+  const bool marker = std::find(markers_.begin(), markers_.end(), token) != markers_.end();
+  const std::string bytes = tokenizer_.token_to_bytes(token, /*render_special=*/marker);
   if (matcher_) {
     // Only a token outside the mask is refused (a sampler that ignored it): the constraint
     // is dropped rather than the request broken.

@@ -130,6 +130,22 @@ TurnFormat turn_format(const ChatTemplate& tmpl, const std::string& template_nam
   return f;
 }
 
+ThinkStart think_start_of_prompt(std::string_view prompt, std::span<const TextSpan> literal) {
+  size_t end = prompt.size();
+  while (end > 0 && is_space(prompt[end - 1])) --end;
+  auto template_tail = [&](std::string_view marker) {
+    if (end < marker.size() || prompt.compare(end - marker.size(), marker.size(), marker) != 0)
+      return false;
+    const size_t at = end - marker.size();
+    for (const TextSpan& s : literal)
+      if (s.begin < end && at < s.end) return false;  // the client wrote it
+    return true;
+  };
+  if (template_tail("<think>")) return ThinkStart::inside;
+  if (template_tail("</think>")) return ThinkStart::after;
+  return ThinkStart::model;
+}
+
 bool template_has_reasoning(const std::string& text) {
   return text.find("<think>") != std::string::npos || text.find("</think>") != std::string::npos;
 }

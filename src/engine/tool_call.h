@@ -16,11 +16,13 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tokenizer/chat_template.h"
+#include "tokenizer/text_span.h"
 
 namespace infercept {
 
@@ -33,12 +35,28 @@ struct ParsedToolCall {
 
 enum class ToolCallFormat { hermes, json_turn, mistral };
 
-// How a model's turn is read: its tool-call format, and whether it opens with a
-// <think>...</think> block of reasoning.
+// Where a turn starts relative to a reasoning block: the template's generation prompt may
+// open one (DeepSeek-R1 distills and QwQ end the prompt with "<think>\n") or write a closed,
+// empty one (Qwen3 with enable_thinking false: "<think>\n\n</think>\n\n"), and then the
+// model never writes the <think> itself.
+enum class ThinkStart {
+  model,   // the model may open <think> itself (where TurnFormat::reasoning)
+  inside,  // the prompt opened <think>: the turn is reasoning up to </think>
+  after,   // the prompt closed its block: the turn has no reasoning block
+};
+
+// How a model's turn is read: its tool-call format, whether it opens with a
+// <think>...</think> block of reasoning, and where the prompt left it (think_start_of_prompt).
 struct TurnFormat {
   ToolCallFormat calls = ToolCallFormat::hermes;
   bool reasoning = false;
+  ThinkStart think = ThinkStart::model;
 };
+
+// Read from the rendered prompt's tail (white space aside): it ends with the template's own
+// "<think>" -> inside, with its "</think>" -> after, otherwise model. A marker in `literal`
+// (client text: a message that ends the prompt) does not count.
+ThinkStart think_start_of_prompt(std::string_view prompt, std::span<const TextSpan> literal = {});
 
 // The format a built-in chat template teaches its model.
 ToolCallFormat tool_call_format(ChatTemplateKind kind);

@@ -105,8 +105,15 @@ Head match_head(std::string_view s) {
 
 }  // namespace
 
+// Where the prompt left the turn decides the first mode: inside a block it opened, the turn
+// is reasoning whatever the template is otherwise known for; after a block it closed, there
+// is none to look for.
 ToolCallStream::ToolCallStream(TurnFormat format, bool calls)
-    : format_(format), calls_(calls), mode_(format.reasoning ? Mode::think_open : Mode::start) {}
+    : format_(format),
+      calls_(calls),
+      mode_(format.think == ThinkStart::inside                       ? Mode::think
+            : format.think == ThinkStart::after || !format.reasoning ? Mode::start
+                                                                     : Mode::think_open) {}
 
 const std::string& ToolCallStream::marker() const {
   return format_.calls == ToolCallFormat::mistral ? kMistralCalls : kHermesOpen;

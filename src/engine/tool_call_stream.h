@@ -18,7 +18,9 @@
 //   mistral:   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (v0.3) or
 //              [TOOL_CALLS]name[ARGS]{...} (later tokenizers; [CALL_ID]id may precede [ARGS]).
 // With TurnFormat::reasoning, a <think>...</think> block at the start of the turn is
-// reasoning, never content and never a call.
+// reasoning, never content and never a call. Where the prompt opened the block itself
+// (ThinkStart::inside), the turn is reasoning from its first byte up to </think>; where the
+// prompt closed it (ThinkStart::after), the turn starts after it (a <think> is then text).
 //
 // The rule for a malformed call: it is text. A call that fails before it started (its body
 // is not a JSON object with a non-empty string "name", or the turn ends first) gives nothing

@@ -6,11 +6,19 @@
 namespace infercept::grammar {
 
 ToolCallSyntax hermes_syntax() {
-  return {"<tool_call>", "</tool_call>", "name", "arguments"};
+  return {ToolCallSyntax::Shape::object, "<tool_call>", "</tool_call>", "name", "arguments", ""};
 }
 
 ToolCallSyntax json_turn_syntax() {
-  return {"", "", "name", "parameters"};
+  return {ToolCallSyntax::Shape::object, "", "", "name", "parameters", ""};
+}
+
+ToolCallSyntax mistral_list_syntax() {
+  return {ToolCallSyntax::Shape::list, "[TOOL_CALLS]", "", "name", "arguments", ""};
+}
+
+ToolCallSyntax mistral_args_syntax() {
+  return {ToolCallSyntax::Shape::name_args, "[TOOL_CALLS]", "", "", "", "[ARGS]"};
 }
 
 std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSpec> tools,
@@ -32,6 +40,11 @@ std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSp
       if (!a.ok()) return ToolGrammarError{i, a.error().message};
       args = *a;
     }
+    if (syntax.shape == ToolCallSyntax::Shape::name_args) {
+      // The name as it is, not a JSON string: the template writes it so.
+      calls.push_back(b.seq({b.literal({t.name}), b.literal({syntax.args_marker}), args}));
+      continue;
+    }
     const int32_t name = b.literal(
         {nlohmann::json(t.name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
     calls.push_back(
@@ -39,9 +52,19 @@ std::variant<Grammar, ToolGrammarError> tool_call_grammar(std::span<const ToolSp
   }
   if (calls.empty()) return ToolGrammarError{0, "no tools to call"};
   const int32_t call = calls.size() == 1 ? calls[0] : b.choice(calls);
+  if (syntax.shape == ToolCallSyntax::Shape::list) {
+    // One marker, then every call in one JSON array.
+    std::vector<int32_t> all{b.ws(), b.literal({syntax.open}), b.ws(), b.array(call, 1, max_calls)};
+    if (!syntax.close.empty()) all.push_back(b.literal({syntax.close}));
+    all.push_back(b.ws());
+    const int32_t root = b.seq(all);
+    auto g = std::move(b).finish(root);
+    if (!g.ok()) return ToolGrammarError{0, g.error().message};
+    return std::move(*g);
+  }
   std::vector<int32_t> one{b.ws()};
   if (!syntax.open.empty()) one.push_back(b.literal({syntax.open}));
-  one.push_back(b.ws());
+  if (syntax.shape != ToolCallSyntax::Shape::name_args) one.push_back(b.ws());
   one.push_back(call);
   if (!syntax.close.empty()) {
     one.push_back(b.ws());

@@ -8,36 +8,43 @@ namespace {
 constexpr size_t kMaxCachedGrammars = 64;
 }
 
-grammar::ToolCallSyntax tool_call_syntax(ChatTemplateKind kind) {
-  switch (kind) {
-    case ChatTemplateKind::chatml:
+grammar::ToolCallSyntax tool_call_syntax(ToolCallFormat format, ChatTemplateKind kind,
+                                         const std::string& template_text) {
+  switch (format) {
+    case ToolCallFormat::hermes:
       return grammar::hermes_syntax();
-    case ChatTemplateKind::llama3:
-      return grammar::json_turn_syntax();
-    case ChatTemplateKind::llama2: {
+    case ToolCallFormat::json_turn: {
       grammar::ToolCallSyntax s = grammar::json_turn_syntax();
-      s.arguments_key = "arguments";  // Llama 2 calls carry "arguments" (Llama 3.1: "parameters")
+      if (kind == ChatTemplateKind::llama2) s.arguments_key = "arguments";
       return s;
     }
+    case ToolCallFormat::mistral:
+      return template_text.find("[ARGS]") != std::string::npos ? grammar::mistral_args_syntax()
+                                                               : grammar::mistral_list_syntax();
   }
   return grammar::hermes_syntax();
 }
 
+grammar::ToolCallSyntax tool_call_syntax(const ChatTemplate& tmpl, TurnFormat format) {
+  return tool_call_syntax(format.calls, tmpl.kind, tmpl.jinja ? tmpl.jinja_source : "");
+}
+
 std::optional<ApiError> ConstraintCompiler::build(
-    const ChatRequest& cr, ChatTemplateKind kind, bool tools_active,
+    const ChatRequest& cr, const grammar::ToolCallSyntax& syntax, bool tools_active,
     std::shared_ptr<const GenerationConstraint>& out) {
   out = nullptr;
   const bool forced = cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named;
   const ResponseFormat& rf = cr.response_format;
   const bool calls = tools_active && (forced || rf.kind == ResponseFormat::Kind::text);
   if (!calls && rf.kind == ResponseFormat::Kind::text) return std::nullopt;
-  const grammar::ToolCallSyntax syntax = tool_call_syntax(kind);
 
   // The key: everything the grammar depends on.
   std::string key;
   if (calls) {
-    key = "tools\n" + std::to_string((int)kind) + "\n" + std::to_string((int)cr.tool_choice) +
-          "\n" + cr.tool_choice_name + "\n" + (cr.parallel_tool_calls ? "n" : "1") + "\n";
+    key = "tools\n" + std::to_string((int)syntax.shape) + '\0' + syntax.open + '\0' + syntax.close +
+          '\0' + syntax.name_key + '\0' + syntax.arguments_key + '\0' + syntax.args_marker + "\n" +
+          std::to_string((int)cr.tool_choice) + "\n" + cr.tool_choice_name + "\n" +
+          (cr.parallel_tool_calls ? "n" : "1") + "\n";
     for (const ToolDefinition& t : cr.tools)
       key += t.name + '\0' + t.parameters_json + '\0' + (t.strict ? "1" : "0") + '\n';
   } else {

@@ -21,14 +21,23 @@
 
 namespace infercept::server {
 
-// How the template's model writes its calls (the text around a call and the arguments' key).
-grammar::ToolCallSyntax tool_call_syntax(ChatTemplateKind kind);
+// How the template's model writes its calls (the text around a call and the arguments' key):
+// the format the turn is read in (turn_format: the model's own template text, else the
+// family), and for Mistral the layout its template writes calls back in, so that a
+// follow-up renders the forced call as it was generated: [TOOL_CALLS]name[ARGS]{...} where
+// the template text has [ARGS], else the v0.3 list [TOOL_CALLS][{"name", "arguments"}].
+// A Llama 2 family's JSON turn carries "arguments" (Llama 3.1's: "parameters").
+grammar::ToolCallSyntax tool_call_syntax(ToolCallFormat format, ChatTemplateKind kind,
+                                         const std::string& template_text);
+// The same for a template as the engine reads its turns (turn_format).
+grammar::ToolCallSyntax tool_call_syntax(const ChatTemplate& tmpl, TurnFormat format);
 
 class ConstraintCompiler {
  public:
   // The turn's constraint (null: free); an error names the parameter whose schema failed
   // (tools[i].function.parameters, response_format.json_schema.schema).
-  std::optional<ApiError> build(const ChatRequest& cr, ChatTemplateKind kind, bool tools_active,
+  std::optional<ApiError> build(const ChatRequest& cr, const grammar::ToolCallSyntax& syntax,
+                                bool tools_active,
                                 std::shared_ptr<const GenerationConstraint>& out);
 
  private:

@@ -129,11 +129,34 @@ std::optional<ApiError> HttpServer::Impl::check_tool_choice(const ChatRequest& c
 // max_tokens to the context. tool_choice none keeps the tools in the prompt (vLLM's default),
 // so that a conversation's last turn shares its prefix, tools included, with the turns
 // before it; the turn is then read as text: no calls parsed, no pause.
+// The rendered prompt's tail says where the template left the turn (think_start_of_prompt):
+// a reasoning block it opened is closed before a forced call (the grammar writes the call,
+// not reasoning), as Qwen3's enable_thinking false closes it.
 std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Generation& g) {
   const std::vector<ToolDefinition>& prompt_tools = cr.tools;
   g.tools_active = !cr.tools.empty() && cr.tool_choice != ToolChoice::none;
-  g.forced_prefix = forced_tool_prefix(g.kind, cr.tool_choice, cr.tool_choice_name);
-  if (auto e = constraints.build(cr, g.kind, g.tools_active, g.constraint)) return e;
+  // Message content is text (special tokens only from the template); rendering stops past
+  // what the context could hold (each token stands for max_token_bytes() at most).
+  ChatEncodeOptions eo;
+  eo.allow_special_in_content = opt.allow_special_tokens_in_content;
+  eo.max_rendered_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
+  eo.template_vars_json = cr.chat_template_kwargs_json;
+  auto rendered = render_chat_for_encoding(core->chat_template(), cr.messages, prompt_tools, eo);
+  if (!rendered.ok()) {
+    const bool vars = rendered.error().message.find("template variable") != std::string::npos;
+    return invalid_request(rendered.error().message, vars ? "chat_template_kwargs" : "messages");
+  }
+  g.format.think = think_start_of_prompt(rendered->text, rendered->literal);
+  const bool forced = g.tools_active && (cr.tool_choice == ToolChoice::required ||
+                                         cr.tool_choice == ToolChoice::named);
+  std::string close_think;
+  if (forced && g.format.think == ThinkStart::inside) {
+    close_think = rendered->text.ends_with('\n') ? "\n</think>\n\n" : "\n\n</think>\n\n";
+    g.format.think = ThinkStart::after;
+  }
+  const grammar::ToolCallSyntax syntax = tool_call_syntax(core->chat_template(), g.format);
+  g.forced_prefix = forced_tool_prefix(syntax, cr.tool_choice, cr.tool_choice_name);
+  if (auto e = constraints.build(cr, syntax, g.tools_active, g.constraint)) return e;
   g.keep_paused = opt.interception && cr.intercept && g.tools_active;
   g.stream = cr.stream;
   g.include_usage = cr.include_usage;
@@ -141,14 +164,9 @@ std::optional<ApiError> HttpServer::Impl::render_chat_prompt(ChatRequest& cr, Ge
   g.return_token_ids = cr.return_token_ids;
   g.streamer = ChatTurnStreamer(g.format, g.tools_active, g.server_tool_names);
   g.stream_ahead = g.streamer.push(g.forced_prefix);
-  // Message content is text (special tokens only from the template); rendering stops past
-  // what the context could hold (each token stands for max_token_bytes() at most).
-  const size_t prompt_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
-  auto prompt =
-      encode_chat(core->tokenizer(), core->chat_template(), cr.messages, prompt_tools,
-                  {true, g.forced_prefix, opt.allow_special_tokens_in_content, prompt_bytes});
-  if (!prompt.ok()) return invalid_request(prompt.error().message, "messages");
-  g.prompt = std::move(*prompt);
+  eo.suffix = close_think + g.forced_prefix;
+  g.prompt = encode_rendered_chat(core->tokenizer(), core->chat_template(), cr.messages,
+                                  prompt_tools, std::move(*rendered), eo);
   if (auto e = check_lengths(g.prompt, cr.params, cr.max_tokens_given, "messages")) {
     metrics.add_rejected("context_length");
     return e;
@@ -165,6 +183,7 @@ GenerateRequest HttpServer::Impl::chat_engine_request(const ChatRequest& cr, Gen
   gr.params = cr.params;
   gr.pause_at_tool_turn_end = g.keep_paused || (g.tools_active && !g.server_tool_names.empty());
   gr.turn_prefix = g.forced_prefix;
+  gr.think_start = g.format.think;
   gr.tool_call_text = g.tools_active;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = cr.logprobs;
@@ -356,7 +375,7 @@ void HttpServer::Impl::read_turn(const Generation& g, FinalTurn& f) const {
   if (g.intercepted && f.calls.empty() && !g.scripted_tool.empty()) {
     // intercept_after_tokens: the turn's tokens were generated; it ends in the scripted call.
     ToolCall c;
-    c.id = random_id("call_");
+    c.id = tool_call_id(g.format.calls);
     c.name = g.scripted_tool;
     c.arguments_json = "{}";
     f.calls.push_back(std::move(c));
@@ -455,15 +474,19 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   if (cr.tool_choice == ToolChoice::required || cr.tool_choice == ToolChoice::named)
     cr.tool_choice = ToolChoice::automatic;
   const double waited = steady_now() - g.t_last;
-  auto encoded = encode_chat(core->tokenizer(), core->chat_template(), cr.messages, cr.tools,
-                             {true, "", opt.allow_special_tokens_in_content,
-                              (size_t)context_limit * core->tokenizer().max_token_bytes()});
-  if (!encoded.ok()) {
+  ChatEncodeOptions eo;
+  eo.allow_special_in_content = opt.allow_special_tokens_in_content;
+  eo.max_rendered_bytes = (size_t)context_limit * core->tokenizer().max_token_bytes();
+  eo.template_vars_json = cr.chat_template_kwargs_json;
+  auto rendered = render_chat_for_encoding(core->chat_template(), cr.messages, cr.tools, eo);
+  if (!rendered.ok()) {
     engine->abort(g.engine_id);
     untrack(g.engine_id);
-    return invalid_request(encoded.error().message, "messages");
+    return invalid_request(rendered.error().message, "messages");
   }
-  std::vector<int32_t> prompt = std::move(*encoded);
+  g.format.think = think_start_of_prompt(rendered->text, rendered->literal);
+  std::vector<int32_t> prompt = encode_rendered_chat(
+      core->tokenizer(), core->chat_template(), cr.messages, cr.tools, std::move(*rendered), eo);
   SamplingParams params = cr.params;
   const int64_t left = (int64_t)params.max_tokens - g.completion_tokens();
   if (auto e = check_lengths(prompt, params, false, "messages"); e || left <= 0) {
@@ -477,6 +500,7 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
   gr.prompt = prompt;
   gr.params = params;
   gr.pause_at_tool_turn_end = true;
+  gr.think_start = g.format.think;
   gr.tool_duration_hints = cr.tool_hints_s;
   gr.logprobs = g.logprobs;
   gr.cache_namespace = g.cache_namespace;

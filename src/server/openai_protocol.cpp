@@ -314,6 +314,23 @@ std::optional<ApiError> parse_cache_scope(const json& body, CacheScope& out) {
   return std::nullopt;
 }
 
+// chat_template_kwargs: an object of any JSON values (null: absent); a name the renderer
+// sets itself, or a template global, is refused rather than silently replacing what the
+// server rendered from the request (the conversation, its tools, the generation prompt).
+std::optional<ApiError> parse_template_kwargs(const json& body, std::string& out) {
+  out.clear();
+  const json* kw = field(body, "chat_template_kwargs");
+  if (kw == nullptr) return std::nullopt;
+  if (!kw->is_object()) return wrong_type("chat_template_kwargs", "an object", *kw);
+  for (const auto& [k, v] : kw->items())
+    if (reserved_template_variable(k))
+      return invalid_request(
+          "chat_template_kwargs cannot set '" + k + "': the server sets it from the request",
+          "chat_template_kwargs." + k);
+  if (!kw->empty()) out = kw->dump(-1, ' ', false, json::error_handler_t::replace);
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiError invalid_request(std::string message, std::string param, std::string code) {
@@ -571,6 +588,7 @@ std::optional<ApiError> parse_chat_request(const json& body, const RequestLimits
   out.return_token_ids = ids.value_or(false);
   RETURN_IF_ERROR(parse_scripted_call(body, out));
   RETURN_IF_ERROR(parse_cache_scope(body, out.cache));
+  RETURN_IF_ERROR(parse_template_kwargs(body, out.chat_template_kwargs_json));
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
     std::optional<std::string> type;

@@ -90,6 +90,10 @@ struct ChatRequest {
   CacheScope cache;  // prompt_cache_key, cache_salt
   ResponseFormat response_format;
   bool parallel_tool_calls = true;  // false: a constrained turn holds one call at most
+  // chat_template_kwargs (vLLM's and SGLang's extension): extra variables of the model's Jinja
+  // template, as JSON object text ("" when absent), e.g. {"enable_thinking": false}. Names
+  // the renderer sets (messages, tools, add_generation_prompt, bos_token, ...) are refused.
+  std::string chat_template_kwargs_json;
 };
 
 struct CompletionRequest {

@@ -4,6 +4,12 @@
 
 namespace infercept::server {
 
+std::string tool_call_id(ToolCallFormat format) {
+  // Mistral's templates refuse any other id (9 alphanumerics, its tokenizer's rule).
+  if (format == ToolCallFormat::mistral) return random_id("").substr(0, 9);
+  return random_id("call_");
+}
+
 AssistantTurn parse_assistant_turn(const std::string& text, TurnFormat format, bool calls) {
   ParsedTurn parsed = parse_tool_turn(text, format, calls);
   AssistantTurn turn;
@@ -11,7 +17,7 @@ AssistantTurn parse_assistant_turn(const std::string& text, TurnFormat format, b
   turn.reasoning = std::move(parsed.reasoning);
   for (ParsedToolCall& p : parsed.calls) {
     ToolCall c;
-    c.id = random_id("call_");
+    c.id = tool_call_id(format.calls);
     c.name = std::move(p.name);
     c.arguments_json = std::move(p.arguments_json);
     turn.calls.push_back(std::move(c));
@@ -23,19 +29,24 @@ AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kin
   return parse_assistant_turn(text, TurnFormat{tool_call_format(kind), false});
 }
 
-std::string forced_tool_prefix(ChatTemplateKind kind, ToolChoice choice, const std::string& name) {
+std::string forced_tool_prefix(const grammar::ToolCallSyntax& syntax, ToolChoice choice,
+                               const std::string& name) {
   if (choice != ToolChoice::required && choice != ToolChoice::named) return {};
   // The start of a call as the constraint's grammar writes it (tool_call_syntax), so that the
   // grammar reads the forced text.
-  const grammar::ToolCallSyntax syntax = tool_call_syntax(kind);
-  std::string s = syntax.open.empty() ? "{" : syntax.open + "\n{";
+  using Shape = grammar::ToolCallSyntax::Shape;
+  if (syntax.shape == Shape::name_args)
+    return choice == ToolChoice::required ? syntax.open : syntax.open + name + syntax.args_marker;
+  std::string s = syntax.shape == Shape::list ? syntax.open + "[{"
+                  : syntax.open.empty()       ? "{"
+                                              : syntax.open + "\n{";
   s += json(syntax.name_key).dump() + ": ";
   if (choice == ToolChoice::required) return s + "\"";
   return s + json(name).dump() + ", " + json(syntax.arguments_key).dump() + ": ";
 }
 
 ChatTurnStreamer::ChatTurnStreamer(TurnFormat format, bool calls, std::set<std::string> held)
-    : reader_(format, calls), held_(std::move(held)) {}
+    : reader_(format, calls), format_(format.calls), held_(std::move(held)) {}
 
 std::vector<json> ChatTurnStreamer::push(const std::string& text) {
   std::vector<TurnEvent> events;
@@ -63,7 +74,7 @@ std::vector<json> ChatTurnStreamer::deltas(std::vector<TurnEvent>& events) {
         Started s;
         holding_ = holding_ || held_.count(e.text) != 0;
         if (!holding_) {
-          s.id = random_id("call_");
+          s.id = tool_call_id(format_);
           s.index = announced_;
           out.push_back({{"tool_calls",
                           json::array({{{"index", announced_},

@@ -13,6 +13,7 @@
 
 #include "engine/tool_call.h"
 #include "engine/tool_call_stream.h"
+#include "grammar/tool_grammar.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/chat_template.h"
 
@@ -24,6 +25,10 @@ struct AssistantTurn {
   std::vector<ToolCall> calls;  // ids assigned ("call_...")
 };
 
+// A new id for a call in `format`: "call_" and 24 alphanumerics; Mistral's 9 alphanumerics
+// (its templates refuse a follow-up whose ids are not).
+std::string tool_call_id(ToolCallFormat format);
+
 // Splits a whole assistant turn into content, reasoning and tool calls (parse_tool_turn), ids
 // assigned. A call whose body is not JSON with a non-empty string "name" is not a call: its
 // text stays in the content. `calls` off: no calls are read (no tools offered).
@@ -31,8 +36,9 @@ AssistantTurn parse_assistant_turn(const std::string& text, TurnFormat format, b
 AssistantTurn parse_assistant_turn(const std::string& text, ChatTemplateKind kind);
 
 // What the generation is made to start with for tool_choice "required" (a call of some
-// tool) or "named" (a call of that tool); "" otherwise.
-std::string forced_tool_prefix(ChatTemplateKind kind, ToolChoice choice, const std::string& name);
+// tool) or "named" (a call of that tool), in `syntax` (tool_call_syntax); "" otherwise.
+std::string forced_tool_prefix(const grammar::ToolCallSyntax& syntax, ToolChoice choice,
+                               const std::string& name);
 
 // A chat turn streamed: its text in as it is generated, the "delta" objects of OpenAI chunks
 // out: {"content"}, {"reasoning_content"}, a call's first {"tool_calls": [{"index", "id",
@@ -63,6 +69,7 @@ class ChatTurnStreamer {
   std::vector<json> deltas(std::vector<TurnEvent>& events);
 
   ToolCallStream reader_;
+  ToolCallFormat format_;  // of the ids
   std::set<std::string> held_;
   bool holding_ = false;  // a held call started: the rest of the turn's calls wait too
   struct Started {

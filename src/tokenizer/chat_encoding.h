@@ -25,6 +25,8 @@ struct ChatEncodeOptions {
   bool allow_special_in_content = false;
   // The rendered text's budget (render_chat_spans).
   size_t max_rendered_bytes = kDefaultMaxRenderedBytes;
+  // Extra variables of the model's Jinja template, a JSON object's text (render_chat_spans).
+  std::string template_vars_json;
 };
 
 // BOS (when the vocabulary asks for it) and the prompt's ids; errors as render_chat_spans.
@@ -32,5 +34,17 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplat
                                          const std::vector<ChatMessage>& messages,
                                          const std::vector<ToolDefinition>& tools,
                                          const ChatEncodeOptions& options = {});
+
+// encode_chat in its two steps, for a caller that reads the rendered prompt (its tail: where
+// the template left the assistant's turn) before it is encoded. `options.suffix` is added
+// by the second.
+Result<RenderedChat> render_chat_for_encoding(const ChatTemplate& tmpl,
+                                              const std::vector<ChatMessage>& messages,
+                                              const std::vector<ToolDefinition>& tools,
+                                              const ChatEncodeOptions& options);
+std::vector<int32_t> encode_rendered_chat(const Tokenizer& tok, const ChatTemplate& tmpl,
+                                          const std::vector<ChatMessage>& messages,
+                                          const std::vector<ToolDefinition>& tools,
+                                          RenderedChat rendered, const ChatEncodeOptions& options);
 
 }  // namespace infercept

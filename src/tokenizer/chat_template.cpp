@@ -472,7 +472,8 @@ Result<ChatTemplate> load_chat_template(const std::string& name, const std::stri
 Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
                                        const std::vector<ChatMessage>& messages,
                                        const std::vector<ToolDefinition>& tools,
-                                       bool add_generation_prompt, size_t max_bytes) {
+                                       bool add_generation_prompt, size_t max_bytes,
+                                       const std::string& template_vars_json) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
@@ -482,7 +483,8 @@ Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
   }
   if (tmpl.jinja) {
     if (tmpl.jinja_reads_tools || !conversation_uses_tools(messages, tools))
-      return render_jinja_chat(tmpl, messages, tools, add_generation_prompt, max_bytes);
+      return render_jinja_chat(tmpl, messages, tools, add_generation_prompt, max_bytes,
+                               template_vars_json);
     if (!tmpl.has_family) {
       return make_error(
           "the model's chat template has no tool format and matches no built-in family: "

@@ -99,15 +99,26 @@ struct RenderedChat {
   std::vector<TextSpan> literal;
 };
 
+// Whether `name` is a variable the renderer sets itself (messages, tools, documents,
+// add_generation_prompt, bos_token, eos_token) or a global function of the templates
+// (raise_exception, strftime_now, range, namespace, dict): a request's extra template
+// variables (chat_template_kwargs) may not take these names.
+bool reserved_template_variable(const std::string& name);
+
 // Renders messages (and tools, if any) and, when add_generation_prompt, the opening of the
-// assistant's turn. Errors: an unknown role, a template's structural rule broken, a tool
-// schema or tool-call arguments nested deeper than kMaxJsonDepth, a schema that is not JSON,
-// or output past max_bytes (the rendering stops there).
+// assistant's turn. `template_vars_json`, when not empty, is a JSON object whose members are
+// extra variables of the model's Jinja template (a chat request's chat_template_kwargs, e.g.
+// Qwen3's {"enable_thinking": false}; client values, so tainted); the built-in families have
+// no variables and ignore it. Errors: an unknown role, a template's structural rule broken, a
+// tool schema or tool-call arguments nested deeper than kMaxJsonDepth, a schema that is not
+// JSON, template variables that are not a JSON object or take a reserved name, or output past
+// max_bytes (the rendering stops there).
 Result<RenderedChat> render_chat_spans(const ChatTemplate& tmpl,
                                        const std::vector<ChatMessage>& messages,
                                        const std::vector<ToolDefinition>& tools,
                                        bool add_generation_prompt,
-                                       size_t max_bytes = kDefaultMaxRenderedBytes);
+                                       size_t max_bytes = kDefaultMaxRenderedBytes,
+                                       const std::string& template_vars_json = "");
 
 // The text of render_chat_spans alone.
 Result<std::string> render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,

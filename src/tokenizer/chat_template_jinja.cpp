@@ -1,5 +1,6 @@
 #include "tokenizer/chat_template_jinja.h"
 
+#include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/json.h"
 #include "tokenizer/jinja/template.h"
 
@@ -70,7 +71,33 @@ Result<Value> tool_value(const ToolDefinition& t) {
   return make_dict(std::move(tool));
 }
 
+// The variables the renderer sets (transformers' apply_chat_template passes these).
+constexpr const char* kRendererVariables[] = {
+    "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"};
+
+// A request's extra variables into the context, after the renderer's own (which they may
+// not replace: a kwarg "messages" would swap the conversation the server checked).
+Status add_template_vars(DictData& ctx, const std::string& vars_json) {
+  if (vars_json.empty()) return ok_status();
+  auto vars = jinja::from_json(vars_json, /*tainted=*/true);
+  if (!vars.ok()) return make_error("the template variables: ", vars.error().message);
+  if (!vars->is_dict()) return make_error("the template variables must be a JSON object");
+  for (const auto& [k, v] : std::get<std::shared_ptr<const DictData>>(vars->v)->items) {
+    if (reserved_template_variable(k->text))
+      return make_error("the template variable '", k->text,
+                        "' is set by the server and cannot be given");
+    ctx.set(k, v);
+  }
+  return ok_status();
+}
+
 }  // namespace
+
+bool reserved_template_variable(const std::string& name) {
+  for (const char* r : kRendererVariables)
+    if (name == r) return true;
+  return jinja::is_known_global(name);
+}
 
 bool conversation_uses_tools(const std::vector<ChatMessage>& messages,
                              const std::vector<ToolDefinition>& tools) {
@@ -83,7 +110,8 @@ bool conversation_uses_tools(const std::vector<ChatMessage>& messages,
 Result<RenderedChat> render_jinja_chat(const ChatTemplate& tmpl,
                                        const std::vector<ChatMessage>& messages,
                                        const std::vector<ToolDefinition>& tools,
-                                       bool add_generation_prompt, size_t max_bytes) {
+                                       bool add_generation_prompt, size_t max_bytes,
+                                       const std::string& template_vars_json) {
   std::vector<Value> msgs;
   msgs.reserve(messages.size());
   for (const ChatMessage& m : messages) {
@@ -106,6 +134,7 @@ Result<RenderedChat> render_jinja_chat(const ChatTemplate& tmpl,
   ctx.set(key("add_generation_prompt"), Value(add_generation_prompt));
   ctx.set(key("bos_token"), make_str(tmpl.bos_token));
   ctx.set(key("eos_token"), make_str(tmpl.eos_token));
+  TRY(add_template_vars(ctx, template_vars_json));
   jinja::RenderOptions options;
   options.max_bytes = max_bytes;
   TRY_ASSIGN(jinja::Str out, tmpl.jinja->render(ctx, options));

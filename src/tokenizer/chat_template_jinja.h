@@ -15,13 +15,16 @@
 
 namespace infercept {
 
-// tmpl.jinja must be set. Errors: arguments or schemas that are not JSON or nest past
-// kMaxJsonDepth, the template's own raise_exception, its runtime errors (naming the line),
-// output past max_bytes.
+// tmpl.jinja must be set. `template_vars_json`: extra variables (render_chat_spans), set
+// after the renderer's own. Errors: arguments or schemas that are not JSON or nest past
+// kMaxJsonDepth, extra variables that are not a JSON object or take a reserved name
+// (reserved_template_variable), the template's own raise_exception, its runtime errors
+// (naming the line), output past max_bytes.
 Result<RenderedChat> render_jinja_chat(const ChatTemplate& tmpl,
                                        const std::vector<ChatMessage>& messages,
                                        const std::vector<ToolDefinition>& tools,
-                                       bool add_generation_prompt, size_t max_bytes);
+                                       bool add_generation_prompt, size_t max_bytes,
+                                       const std::string& template_vars_json = "");
 
 // Whether a conversation involves tools: tools declared, an assistant's tool calls, or a
 // tool result.
