@@ -320,7 +320,8 @@ TEST(ToolCallStream, ThinkStartFromThePromptTail) {
   EXPECT_EQ(think_start_of_prompt("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
             ThinkStart::model);
   EXPECT_EQ(think_start_of_prompt("<|im_start|>assistant\n<think>\n"), ThinkStart::inside);
-  EXPECT_EQ(think_start_of_prompt("<\xef\xbd\x9cAssistant\xef\xbd\x9c><think>\n"),
+  EXPECT_EQ(think_start_of_prompt("<\xef\xbd\x9c"
+                                  "Assistant\xef\xbd\x9c><think>\n"),
             ThinkStart::inside);
   EXPECT_EQ(think_start_of_prompt("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             ThinkStart::after);
