@@ -117,14 +117,14 @@ def sdk_checks(client, model, runs):
                      f"response_format json_schema, seed {i}: {text[:60]!r}")
     # A schema that cannot be compiled: a 400 naming the parameter, before any generation.
     bad = [TOOLS[0], {"type": "function", "function": {"name": "code", "parameters": {
-        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}}]
+        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^(?=9)[0-9]{5}$"}}}}}]
     try:
         client.chat.completions.create(model=model, messages=QUESTION, tools=bad, tool_choice="required")
         checks.check(False, "an uncompilable schema is refused")
     except openai.BadRequestError as e:
         err = e.body if isinstance(e.body, dict) else {}
         checks.check(e.status_code == 400 and err.get("param") == "tools[1].function.parameters"
-                     and "pattern" in err.get("message", ""), f"an uncompilable schema is a 400: {err}")
+                     and "lookahead" in err.get("message", ""), f"an uncompilable schema is a 400: {err}")
 
 
 def agents_checks(base_url, model, runs):
