@@ -6,7 +6,11 @@
 // brute-force check of every token.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
 
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -178,6 +182,79 @@ TEST(GrammarKeywords, MultipleOf) {
   EXPECT_FALSE(prefix(q, "12"));
 }
 
+// Every text of up to 5 bytes over "-0159." against exact decimal arithmetic, for random
+// bounds and steps: complete exactly when it is a JSON number (positional) in range, a
+// multiple of the step, written as the automaton writes numbers ("-0" only where the range
+// has negative numbers and 0; with a step, no more fraction digits than the step's).
+TEST(GrammarKeywords, NumbersAgainstExactArithmeticExhaustively) {
+  const char* values[] = {"-1.5", "-1", "0", "0.5", "1", "10", "1.05", "15", "-10"};
+  const char* steps[] = {"5", "0.5", "0.25", "3"};
+  std::vector<std::string> texts{""};
+  for (size_t k = 0; k < texts.size(); ++k)
+    if (texts[k].size() < 5)
+      for (char c : std::string("-0159.")) texts.push_back(texts[k] + c);
+  const std::regex syntax(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?)");
+  std::mt19937 rng(7);
+  int accepted = 0, refused = 0, schemas = 0;
+  for (int round = 0; round < 60; ++round) {
+    json schema = {{"type", rng() % 2 ? "integer" : "number"}};
+    NumberBounds b;
+    if (rng() % 4) {
+      b.lo = *parse_decimal(values[rng() % 9]);
+      b.lo_exclusive = rng() % 2;
+      schema[b.lo_exclusive ? "exclusiveMinimum" : "minimum"] =
+          json::parse((b.lo->neg ? "-" : "") + (b.lo->int_digits.empty() ? "0" : b.lo->int_digits) +
+                      (b.lo->frac_digits.empty() ? "" : "." + b.lo->frac_digits));
+    }
+    if (rng() % 4) {
+      b.hi = *parse_decimal(values[rng() % 9]);
+      b.hi_exclusive = rng() % 2;
+      schema[b.hi_exclusive ? "exclusiveMaximum" : "maximum"] =
+          json::parse((b.hi->neg ? "-" : "") + (b.hi->int_digits.empty() ? "0" : b.hi->int_digits) +
+                      (b.hi->frac_digits.empty() ? "" : "." + b.hi->frac_digits));
+    }
+    std::optional<Decimal> step;
+    if (rng() % 3 == 0) {
+      const char* st = steps[rng() % 4];
+      step = *parse_decimal(st);
+      schema["multipleOf"] = json::parse(st);
+    }
+    auto g = compile_json_schema(schema, {false, 0});
+    if (!g.ok()) {  // only an empty range is an error here
+      EXPECT_NE(g.error().message.find("no number"), std::string::npos) << schema.dump();
+      continue;
+    }
+    auto gp = std::make_shared<const Grammar>(std::move(*g));
+    const bool integer = schema["type"] == "integer";
+    const bool negatives = !b.lo || b.lo->neg;
+    for (const std::string& t : texts) {
+      bool want = std::regex_match(t, syntax) && !(integer && t.find('.') != std::string::npos);
+      if (want) {
+        const Decimal v = *parse_decimal(t);
+        if (b.lo) want = want && compare(v, *b.lo) > (b.lo_exclusive ? 0 : -1);
+        if (b.hi) want = want && compare(v, *b.hi) < (b.hi_exclusive ? 0 : 1);
+        if (v.zero() && t[0] == '-') want = want && negatives;
+        if (step) {
+          // v / step is an integer: v * 10^S and step * 10^S as integers (small here).
+          const size_t S = step->frac_digits.size();
+          const size_t dot = t.find('.');
+          const size_t frac = dot == std::string::npos ? 0 : t.size() - dot - 1;
+          const double scaled = std::stod(t) * std::pow(10.0, (double)S);
+          const double p = std::stod(step->int_digits + step->frac_digits);
+          want = want && frac <= S && std::fmod(std::round(std::fabs(scaled)), p) == 0;
+        }
+      }
+      EXPECT_EQ(complete(gp, t), want) << schema.dump() << " '" << t << "'";
+      ++(want ? accepted : refused);
+    }
+    ++schemas;
+  }
+  EXPECT_GT(schemas, 40);
+  EXPECT_GT(accepted, 10000);
+  EXPECT_GT(refused, 10000);
+  std::printf("%d schemas: %d texts complete, %d not\n", schemas, accepted, refused);
+}
+
 TEST(GrammarKeywords, NumericErrorsAndInference) {
   EXPECT_NE(error_of(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no number"),
             std::string::npos);
@@ -293,6 +370,43 @@ TEST(GrammarKeywords, PatternReadsTheDecodedValue) {
   EXPECT_FALSE(prefix(e, R"("\u)"));
   // A backslash only where an escape's character may come.
   EXPECT_FALSE(prefix(pattern("^[a-z]+$"), R"("a\)"));
+}
+
+// Every value of up to 4 characters over "ab1- \n" against std::regex (ECMAScript, searched
+// as JSON Schema does), with and without length bounds.
+TEST(GrammarKeywords, PatternsAgainstStdRegexExhaustively) {
+  const char* regexes[] = {"abc",       "^a",     "b$",         "^a|b$",      "^[ab]+$",
+                           "^(ab|a)*$", "a{2}",   "^a{1,2}b?$", "[^a]",       "^\\d+-?\\d*$",
+                           "\\s",       "^\\S*$", "^.$",        "(a|1)b",     "^(?:a|b){2,3}$",
+                           "^[a-]+$",   "^$",     "a|^$",       "^[\\w-]{2}", "1(?:-1)+$"};
+  std::vector<std::string> values{""};
+  for (size_t k = 0; k < values.size(); ++k)
+    if (values[k].size() < 4)
+      for (char c : std::string("ab1- \n")) values.push_back(values[k] + c);
+  int matched = 0, total = 0;
+  for (const char* r : regexes) {
+    const std::regex re(r, std::regex::ECMAScript);
+    for (const auto& [lo, hi] : {std::pair{0, -1}, std::pair{2, 3}}) {
+      json schema = {{"type", "string"}, {"pattern", r}};
+      if (lo > 0) schema["minLength"] = lo;
+      if (hi >= 0) schema["maxLength"] = hi;
+      auto g = compile_json_schema(schema, {false, 0});
+      if (!g.ok()) {  // only where no value fits the lengths
+        EXPECT_NE(g.error().message.find("no string"), std::string::npos) << schema.dump();
+        continue;
+      }
+      auto gp = std::make_shared<const Grammar>(std::move(*g));
+      for (const std::string& v : values) {
+        const int n = (int)v.size();
+        const bool want = std::regex_search(v, re) && n >= lo && (hi < 0 || n <= hi);
+        EXPECT_EQ(complete(gp, json(v).dump()), want) << schema.dump() << " " << json(v).dump();
+        matched += want;
+        ++total;
+      }
+    }
+  }
+  EXPECT_GT(matched, 2000);
+  EXPECT_GT(total - matched, 2000);
 }
 
 TEST(GrammarKeywords, PatternWithLengthBounds) {
