@@ -1,8 +1,8 @@
 // Token-mask computation for constrained decoding (src/grammar) at a 150k-token vocabulary:
 // the time to compute one row's mask for the next token, per generated token, along a
 // typical tool call (Hermes format, three tools, nested objects, an enum, an array: case 0),
-// and along a call of a fourth tool with bounded integers (minimum/maximum), a bounded number
-// and a string pattern (case 1: the /1 runs).
+// and along a call of a fourth tool with bounded integers (minimum/maximum), a bounded number,
+// a date pattern and an e-mail pattern (^\S+@\S+$, a broad loop) (case 1: the /1 runs).
 //
 // The vocabulary: SmolLM2's 49,152 real tokens (its GGUF) and 100,992 generated ones
 // shaped like a large multilingual BPE vocabulary's (Qwen2.5's 151k): words of 2-12 ASCII
@@ -110,7 +110,7 @@ struct Fixture {
         "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
         "required": ["query"]})");
     static const nlohmann::json book = nlohmann::json::parse(R"({"type": "object",
-        "properties": {"restaurant": {"type": "string"}, "date": {"type": "string",
+        "properties": {"restaurant": {"type": "string"}, "email": {"type": "string", "pattern": "^\\S+@\\S+$"}, "date": {"type": "string",
         "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "hour": {"type": "integer", "minimum": 0,
         "maximum": 23}, "party_size": {"type": "integer", "minimum": 1, "maximum": 20},
         "budget": {"type": "number", "exclusiveMinimum": 0, "maximum": 5000}},
@@ -125,7 +125,8 @@ struct Fixture {
         std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
     calls[1] = t.encode(
         "<tool_call>\n{\"name\": \"book_table\", \"arguments\": {\"budget\": 450.5, \"date\": "
-        "\"2026-12-24\", \"hour\": 19, \"party_size\": 12, \"restaurant\": \"Chez Marie by "
+        "\"2026-12-24\", \"email\": \"ann.lee@example.com\", \"hour\": 19, \"party_size\": 12, "
+        "\"restaurant\": \"Chez Marie by "
         "the river\"}}\n</tool_call>",
         false, false);
     calls[0] = t.encode(

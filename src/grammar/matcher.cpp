@@ -446,6 +446,16 @@ bool Matcher::in_free_string(std::span<const int32_t> heads) const {
   return !heads.empty();
 }
 
+const ByteDfa* Matcher::pattern_body(std::span<const int32_t> heads, int32_t* state) const {
+  if (heads.size() != 1 || heads[0] < 0) return nullptr;
+  const Frame& f = arena_[(size_t)heads[0]];
+  const Node& n = g_->nodes[(size_t)f.node];
+  if (n.kind != NodeKind::string || n.dfa < 0 || f.st != 1 || n.max_len >= 0 || n.min_len > 0)
+    return nullptr;
+  *state = (int32_t)f.b;
+  return &g_->dfas[(size_t)n.dfa];
+}
+
 bool Matcher::same_stack(int32_t x, int32_t y) const {
   while (x >= 0 && y >= 0) {
     if (x == y) return true;
