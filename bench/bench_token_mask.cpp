@@ -1,6 +1,8 @@
 // Token-mask computation for constrained decoding (src/grammar) at a 150k-token vocabulary:
 // the time to compute one row's mask for the next token, per generated token, along a
-// typical tool call (Hermes format, three tools, nested objects, an enum, an array).
+// typical tool call (Hermes format, three tools, nested objects, an enum, an array: case 0),
+// and along a call of a fourth tool with bounded integers (minimum/maximum), a bounded number,
+// a date pattern and an e-mail pattern (^\S+@\S+$, a broad loop) (case 1: the /1 runs).
 //
 // The vocabulary: SmolLM2's 49,152 real tokens (its GGUF) and 100,992 generated ones
 // shaped like a large multilingual BPE vocabulary's (Qwen2.5's 151k): words of 2-12 ASCII
@@ -36,8 +38,8 @@ constexpr int32_t kVocab = 150144;
 
 struct Fixture {
   std::unique_ptr<Vocabulary> vocab;
-  std::shared_ptr<const Grammar> grammar;
-  std::vector<int32_t> call;  // the call's tokens
+  std::shared_ptr<const Grammar> grammars[2];  // per case: three tools; the same and a fourth
+  std::vector<int32_t> calls[2];               // the calls' tokens, per case
 
   Fixture() {
     auto gguf = GgufFile::open(INFERCEPT_DEFAULT_MODEL);
@@ -107,12 +109,27 @@ struct Fixture {
     static const nlohmann::json search = nlohmann::json::parse(R"({"type": "object",
         "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
         "required": ["query"]})");
+    static const nlohmann::json book = nlohmann::json::parse(R"({"type": "object",
+        "properties": {"restaurant": {"type": "string"}, "email": {"type": "string", "pattern": "^\\S+@\\S+$"}, "date": {"type": "string",
+        "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "hour": {"type": "integer", "minimum": 0,
+        "maximum": 23}, "party_size": {"type": "integer", "minimum": 1, "maximum": 20},
+        "budget": {"type": "number", "exclusiveMinimum": 0, "maximum": 5000}},
+        "required": ["restaurant", "date", "hour", "party_size"], "additionalProperties": false})");
     std::vector<ToolSpec> tools{{"get_weather", &weather, false},
                                 {"plan_event", &event, false},
                                 {"web_search", &search, false}};
-    grammar = std::make_shared<const Grammar>(
+    grammars[0] = std::make_shared<const Grammar>(
         std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
-    call = t.encode(
+    tools.push_back({"book_table", &book, false});
+    grammars[1] = std::make_shared<const Grammar>(
+        std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
+    calls[1] = t.encode(
+        "<tool_call>\n{\"name\": \"book_table\", \"arguments\": {\"budget\": 450.5, \"date\": "
+        "\"2026-12-24\", \"email\": \"ann.lee@example.com\", \"hour\": 19, \"party_size\": 12, "
+        "\"restaurant\": \"Chez Marie by "
+        "the river\"}}\n</tool_call>",
+        false, false);
+    calls[0] = t.encode(
         "<tool_call>\n{\"name\": \"plan_event\", \"arguments\": {\"attendees\": [{\"name\": "
         "\"Ann Smith\", \"role\": \"host\"}, {\"name\": \"Bob Jones\", \"role\": \"guest\"}], "
         "\"day\": 14, \"remote\": false, \"title\": \"Team lunch by the river, with a short "
@@ -126,12 +143,12 @@ Fixture& fixture() {
   return f;
 }
 
-// Masks along the call: every token's mask once per pass; per-mask times in `times`.
-void masks_along_call(MaskCache* cache, std::vector<double>& times) {
+// Masks along case k's call: every token's mask once per pass; per-mask times in `times`.
+void masks_along_call(int64_t k, MaskCache* cache, std::vector<double>& times) {
   Fixture& f = fixture();
-  Matcher m(f.grammar);
+  Matcher m(f.grammars[k]);
   std::vector<uint64_t> mask(f.vocab->mask_words());
-  for (int32_t id : f.call) {
+  for (int32_t id : f.calls[k]) {
     const auto t0 = std::chrono::steady_clock::now();
     compute_mask(m, *f.vocab, cache, mask.data());
     times.push_back(
@@ -146,37 +163,37 @@ void report(benchmark::State& state, std::vector<double>& times) {
   state.counters["median_us"] = times[times.size() / 2];
   state.counters["p90_us"] = times[times.size() * 9 / 10];
   state.counters["max_us"] = times.back();
-  state.counters["tokens"] = (double)fixture().call.size();
+  state.counters["tokens"] = (double)fixture().calls[state.range(0)].size();
 }
 
 // No cache: every mask walks the vocabulary trie.
 void BM_MaskCold(benchmark::State& state) {
   std::vector<double> times;
-  for (auto _ : state) masks_along_call(nullptr, times);
+  for (auto _ : state) masks_along_call(state.range(0), nullptr, times);
   report(state, times);
 }
-BENCHMARK(BM_MaskCold)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MaskCold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // As a request meets it: one cache, empty at the start of each pass (a new grammar).
 void BM_MaskFirstRequest(benchmark::State& state) {
   std::vector<double> times;
   for (auto _ : state) {
     MaskCache cache;
-    masks_along_call(&cache, times);
+    masks_along_call(state.range(0), &cache, times);
   }
   report(state, times);
 }
-BENCHMARK(BM_MaskFirstRequest)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MaskFirstRequest)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // A grammar that has served the call before: every state from the cache.
 void BM_MaskCached(benchmark::State& state) {
   MaskCache cache;
   std::vector<double> warm, times;
-  masks_along_call(&cache, warm);
-  for (auto _ : state) masks_along_call(&cache, times);
+  masks_along_call(state.range(0), &cache, warm);
+  for (auto _ : state) masks_along_call(state.range(0), &cache, times);
   report(state, times);
 }
-BENCHMARK(BM_MaskCached)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MaskCached)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // The unconstrained reference: a row without a constraint computes no mask; its host-side
 // work per token at this vocabulary is at most the argmax over its logits.

@@ -6,7 +6,8 @@ temperature 1, through the official `openai` SDK:
   - tool_choice "required": every call names a declared tool, its arguments valid for that
     tool's schema (checked with jsonschema);
   - a named tool_choice: every call is of that tool, arguments valid;
-  - response_format json_schema: the content is JSON valid for the schema;
+  - response_format json_schema: the content is JSON valid for the schema (bounds and a
+    pattern included);
   - a schema the engine cannot compile: a 400 naming the parameter;
 and through an `openai-agents` Agent with ModelSettings(tool_choice="required"): every run
 calls a declared tool with schema-valid arguments (no ModelBehaviorError).
@@ -46,7 +47,9 @@ EVENT = {"type": "object", "properties": {
     "attendees": {"type": "array", "items": {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 30}, "role": {"enum": ["host", "guest"]}},
         "required": ["name", "role"], "additionalProperties": False}, "minItems": 1, "maxItems": 3},
-    "remote": {"type": "boolean"}}, "required": ["title", "attendees", "remote"], "additionalProperties": False}
+    "remote": {"type": "boolean"}, "day": {"type": "integer", "minimum": 1, "maximum": 31},
+    "room": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}},
+    "required": ["title", "attendees", "remote", "day", "room"], "additionalProperties": False}
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                       "parameters": WEATHER}},
@@ -111,20 +114,20 @@ def sdk_checks(client, model, runs):
         r = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Describe a team event as JSON."}], seed=i,
             response_format={"type": "json_schema", "json_schema": {"name": "event", "schema": EVENT,
-                                                                     "strict": True}}, max_tokens=200)
+                                                                     "strict": True}}, max_tokens=400)
         text = r.choices[0].message.content
         checks.check(r.choices[0].finish_reason == "stop" and valid(EVENT, text),
                      f"response_format json_schema, seed {i}: {text[:60]!r}")
     # A schema that cannot be compiled: a 400 naming the parameter, before any generation.
     bad = [TOOLS[0], {"type": "function", "function": {"name": "code", "parameters": {
-        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}}]
+        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^(?=9)[0-9]{5}$"}}}}}]
     try:
         client.chat.completions.create(model=model, messages=QUESTION, tools=bad, tool_choice="required")
         checks.check(False, "an uncompilable schema is refused")
     except openai.BadRequestError as e:
         err = e.body if isinstance(e.body, dict) else {}
         checks.check(e.status_code == 400 and err.get("param") == "tools[1].function.parameters"
-                     and "pattern" in err.get("message", ""), f"an uncompilable schema is a 400: {err}")
+                     and "lookahead" in err.get("message", ""), f"an uncompilable schema is a 400: {err}")
 
 
 def agents_checks(base_url, model, runs):

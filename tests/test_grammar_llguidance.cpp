@@ -37,6 +37,17 @@ const Case kCases[] = {
         "kids": {"type": "array", "items": {"type": "integer"}}}, "required": ["id", "kids"],
         "additionalProperties": false}})",
      R"([{"id":1,"kids":[2,3]},{"id":40,"kids":[]}])"},
+    // Bounds, multipleOf and patterns. (The ratio is positive: llguidance 1.9.1 refuses
+    // -1.2 for minimum -1.25, a valid value our masks allow.)
+    {R"({"type": "object", "properties": {"code": {"type": "string", "pattern":
+        "^[A-Z]{3}-\\d{4}$"}, "count": {"type": "integer", "minimum": 1, "maximum": 10},
+        "mail": {"type": "string", "pattern": "^\\S+@\\S+$"}, "note": {"type": "string",
+        "pattern": "abc"}, "ratio": {"type": "number", "minimum": -1.25, "exclusiveMaximum": 2.5},
+        "temp": {"type": "integer", "minimum": -40, "maximum": 125}, "step": {"type": "integer",
+        "multipleOf": 5, "minimum": 0, "maximum": 100}}, "required": ["code", "count", "mail",
+        "note", "ratio", "temp", "step"], "additionalProperties": false})",
+     R"({"code":"ABC-1234","count":10,"mail":"ann.lee@example.com","note":"an abc of it",)"
+     R"("ratio":2.25,"step":95,"temp":-38})"},
 };
 
 TEST(GrammarLlguidance, MasksMatch) {

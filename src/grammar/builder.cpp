@@ -47,19 +47,26 @@ int32_t GrammarBuilder::literal(const std::vector<std::string>& texts) {
   return add(std::move(n));
 }
 
-int32_t GrammarBuilder::string(int32_t min_len, int32_t max_len) {
+int32_t GrammarBuilder::string(int32_t min_len, int32_t max_len, int32_t dfa) {
   Node n;
   n.kind = NodeKind::string;
   n.min_len = min_len;
   n.max_len = max_len;
+  n.dfa = dfa;
   return add(std::move(n));
 }
 
-int32_t GrammarBuilder::number(bool integer) {
+int32_t GrammarBuilder::number(bool integer, int32_t dfa) {
   Node n;
   n.kind = NodeKind::number;
   n.integer = integer;
+  n.dfa = dfa;
   return add(std::move(n));
+}
+
+int32_t GrammarBuilder::add_dfa(ByteDfa d) {
+  g_.dfas.push_back(std::move(d));
+  return (int32_t)g_.dfas.size() - 1;
 }
 
 int32_t GrammarBuilder::object(std::vector<Property> props, int32_t additional) {

@@ -19,8 +19,10 @@ class GrammarBuilder {
   explicit GrammarBuilder(int32_t max_ws = 16) { g_.max_ws = max_ws; }
 
   int32_t literal(const std::vector<std::string>& texts);
-  int32_t string(int32_t min_len = 0, int32_t max_len = -1);
-  int32_t number(bool integer);
+  // dfa: an automaton from add_dfa (a string's pattern, a number's bounds), -1 for none.
+  int32_t string(int32_t min_len = 0, int32_t max_len = -1, int32_t dfa = -1);
+  int32_t number(bool integer, int32_t dfa = -1);
+  int32_t add_dfa(ByteDfa d);
   // props' values must be nodes of this builder; additional -1 = closed.
   int32_t object(std::vector<Property> props, int32_t additional);
   int32_t array(int32_t items, int64_t min_items = 0, int64_t max_items = -1);

@@ -48,6 +48,26 @@ struct TrieNode {
   }
 };
 
+// A deterministic automaton over bytes: a bounded number's text (number_range.h) or the
+// decoded value of a string with a `pattern` (regex.h). Built trimmed: every transition leads
+// to a state from which an accepting one can be reached, so a matcher following it never
+// walks into a dead end. State 0 is the start.
+struct ByteDfa {
+  static constexpr uint8_t kNone = 0xFF;  // cls[byte]: no transition on this byte anywhere
+  uint8_t cls[256];                       // byte -> class
+  int32_t n_classes = 0;
+  std::vector<int32_t> next;    // [state * n_classes + class]: the next state, -1 = rejected
+  std::vector<uint8_t> accept;  // [state]: the text may end here
+  // [state]: every string-body byte run made of whole characters other than '"', '\\' and
+  // control characters is accepted from here (token_mask.h's fast path for free strings).
+  std::vector<uint8_t> free;
+  int32_t size() const { return (int32_t)accept.size(); }
+  int32_t step(int32_t s, uint8_t b) const {
+    const uint8_t c = cls[b];
+    return c == kNone ? -1 : next[(size_t)s * (size_t)n_classes + c];
+  }
+};
+
 struct Property {
   std::string name;
   int32_t value = -1;  // node
@@ -60,6 +80,7 @@ struct Node {
   int32_t min_len = 0;             // string: characters (an escape counts as one)
   int32_t max_len = -1;            // string: -1 = unbounded
   bool integer = false;            // number
+  int32_t dfa = -1;                // number (bounded), string (pattern): Grammar::dfas
   std::vector<Property> props;     // object, in schema order (at most 64)
   int32_t additional = -1;         // object: node of extra properties' values; -1 = closed
   int32_t key_string = -1;         // object with extra properties: the string node of their keys
@@ -76,6 +97,7 @@ struct Node {
 
 struct Grammar {
   std::vector<Node> nodes;
+  std::vector<ByteDfa> dfas;
   int32_t root = -1;
   // Bytes of white space allowed between JSON tokens (each gap on its own): natural JSON
   // fits, and a model cannot pad forever.

@@ -1,7 +1,13 @@
 #include "grammar/json_schema.h"
 
+#include <charconv>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+
+#include "grammar/number_range.h"
+#include "grammar/regex.h"
 
 namespace infercept::grammar {
 
@@ -19,16 +25,9 @@ const std::set<std::string> kAnnotations = {
     "$id",     "$comment",    "deprecated", "readOnly",         "writeOnly",
     "$defs",   "definitions", "format",     "contentMediaType", "contentEncoding",
     "$anchor", "nullable",    "strict",     "discriminator",    "x-guidance"};
-// Keywords that change validity and are not supported.
-const std::set<std::string> kUnsupported = {"pattern",
-                                            "minimum",
-                                            "maximum",
-                                            "exclusiveMinimum",
-                                            "exclusiveMaximum",
-                                            "multipleOf",
-                                            "minProperties",
-                                            "maxProperties",
-                                            "patternProperties",
+// Keywords that change validity and are not supported. (minProperties, maxProperties and
+// uniqueItems are checked where they apply: accepted where they change nothing.)
+const std::set<std::string> kUnsupported = {"patternProperties",
                                             "propertyNames",
                                             "dependentRequired",
                                             "dependentSchemas",
@@ -44,7 +43,6 @@ const std::set<std::string> kUnsupported = {"pattern",
                                             "additionalItems",
                                             "unevaluatedItems",
                                             "unevaluatedProperties",
-                                            "uniqueItems",
                                             "$dynamicRef",
                                             "$recursiveRef",
                                             "contentSchema"};
@@ -72,7 +70,6 @@ class Compiler {
     if (!s.is_object()) return make_error("the schema at ", at, " must be an object or a boolean");
     for (const auto& [k, v] : s.items()) {
       if (kUnsupported.count(k) == 0) continue;
-      if (k == "uniqueItems" && v.is_boolean() && !v.get<bool>()) continue;
       return make_error("unsupported JSON Schema keyword '", k, "' at ", at);
     }
     if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, at);
@@ -114,12 +111,19 @@ class Compiler {
         if (kTypes.count(t) == 0) return make_error("unknown type '", t, "' at ", at);
     } else {
       // No type: taken from the keywords present (a tool's parameters often omit it).
-      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      auto has = [&](std::initializer_list<const char*> kws) {
+        for (const char* k : kws)
+          if (s.contains(k)) return true;
+        return false;
+      };
+      if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties"}))
         types.push_back("object");
-      else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+      else if (has({"items", "minItems", "maxItems", "uniqueItems"}))
         types.push_back("array");
-      else if (s.contains("minLength") || s.contains("maxLength"))
+      else if (has({"minLength", "maxLength", "pattern"}))
         types.push_back("string");
+      else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}))
+        types.push_back("number");
       else
         return b_.any_value();
     }
@@ -154,9 +158,23 @@ class Compiler {
       TRY_ASSIGN(int64_t hi, count(s, "maxLength", -1, at));
       if (hi >= 0 && lo > hi) return make_error("minLength > maxLength at ", at);
       if (lo > 1 << 20 || hi > 1 << 20) return make_error("string length bounds too large at ", at);
+      if (const auto it = s.find("pattern"); it != s.end()) {
+        if (!it->is_string()) return make_error("'pattern' at ", at, " must be a string");
+        // The length bounds go into the pattern's automaton.
+        auto dfa = compile_pattern(it->get<std::string>(), (int32_t)lo, (int32_t)hi);
+        if (!dfa.ok())
+          return make_error("'pattern' ", dump(*it), " at ", at, ": ", dfa.error().message);
+        return b_.string(0, -1, b_.add_dfa(std::move(*dfa)));
+      }
       return b_.string((int32_t)lo, (int32_t)hi);
     }
-    if (type == "number" || type == "integer") return b_.number(type == "integer");
+    if (type == "number" || type == "integer") {
+      TRY_ASSIGN(std::optional<NumberBounds> bounds, numeric_bounds(s, at));
+      if (!bounds) return b_.number(type == "integer");
+      auto dfa = number_range_dfa(*bounds, type == "integer");
+      if (!dfa.ok()) return make_error("the numeric bounds at ", at, ": ", dfa.error().message);
+      return b_.number(type == "integer", b_.add_dfa(std::move(*dfa)));
+    }
     if (type == "boolean") return b_.literal({"true", "false"});
     if (type == "null") return b_.literal({"null"});
     if (type == "array") {
@@ -171,9 +189,83 @@ class Compiler {
       } else {
         items = b_.any_value();
       }
+      // Unique items are left to the model unless at most one item can come.
+      if (const auto it = s.find("uniqueItems"); it != s.end() && !(hi >= 0 && hi <= 1)) {
+        if (!it->is_boolean()) return make_error("'uniqueItems' at ", at, " must be a boolean");
+        if (it->get<bool>())
+          return make_error("unsupported JSON Schema keyword 'uniqueItems' at ", at);
+      }
       return b_.array(items, lo, hi);
     }
     return object(s, at);
+  }
+
+  // A numeric keyword's value as an exact decimal: an integer as written, a double as its
+  // shortest round-trip text (the decimal the schema's author wrote: 0.1 is 0.1, not the
+  // binary double nearest it).
+  Result<Decimal> decimal(const json& v, const char* kw, const std::string& at) {
+    if (!v.is_number()) return make_error("'", kw, "' at ", at, " must be a number");
+    std::string text;
+    if (v.is_number_integer()) {
+      text = v.dump();
+    } else {
+      const double x = v.get<double>();
+      if (!std::isfinite(x)) return make_error("'", kw, "' at ", at, " must be finite");
+      char buf[64];
+      const auto r = std::to_chars(buf, buf + sizeof buf, x);
+      text.assign(buf, r.ptr);
+    }
+    auto d = parse_decimal(text);
+    if (!d.ok()) return make_error("'", kw, "' at ", at, ": ", d.error().message);
+    return d;
+  }
+
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number, or draft 4's boolean
+  // beside minimum/maximum), multipleOf; nullopt when none is there. Where several bound one
+  // side, the tightest counts.
+  Result<std::optional<NumberBounds>> numeric_bounds(const json& s, const std::string& at) {
+    NumberBounds b;
+    bool any = false;
+    auto tighten = [&](std::optional<Decimal>& cur, bool& cur_excl, const Decimal& d, bool excl,
+                       int sign) {
+      const int c = cur ? compare(d, *cur) * sign : 1;
+      if (c > 0 || (c == 0 && excl)) {
+        cur = d;
+        cur_excl = excl;
+      }
+    };
+    for (const auto& [kw, lower] : {std::pair{"minimum", true}, std::pair{"maximum", false}}) {
+      const auto it = s.find(kw);
+      if (it == s.end()) continue;
+      TRY_ASSIGN(Decimal d, decimal(*it, kw, at));
+      const char* excl_kw = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+      const auto e = s.find(excl_kw);
+      const bool excl = e != s.end() && e->is_boolean() && e->get<bool>();  // draft 4
+      if (lower)
+        tighten(b.lo, b.lo_exclusive, d, excl, 1);
+      else
+        tighten(b.hi, b.hi_exclusive, d, excl, -1);
+      any = true;
+    }
+    for (const auto& [kw, lower] :
+         {std::pair{"exclusiveMinimum", true}, std::pair{"exclusiveMaximum", false}}) {
+      const auto it = s.find(kw);
+      if (it == s.end() || it->is_boolean()) continue;  // a boolean: draft 4, read above
+      TRY_ASSIGN(Decimal d, decimal(*it, kw, at));
+      if (lower)
+        tighten(b.lo, b.lo_exclusive, d, true, 1);
+      else
+        tighten(b.hi, b.hi_exclusive, d, true, -1);
+      any = true;
+    }
+    if (const auto it = s.find("multipleOf"); it != s.end()) {
+      TRY_ASSIGN(Decimal d, decimal(*it, "multipleOf", at));
+      if (d.neg || d.zero()) return make_error("'multipleOf' at ", at, " must be greater than 0");
+      b.step = d;
+      any = true;
+    }
+    if (!any) return std::optional<NumberBounds>{};
+    return std::optional<NumberBounds>{b};
   }
 
   Result<int32_t> object(const json& s, const std::string& at) {
@@ -222,6 +314,20 @@ class Compiler {
     }
     if (props.size() > 64)
       return make_error("more than 64 properties in one object at ", at, " are not supported");
+    // minProperties/maxProperties only where they change nothing: at most the required count,
+    // at least every property a closed object can have.
+    size_t required = 0;
+    for (const Property& p : props) required += p.required;
+    for (const char* kw : {"minProperties", "maxProperties"}) {
+      const auto it = s.find(kw);
+      if (it == s.end()) continue;
+      TRY_ASSIGN(int64_t v, count(s, kw, 0, at));
+      const bool trivial =
+          kw[1] == 'i' ? (size_t)v <= required : (closed && (size_t)v >= props.size());
+      if (!trivial)
+        return make_error("unsupported JSON Schema keyword '", kw, "' at ", at,
+                          " (supported only where it changes nothing)");
+    }
     return b_.object(std::move(props), closed ? -1 : additional);
   }
 

@@ -3,15 +3,21 @@
 //   const, properties (written in the order of the parsed object, which sorts keys; optional ones
 //   may be left out), required, additionalProperties (false: closed; true, absent or a schema:
 //   extra properties after or between the declared ones), items, minItems, maxItems, minLength,
-//   maxLength, anyOf and oneOf (both read as anyOf: an instance matching several alternatives is
-//   not refused), allOf of one schema, $ref to "#" or a JSON pointer inside the document
-//   ($defs, definitions; recursion works, a cycle with no finite instance is an error).
+//   maxLength, pattern (an ECMAScript subset, regex.h), minimum, maximum, exclusiveMinimum,
+//   exclusiveMaximum (numbers, or draft 4's booleans) and multipleOf (number_range.h), anyOf
+//   and oneOf (both read as anyOf: an instance matching several alternatives is not refused),
+//   allOf of one schema, $ref to "#" or a JSON pointer inside the document ($defs,
+//   definitions; recursion works, a cycle with no finite instance is an error);
+//   minProperties, maxProperties and uniqueItems where they change nothing (at most the
+//   required properties; at least every property of a closed object; at most one item).
 //   Annotations are ignored: title, description, default, examples, format (an annotation
 //   in JSON Schema 2020-12 unless a validator opts in), $schema, $id, $comment, ...
-// Keywords that change what is valid and are not supported (pattern, minimum, maximum,
-// multipleOf, uniqueItems, not, if/then/else, prefixItems, ...) are an error naming the
-// keyword and where it is; so is a schema that is not valid JSON Schema. Keywords JSON
-// Schema does not define are ignored, as validators ignore them.
+// Keywords that change what is valid and are not supported (uniqueItems, minProperties and
+// maxProperties elsewhere, patternProperties, not, if/then/else, prefixItems, ...) are an
+// error naming the keyword and where it is; so is a regex construct outside the subset
+// (backreferences, lookaround: named), a pattern or bounds whose automaton is too large, and
+// a schema that is not valid JSON Schema. Keywords JSON Schema does not define are ignored,
+// as validators ignore them.
 //
 // `strict` is OpenAI's structured-output mode: every property is required and no extra
 // property is allowed, whatever the schema says.

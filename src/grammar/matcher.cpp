@@ -11,7 +11,10 @@ namespace infercept::grammar {
 //   string   st 0 before '"', 1 body, 2 after '\', 3..6 inside \uXXXX, 16.. inside a UTF-8
 //            character (only valid UTF-8 is read); a = length in characters (bounded only)
 //   number   st 0 start, 1 after '-', 2 after a leading 0, 3 integer digits, 4 after '.',
-//            5 fraction digits, 6 after e/E, 7 after the exponent's sign, 8 exponent digits
+//            5 fraction digits, 6 after e/E, 7 after the exponent's sign, 8 exponent digits;
+//            with bounds (Node::dfa), st = the state of its automaton (number_range.h)
+//   string   with a pattern (Node::dfa): b = the automaton's state after the decoded value so
+//            far (regex.h); it reads each raw byte and each escape's decoded byte
 //   object   st 0 before '{', 1 after '{', 2 after a value, 3 after ',', 4 after a key,
 //            5 after ':', 6 inside a declared key; b = next declared property (low 32 bits)
 //            | the key's trie node (st 6) or property, -1 for an extra one (st 4, 5) << 32
@@ -48,6 +51,27 @@ int32_t low(uint64_t b) {
 }
 int32_t high(uint64_t b) {
   return (int32_t)(uint32_t)(b >> 32);
+}
+// The byte an escape's letter stands for (\u aside: -1).
+int decoded_escape(uint8_t c) {
+  switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      return c;
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    default:
+      return -1;
+  }
 }
 uint64_t pack(int32_t lo, int32_t hi) {
   return (uint64_t)(uint32_t)lo | ((uint64_t)(uint32_t)hi << 32);
@@ -129,11 +153,20 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
     }
     case NodeKind::string: {
       const bool bounded = n.max_len >= 0 || n.min_len > 0;
+      // A pattern's automaton reads the decoded byte `d`: false when it refuses it.
+      const ByteDfa* dfa = n.dfa >= 0 ? &g_->dfas[(size_t)n.dfa] : nullptr;
+      auto pattern_reads = [&](uint8_t d) {
+        if (dfa == nullptr) return true;
+        const int32_t t = dfa->step((int32_t)f.b, d);
+        if (t < 0) return false;
+        nf.b = (uint64_t)t;
+        return true;
+      };
       if (f.st >= kUtf8) {  // inside a multi-byte character: a continuation byte
         const int32_t need = (f.st - kUtf8) / 8, range = (f.st - kUtf8) % 8;
         static constexpr uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80};
         static constexpr uint8_t hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
-        if (c < lo[range] || c > hi[range]) return;
+        if (c < lo[range] || c > hi[range] || !pattern_reads(c)) return;
         return then(need == 1 ? 1 : kUtf8 + (need - 1) * 8);
       }
       switch (f.st) {
@@ -142,7 +175,7 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
           return;
         case 1: {
           if (c == '"') {
-            if (f.a >= n.min_len) end_here();
+            if (f.a >= n.min_len && (dfa == nullptr || dfa->accept[(size_t)f.b])) end_here();
             return;
           }
           if (c < 0x20) return;
@@ -152,24 +185,32 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
             if (n.max_len >= 0 && f.a >= n.max_len) return;
             nf.a = f.a + 1;
           }
-          if (c == '\\') return then(2);
+          if (c == '\\') {
+            if (dfa != nullptr) {  // only if some escape's byte may come
+              bool any = false;
+              for (uint8_t e : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+                any = any || dfa->step((int32_t)f.b, (uint8_t)decoded_escape(e)) >= 0;
+              if (!any) return;
+            }
+            return then(2);
+          }
+          if (!pattern_reads(c)) return;
           if (c >= 0x80) {
             // (need, range of the next byte): UTF-8's rules for overlong forms and surrogates
             const int32_t need = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
             const int32_t range = c == 0xE0 ? 1 : c == 0xED ? 2 : c == 0xF0 ? 3 : c == 0xF4 ? 4 : 0;
             return then(kUtf8 + need * 8 + range);
           }
-          if (!bounded) {
+          if (!bounded && nf.b == f.b) {
             out.push_back(head);  // the same state: no new frame
             return;
           }
           return then(1);
         }
         case 2:
-          if (c == 'u') return then(3);
-          if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
-              c == 't')
-            then(1);
+          // With a pattern, \u is not written (its decoded character is reached raw).
+          if (c == 'u' && dfa == nullptr) return then(3);
+          if (decoded_escape(c) >= 0 && pattern_reads((uint8_t)decoded_escape(c))) then(1);
           return;
         default:  // 3..6: hex digits of \u
           if (is_hex(c)) then(f.st == 6 ? 1 : f.st + 1);
@@ -177,6 +218,16 @@ void Matcher::feed_one(int32_t head, uint8_t c, std::vector<int32_t>& out) {
       }
     }
     case NodeKind::number: {
+      if (n.dfa >= 0) {  // bounded: the automaton's state in st
+        const ByteDfa& d = g_->dfas[(size_t)n.dfa];
+        const int32_t t = d.step(f.st, c);
+        if (t >= 0) return then(t);
+        // The number ends; a byte that could only continue a number is refused outright.
+        const bool numeric =
+            is_digit(c) || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E';
+        if (d.accept[(size_t)f.st] && !numeric) pass_on();
+        return;
+      }
       const bool frac = !n.integer;
       switch (f.st) {
         case 0:
@@ -356,7 +407,11 @@ bool Matcher::head_accepting(int32_t h) const {
         if (n.trie[(size_t)f.st].leaf < 0) return false;
         break;
       case NodeKind::number:
-        if (f.st != 2 && f.st != 3 && f.st != 5 && f.st != 8) return false;
+        if (n.dfa >= 0) {
+          if (!g_->dfas[(size_t)n.dfa].accept[(size_t)f.st]) return false;
+        } else if (f.st != 2 && f.st != 3 && f.st != 5 && f.st != 8) {
+          return false;
+        }
         break;
       case NodeKind::ws:
         break;
@@ -386,8 +441,19 @@ bool Matcher::in_free_string(std::span<const int32_t> heads) const {
     const Frame& f = arena_[(size_t)h];
     const Node& n = g_->nodes[(size_t)f.node];
     if (n.kind != NodeKind::string || f.st != 1 || n.max_len >= 0 || n.min_len > 0) return false;
+    if (n.dfa >= 0 && !g_->dfas[(size_t)n.dfa].free[(size_t)f.b]) return false;
   }
   return !heads.empty();
+}
+
+const ByteDfa* Matcher::pattern_body(std::span<const int32_t> heads, int32_t* state) const {
+  if (heads.size() != 1 || heads[0] < 0) return nullptr;
+  const Frame& f = arena_[(size_t)heads[0]];
+  const Node& n = g_->nodes[(size_t)f.node];
+  if (n.kind != NodeKind::string || n.dfa < 0 || f.st != 1 || n.max_len >= 0 || n.min_len > 0)
+    return nullptr;
+  *state = (int32_t)f.b;
+  return &g_->dfas[(size_t)n.dfa];
 }
 
 bool Matcher::same_stack(int32_t x, int32_t y) const {

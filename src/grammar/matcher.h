@@ -53,6 +53,10 @@ class Matcher {
   // Every head is inside the body of a string of unbounded length, where a byte that is not
   // '"', '\\' or a control character leaves the state as it is.
   bool in_free_string(std::span<const int32_t> heads) const;
+  // One head, inside the body of a string with a pattern (and no length count of its own):
+  // its automaton, with the state in *state; null otherwise. What a run of plain bytes (as
+  // for in_free_string) does there depends on the automaton's state alone.
+  const ByteDfa* pattern_body(std::span<const int32_t> heads, int32_t* state) const;
   size_t arena_size() const { return arena_.size(); }
   void truncate(size_t n) { arena_.resize(n); }
   // The state as bytes (every head's stack, top to bottom): equal keys, equal futures.

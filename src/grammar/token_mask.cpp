@@ -124,6 +124,36 @@ void walk(Matcher& m, const Vocabulary::Trie& t, uint64_t* mask, int64_t& visite
   m.truncate(base);
 }
 
+// The plain tokens (Vocabulary::plain_mask) a pattern's automaton takes from state q: a walk
+// of the whole trie with the automaton alone (no matcher frames), cut at the first byte it
+// refuses or that is not plain.
+void walk_plain_dfa(const ByteDfa& d, int32_t q, const Vocabulary& v, uint64_t* mask,
+                    int64_t& visited) {
+  const Vocabulary::Trie& t = v.all();
+  const uint64_t* plain = v.plain_mask().data();
+  struct Level {
+    int32_t end, state;
+  };
+  const int32_t n = (int32_t)t.size();
+  std::vector<Level> levels{{n, q}};
+  for (int32_t i = 0; i < n;) {
+    while (i >= levels.back().end) levels.pop_back();
+    const uint8_t b = t.byte[(size_t)i];
+    const int32_t s = b >= 0x20 && b != '"' && b != '\\' ? d.step(levels.back().state, b) : -1;
+    ++visited;
+    if (s < 0) {
+      i = t.skip[(size_t)i];
+      continue;
+    }
+    for (int32_t k = t.tok_begin[(size_t)i]; k < t.tok_begin[(size_t)i + 1]; ++k) {
+      const int32_t id = t.ids[(size_t)k];
+      if ((plain[id >> 6] >> (id & 63)) & 1) set_bit(mask, id);
+    }
+    if (i + 1 < t.skip[(size_t)i]) levels.push_back({t.skip[(size_t)i], s});
+    ++i;
+  }
+}
+
 }  // namespace
 
 Vocabulary::Vocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids)
@@ -179,8 +209,25 @@ void compute_mask(Matcher& m, const Vocabulary& v, MaskCache* cache, uint64_t* m
     }
   }
   int64_t visited = 0;
+  int32_t q = -1;
+  const ByteDfa* pattern = nullptr;
   if (m.in_free_string(m.heads())) {
     std::memcpy(mask, v.plain_mask().data(), words * sizeof(uint64_t));
+    walk(m, v.not_plain(), mask, visited);
+  } else if ((pattern = m.pattern_body(m.heads(), &q)) != nullptr) {
+    // The plain tokens' bits depend on the automaton's state alone: cached under it (shared
+    // by every place of the grammar that pattern's string is at), the rest walked as usual.
+    // (The key cannot be a state key: those are whole frames, 24 bytes and more.)
+    std::string plain_key(9, '\0');
+    const int32_t id = (int32_t)(pattern - m.grammar().dfas.data());
+    plain_key[0] = 'P';
+    std::memcpy(plain_key.data() + 1, &id, 4);
+    std::memcpy(plain_key.data() + 5, &q, 4);
+    if (cache == nullptr || !cache->get(plain_key, mask, words)) {
+      std::memset(mask, 0, words * sizeof(uint64_t));
+      walk_plain_dfa(*pattern, q, v, mask, visited);
+      if (cache != nullptr) cache->put(plain_key, mask, words);
+    }
     walk(m, v.not_plain(), mask, visited);
   } else {
     std::memset(mask, 0, words * sizeof(uint64_t));
