@@ -33,11 +33,11 @@ BUILTIN_WORKLOADS = ["mixed"] + AUGMENTATIONS + ["sessions"]
 # Long agent sessions (src/workload/sessions.h; docs/TRACE.md gives the sources): per tool
 # name, weight, seconds (mean, std), output tokens (mean, std).
 DEFAULT_SESSION_TOOLS = [
-    ("read_file", 0.30, (0.005, 0.005), (1200.0, 900.0)),
-    ("grep", 0.20, (0.05, 0.08), (500.0, 600.0)),
-    ("edit_file", 0.20, (0.02, 0.02), (200.0, 150.0)),
-    ("run_tests", 0.17, (8.0, 12.0), (1500.0, 2000.0)),
-    ("web_fetch", 0.10, (2.0, 2.0), (2500.0, 2500.0)),
+    ("read_file", 0.30, (0.005, 0.005), (2000.0, 1500.0)),
+    ("grep", 0.20, (0.05, 0.08), (800.0, 900.0)),
+    ("edit_file", 0.20, (0.02, 0.02), (300.0, 250.0)),
+    ("run_tests", 0.17, (8.0, 12.0), (2500.0, 3000.0)),
+    ("web_fetch", 0.10, (2.0, 2.0), (4000.0, 4000.0)),
     ("human", 0.03, (120.0, 120.0), (60.0, 50.0)),
 ]
 MAX_SESSION_TURNS = 10000

@@ -139,8 +139,8 @@ TEST(Sessions, SameSpecSameTraceAndSharedArrivals) {
   EXPECT_EQ(r.prompt_tokens, 286);
   EXPECT_EQ(r.segments[0].tool, "run_tests");
   EXPECT_EQ(r.segments[0].generate_tokens, 64);
-  EXPECT_EQ(r.segments[0].return_tokens, 3652);
-  EXPECT_EQ(r.final_context_tokens(), 62559);
+  EXPECT_EQ(r.segments[0].return_tokens, 5924);
+  EXPECT_EQ(r.final_context_tokens(), 92310);
 }
 
 TEST(Sessions, ClampDropsTurnsAndKeepsTheRest) {
