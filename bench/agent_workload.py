@@ -1,11 +1,12 @@
 """Agent workloads for the load generator: the InferCept paper's six augmentations (Table 1)
-and their mix, or a JSON Lines trace (docs/TRACE.md). Standard library only.
+and their mix, long agent sessions (`sessions`), or a JSON Lines trace (docs/TRACE.md).
+Standard library only.
 
-This is a line-for-line mirror of src/workload/workload.cpp (the generator `infercept bench`
-uses), so that the load generator and the in-process bench replay the same requests for the
-same spec: the same std::mt19937_64 sequence (implemented here), the same splitmix64 seeding,
-the same uniform / exponential / Box-Muller / log-normal transforms, the same draw order,
-clamps and proportional shrinking. tests/workload_py_test.py checks the moments against
+This is a line-for-line mirror of src/workload/workload.cpp and sessions.cpp (the generators
+`infercept bench` uses), so that the load generator and the in-process bench replay the same
+requests for the same spec: the same std::mt19937_64 sequence (implemented here), the same
+splitmix64 seeding, the same uniform / exponential / Box-Muller / log-normal transforms
+(src/workload/rng.h), the same draw order, clamps and proportional shrinking. tests/workload_py_test.py checks the moments against
 Table 1 and, given the binary, the generated trace against `infercept bench --trace-out`
 (integers equal, doubles equal up to the last bits a fused multiply-add may change).
 """
@@ -27,7 +28,37 @@ DEFAULT_PROFILES = [
     ("tts", "bark", (17.24, 7.6), (6.91, 3.93), (1251, 792), (30, 90), (10, 30)),
 ]
 AUGMENTATIONS = [p[0] for p in DEFAULT_PROFILES]
-BUILTIN_WORKLOADS = ["mixed"] + AUGMENTATIONS
+BUILTIN_WORKLOADS = ["mixed"] + AUGMENTATIONS + ["sessions"]
+
+# Long agent sessions (src/workload/sessions.h; docs/TRACE.md gives the sources): per tool
+# name, weight, seconds (mean, std), output tokens (mean, std).
+DEFAULT_SESSION_TOOLS = [
+    ("read_file", 0.30, (0.005, 0.005), (2000.0, 1500.0)),
+    ("grep", 0.20, (0.05, 0.08), (800.0, 900.0)),
+    ("edit_file", 0.20, (0.02, 0.02), (300.0, 250.0)),
+    ("run_tests", 0.17, (8.0, 12.0), (2500.0, 3000.0)),
+    ("web_fetch", 0.10, (2.0, 2.0), (4000.0, 4000.0)),
+    ("human", 0.03, (120.0, 120.0), (60.0, 50.0)),
+]
+MAX_SESSION_TURNS = 10000
+SESSION_CONTEXT_CAP = 1 << 30
+
+
+class SessionTool:
+    def __init__(self, name, weight, seconds, output_tokens):
+        self.name, self.weight = name, weight
+        self.seconds, self.output_tokens = tuple(seconds), tuple(output_tokens)
+
+
+class SessionProfile:
+    """SessionProfile of sessions.h, same defaults."""
+
+    def __init__(self):
+        self.system_tokens = 8192
+        self.turns = (30.0, 20.0)
+        self.task_tokens = (500.0, 400.0)
+        self.generate_tokens = (150.0, 120.0)
+        self.tools = [SessionTool(*t) for t in DEFAULT_SESSION_TOOLS]
 
 
 class Profile:
@@ -47,11 +78,13 @@ class Spec:
     """WorkloadSpec of workload.h, same defaults."""
 
     def __init__(self, name="mixed", rate=1.0, duration_s=60.0, seed=0, time_scale=1.0,
-                 context_scale=1.0, max_context=0, min_prompt_tokens=8, profiles=None):
+                 context_scale=1.0, max_context=0, min_prompt_tokens=8, profiles=None,
+                 sessions=None):
         self.name, self.rate, self.duration_s, self.seed = name, rate, duration_s, seed
         self.time_scale, self.context_scale = time_scale, context_scale
         self.max_context, self.min_prompt_tokens = max_context, min_prompt_tokens
         self.profiles = profiles if profiles is not None else default_profiles()
+        self.sessions = sessions if sessions is not None else SessionProfile()
 
     def profile(self, name):
         for p in self.profiles:
@@ -168,6 +201,9 @@ def validate(spec):
         raise ValueError("min prompt tokens must be >= 1")
     if spec.max_context < 0:
         raise ValueError("max context must be >= 0 (0: no clamp)")
+    if spec.name == "sessions":
+        validate_sessions(spec)
+        return
     for name in AUGMENTATIONS:
         p = spec.profile(name)
         if p is None:
@@ -251,6 +287,187 @@ def generate_request(spec, p, rid, arrival_s, request_seed):
             "prompt_tokens": context - total, "seed": seed, "segments": segments}
 
 
+# ---------------------------------------------------------------------------------------------
+# Long agent sessions: sessions.cpp
+
+
+def session_shared_prefix_tokens(spec):
+    """The shared prefix (system prompt + tool definitions): system_tokens x context_scale."""
+    return llround(float(spec.sessions.system_tokens) * spec.context_scale)
+
+
+def _check_moments(m, what):
+    mean, std = m
+    if not (math.isfinite(mean) and mean > 0 and math.isfinite(std) and std >= 0):
+        raise ValueError(f"sessions {what}: need mean > 0 and std >= 0")
+
+
+def _session_limit(spec):
+    return spec.max_context if spec.max_context > 0 else SESSION_CONTEXT_CAP
+
+
+def validate_sessions(spec):
+    """validate_session_spec(); raises ValueError."""
+    p = spec.sessions
+    if p.system_tokens < 0:
+        raise ValueError("sessions system tokens must be >= 0")
+    _check_moments(p.turns, "turns")
+    _check_moments(p.task_tokens, "task tokens")
+    _check_moments(p.generate_tokens, "generated tokens")
+    if not p.tools:
+        raise ValueError("sessions need at least one tool")
+    names = set()
+    total = 0.0
+    for t in p.tools:
+        if not t.name:
+            raise ValueError("sessions: a tool name must not be empty")
+        if t.name in names:
+            raise ValueError(f"sessions: tool '{t.name}' twice")
+        names.add(t.name)
+        if not (math.isfinite(t.weight) and t.weight >= 0):
+            raise ValueError(f"sessions tool {t.name}: weight must be >= 0")
+        _check_moments(t.seconds, t.name + ".seconds")
+        _check_moments(t.output_tokens, t.name + ".output")
+        total += t.weight
+    if not total > 0:
+        raise ValueError("sessions: every tool has weight 0")
+    least = session_shared_prefix_tokens(spec) + spec.min_prompt_tokens + 2
+    if least > _session_limit(spec):
+        raise ValueError(f"max context {_session_limit(spec)} is too small for the shared prefix "
+                         f"({session_shared_prefix_tokens(spec)} tokens) and a session with one "
+                         f"tool call ({least} tokens in all)")
+
+
+def apply_session_override(spec, expr):
+    """system=TOKENS, turns|task|generate=MEAN[,STD], TOOL.seconds|TOOL.output=MEAN[,STD],
+    TOOL.weight=W (TOOL a name or *), as the bench's --session."""
+    def bad(why):
+        return ValueError(f"session override '{expr}': {why}")
+
+    def number(text):
+        try:
+            x = float(text)
+        except ValueError:
+            raise bad("not a number")
+        if not math.isfinite(x):
+            raise bad("not a finite number")
+        return x
+
+    def moments(text):
+        parts = text.split(",", 1)
+        mean = number(parts[0])
+        std = number(parts[1]) if len(parts) > 1 else 0.0
+        if not (mean > 0 and std >= 0):
+            raise bad("need MEAN > 0 and STD >= 0")
+        return (mean, std)
+
+    if "=" not in expr:
+        raise bad("malformed")
+    key, value = expr.split("=", 1)
+    p = spec.sessions
+    if key == "system":
+        if not value.isdigit() or int(value) > 2**31 - 1:
+            raise bad("TOKENS must be an integer >= 0")
+        p.system_tokens = int(value)
+        return
+    if key in ("turns", "task", "generate"):
+        setattr(p, {"turns": "turns", "task": "task_tokens", "generate": "generate_tokens"}[key],
+                moments(value))
+        return
+    if "." not in key:
+        raise bad("unknown key")
+    tool, field = key.rsplit(".", 1)
+    if field not in ("seconds", "output", "weight"):
+        raise bad("unknown field")
+    if field == "weight":
+        w = number(value)
+        if w < 0:
+            raise bad("W must be >= 0")
+    else:
+        m = moments(value)
+    matched = False
+    for t in p.tools:
+        if tool != "*" and t.name != tool:
+            continue
+        if field == "weight":
+            t.weight = w
+        elif field == "seconds":
+            t.seconds = m
+        else:
+            t.output_tokens = m
+        matched = True
+    if not matched:
+        raise bad("unknown tool")
+
+
+def _draw_tokens(rng, m, scale, floor, cap):
+    return max(floor, llround(min(rng.lognormal(m) * scale, float(cap))))
+
+
+def _pick_tool(rng, tools, total):
+    u = rng.uniform() * total
+    acc = 0.0
+    last = 0
+    for i, t in enumerate(tools):
+        if t.weight <= 0:
+            continue
+        acc += t.weight
+        last = i
+        if u < acc:
+            return i
+    return last
+
+
+def generate_session(spec, rid, arrival_s, session_seed):
+    """generate_session() of sessions.cpp: one session as a trace dict (docs/TRACE.md)."""
+    p = spec.sessions
+    cs = spec.context_scale
+    limit = _session_limit(spec)
+    total_weight = 0.0
+    for t in p.tools:
+        total_weight += t.weight
+    rng = Rng(session_seed)
+    seed = rng.next_u64()
+    k = max(1, llround(min(rng.lognormal(p.turns), float(MAX_SESSION_TURNS))))
+    task = _draw_tokens(rng, p.task_tokens, cs, spec.min_prompt_tokens, limit)
+    tool, gen, out, pause = [], [], [], []
+    for _ in range(k):
+        i = _pick_tool(rng, p.tools, total_weight)
+        tool.append(i)
+        gen.append(_draw_tokens(rng, p.generate_tokens, cs, 1, limit))
+        pause.append(rng.lognormal(p.tools[i].seconds) * spec.time_scale)
+        out.append(_draw_tokens(rng, p.tools[i].output_tokens, cs, 0, limit))
+    final = _draw_tokens(rng, p.generate_tokens, cs, 1, limit)
+
+    system = session_shared_prefix_tokens(spec)
+    context = system + task + final
+    n = 0
+    while n < k and context + gen[n] + out[n] <= limit:
+        context += gen[n] + out[n]
+        n += 1
+    if n == 0:
+        excess = context + gen[0] + out[0] - limit
+        cut = max(0, min(excess, out[0]))
+        out[0] -= cut
+        excess -= cut
+        cut = max(0, min(excess, task - spec.min_prompt_tokens))
+        task -= cut
+        excess -= cut
+        cut = max(0, min(excess, gen[0] - 1))
+        gen[0] -= cut
+        excess -= cut
+        cut = max(0, min(excess, final - 1))
+        final -= cut
+        excess -= cut
+        assert excess <= 0
+        n = 1
+    segments = [{"generate_tokens": gen[i], "tool": p.tools[tool[i]].name,
+                 "tool_seconds": pause[i], "return_tokens": out[i]} for i in range(n)]
+    segments.append({"generate_tokens": final})
+    return {"id": rid, "arrival_s": arrival_s, "augmentation": "sessions",
+            "prompt_tokens": task, "seed": seed, "segments": segments}
+
+
 def generate_workload(spec):
     """generate_workload(): Poisson arrivals in [0, duration), ids 0.. in arrival order."""
     validate(spec)
@@ -263,6 +480,10 @@ def generate_workload(spec):
         if t >= spec.duration_s:
             break
         request_seed = mix64(spec.seed ^ mix64(rid))
+        if spec.name == "sessions":
+            out.append(generate_session(spec, rid, t, request_seed))
+            rid += 1
+            continue
         aug = spec.name
         if aug == "mixed":
             pick = Rng(mix64(request_seed))

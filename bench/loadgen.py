@@ -5,8 +5,10 @@ Each request of the workload is an agent: a prompt, then segments of generation 
 in a tool call; the client "runs" the tool by sleeping for the scripted duration (times
 --time-scale) and sends the tool's result back, until the last segment ends the request.
 Workloads: the six augmentations of the InferCept paper (Table 1: math, qa, ve, chat, image,
-tts) or their uniform mix, drawn exactly as `infercept bench` draws them (bench/agent_workload.py
-mirrors src/workload/workload.cpp), or a JSON Lines trace (docs/TRACE.md) replayed as it is.
+tts), their uniform mix, or long agent sessions (sessions: tens of tool calls over a context
+that grows to 10k-150k tokens, docs/TRACE.md), drawn exactly as `infercept bench` draws them
+(bench/agent_workload.py mirrors src/workload/workload.cpp and sessions.cpp), or a JSON Lines
+trace (docs/TRACE.md) replayed as it is.
 Arrivals are open-loop (the trace's Poisson times), at most --max-concurrency agents run at
 once (a later one waits, and the wait counts in its latency).
 
@@ -42,7 +44,9 @@ A shared prefix (--shared-prefix TOKENS, the prefix cache's workload): every con
 starts with the same system message, a fixed text of TOKENS words drawn from WORDS by a
 constant seed (about one token a word; the same text for every agent, run and server),
 followed by the same tool definitions (every tool of the workload: the six of Table 1 for the
-built-in workloads, in that order, or a trace's tools sorted), so that the rendered prompt's
+Table 1 workloads, the session tools for sessions, in that order, or a trace's tools sorted;
+sessions start with a shared prefix by default: their system prompt's size x
+--context-scale words, docs/TRACE.md), so that the rendered prompt's
 system turn is one string for everyone (ChatML/Qwen2.5 put the tools after the system text).
 The agent's own part, the drawn prompt (its filler words, the task and the example calls),
 comes after, in the user message: the first turn's prompt is the drawn prompt plus the shared
@@ -716,7 +720,10 @@ def shared_prefix_text(words, salt):
 
 
 def shared_tool_names(requests, workload):
-    """Every tool of the workload, in a fixed order: Table 1's for the built-in workloads."""
+    """Every tool of the workload, in a fixed order: Table 1's for the Table 1 workloads, the
+    session tools for sessions."""
+    if workload == "sessions":
+        return [t[0] for t in wl.DEFAULT_SESSION_TOOLS]
     if wl_is_builtin(workload):
         return [p[1] for p in wl.DEFAULT_PROFILES]
     return sorted({s["tool"] for r in requests for s in r["segments"] if s.get("tool")}) or ["tool"]
@@ -792,7 +799,8 @@ def build_parser():
     g.add_argument("--no-metrics", action="store_true", help="do not read /metrics")
     g = ap.add_argument_group("workload")
     g.add_argument("--workload", default="mixed",
-                   help="mixed, math, qa, ve, chat, image, tts (Table 1) or a JSONL trace file")
+                   help="mixed, math, qa, ve, chat, image, tts (Table 1), sessions (long agent "
+                        "sessions) or a JSONL trace file")
     g.add_argument("--rate", type=float, default=1.0, help="Poisson arrivals, requests/s")
     g.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
     g.add_argument("--seed", type=int, default=0)
@@ -800,14 +808,20 @@ def build_parser():
                    help="multiplies tool durations (built-in workloads: as `infercept bench`; "
                         "trace files: applied at replay)")
     g.add_argument("--context-scale", type=float, default=1.0, help="multiplies drawn context lengths")
-    g.add_argument("--max-context", type=int, default=0, help="clamp on the final context (0: none)")
+    g.add_argument("--max-context", type=int, default=0,
+                   help="clamp on the final context, sessions: shared prefix included (0: none)")
     g.add_argument("--tokens", action="append", default=[], metavar="AUG.FIELD=MIN-MAX",
                    help="token range override, e.g. '*.generate=8-16' (repeatable)")
+    g.add_argument("--session", action="append", default=[], metavar="KEY=VALUE",
+                   help="sessions: system=TOKENS, turns|task|generate=MEAN[,STD], "
+                        "TOOL.seconds|TOOL.output=MEAN[,STD], TOOL.weight=W (repeatable; as "
+                        "`infercept bench --session`)")
     g.add_argument("--trace-out", default="", help="write the replayed trace (docs/TRACE.md) here")
-    g.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
+    g.add_argument("--shared-prefix", type=int, default=None, metavar="TOKENS",
                    help="every conversation starts with the same system message of TOKENS words "
                         "(about TOKENS tokens) and the same tool definitions, then its own part "
-                        "(the prefix cache's workload; see below)")
+                        "(the prefix cache's workload; see below; default: sessions' system "
+                        "prompt, else 0)")
     g = ap.add_argument_group("client")
     g.add_argument("--mode", choices=["standard", "native"], default="standard")
     g.add_argument("--max-concurrency", type=int, default=64, help="agents running at once")
@@ -845,11 +859,17 @@ def build_parser():
 
 def load_requests(a):
     """(requests, duration_s) for the arguments."""
+    if a.session and a.workload != "sessions":
+        raise ValueError("--session applies to --workload sessions only")
     if wl_is_builtin(a.workload):
         spec = wl.Spec(name=a.workload, rate=a.rate, duration_s=a.duration, seed=a.seed,
                        time_scale=a.time_scale, context_scale=a.context_scale, max_context=a.max_context)
         for o in a.tokens:
             wl.apply_token_override(spec, o)
+        for o in a.session:
+            wl.apply_session_override(spec, o)
+        if a.shared_prefix is None and a.workload == "sessions":
+            a.shared_prefix = wl.session_shared_prefix_tokens(spec)
         a.trace_time_scale = 1.0  # already in the draw
         return wl.generate_workload(spec), a.duration
     reqs = wl.read_trace(a.workload)
@@ -862,12 +882,14 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     if a.max_concurrency < 1:
         sys.exit("loadgen.py: --max-concurrency must be >= 1")
-    if a.shared_prefix < 0:
+    if a.shared_prefix is not None and a.shared_prefix < 0:
         sys.exit("loadgen.py: --shared-prefix must be >= 0")
     try:
         requests, duration = load_requests(a)
     except (ValueError, OSError) as e:
         sys.exit(f"loadgen.py: {e}")
+    if a.shared_prefix is None:
+        a.shared_prefix = 0
     if a.drain is None:
         a.drain = max(60.0, 3.0 * duration)
     if a.trace_out:

@@ -368,5 +368,53 @@ TEST(Cli, BenchShowsProgressOnATerminal) {
   EXPECT_TRUE(contains(tty, " requests done, ")) << tty;
 }
 
+// Long agent sessions at CPU scale (a 164-token shared prefix, 3 tool calls a session, pauses
+// in milliseconds): every session completes, every one after the first finds the shared system
+// prompt in the prefix cache, and the trace written with --trace-out replays from its file
+// with the same shared prefix.
+TEST(Cli, BenchSessionsCompleteAndHitThePrefixCache) {
+  const std::string model = testing::default_model_path();
+  const std::string base = ::testing::TempDir() + "/cli_sessions_" + std::to_string(getpid());
+  const std::vector<std::string> common = {"bench", "--model",           model,  "--time-scale",
+                                           "0.001", "--kv-cache-tokens", "4096", "--threads",
+                                           "2",     "--drain",           "60",   "--quiet"};
+  auto bench = [&](std::vector<std::string> extra, const std::string& json_path) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--json", json_path});
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    std::ifstream in(json_path);
+    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  };
+  const nlohmann::json j =
+      bench({"--workload", "sessions", "--rate", "8", "--duration", "2", "--seed", "3",
+             "--context-scale", "0.02", "--session", "turns=3,1", "--trace-out", base + ".jsonl"},
+            base + "_run.json");
+  ASSERT_TRUE(j.is_object());
+  const int64_t submitted = j["summary"]["submitted"];
+  EXPECT_GE(submitted, 6);
+  EXPECT_EQ(j["summary"]["completed"], submitted);
+  EXPECT_EQ(j["skipped"], 0);
+  EXPECT_GE(j["interceptions"].get<int64_t>(), submitted);
+  const nlohmann::json& pc = j["prefix_cache"];
+  EXPECT_EQ(pc["shared_prefix_tokens"], 164);  // 8192 x 0.02
+  // Every session but the first (and one arriving in the same step) reuses the full blocks of
+  // the shared prefix: at least 8 blocks of 16 tokens.
+  EXPECT_GE(pc["hit_tokens"].get<int64_t>(), (submitted - 2) * 128) << pc.dump();
+  EXPECT_GT(pc["hit_rate"].get<double>(), 0.5) << pc.dump();
+
+  const nlohmann::json replay =
+      bench({"--workload", base + ".jsonl", "--shared-prefix", "164"}, base + "_replay.json");
+  ASSERT_TRUE(replay.is_object());
+  EXPECT_EQ(replay["summary"]["submitted"], submitted);
+  EXPECT_EQ(replay["summary"]["completed"], submitted);
+  EXPECT_EQ(replay["interceptions"], j["interceptions"]);
+  EXPECT_EQ(replay["prefix_cache"]["shared_prefix_tokens"], 164);
+  EXPECT_EQ(replay["prefix_cache"]["query_tokens"], pc["query_tokens"]);
+  for (const char* suffix : {".jsonl", "_run.json", "_replay.json"})
+    std::filesystem::remove(base + suffix);
+}
+
 }  // namespace
 }  // namespace infercept

@@ -54,16 +54,19 @@ struct BenchFlags {
   std::string json_path, step_trace;
   bool quiet = false;
   int64_t shared_prefix = 0;
+  CLI::Option* shared_prefix_opt = nullptr;
 };
 
 void add_bench_flags(CLI::App& app, BenchFlags& f) {
   app.add_option("--json", f.json_path, "also write the results as JSON to this file");
   app.add_option("--step-trace", f.step_trace, "write one CSV row per engine step to this file");
   app.add_flag("--quiet", f.quiet, "print no table");
-  app.add_option("--shared-prefix", f.shared_prefix,
-                 "tokens of one system prompt every request starts with (the prefix cache's "
-                 "workload), in front of the drawn prompt")
-      ->check(CLI::Range((int64_t)0, (int64_t)1 << 20));
+  f.shared_prefix_opt =
+      app.add_option("--shared-prefix", f.shared_prefix,
+                     "tokens of one system prompt every request starts with (the prefix "
+                     "cache's workload), in front of the drawn prompt (default: the "
+                     "workload's, sessions: its system prompt and tools; else 0)")
+          ->check(CLI::Range((int64_t)0, (int64_t)1 << 20));
   add_workload_flags(app, f.workload);
   add_engine_flags(app, f.engine);
 }
@@ -344,11 +347,15 @@ int run_bench(int argc, char** argv) {
   if (!f.step_trace.empty()) cfg->step_trace_path = f.step_trace;
   auto run = workload_from(f.workload);
   if (!run.ok()) return fail(run.error());
+  if (f.workload.trace_only) return 0;
+  const int64_t shared_prefix =
+      given(f.shared_prefix_opt) ? f.shared_prefix : run->shared_prefix_tokens;
+  if (shared_prefix > ((int64_t)1 << 20)) return fail(Error{"shared prefix over 2^20 tokens"});
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());
   EngineCore& e = **engine;
 
-  BenchLoop loop(e, *run, f.shared_prefix);
+  BenchLoop loop(e, *run, shared_prefix);
   if (Status st = loop.run(); !st.ok()) return fail(st.error());
   if (!f.quiet) print_results(*cfg, *run, loop, e);
   if (!f.json_path.empty()) {

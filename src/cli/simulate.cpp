@@ -35,7 +35,8 @@ struct SimulateFlags {
   bool quiet = false, no_hints = false;
   CLI::Option *tp_efficiency_opt = nullptr, *copy_mode_opt = nullptr, *model_context_opt = nullptr,
               *context_cost_opt = nullptr, *sequence_cost_opt = nullptr, *sample_cost_opt = nullptr,
-              *graph_cache_opt = nullptr, *graph_miss_opt = nullptr, *first_sight_opt = nullptr;
+              *graph_cache_opt = nullptr, *graph_miss_opt = nullptr, *first_sight_opt = nullptr,
+              *shared_prefix_opt = nullptr;
   CLI::Option *kv_tokens_opt = nullptr, *kv_gb_opt = nullptr, *kv_mb_opt = nullptr,
               *swap_tokens_opt = nullptr, *swap_gb_opt = nullptr, *swap_mb_opt = nullptr;
 };
@@ -120,11 +121,13 @@ void add_simulate_flags(CLI::App& app, SimulateFlags& f) {
                  "keep full KV blocks indexed by their prefix for later requests, as the engine")
       ->check(CLI::IsMember({"on", "off"}))
       ->group(e);
-  app.add_option(
-         "--shared-prefix", c.shared_prefix_tokens,
-         "tokens of one system prompt in front of every drawn prompt (bench --shared-prefix)")
-      ->check(CLI::Range((int64_t)0, (int64_t)1 << 20))
-      ->group(e);
+  f.shared_prefix_opt =
+      app.add_option("--shared-prefix", c.shared_prefix_tokens,
+                     "tokens of one system prompt in front of every drawn prompt (bench "
+                     "--shared-prefix; default: the workload's, sessions: its system prompt "
+                     "and tools; else 0)")
+          ->check(CLI::Range((int64_t)0, (int64_t)1 << 20))
+          ->group(e);
   app.add_option("--block-size", c.block_size, "tokens per KV block")->group(e);
   app.add_option("--max-batch-tokens", c.max_tokens_per_step, "tokens per step")->group(e);
   app.add_option("--max-seqs", c.max_seqs, "sequences per step")->group(e);
@@ -459,6 +462,12 @@ int run_simulate(int argc, char** argv) {
   if (!deployment.ok()) return fail(deployment.error());
   auto run = workload_from(f.workload);
   if (!run.ok()) return fail(run.error());
+  if (f.workload.trace_only) return 0;
+  if (!given(f.shared_prefix_opt)) {
+    if (run->shared_prefix_tokens > ((int64_t)1 << 20))
+      return fail(Error{"shared prefix over 2^20 tokens"});
+    deployment->cfg.shared_prefix_tokens = run->shared_prefix_tokens;
+  }
   deployment->cfg.duration_s = run->duration_s;
   deployment->cfg.drain_s = run->drain_s;
 

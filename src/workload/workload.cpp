@@ -4,8 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
-#include <numbers>
-#include <random>
+
+#include "workload/rng.h"
 
 namespace infercept {
 
@@ -30,8 +30,9 @@ std::vector<AugmentationProfile> default_profiles() {
 }
 
 const std::vector<std::string>& builtin_workload_names() {
-  static const std::vector<std::string> names = {"mixed", "math",  "qa", "ve",
-                                                 "chat",  "image", "tts"};
+  // "mixed" picks names[1..6]: new workloads go after them.
+  static const std::vector<std::string> names = {"mixed", "math",  "qa",  "ve",
+                                                 "chat",  "image", "tts", "sessions"};
   return names;
 }
 
@@ -48,56 +49,6 @@ const AugmentationProfile* find_profile(const WorkloadSpec& spec, std::string_vi
 }
 
 namespace {
-
-// splitmix64's finalizer: turns nearby seeds (0, 1, 2, ...) into unrelated generator states.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// std::mt19937_64's sequence is fixed by the standard; the transforms below are ours so that a
-// seed gives the same trace with libstdc++ and libc++.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : gen_(seed) {}
-
-  uint64_t next_u64() { return gen_(); }
-
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }
-
-  // Uniform integer in [lo, hi]. Multiply-shift; its bias (< 2^-32 here) does not matter.
-  int32_t uniform_int(int32_t lo, int32_t hi) {
-    CHECK_LE(lo, hi);
-    const uint64_t span = static_cast<uint64_t>(static_cast<int64_t>(hi) - lo) + 1;
-    const uint64_t r = (gen_() >> 32) * span >> 32;
-    return static_cast<int32_t>(lo + static_cast<int64_t>(r));
-  }
-
-  double exponential(double rate) { return -std::log1p(-uniform()) / rate; }
-
-  // Box-Muller, one output per call: simple, stateless, and the cost is irrelevant here.
-  double normal() {
-    const double u1 = 1.0 - uniform();  // (0, 1]: log stays finite
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
-
-  // Log-normal with the given mean and standard deviation of the variable itself.
-  double lognormal(const Moments& m) {
-    CHECK_GT(m.mean, 0.0);
-    if (m.std <= 0.0) return m.mean;
-    const double cv = m.std / m.mean;
-    const double sigma2 = std::log1p(cv * cv);
-    const double mu = std::log(m.mean) - 0.5 * sigma2;
-    return std::exp(mu + std::sqrt(sigma2) * normal());
-  }
-
- private:
-  std::mt19937_64 gen_;
-};
 
 Status validate_range(const TokenRange& r, int32_t min_allowed, const std::string& what) {
   if (r.min < min_allowed || r.max < r.min) {
@@ -130,7 +81,7 @@ int64_t min_context(const WorkloadSpec& spec, const AugmentationProfile& p, int6
 Status validate_workload_spec(const WorkloadSpec& spec) {
   if (!is_builtin_workload(spec.name)) {
     return make_error("unknown workload '", spec.name,
-                      "' (expected mixed, math, qa, ve, chat, image or tts)");
+                      "' (expected mixed, math, qa, ve, chat, image, tts or sessions)");
   }
   if (!positive_finite(spec.rate)) return make_error("rate must be > 0 requests/s");
   if (!positive_finite(spec.duration_s)) return make_error("duration must be > 0 s");
@@ -145,8 +96,9 @@ Status validate_workload_spec(const WorkloadSpec& spec) {
   }
   if (spec.min_prompt_tokens < 1) return make_error("min prompt tokens must be >= 1");
   if (spec.max_context < 0) return make_error("max context must be >= 0 (0: no clamp)");
+  if (spec.name == "sessions") return validate_session_spec(spec);
   for (const std::string& name : builtin_workload_names()) {
-    if (name == "mixed") continue;
+    if (name == "mixed" || name == "sessions") continue;
     const AugmentationProfile* p = find_profile(spec, name);
     if (p == nullptr) return make_error("no profile for augmentation '", name, "'");
     TRY(validate_moments(p->interception_s, name + " interception time"));
@@ -302,6 +254,10 @@ std::vector<TraceRequest> generate_workload(const WorkloadSpec& spec) {
     t += arrivals.exponential(spec.rate);
     if (t >= spec.duration_s) break;
     const uint64_t request_seed = mix64(spec.seed ^ mix64(id));
+    if (spec.name == "sessions") {
+      out.push_back(generate_session(spec, id, t, request_seed));
+      continue;
+    }
     std::string_view aug = spec.name;
     if (spec.name == "mixed") {
       // Uniform over the six augmentations (names[0] is "mixed"); from its own stream so that

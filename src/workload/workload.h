@@ -25,14 +25,11 @@
 #include <vector>
 
 #include "core/result.h"
+#include "workload/rng.h"
+#include "workload/sessions.h"
 #include "workload/trace.h"
 
 namespace infercept {
-
-struct Moments {
-  double mean = 0.0;
-  double std = 0.0;
-};
 
 // Inclusive range for a uniform integer draw.
 struct TokenRange {
@@ -54,7 +51,7 @@ struct AugmentationProfile {
 std::vector<AugmentationProfile> default_profiles();
 
 struct WorkloadSpec {
-  std::string name = "mixed";  // mixed|math|qa|ve|chat|image|tts
+  std::string name = "mixed";  // mixed|math|qa|ve|chat|image|tts (Table 1), sessions
   double rate = 1.0;           // requests per second (Poisson)
   double duration_s = 60.0;    // arrivals happen in [0, duration_s)
   uint64_t seed = 0;
@@ -63,14 +60,16 @@ struct WorkloadSpec {
   int32_t max_context = 0;        // clamp on the final context length; 0: no clamp
   int32_t min_prompt_tokens = 8;  // the prompt never gets shorter than this
   std::vector<AugmentationProfile> profiles = default_profiles();
+  SessionProfile sessions;  // `sessions`: long agent sessions (sessions.h)
 };
 
-// "mixed" and the six augmentation names; anything else given to --workload is a file.
+// "mixed", the six augmentation names and "sessions"; anything else given to --workload is a
+// file.
 const std::vector<std::string>& builtin_workload_names();
 bool is_builtin_workload(std::string_view name);
 
-// User-facing checks on a spec (rate, duration, scales, ranges, clamp). generate_workload()
-// requires a spec that passes.
+// User-facing checks on a spec (rate, duration, scales, ranges, clamp; the session profile for
+// `sessions`). generate_workload() requires a spec that passes.
 Status validate_workload_spec(const WorkloadSpec& spec);
 
 // Applies one override of the form "AUG.generate=MIN-MAX" or "AUG.returned=MIN-MAX" (AUG is an
@@ -80,7 +79,8 @@ Status apply_token_override(WorkloadSpec& spec, std::string_view expr);
 // The profile named `name`, or nullptr.
 const AugmentationProfile* find_profile(const WorkloadSpec& spec, std::string_view name);
 
-// Draws the trace. Ids are 0.. in arrival order. The arrival times depend only on (seed, rate,
+// Draws the trace: Table 1 requests, or sessions (generate_session()). Ids are 0.. in arrival
+// order. The arrival times depend only on (seed, rate,
 // duration_s), and request i's content only on (seed, i) and its profile, so changing a token
 // default does not move arrivals and two workloads with the same seed share arrival times.
 std::vector<TraceRequest> generate_workload(const WorkloadSpec& spec);
