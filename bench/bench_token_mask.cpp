@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampling.h"
+#include "grammar/example_tools.h"
 #include "grammar/token_mask.h"
 #include "grammar/tool_grammar.h"
 #include "io/gguf.h"
@@ -97,30 +98,10 @@ struct Fixture {
     }
     vocab = std::make_unique<Vocabulary>(std::move(bytes), ends);
 
-    static const nlohmann::json weather = nlohmann::json::parse(R"({"type": "object",
-        "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"], "additionalProperties": false})");
-    static const nlohmann::json event = nlohmann::json::parse(R"({"type": "object",
-        "properties": {"title": {"type": "string"}, "remote": {"type": "boolean"},
-        "attendees": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "role": {"enum": ["host", "guest"]}},
-        "required": ["name", "role"], "additionalProperties": false}}, "day": {"type": "integer"}},
-        "required": ["title", "attendees"], "additionalProperties": false})");
-    static const nlohmann::json search = nlohmann::json::parse(R"({"type": "object",
-        "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-        "required": ["query"]})");
-    static const nlohmann::json book = nlohmann::json::parse(R"({"type": "object",
-        "properties": {"restaurant": {"type": "string"}, "email": {"type": "string", "pattern": "^\\S+@\\S+$"}, "date": {"type": "string",
-        "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "hour": {"type": "integer", "minimum": 0,
-        "maximum": 23}, "party_size": {"type": "integer", "minimum": 1, "maximum": 20},
-        "budget": {"type": "number", "exclusiveMinimum": 0, "maximum": 5000}},
-        "required": ["restaurant", "date", "hour", "party_size"], "additionalProperties": false})");
-    std::vector<ToolSpec> tools{{"get_weather", &weather, false},
-                                {"plan_event", &event, false},
-                                {"web_search", &search, false}};
+    std::vector<ToolSpec> tools = example_tool_specs(3);
     grammars[0] = std::make_shared<const Grammar>(
         std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
-    tools.push_back({"book_table", &book, false});
+    tools = example_tool_specs(4);
     grammars[1] = std::make_shared<const Grammar>(
         std::get<Grammar>(tool_call_grammar(tools, hermes_syntax())));
     calls[1] = t.encode(

@@ -4,7 +4,7 @@
 // steps in which every request was decoding.
 //
 // With --constrained the same batch runs twice more on the same engine, once free and once
-// with every row constrained to tool calls of three typical tool schemas (Hermes format,
+// with every row constrained to tool calls of four typical tool schemas (Hermes format,
 // parallel calls allowed, so the grammar stays in force), and the two decode rates are
 // printed side by side: what constrained decoding costs a batch (masks computed beside the
 // forward pass, applied where the logits are).
@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "cli/common.h"
+#include "grammar/example_tools.h"
 #include "grammar/token_mask.h"
 #include "grammar/tool_grammar.h"
 
@@ -76,24 +77,10 @@ Phases run_to_end(EngineCore& e, int64_t batch, clock_type::time_point t0) {
   return p;
 }
 
-// Every row's generation held to calls of three tools (the schemas of bench/bench_token_mask:
-// a flat one, one with nested objects in an array and an enum, one open to extra properties).
+// Every row's generation held to calls of the four example tools (grammar/example_tools.h: an
+// enum, nested objects in an array, extra properties, numeric bounds and patterns).
 Result<std::shared_ptr<const GenerationConstraint>> tool_call_constraint() {
-  static const nlohmann::json weather = nlohmann::json::parse(R"({"type": "object",
-      "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-      "required": ["city"], "additionalProperties": false})");
-  static const nlohmann::json event = nlohmann::json::parse(R"({"type": "object",
-      "properties": {"title": {"type": "string"}, "remote": {"type": "boolean"},
-      "attendees": {"type": "array", "items": {"type": "object", "properties": {
-      "name": {"type": "string"}, "role": {"enum": ["host", "guest"]}},
-      "required": ["name", "role"], "additionalProperties": false}}, "day": {"type": "integer"}},
-      "required": ["title", "attendees"], "additionalProperties": false})");
-  static const nlohmann::json search = nlohmann::json::parse(R"({"type": "object",
-      "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-      "required": ["query"]})");
-  const std::vector<grammar::ToolSpec> tools{{"get_weather", &weather, false},
-                                             {"plan_event", &event, false},
-                                             {"web_search", &search, false}};
+  const std::vector<grammar::ToolSpec> tools = grammar::example_tool_specs(4);
   auto g = grammar::tool_call_grammar(tools, grammar::hermes_syntax());
   if (auto* err = std::get_if<grammar::ToolGrammarError>(&g)) return make_error(err->message);
   auto c = std::make_shared<GenerationConstraint>();
