@@ -265,5 +265,147 @@ TEST(Waste, ChunkedDiscardIsCheaperThanDiscardAtOnceUnderSaturation) {
   }
 }
 
+// The disk tier's terms with round numbers: disk writes at 500 tokens/s, reads at 1000.
+TEST(Waste, SpillHandComputed) {
+  CostModel m = hand_model();
+  m.disk_write_bytes_per_second = 0.5e6;
+  m.disk_read_bytes_per_second = 1.0e6;
+  EXPECT_DOUBLE_EQ(m.t_disk_write(1000), 2.0);
+  EXPECT_DOUBLE_EQ(m.t_disk_read(1000), 1.0);
+  EXPECT_DOUBLE_EQ(m.t_disk_read(0), 0.0);
+  WasteInputs in;
+  in.context_tokens = 1000;
+  in.other_tokens = 3000;
+  in.batch_tokens = 4000;
+  in.decode_tokens = 100;
+  // The write (2 s) ends within the pause: the wait is the read, 1 s -> 1 * 1000 * 1000.
+  in.expected_remaining = 2.0;
+  Waste w = compute_waste(m, in);
+  EXPECT_DOUBLE_EQ(w.spill, 1.0e6);
+  EXPECT_DOUBLE_EQ(w.spill_sync, 1.0e6 + w.swap_sync);
+  EXPECT_DOUBLE_EQ(w.swap_sync, 8.0e6);
+  // A 0.5 s pause: 1.5 s of the write are left, then the read: 2.5 s.
+  in.expected_remaining = 0.5;
+  EXPECT_DOUBLE_EQ(compute_waste(m, in).spill, 2.5e6);
+  // A pause that never ends hides the write; the read still costs, and nothing is NaN.
+  in.expected_remaining = std::numeric_limits<double>::infinity();
+  w = compute_waste(m, in);
+  EXPECT_DOUBLE_EQ(w.spill, 1.0e6);
+  EXPECT_TRUE(std::isinf(w.preserve));
+  // No context: nothing to spill.
+  in.context_tokens = 0;
+  EXPECT_EQ(compute_waste(m, in).spill, 0.0);
+}
+
+TEST(Waste, SpillBeatsPreserveExactlyPastTheDiskRead) {
+  // Once the write has ended, spilling costs T_dr * C * M whatever the pause, preserving
+  // T_int * C * M: they cross at T_int = T_dr (when the write is no slower than the read).
+  CostModel m = hand_model();
+  m.disk_write_bytes_per_second = 2.0e6;
+  m.disk_read_bytes_per_second = 2.0e6;
+  WasteInputs in;
+  in.context_tokens = 4000;
+  in.other_tokens = 1000;
+  in.batch_tokens = 5000;
+  const double t_dr = m.t_disk_read(4000);  // 2 s
+  for (double t : {0.25 * t_dr, 0.99 * t_dr}) {
+    in.expected_remaining = t;
+    const Waste w = compute_waste(m, in);
+    EXPECT_LT(w.preserve, w.spill) << t;
+  }
+  for (double t : {1.01 * t_dr, 10.0 * t_dr, 1000.0 * t_dr}) {
+    in.expected_remaining = t;
+    const Waste w = compute_waste(m, in);
+    EXPECT_LT(w.spill, w.preserve) << t;
+    EXPECT_DOUBLE_EQ(w.spill, t_dr * 4000 * 1000) << t;  // flat in the pause
+  }
+  // The swap never loses to the spill on this measure: same device legs, no disk wait.
+  EXPECT_LE(compute_waste(m, in).swap_sync, compute_waste(m, in).spill_sync);
+}
+
+// With the host pool full the choice is preserve, chunked discard or spill. A Llama-3.1-8B
+// shape (M = 2 * 32 layers * 8 KV heads * 128 * 2 bytes), a forward curve through an H100's
+// measured 32k-token prefill from empty (1.87 s), a ~50 GB/s host link and the default
+// (conservative) disk figures.
+CostModel llama8b_model() {
+  CostModel m;
+  m.t_fwd_samples = {{1, 0.0065}, {512, 0.030}, {2048, 0.110}, {32768, 1.87}};
+  m.kv_bytes_per_token = 2.0 * 32 * 8 * 128 * 2;
+  m.swap_bytes_per_second = 5.0e10;
+  m.saturation_tokens = 512;
+  return m;
+}
+
+enum class NoHostChoice { preserve, discard, spill };
+NoHostChoice cheapest_without_host(const Waste& w) {
+  if (w.spill < w.preserve && w.spill < w.discard_chunked) return NoHostChoice::spill;
+  return w.preserve <= w.discard_chunked ? NoHostChoice::preserve : NoHostChoice::discard;
+}
+
+TEST(Waste, SpillWinsLongPausesOfLongContextsWhenTheHostPoolIsFull) {
+  const CostModel m = llama8b_model();
+  ASSERT_TRUE(m.validate().ok());
+  WasteInputs in;
+  in.context_tokens = 100000;
+  in.other_tokens = 200000;
+  in.batch_tokens = 300000;
+  in.decode_tokens = 32;
+  // A one-minute human pause: preserving idles ~12 GiB for a minute, recomputing 100k tokens
+  // takes seconds and slows every chunked step of the others; the disk brings it back in
+  // T_dr = 13.1 GB / 2 GB/s = 6.6 s.
+  in.expected_remaining = 60.0;
+  Waste w = compute_waste(m, in);
+  EXPECT_EQ(cheapest_without_host(w), NoHostChoice::spill)
+      << w.preserve << " " << w.discard_chunked << " " << w.spill;
+  // A 2 s tool call: the write has not even ended when it returns; preserve.
+  in.expected_remaining = 2.0;
+  w = compute_waste(m, in);
+  EXPECT_EQ(cheapest_without_host(w), NoHostChoice::preserve)
+      << w.preserve << " " << w.discard_chunked << " " << w.spill;
+  // A short context alone on the card: nobody waits for a recompute of 2k tokens, which is
+  // faster than reading them from the disk.
+  in.context_tokens = 2000;
+  in.other_tokens = 0;
+  in.batch_tokens = 2000;
+  in.expected_remaining = 60.0;
+  w = compute_waste(m, in);
+  EXPECT_EQ(cheapest_without_host(w), NoHostChoice::discard)
+      << w.preserve << " " << w.discard_chunked << " " << w.spill;
+  // The same context beside a busy batch: its recompute chunks slow 200k tokens' steps.
+  in.other_tokens = 200000;
+  in.batch_tokens = 202000;
+  w = compute_waste(m, in);
+  EXPECT_EQ(cheapest_without_host(w), NoHostChoice::spill)
+      << w.preserve << " " << w.discard_chunked << " " << w.spill;
+  // A disk 20x slower than the defaults (a network volume) loses the long pause to discard.
+  CostModel slow = m;
+  slow.disk_write_bytes_per_second = 5.0e7;
+  slow.disk_read_bytes_per_second = 1.0e8;
+  in.context_tokens = 100000;
+  in.other_tokens = 200000;
+  in.batch_tokens = 300000;
+  w = compute_waste(slow, in);
+  EXPECT_EQ(cheapest_without_host(w), NoHostChoice::discard)
+      << w.preserve << " " << w.discard_chunked << " " << w.spill;
+}
+
+TEST(CostModel, DiskBandwidthsValidateAndRoundTrip) {
+  CostModel m = hand_model();
+  auto plain = CostModel::from_json(m.to_json(), "x");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->disk_read_bytes_per_second, CostModel{}.disk_read_bytes_per_second);
+  EXPECT_EQ(m.to_json().find("disk_"), std::string::npos);  // defaults are not written
+  m.disk_write_bytes_per_second = 3.5e9;
+  m.disk_read_bytes_per_second = 6.25e9;
+  auto back = CostModel::from_json(m.to_json(), "x");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->disk_write_bytes_per_second, 3.5e9);
+  EXPECT_EQ(back->disk_read_bytes_per_second, 6.25e9);
+  m.disk_read_bytes_per_second = 0.0;
+  EXPECT_FALSE(m.validate().ok());
+  m.disk_read_bytes_per_second = std::nan("");
+  EXPECT_FALSE(m.validate().ok());
+}
+
 }  // namespace
 }  // namespace infercept

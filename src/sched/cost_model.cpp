@@ -120,6 +120,18 @@ double CostModel::t_swap(int64_t tokens) const {
   return (double)tokens * kv_bytes_per_token / swap_bytes_per_second;
 }
 
+double CostModel::t_disk_write(int64_t tokens) const {
+  if (tokens <= 0) return 0.0;
+  if (!(disk_write_bytes_per_second > 0.0)) return std::numeric_limits<double>::infinity();
+  return (double)tokens * kv_bytes_per_token / disk_write_bytes_per_second;
+}
+
+double CostModel::t_disk_read(int64_t tokens) const {
+  if (tokens <= 0) return 0.0;
+  if (!(disk_read_bytes_per_second > 0.0)) return std::numeric_limits<double>::infinity();
+  return (double)tokens * kv_bytes_per_token / disk_read_bytes_per_second;
+}
+
 int64_t CostModel::swap_budget_tokens(double seconds) const {
   if (!(seconds > 0.0) || !(kv_bytes_per_token > 0.0) || !(swap_bytes_per_second > 0.0)) return 0;
   const double n = std::floor(seconds * swap_bytes_per_second / kv_bytes_per_token);
@@ -188,6 +200,12 @@ Status CostModel::validate() const {
   if (!std::isfinite(swap_bytes_per_second) || swap_bytes_per_second <= 0.0)
     return make_error("invalid cost model: swap_bytes_per_second = ",
                       std::to_string(swap_bytes_per_second), " (must be positive)");
+  for (const auto& [name, v] :
+       {std::pair{"disk_write_bytes_per_second", disk_write_bytes_per_second},
+        std::pair{"disk_read_bytes_per_second", disk_read_bytes_per_second}})
+    if (!std::isfinite(v) || v <= 0.0)
+      return make_error("invalid cost model: ", name, " = ", std::to_string(v),
+                        " (must be positive)");
   int64_t prev_n = 0;
   for (const auto& [n, v] : context_samples) {
     if (n <= prev_n || n > kMaxSampleTokens)
@@ -247,6 +265,11 @@ std::string CostModel::to_json() const {
   if (sample_seconds_per_row > 0.0) j["sample_seconds_per_row"] = sample_seconds_per_row;
   if (chunk_row_context_seconds > 0.0) j["chunk_row_context_seconds"] = chunk_row_context_seconds;
   if (chunk_step_scale != 1.0) j["chunk_step_scale"] = chunk_step_scale;
+  const CostModel defaults;
+  if (disk_write_bytes_per_second != defaults.disk_write_bytes_per_second)
+    j["disk_write_bytes_per_second"] = disk_write_bytes_per_second;
+  if (disk_read_bytes_per_second != defaults.disk_read_bytes_per_second)
+    j["disk_read_bytes_per_second"] = disk_read_bytes_per_second;
   for (const auto& [key, samples] :
        {std::pair{"decode_seconds", &decode_samples},
         std::pair{"chunk_context_seconds_per_token", &chunk_context_samples}}) {
@@ -327,6 +350,8 @@ Result<CostModel> CostModel::from_json(const std::string& text, const std::strin
   TRY(number("sample_seconds_per_row", false, m.sample_seconds_per_row));
   TRY(number("chunk_row_context_seconds", false, m.chunk_row_context_seconds));
   TRY(number("chunk_step_scale", false, m.chunk_step_scale));
+  TRY(number("disk_write_bytes_per_second", false, m.disk_write_bytes_per_second));
+  TRY(number("disk_read_bytes_per_second", false, m.disk_read_bytes_per_second));
   if (auto it = j.find("saturation_tokens"); it != j.end()) {
     if (!it->is_number_integer())
       return make_error(where, ": \"saturation_tokens\" must be an integer");

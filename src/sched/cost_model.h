@@ -62,7 +62,14 @@ struct CostModel {
   std::vector<std::pair<int64_t, double>> t_fwd_samples;
   double kv_bytes_per_token = 0.0;     // M: 2 * layers * kv_heads * head_dim * elem bytes
   double swap_bytes_per_second = 0.0;  // B: one direction, host <-> device
-  int64_t saturation_tokens = 0;       // S; 0 = derive from the samples
+  // The local-disk tier (kv/disk_tier.h): sustained bytes per second of writing KV group
+  // files from the host pool and reading them back. Not yet measured by `infercept profile`;
+  // the defaults are deliberately conservative for a datacenter NVMe drive (PCIe 4 parts are
+  // rated ~3-7 GB/s sequential; sustained writes past the drive's cache fall to ~1-2 GB/s),
+  // so the waste model does not favour the disk on a slower drive than assumed.
+  double disk_write_bytes_per_second = 1.0e9;
+  double disk_read_bytes_per_second = 2.0e9;
+  int64_t saturation_tokens = 0;  // S; 0 = derive from the samples
   // a(n): (sequences in the step, seconds per context token they held before it) samples,
   // ascending in sequences; interpolated linearly, flat outside. Empty: no context term. One
   // sample is a constant (what `infercept profile` measures: one decode row).
@@ -103,6 +110,9 @@ struct CostModel {
   }
   // Seconds to copy `tokens` tokens of KV one way.
   double t_swap(int64_t tokens) const;
+  // Seconds to write `tokens` tokens of KV from the host pool to disk, and to read them back.
+  double t_disk_write(int64_t tokens) const;
+  double t_disk_read(int64_t tokens) const;
   // The most tokens whose copy fits in `seconds` (the per-step swap budget N_i).
   int64_t swap_budget_tokens(double seconds) const;
   // S: where T_fwd(x) leaves its flat regime: the largest sampled token count reached while
@@ -119,7 +129,9 @@ struct CostModel {
   // [[sequences, seconds], ...]), "sequence_seconds", "sample_seconds_per_row",
   // "decode_seconds" ([[sequences, seconds], ...]) and "chunk_context_seconds_per_token"
   // ([[least rows, seconds], ...]). A file without them loads with none, and to_json writes
-  // them only when present, so such a file round-trips unchanged.
+  // them only when present, so such a file round-trips unchanged. Likewise
+  // "disk_write_bytes_per_second" and "disk_read_bytes_per_second", written only when they
+  // differ from the defaults.
   std::string to_json() const;
   static Result<CostModel> from_json(const std::string& text, const std::string& path);
 };

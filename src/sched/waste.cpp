@@ -1,6 +1,6 @@
-// compute_waste: the paper's four waste terms in byte-seconds (GPU memory held x time), as
-// written in waste.h. Called for every paused request every step, so it is straight-line
-// arithmetic plus a few t_fwd() lookups.
+// compute_waste: the paper's four waste terms and the disk tier's two in byte-seconds (GPU memory
+// held x time), as written in waste.h. Called for every paused request every step, so it is
+// straight-line arithmetic plus a few t_fwd() lookups.
 #include "sched/waste.h"
 
 #include <algorithm>
@@ -42,6 +42,13 @@ Waste compute_waste(const CostModel& cost, const WasteInputs& in) {
   w.discard_chunked = t_c * cf * m / 2.0 + (double)w.chunks * marginal * other * m;
 
   w.swap_sync = (batch > 0.0 && m > 0.0) ? 2.0 * cost.t_swap(c) * batch * m : 0.0;
+
+  // The request's own wait for its KV: the rest of the write past the pause's end (an
+  // infinite pause hides any write), then the read.
+  const double write_left = std::max(0.0, cost.t_disk_write(c) - t_int);
+  const double t_wait = (std::isinf(t_int) ? 0.0 : write_left) + cost.t_disk_read(c);
+  w.spill = m > 0.0 ? t_wait * cf * m : 0.0;
+  w.spill_sync = w.spill + w.swap_sync;
   return w;
 }
 

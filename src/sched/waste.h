@@ -15,6 +15,19 @@
 // Swap, synchronous: W_s  = 2 * T_swap(C) * C_batch * M
 // Swap within the per-step budget, overlapped with the forward pass, costs ~0: the budget
 // is handed out, not compared.
+// Spill to disk (kv/disk_tier.h): the KV leaves the device as a swap-out does, goes on from
+// the host pool to a group file, and comes back file -> host -> device at the resume. The
+// file legs run on the tier's I/O thread beside the forward pass, so they stall nobody else;
+// what they cost is the resumed request's own wait, priced as discard prices its recompute
+// (its blocks are taken at the resume and idle until its KV is back). The read starts at
+// the resume (no prefetch yet) and cannot start before the write has ended:
+//                    T_wait = max(0, T_dw(C) - T_int) + T_dr(C)
+// Spill, device legs within the swap budget:  W_sp = T_wait * C * M
+// Spill, device legs synchronous:             W_ss = W_sp + W_s
+// with T_dw, T_dr the disk write and read times (CostModel::t_disk_write / t_disk_read). A
+// spill never beats a swap on this measure (a swap has no T_wait); it is the choice when the
+// host pool is full, and it beats preserve for pauses longer than T_wait and discard where
+// the disk reads C back faster than the model recomputes it and stalls the batch.
 // T_fwd here is CostModel::t_fwd, the paper's, not CostModel::step_seconds: the context the
 // running batch reads and its sequence count are paid whatever is decided for a paused
 // request (it is in the batch under none of the choices), so they cancel in a chunk's
@@ -41,7 +54,9 @@ struct Waste {
   double discard = 0;          // recomputed at once
   double discard_chunked = 0;  // recomputed in chunks riding along decode steps
   double swap_sync = 0;
-  int64_t chunks = 0;  // n
+  double spill = 0;       // to disk and back, device legs within the swap budget
+  double spill_sync = 0;  // the same with synchronous device legs (spill + swap_sync)
+  int64_t chunks = 0;     // n
 };
 
 Waste compute_waste(const CostModel& cost, const WasteInputs& in);
