@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/mask_worker.h"
 #include "engine/profiler.h"
 #include "engine/request.h"
 #include "engine/tool_call.h"
@@ -113,80 +114,6 @@ class EngineCore::Requests : public StepRequests {
  private:
   EngineCore& e_;
 };
-
-// Computes the step's token masks on its own thread while the forward pass runs: a mask
-// depends only on the tokens its request has accepted, all known before the step starts.
-class EngineCore::MaskWorker {
- public:
-  MaskWorker() : thread_([this] { loop(); }) {}
-  ~MaskWorker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void start(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = std::move(job);
-      pending_ = true;
-    }
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !pending_; });
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || (pending_ && job_); });
-      if (stop_) return;
-      std::function<void()> job = std::move(job_);
-      job_ = nullptr;
-      lock.unlock();
-      job();
-      lock.lock();
-      pending_ = false;
-      cv_.notify_all();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> job_;
-  bool pending_ = false;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-// Built when a constrained row first needs it: most engines never constrain a token, and the
-// walk's tries over a 150k vocabulary are not free to build.
-const grammar::Vocabulary& EngineCore::grammar_vocabulary() {
-  if (vocab_ == nullptr) {
-    // Control tokens write nothing a grammar could read, but for the turn's call markers
-    // ([TOOL_CALLS], [ARGS]: the model writes a call's marker as that one token), which
-    // write their text (Request::constrain reads them so); end-of-turn ones are allowed
-    // where the text is complete.
-    const Tokenizer& tok = *tokenizer_;
-    std::vector<std::string> bytes(
-        (size_t)std::max<int64_t>(model_config().vocab_size, tok.vocab_size()));
-    std::vector<int32_t> ends;
-    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-      if (tok.is_eog(id))
-        ends.push_back(id);
-      else if (!tok.is_control(id))
-        bytes[(size_t)id] = tok.token_to_bytes(id);
-      else if (std::find(marker_ids_.begin(), marker_ids_.end(), id) != marker_ids_.end())
-        bytes[(size_t)id] = tok.token_to_bytes(id, /*render_special=*/true);
-    }
-    vocab_ = std::make_unique<grammar::Vocabulary>(std::move(bytes), std::move(ends));
-  }
-  return *vocab_;
-}
 
 EngineCore::EngineCore() = default;
 EngineCore::~EngineCore() = default;

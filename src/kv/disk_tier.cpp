@@ -98,6 +98,19 @@ std::vector<iovec> payload_spans(const HostBlockPlanes& planes, std::span<const 
   return v;
 }
 
+// Drops the first `done` bytes of spans[first..] (a short transfer): spans done in full are
+// skipped, the first one left is trimmed.
+void consume_spans(std::vector<iovec>& spans, size_t& first, size_t done) {
+  while (done > 0) {
+    iovec& s = spans[first];
+    const size_t take = std::min(done, s.iov_len);
+    s.iov_base = static_cast<uint8_t*>(s.iov_base) + take;
+    s.iov_len -= take;
+    done -= take;
+    if (s.iov_len == 0) ++first;
+  }
+}
+
 // Writes every span in order from `offset`, resuming after short writes and EINTR.
 // `fault` (the test hook) may stand in for a system call's errno.
 Status write_spans(int fd, std::vector<iovec> spans, off_t offset, const std::string& path,
@@ -118,16 +131,7 @@ Status write_spans(int fd, std::vector<iovec> spans, off_t offset, const std::st
     }
     if (w == 0) return io_error("writing", path, EIO);
     offset += w;
-    // Drop the spans written in full, trim the first one left.
-    size_t left = (size_t)w;
-    while (left > 0) {
-      iovec& s = spans[first];
-      const size_t take = std::min(left, s.iov_len);
-      s.iov_base = static_cast<uint8_t*>(s.iov_base) + take;
-      s.iov_len -= take;
-      left -= take;
-      if (s.iov_len == 0) ++first;
-    }
+    consume_spans(spans, first, (size_t)w);
   }
   return ok_status();
 }
@@ -148,15 +152,7 @@ Status read_spans(int fd, std::vector<iovec> spans, off_t offset, const std::str
     }
     if (r == 0) return make_error("disk KV tier: ", path, " is truncated");
     offset += r;
-    size_t left = (size_t)r;
-    while (left > 0) {
-      iovec& s = spans[first];
-      const size_t take = std::min(left, s.iov_len);
-      s.iov_base = static_cast<uint8_t*>(s.iov_base) + take;
-      s.iov_len -= take;
-      left -= take;
-      if (s.iov_len == 0) ++first;
-    }
+    consume_spans(spans, first, (size_t)r);
   }
   return ok_status();
 }
