@@ -1046,8 +1046,9 @@ TEST(CudaOps, MaskRowsMatchTheCpuAndOnlyAllowedIdsAreDrawn) {
     }
     EXPECT_EQ(differ, 0);
     EXPECT_GT(refused, c.vocab / 4);  // the masks did refuse ids
-    if (c.every > 1)                  // an unmasked row is untouched
+    if (c.every > 1) {                // an unmasked row is untouched
       EXPECT_EQ(std::memcmp(got.data() + c.vocab, v.data() + c.vocab, (size_t)c.vocab * 4), 0);
+    }
     // Drawn where the logits are: the argmax of the allowed ids, and samples among them.
     std::vector<int32_t> ids((size_t)c.rows, -1);
     ASSERT_TRUE(p.gpu->argmax_rows(tg, ids.data()));
