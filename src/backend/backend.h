@@ -21,8 +21,14 @@
 
 namespace infercept {
 
-// Geometry of the paged KV storage. Storage is per layer: K and V arrays of
-// [n_blocks, block_size, n_kv_heads, head_dim].
+// Geometry of the paged KV storage. Storage is per layer: K and V arrays of n_blocks blocks,
+// a block [block_size, n_kv_heads, head_dim] elements of `dtype`. An fp8_e4m3 block is
+// followed by its scales, [block_size, n_kv_heads] f32 (element x of a token's head is
+// fp8_e4m3_to_f32(code) * scale, the scale that head's largest magnitude / 448): a scale per
+// token and head rather than one per block, so each token is written once and alone (no
+// block-wide rescale when a later token outgrows the block's scale, no two rows of a step
+// racing over one block's scale), for 4 bytes per head_dim bytes. Kept inside the block, the
+// scales travel with every copy of whole blocks (swap, prefix-cache copies, the disk tier).
 struct KvGeometry {
   int64_t n_layers = 0;
   int64_t n_blocks = 0;
@@ -31,8 +37,14 @@ struct KvGeometry {
   int64_t head_dim = 0;
   DType dtype = DType::f16;
 
-  size_t bytes_per_block_per_layer() const;  // K or V alone
+  bool has_scales() const { return dtype == DType::fp8_e4m3; }
+  size_t slot_bytes() const;                 // one token's elements, all heads
+  size_t bytes_per_block_per_layer() const;  // K or V alone, with its scales
   size_t total_bytes() const;
+  // Byte offsets within a layer's K (or V) array: the elements of token slot `slot` (block
+  // slot / block_size, row slot % block_size), and its heads' scales (has_scales() only).
+  size_t slot_offset(int64_t slot) const;
+  size_t scale_offset(int64_t slot) const;
 };
 
 // Backend-owned KV storage. Bookkeeping (which block belongs to whom) lives in kv/, not here.

@@ -22,8 +22,24 @@ Tensor Tensor::slice_cols(int64_t begin, int64_t n) const {
   return t;
 }
 
+size_t KvGeometry::slot_bytes() const {
+  return (size_t)(n_kv_heads * head_dim) * dtype_block_bytes(dtype);
+}
+
 size_t KvGeometry::bytes_per_block_per_layer() const {
-  return (size_t)(block_size * n_kv_heads * head_dim) * dtype_block_bytes(dtype);
+  return (size_t)block_size * slot_bytes() +
+         (has_scales() ? (size_t)(block_size * n_kv_heads) * sizeof(float) : 0);
+}
+
+size_t KvGeometry::slot_offset(int64_t slot) const {
+  return (size_t)(slot / block_size) * bytes_per_block_per_layer() +
+         (size_t)(slot % block_size) * slot_bytes();
+}
+
+size_t KvGeometry::scale_offset(int64_t slot) const {
+  return (size_t)(slot / block_size) * bytes_per_block_per_layer() +
+         (size_t)block_size * slot_bytes() +
+         (size_t)((slot % block_size) * n_kv_heads) * sizeof(float);
 }
 
 size_t KvGeometry::total_bytes() const {

@@ -114,8 +114,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "a Jinja chat template to use instead of the model's own")
       ->check(CLI::ExistingFile)
       ->group(g);
-  app.add_option("--kv-dtype", f.kv_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f16", "bf16", "f32"}))
+  app.add_option("--kv-dtype", f.kv_dtype,
+                 "KV cache element type; fp8 (e4m3, a scale per token and head) halves the KV "
+                 "bytes of f16/bf16")
+      ->check(CLI::IsMember({"f16", "bf16", "f32", "fp8", "fp8_e4m3"}))
       ->group(g);
   app.add_option("--dtype", f.dtype, "weights and activations on a GPU")
       ->check(CLI::IsMember({"bf16", "f16"}))
@@ -155,7 +157,10 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
     c.cpu_numerics = numerics;
   }
   c.compute_dtype = f.dtype == "f16" ? DType::f16 : DType::bf16;
-  c.kv_dtype = f.kv_dtype == "bf16" ? DType::bf16 : f.kv_dtype == "f32" ? DType::f32 : DType::f16;
+  c.kv_dtype = f.kv_dtype == "bf16"            ? DType::bf16
+               : f.kv_dtype == "f32"           ? DType::f32
+               : f.kv_dtype.starts_with("fp8") ? DType::fp8_e4m3
+                                               : DType::f16;
   if (c.kv_cache_mb <= 0 || c.swap_space_mb < 0 || c.interception_timeout_s <= 0)
     return make_error(
         "--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "

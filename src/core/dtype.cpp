@@ -29,6 +29,8 @@ std::string_view dtype_name(DType t) {
       return "q8_1";
     case DType::q8_k:
       return "q8_k";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
   }
   return "?";
 }
@@ -39,6 +41,7 @@ int64_t dtype_block_elems(DType t) {
     case DType::f16:
     case DType::bf16:
     case DType::i32:
+    case DType::fp8_e4m3:
       return 1;
     case DType::q8_0:
     case DType::q4_0:
@@ -77,6 +80,8 @@ size_t dtype_block_bytes(DType t) {
       return sizeof(BlockQ8_1);
     case DType::q8_k:
       return sizeof(BlockQ8_K);
+    case DType::fp8_e4m3:
+      return 1;
   }
   return 0;
 }

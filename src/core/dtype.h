@@ -18,8 +18,9 @@ enum class DType : uint8_t {
   q4_1,
   q4_k,
   q6_k,
-  q8_1,  // activation format for integer dot products with q4_1 weights
-  q8_k,  // activation format for k-quant dot products
+  q8_1,      // activation format for integer dot products with q4_1 weights
+  q8_k,      // activation format for k-quant dot products
+  fp8_e4m3,  // KV cache only (core/fp8.h), with a scale per token and head (KvGeometry)
 };
 
 std::string_view dtype_name(DType t);

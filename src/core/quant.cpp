@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
 
@@ -259,6 +260,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::q8_k:
       dequant_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
       return;
+    case DType::fp8_e4m3: {  // the codes' values, unscaled
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(s[i]);
+      return;
+    }
     case DType::i32:
       break;
   }

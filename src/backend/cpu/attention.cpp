@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "backend/cpu/attention_orders.h"
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/half.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -249,8 +251,22 @@ inline void weighted_sums(const float* w, int64_t w_stride, int64_t group, const
   weighted_rows_group(w, w_stride, group, v, n_pos, n, stride, out, false);
 }
 
+// Heads [h, h + n_heads) of fp8 cache slot `slot` into dst [n_heads, head_dim] f32: each code
+// times its token and head's scale (KvGeometry).
+void dequantize_fp8(const uint8_t* base, const KvGeometry& g, int64_t slot, int64_t h,
+                    int64_t n_heads, float* dst) {
+  const uint8_t* codes = base + g.slot_offset(slot) + h * g.head_dim;
+  const uint8_t* scales = base + g.scale_offset(slot) + h * (int64_t)sizeof(float);
+  for (int64_t i = 0; i < n_heads; ++i) {
+    float scale;
+    std::memcpy(&scale, scales + i * (int64_t)sizeof(float), sizeof(float));
+    for (int64_t e = 0; e < g.head_dim; ++e)
+      dst[i * g.head_dim + e] = fp8_e4m3_to_f32(codes[i * g.head_dim + e]) * scale;
+  }
+}
+
 // Copies head `h` of positions [p_begin, p_begin + n) of one sequence into dst [n, head_dim]
-// f32 (exact: f16 -> f32 loses nothing).
+// f32 (exact: f16 -> f32 loses nothing; fp8 is dequantized).
 void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_table,
                  int64_t p_begin, int64_t n, int64_t h, float* dst) {
   const int64_t width = g.n_kv_heads * g.head_dim;
@@ -262,7 +278,9 @@ void gather_head(const uint8_t* base, const KvGeometry& g, const int32_t* block_
     for (; j < g.block_size && p < n; ++j, ++p) {
       const size_t off = (size_t)((first_slot + j) * width + h * g.head_dim);
       float* d = dst + p * g.head_dim;
-      if (g.dtype == DType::f32) {
+      if (g.has_scales()) {
+        dequantize_fp8(base, g, first_slot + j, h, 1, d);
+      } else if (g.dtype == DType::f32) {
         const float* s = reinterpret_cast<const float*>(base) + off;
         std::copy(s, s + g.head_dim, d);
       } else {
@@ -326,8 +344,7 @@ struct LinePrefetch {
     int64_t b = p_begin / g.block_size, j = p_begin % g.block_size;
     for (int64_t p = 0; p < n; ++b, j = 0) {
       const int64_t count = std::min(g.block_size - j, n - p);
-      const uint8_t* start =
-          base + ((size_t)block_table[b] * (size_t)g.block_size + (size_t)j) * slot_bytes;
+      const uint8_t* start = base + g.slot_offset((int64_t)block_table[b] * g.block_size + j);
       const size_t lines = ((size_t)count * slot_bytes + 63) / 64;
       runs.push_back({start, lines});
       total += lines;
@@ -356,7 +373,11 @@ void gather_slots(const uint8_t* base, const KvGeometry& g, const int32_t* block
     const size_t off = (size_t)(((int64_t)block_table[b] * g.block_size + j) * width);
     const int64_t count = run * width;
     float* d = dst + p * width;
-    if (g.dtype == DType::f32) {
+    if (g.has_scales()) {
+      for (int64_t t = 0; t < run; ++t)
+        dequantize_fp8(base, g, (int64_t)block_table[b] * g.block_size + j + t, 0, g.n_kv_heads,
+                       d + t * width);
+    } else if (g.dtype == DType::f32) {
       const float* s = reinterpret_cast<const float*>(base) + off;
       std::copy(s, s + count, d);
     } else {

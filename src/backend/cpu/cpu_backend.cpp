@@ -21,6 +21,7 @@
 #include "backend/cpu/quantize_fast.h"
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
@@ -103,8 +104,8 @@ class CpuBackend final : public Backend {
   }
 
   Result<std::unique_ptr<KvStorage>> create_kv_storage(const KvGeometry& g) override {
-    if (g.dtype != DType::f16 && g.dtype != DType::f32)
-      return make_error("the CPU backend keeps the KV cache in f16 or f32, not ",
+    if (g.dtype != DType::f16 && g.dtype != DType::f32 && g.dtype != DType::fp8_e4m3)
+      return make_error("the CPU backend keeps the KV cache in f16, f32 or fp8, not ",
                         std::string(dtype_name(g.dtype)));
     return std::unique_ptr<KvStorage>(new CpuKvStorage(g));
   }
@@ -290,9 +291,31 @@ class CpuBackend final : public Backend {
     const KvGeometry& g = kv.geometry();
     const int64_t width = g.n_kv_heads * g.head_dim;
     CHECK(slot >= 0 && slot < g.n_blocks * g.block_size);
-    const size_t off = (size_t)slot * (size_t)width * dtype_block_bytes(g.dtype);
+    const size_t off = g.slot_offset(slot);
+    if (g.has_scales()) {
+      const size_t so = g.scale_offset(slot);
+      store_fp8_heads(k.row<float>(r), kv.k(layer) + off, kv.k(layer) + so, g.n_kv_heads,
+                      g.head_dim);
+      store_fp8_heads(v.row<float>(r), kv.v(layer) + off, kv.v(layer) + so, g.n_kv_heads,
+                      g.head_dim);
+      return;
+    }
     store_row(k.row<float>(r), kv.k(layer) + off, width, g.dtype);
     store_row(v.row<float>(r), kv.v(layer) + off, width, g.dtype);
+  }
+
+  // One token's heads in fp8 e4m3, each with its own scale (KvGeometry says why): the
+  // definitions the CUDA backend quantizes with too (core/fp8.h).
+  static void store_fp8_heads(const float* src, uint8_t* dst, uint8_t* scales, int64_t n_heads,
+                              int64_t head_dim) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* x = src + h * head_dim;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float scale = fp8_e4m3_scale(amax);
+      for (int64_t i = 0; i < head_dim; ++i) dst[h * head_dim + i] = fp8_e4m3_quantize(x[i], scale);
+      std::memcpy(scales + h * (int64_t)sizeof(float), &scale, sizeof(float));
+    }
   }
 
   // Rotates q and k row by row; after(r), when given, runs once row r is rotated.
