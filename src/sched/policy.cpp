@@ -232,9 +232,8 @@ class MinWastePolicy final : public Policy {
       if (worth_swapping(c)) {
         const Move m = fit_swap_out(c.device, in.block_size, token_budget, host_blocks);
         // What the host could not take while the budget could: demand a spill may meet.
-        const int64_t want = std::min(blocks_for(c.device, in.block_size),
-                                      token_budget / in.block_size) -
-                             m.blocks;
+        const int64_t want =
+            std::min(blocks_for(c.device, in.block_size), token_budget / in.block_size) - m.blocks;
         if (want > 0) {
           unmet_blocks += want;
           unmet_key = std::max(unmet_key, c.key);
@@ -276,8 +275,8 @@ class MinWastePolicy final : public Policy {
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
 
-  // Spills paused requests whose KV is all on the host (decided preserve so far) until `unmet` host blocks,
-  // less those spills in flight will free, are covered: the cheapest spill first (W_sp of
+  // Spills paused requests whose KV is all on the host (decided preserve so far) until `unmet` host
+  // blocks, less those spills in flight will free, are covered: the cheapest spill first (W_sp of
   // its host part, waste.h), each only while its W_sp is below `benefit` (what the request
   // wanting the blocks wastes without them) and its write is expected to end before its tool
   // returns (else the blocks would not be free in time, and it would wait for the write).

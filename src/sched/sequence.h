@@ -51,8 +51,8 @@ struct Sequence {
   SeqState state = SeqState::waiting;
   std::optional<InterceptionInfo> interception;  // set while intercepted
   DiskState disk = DiskState::none;
-  uint64_t disk_copy = 0;   // the disk copy's id (the scheduler's) while disk != none
-  int64_t disk_blocks = 0;  // blocks the copy holds (it may hold more than n_computed needs)
+  uint64_t disk_copy = 0;     // the disk copy's id (the scheduler's) while disk != none
+  int64_t disk_blocks = 0;    // blocks the copy holds (it may hold more than n_computed needs)
   bool disk_refused = false;  // a spill of this pause failed: not tried again before the next
 
   // The prefix cache (Scheduler with SchedulerConfig::prefix_cache): the namespace whose
