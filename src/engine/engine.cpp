@@ -292,6 +292,10 @@ Status EngineCore::load_cost_model() {
       po.repeats = config.force_profile || config.device != "cpu" ? 3 : 1;
       TRY_ASSIGN(cost_,
                  profile_cost_model(*model_, *backend_, *kv_, *host_kv_, config.block_size, po));
+      if (config.disk_write_bytes_per_second > 0.0 && config.disk_read_bytes_per_second > 0.0) {
+        cost_.disk_write_bytes_per_second = config.disk_write_bytes_per_second;
+        cost_.disk_read_bytes_per_second = config.disk_read_bytes_per_second;
+      }
       // Cache only a complete profile (a tiny test cache cannot measure the large steps).
       const bool complete = cost_.t_fwd_samples.size() == po.token_counts.size();
       if (FILE* f = complete ? std::fopen(cache.c_str(), "w") : nullptr) {

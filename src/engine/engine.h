@@ -107,7 +107,11 @@ struct EngineConfig {
   // `cost_model` is given directly (tests).
   std::string profile_path;
   std::optional<CostModel> cost_model;
-  bool force_profile = false;           // measure even when a cache exists (`profile`)
+  bool force_profile = false;  // measure even when a cache exists (`profile`)
+  // The disk tier's bandwidths `infercept profile` measured (measure_disk_bandwidth), put in
+  // the profile it measures and caches; 0: not measured (the cost model's defaults).
+  double disk_write_bytes_per_second = 0.0;
+  double disk_read_bytes_per_second = 0.0;
   std::vector<int64_t> profile_tokens;  // token counts to measure; empty = a quick set
 };
 
