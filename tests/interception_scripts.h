@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 
 #include "engine/engine.h"
@@ -86,8 +87,10 @@ inline EngineConfig config_for(const std::string& policy, const std::string& est
 using Generated = std::vector<std::vector<int32_t>>;  // per segment
 
 // Runs every script concurrently through its pauses; returns generated tokens per segment.
+// `after_step` (optional) runs after every engine step.
 inline std::vector<Generated> run_scripts(EngineCore& e, const std::vector<Script>& ss, bool hints,
-                                          EngineStats* stats_out) {
+                                          EngineStats* stats_out,
+                                          const std::function<void()>& after_step = {}) {
   struct Live {
     uint64_t id;
     size_t seg = 0;
@@ -140,6 +143,7 @@ inline std::vector<Generated> run_scripts(EngineCore& e, const std::vector<Scrip
       }
       if (o.finished()) l.done = true;
     }
+    if (after_step) after_step();
   }
   for (const Live& l : live) EXPECT_TRUE(l.done);
   if (stats_out) *stats_out = e.stats();

@@ -52,6 +52,13 @@ class KvStorage {
  public:
   virtual ~KvStorage() = default;
   virtual const KvGeometry& geometry() const = 0;
+  // Host storage (a host pool): the start of plane p, [n_blocks, bytes_per_block_per_layer()]
+  // (plane 2l is layer l's K, 2l + 1 its V), which the disk tier reads and writes. Null for
+  // storage that is not in host memory.
+  virtual uint8_t* host_plane(int64_t plane) const {
+    (void)plane;
+    return nullptr;
+  }
 };
 
 // Describes, for one forward pass, which query rows belong to which sequence and where that

@@ -264,6 +264,7 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
       (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, resumed.mean * 1e3,
       resumed.p90 * 1e3, decode_step * 1e3);
+  if (!cfg.kv_disk_dir.empty()) print_disk_tier(st);
   std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
               (long long)st.swap_decisions, (long long)st.preserve_decisions);
   std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
@@ -294,6 +295,7 @@ nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, con
                              {"swap_stall", st.waste_swap_stall}};
   const Percentiles resumed = percentiles(loop.resume_ttft());
   j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, loop.shared_prefix_tokens());
+  j["disk_tier"] = disk_tier_json(st, !cfg.kv_disk_dir.empty());
   j["resume_ttft_s"] = {{"mean", resumed.mean},
                         {"p50", resumed.p50},
                         {"p90", resumed.p90},

@@ -81,6 +81,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
       app.add_option("--swap-space-gb", f.swap_space_gb, "host pool in GiB (instead of MiB)")
           ->default_str("")
           ->group(g);
+  app.add_option("--kv-disk-dir", c.kv_disk_dir,
+                 "directory of the disk tier for paused requests' KV (off when not given)")
+      ->group(g);
+  app.add_option("--kv-disk-gb", c.kv_disk_gb, "size of the disk tier in GB (with --kv-disk-dir)")
+      ->group(g);
   app.add_option("--block-size", c.block_size, "tokens per KV block")->group(g);
   app.add_option("--max-batch-tokens", c.max_tokens_per_step,
                  "tokens per step (the chunked-prefill budget)")
@@ -131,6 +136,27 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
           ->group(g);
 }
 
+void print_disk_tier(const StepStats& st) {
+  std::printf(
+      "disk tier: %lld spills, spilled/restored %lld/%lld tokens (%.2f/%.2f GB), failures "
+      "write/read %lld/%lld, spills undone by an early resume %lld\n",
+      (long long)st.spill_decisions, (long long)st.spilled_tokens, (long long)st.restored_tokens,
+      st.spilled_bytes / 1e9, st.restored_bytes / 1e9, (long long)st.disk_write_failures,
+      (long long)st.disk_read_failures, (long long)st.spills_undone);
+}
+
+nlohmann::json disk_tier_json(const StepStats& st, bool on) {
+  return {{"on", on},
+          {"spill_decisions", st.spill_decisions},
+          {"spilled_tokens", st.spilled_tokens},
+          {"restored_tokens", st.restored_tokens},
+          {"spilled_bytes", st.spilled_bytes},
+          {"restored_bytes", st.restored_bytes},
+          {"write_failures", st.disk_write_failures},
+          {"read_failures", st.disk_read_failures},
+          {"spills_undone", st.spills_undone}};
+}
+
 nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens) {
   return {{"on", on},
           {"shared_prefix_tokens", shared_prefix_tokens},
@@ -165,6 +191,10 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
     return make_error(
         "--kv-cache-gb/mb must be > 0, --swap-space-gb/mb >= 0, "
         "--interception-timeout > 0");
+  if (!c.kv_disk_dir.empty() && !(c.kv_disk_gb > 0))
+    return make_error("--kv-disk-dir needs --kv-disk-gb N with N > 0 (the disk tier's size)");
+  if (c.kv_disk_dir.empty() && c.kv_disk_gb != 0)
+    return make_error("--kv-disk-gb needs --kv-disk-dir (the directory of the disk tier)");
   if (f.threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
     return make_error(
         "--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");

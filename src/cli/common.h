@@ -47,6 +47,9 @@ std::string default_model_path();
 // --interception-timeout --device --gpu-memory-utilization --cuda-graphs --cpu-numerics
 // --dtype. Bound to `config`'s fields where the units match, to the others here.
 // The prefix cache's counters as bench and simulate write them (--json).
+// The disk tier's counters (spills, restores, failures) for the JSON reports.
+nlohmann::json disk_tier_json(const StepStats& st, bool on);
+void print_disk_tier(const StepStats& st);
 nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens);
 
 struct EngineFlags {

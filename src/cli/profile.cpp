@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "engine/profiler.h"
 
 namespace infercept::cli {
 
@@ -16,6 +17,9 @@ int run_profile(int argc, char** argv) {
   EngineFlags engine_flags;
   int64_t max_x = 2048;
   app.add_option("--max-tokens-profiled", max_x, "largest x of T_fwd(x) measured");
+  uint64_t disk_mb = 256;
+  app.add_option("--disk-profile-mb", disk_mb,
+                 "MiB written and read to measure the disk tier (with --kv-disk-dir)");
   add_engine_flags(app, engine_flags);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   auto cfg = engine_config_from(engine_flags);
@@ -27,6 +31,13 @@ int run_profile(int argc, char** argv) {
   for (int64_t x = 1; x <= max_x; x *= 2) {
     cfg->profile_tokens.push_back(x);
     if (x >= 8 && x * 3 / 2 <= max_x) cfg->profile_tokens.push_back(x * 3 / 2);
+  }
+  if (!cfg->kv_disk_dir.empty()) {
+    // The disk tier's bandwidths, measured before the engine locks the directory.
+    auto disk = measure_disk_bandwidth(cfg->kv_disk_dir, disk_mb << 20);
+    if (!disk.ok()) return fail(disk.error());
+    cfg->disk_write_bytes_per_second = disk->write_bytes_per_second;
+    cfg->disk_read_bytes_per_second = disk->read_bytes_per_second;
   }
   auto engine = EngineCore::create(*cfg);
   if (!engine.ok()) return fail(engine.error());
@@ -45,6 +56,9 @@ int run_profile(int argc, char** argv) {
       c.context_seconds_per_token(1) * 1e6, c.sequence_seconds * 1e6);
   std::printf("KV bytes per token: %.0f\n", c.kv_bytes_per_token);
   std::printf("KV copy bandwidth (each way): %.2f GB/s\n", c.swap_bytes_per_second / 1e9);
+  std::printf("disk tier: write %.2f GB/s, read %.2f GB/s (%s)\n",
+              c.disk_write_bytes_per_second / 1e9, c.disk_read_bytes_per_second / 1e9,
+              cfg->kv_disk_dir.empty() ? "defaults: no --kv-disk-dir" : "measured");
   std::printf(
       "swap budget per step: %lld tokens during a decode step (%.2f ms), %lld during a "
       "step of S tokens\n",

@@ -31,6 +31,8 @@ struct SimulateFlags {
          first_sight_ms = 0.0, gpu_memory_utilization = 0.9;
   double kv_cache_gb = 0.0, kv_cache_mb = 0.0, swap_space_gb = 0.0, swap_space_mb = 0.0;
   int64_t kv_cache_tokens = 0, swap_space_tokens = 0;
+  std::string kv_disk_dir;  // the disk tier's switch (the simulator writes no file there)
+  double kv_disk_gb = 0.0;
   std::string graph_miss_ms, prefix_cache = "on";
   bool quiet = false, no_hints = false;
   CLI::Option *tp_efficiency_opt = nullptr, *copy_mode_opt = nullptr, *model_context_opt = nullptr,
@@ -159,6 +161,12 @@ void add_simulate_flags(CLI::App& app, SimulateFlags& f) {
   f.swap_mb_opt = app.add_option("--swap-space-mb", f.swap_space_mb, "host pool in MiB")
                       ->default_str("")
                       ->group(e);
+  app.add_option("--kv-disk-dir", f.kv_disk_dir,
+                 "simulate a disk tier below the host pool (no file is written; its disk "
+                 "bandwidths are the profile's)")
+      ->group(e);
+  app.add_option("--kv-disk-gb", f.kv_disk_gb, "size of the disk tier in GB (with --kv-disk-dir)")
+      ->group(e);
   add_workload_flags(app, f.workload);
 }
 
@@ -273,6 +281,12 @@ Result<Deployment> deployment_from(const SimulateFlags& f) {
   TRY_ASSIGN(Pools pools, pools_from(f, d.profile, cfg.cost.kv_bytes_per_token));
   cfg.kv_cache_tokens = pools.kv_tokens;
   cfg.swap_space_tokens = pools.swap_tokens;
+  if (!f.kv_disk_dir.empty() && !(f.kv_disk_gb > 0.0))
+    return make_error("--kv-disk-dir needs --kv-disk-gb N with N > 0 (the disk tier's size)");
+  if (f.kv_disk_dir.empty() && f.kv_disk_gb != 0.0)
+    return make_error("--kv-disk-gb needs --kv-disk-dir (the directory of the disk tier)");
+  if (!f.kv_disk_dir.empty())
+    cfg.disk_tokens = (int64_t)(f.kv_disk_gb * 1e9 / cfg.cost.kv_bytes_per_token);
   return d;
 }
 
@@ -348,6 +362,7 @@ void print_run(const Deployment& d, const WorkloadRun& run, const SimResult& r) 
               (long long)st.swap_decisions, (long long)st.preserve_decisions);
   std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
               st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
+  if (cfg.disk_tokens > 0) print_disk_tier(st);
   if (cfg.prefix_cache)
     std::printf(
         "prefix cache: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
@@ -411,6 +426,7 @@ nlohmann::json results_json(const Deployment& d, const WorkloadRun& run, const S
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
   j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, cfg.shared_prefix_tokens);
+  j["disk_tier"] = disk_tier_json(st, cfg.disk_tokens > 0);
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
                     {"preserve", st.preserve_decisions}};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/disk_mover.h"
 #include "engine/mask_worker.h"
 #include "engine/profiler.h"
 #include "engine/request.h"
@@ -205,7 +207,48 @@ Status EngineCore::create_kv_pools() {
   hg.n_blocks = std::max<int64_t>(hg.n_blocks, 1);
   TRY_ASSIGN(host_kv_, backend_->create_host_kv_storage(hg));
   host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
+  return create_disk_tier();
+}
 
+// The disk tier under the host pool (--kv-disk-dir, --kv-disk-gb), with the mover that runs
+// the scheduler's spills and restores on it.
+Status EngineCore::create_disk_tier() {
+  const EngineConfig& config = config_;
+  if (config.kv_disk_dir.empty()) {
+    if (config.kv_disk_gb != 0.0)
+      return make_error("--kv-disk-gb needs --kv-disk-dir (the directory of the disk tier)");
+    return ok_status();
+  }
+  if (!(config.kv_disk_gb > 0.0) || !std::isfinite(config.kv_disk_gb))
+    return make_error("--kv-disk-gb must be a positive size in GB with --kv-disk-dir (got ",
+                      std::to_string(config.kv_disk_gb), ")");
+  HostBlockPlanes planes;
+  const KvGeometry& hg = host_kv_->geometry();
+  for (int64_t p = 0; p < 2 * hg.n_layers; ++p) {
+    uint8_t* plane = host_kv_->host_plane(p);
+    if (plane == nullptr) return make_error("the backend's host KV pool is not in host memory");
+    planes.planes.push_back(plane);
+  }
+  planes.block_bytes = hg.bytes_per_block_per_layer();
+  planes.n_blocks = (int32_t)hg.n_blocks;
+  DiskKvTierOptions o;
+  o.dir = config.kv_disk_dir;
+  o.budget_bytes = (uint64_t)(config.kv_disk_gb * 1e9);
+  o.write_fault = config.kv_disk_write_fault;
+  TRY_ASSIGN(disk_tier_, DiskKvTier::open(std::move(o)));
+  // Blocks the budget holds, a group's header counted per block (the worst case: groups of
+  // one block); the tier refuses what does not fit anyway, and the KV then stays on the host.
+  disk_blocks_ = (int64_t)(disk_tier_->budget_bytes() / DiskKvTier::file_bytes(planes, 1));
+  if (disk_blocks_ < 1)
+    return make_error("--kv-disk-gb ", std::to_string(config.kv_disk_gb),
+                      " is too small for a single KV block");
+  Backend* backend = backend_.get();
+  disk_mover_ = std::make_unique<TierDiskMover>(*disk_tier_, std::move(planes), [backend] {
+    // Queued copies into or out of the host pool end before the I/O thread touches it.
+    if (backend->copies_are_async()) backend->sync();
+  });
+  LOG_INFO("disk tier: %s, %.1f GB (%lld blocks)", config.kv_disk_dir.c_str(), config.kv_disk_gb,
+           (long long)disk_blocks_);
   return ok_status();
 }
 
@@ -249,6 +292,10 @@ Status EngineCore::load_cost_model() {
       po.repeats = config.force_profile || config.device != "cpu" ? 3 : 1;
       TRY_ASSIGN(cost_,
                  profile_cost_model(*model_, *backend_, *kv_, *host_kv_, config.block_size, po));
+      if (config.disk_write_bytes_per_second > 0.0 && config.disk_read_bytes_per_second > 0.0) {
+        cost_.disk_write_bytes_per_second = config.disk_write_bytes_per_second;
+        cost_.disk_read_bytes_per_second = config.disk_read_bytes_per_second;
+      }
       // Cache only a complete profile (a tiny test cache cannot measure the large steps).
       const bool complete = cost_.t_fwd_samples.size() == po.token_counts.size();
       if (FILE* f = complete ? std::fopen(cache.c_str(), "w") : nullptr) {
@@ -275,6 +322,7 @@ Status EngineCore::create_step_loop() {
   sc.max_partial_prefills = config.max_partial_prefills;
   sc.long_prefill_tokens = config.long_prefill_tokens;
   sc.prefix_cache = config.prefix_cache;
+  sc.disk_blocks = disk_blocks_;
   scheduler_ =
       std::make_unique<Scheduler>(sc, *allocator_, host_allocator_.get(), policy_.get(), &cost_);
   if (!config.step_trace_path.empty()) {
@@ -284,6 +332,7 @@ Status EngineCore::create_step_loop() {
   loop_ = std::make_unique<StepLoop>(
       *scheduler_, *allocator_, *host_allocator_, *estimator_, stats_, cost_.kv_bytes_per_token,
       config.interception_timeout_s, step_trace_.get(), config.check_invariants);
+  loop_->set_disk_mover(disk_mover_.get());
   executor_ = std::make_unique<Executor>(*this);
   requests_ = std::make_unique<Requests>(*this);
   return ok_status();

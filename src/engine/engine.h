@@ -31,6 +31,7 @@
 #include "grammar/token_mask.h"
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
+#include "kv/disk_tier.h"
 #include "model/llama.h"
 #include "sched/cost_model.h"
 #include "sched/duration_estimator.h"
@@ -95,11 +96,22 @@ struct EngineConfig {
   double swap_space_mb = 256.0;           // host tier for swapped-out KV
   int64_t swap_space_tokens = 0;          // overrides swap_space_mb when > 0
   double interception_timeout_s = 600.0;  // paused longer: KV released, tokens kept
+  // The disk tier below the host pool (--kv-disk-dir, --kv-disk-gb): paused requests' host
+  // KV spilled to files there under minwaste. Empty dir: none. The size must be > 0 with a
+  // dir, and is meaningless without one (both are start-up errors).
+  std::string kv_disk_dir;
+  double kv_disk_gb = 0.0;
+  // Test hook of the tier (DiskKvTierOptions::write_fault): ENOSPC, EIO without a full disk.
+  std::function<int()> kv_disk_write_fault;
   // Cost model: measured by the profiler. Empty path = a quick profile at start-up unless
   // `cost_model` is given directly (tests).
   std::string profile_path;
   std::optional<CostModel> cost_model;
-  bool force_profile = false;           // measure even when a cache exists (`profile`)
+  bool force_profile = false;  // measure even when a cache exists (`profile`)
+  // The disk tier's bandwidths `infercept profile` measured (measure_disk_bandwidth), put in
+  // the profile it measures and caches; 0: not measured (the cost model's defaults).
+  double disk_write_bytes_per_second = 0.0;
+  double disk_read_bytes_per_second = 0.0;
   std::vector<int64_t> profile_tokens;  // token counts to measure; empty = a quick set
 };
 
@@ -272,6 +284,8 @@ class EngineCore {
   const CostModel& cost_model() const { return cost_; }
   const DurationEstimator& estimator() const { return *estimator_; }
   const Policy& policy() const { return *policy_; }
+  // The disk tier (null without --kv-disk-dir): tests corrupt its files.
+  const DiskKvTier* disk_tier() const { return disk_tier_.get(); }
   double now() const;
   // With config().virtual_step_seconds: moves the virtual clock to `t` (never back).
   void advance_clock(double t);
@@ -285,6 +299,7 @@ class EngineCore {
   EngineCore();
   // The steps of create(), in order.
   Status create_kv_pools();
+  Status create_disk_tier();
   Status load_cost_model();
   Status create_step_loop();
   void build_step_input(const StepPlan& plan);
@@ -301,6 +316,9 @@ class EngineCore {
   std::unique_ptr<BlockAllocator> allocator_;
   std::unique_ptr<KvStorage> host_kv_;
   std::unique_ptr<BlockAllocator> host_allocator_;
+  std::unique_ptr<DiskKvTier> disk_tier_;
+  std::unique_ptr<DiskMover> disk_mover_;
+  int64_t disk_blocks_ = 0;  // what the tier's budget holds in host blocks
   CostModel cost_;
   std::unique_ptr<DurationEstimator> estimator_;
   std::unique_ptr<Policy> policy_;

@@ -1,11 +1,15 @@
 #include "engine/profiler.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 
 #include "core/check.h"
 #include "kv/block_allocator.h"
+#include "kv/disk_tier.h"
 
 namespace infercept {
 
@@ -168,6 +172,44 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
   measure_step_terms(model, device, block_size, logits, std::max(5, options.repeats), cost);
   TRY(cost.validate());
   return cost;
+}
+
+Result<DiskBandwidth> measure_disk_bandwidth(const std::string& dir, uint64_t bytes) {
+  // A pool of 64 blocks of 1 MiB in one plane holds the group; its bytes are not zero (a
+  // filesystem may store zero pages sparsely).
+  constexpr size_t kBlock = 1 << 20;
+  const int32_t n = (int32_t)std::clamp<uint64_t>(bytes / kBlock, 1, 4096);
+  std::vector<uint8_t> pool((size_t)n * kBlock);
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = (uint8_t)(i * 2654435761u >> 13);
+  HostBlockPlanes planes;
+  planes.planes = {pool.data()};
+  planes.block_bytes = kBlock;
+  planes.n_blocks = n;
+  std::vector<int32_t> blocks((size_t)n);
+  for (int32_t i = 0; i < n; ++i) blocks[(size_t)i] = i;
+  DiskKvTierOptions o;
+  o.dir = dir;
+  o.budget_bytes = DiskKvTier::file_bytes(planes, blocks.size());
+  TRY_ASSIGN(std::unique_ptr<DiskKvTier> tier, DiskKvTier::open(std::move(o)));
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  TRY_ASSIGN(DiskWrite w, tier->submit_write(planes, blocks));
+  if (DiskPoll p = tier->wait(w.ticket); p.state != DiskJobState::done)
+    return make_error("measuring the disk: ", p.error);
+  const std::string path = tier->group_path(w.group);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return make_error("measuring the disk: cannot open ", path);
+  ::fdatasync(fd);
+  const double write_s = std::chrono::duration<double>(clock::now() - t0).count();
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the read comes from the drive
+  ::close(fd);
+  t0 = clock::now();
+  TRY_ASSIGN(uint64_t ticket, tier->submit_read(w.group, planes, blocks));
+  if (DiskPoll p = tier->wait(ticket); p.state != DiskJobState::done)
+    return make_error("measuring the disk: ", p.error);
+  const double read_s = std::chrono::duration<double>(clock::now() - t0).count();
+  const double payload = (double)planes.group_bytes(blocks.size());
+  return DiskBandwidth{payload / std::max(write_s, 1e-9), payload / std::max(read_s, 1e-9)};
 }
 
 }  // namespace infercept

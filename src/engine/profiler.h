@@ -28,6 +28,16 @@ Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStor
                                      KvStorage& host, int64_t block_size,
                                      const ProfileOptions& options);
 
+// The disk tier's bandwidths (CostModel::disk_write/read_bytes_per_second): one group of
+// `bytes` written through a DiskKvTier in `dir` and read back, as the engine's spills and
+// restores run. The write is timed to the end of an fdatasync (what the drive sustains, not
+// the page cache's pace), the read after the file's pages were dropped from the cache.
+struct DiskBandwidth {
+  double write_bytes_per_second = 0.0;
+  double read_bytes_per_second = 0.0;
+};
+Result<DiskBandwidth> measure_disk_bandwidth(const std::string& dir, uint64_t bytes);
+
 // The cache file for a model and backend: next to the model, named after the backend and
 // threads, e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf.profile-cpu-2t.json
 std::string profile_cache_path(const std::string& model_path, const std::string& backend,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "engine/disk_mover.h"
 #include "engine/engine.h"
 #include "engine/step_loop.h"
 #include "kv/block_allocator.h"
@@ -428,6 +429,7 @@ Status validate(const SimConfig& config, const std::vector<TraceRequest>& trace)
   if (config.max_partial_prefills < 1 || config.long_prefill_tokens < 0)
     return make_error("partial prefills per step must be >= 1, the long-prefill chunk >= 0");
   if (config.kv_cache_tokens <= 0) return make_error("the KV cache must hold at least one token");
+  if (config.disk_tokens < 0) return make_error("the disk tier's size must be >= 0");
   if (!(config.duration_s > 0.0)) return make_error("the arrival window must be positive");
   if (!(config.drain_s >= 0.0)) return make_error("the drain time must be >= 0");
   if (!(config.idle_tick_s > 0.0)) return make_error("the idle tick must be positive");
@@ -462,7 +464,14 @@ class SimRun : public StepRequests {
     sc.max_partial_prefills = config_.max_partial_prefills;
     sc.long_prefill_tokens = config_.long_prefill_tokens;
     sc.prefix_cache = config_.prefix_cache;
+    sc.disk_blocks = config_.disk_tokens > 0
+                         ? BlockTable::blocks_for(config_.disk_tokens, config_.block_size)
+                         : 0;
     sched_ = std::make_unique<Scheduler>(sc, device_, &host_, policy_.get(), &config_.cost);
+    if (sc.disk_blocks > 0)
+      disk_ = std::make_unique<ClockDiskMover>(
+          config_.cost.kv_bytes_per_token * (double)config_.block_size,
+          config_.cost.disk_write_bytes_per_second, config_.cost.disk_read_bytes_per_second);
     if (!config_.step_trace_path.empty()) {
       TRY_ASSIGN(step_trace_, StepTraceWriter::open(config_.step_trace_path));
     }
@@ -471,6 +480,7 @@ class SimRun : public StepRequests {
     loop_ = std::make_unique<StepLoop>(
         *sched_, device_, host_, *estimator_, res_.stats, config_.cost.kv_bytes_per_token,
         config_.interception_timeout_s, step_trace_.get(), config_.check_invariants);
+    loop_->set_disk_mover(disk_.get());
     executor_ = std::make_unique<SimExecutor>(config_, limit_, res_.stats);
     res_.kv_cache_tokens = (int64_t)device_.n_blocks() * config_.block_size;
     res_.swap_space_tokens = (int64_t)host_.n_blocks() * config_.block_size;
@@ -501,6 +511,7 @@ class SimRun : public StepRequests {
       double wake = hard_stop;
       if (next_ < trace_.size()) wake = std::min(wake, trace_[next_].arrival_s);
       if (!resumes_.empty()) wake = std::min(wake, resumes_.top().at);
+      if (disk_ != nullptr) wake = std::min(wake, disk_->next_done());  // a disk job ends
       if (!(wake > t_)) break;  // the hard stop, with nothing left to do before it
       if (busy && std::isinf(wake))
         return make_error("simulation stalled at t = ", std::to_string(t_),
@@ -639,6 +650,7 @@ class SimRun : public StepRequests {
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<StepTraceWriter> step_trace_;
+  std::unique_ptr<ClockDiskMover> disk_;  // null without a disk tier
   std::unique_ptr<StepLoop> loop_;
   std::unique_ptr<SimExecutor> executor_;
   SimResult res_;

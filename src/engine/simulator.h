@@ -139,6 +139,10 @@ struct SimConfig {
   // the engine would find it; without, every token is 0 as before.
   bool prefix_cache = false;
   int64_t shared_prefix_tokens = 0;
+  // The disk tier (`--kv-disk-dir`/`--kv-disk-gb`): how many KV tokens it holds (whole
+  // blocks; 0 = none). Its writes and reads take bytes / the cost model's disk bandwidths on
+  // one queue beside the steps, as the engine's I/O thread runs them (engine/disk_mover.h).
+  int64_t disk_tokens = 0;
   std::string policy = "minwaste";
   std::string estimator = "learned";
   double interception_timeout_s = 600.0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/check.h"
 
@@ -26,6 +27,10 @@ StepLoop::StepLoop(Scheduler& sched, const BlockAllocator& device, const BlockAl
       trace_(trace),
       check_invariants_(check_invariants),
       stats_(stats) {}
+
+double DiskMover::next_done() const {
+  return std::numeric_limits<double>::infinity();
+}
 
 // Paused requests nobody answered in time give their KV back (their tokens stay, so a late
 // resume still works by recomputation).
@@ -63,6 +68,15 @@ void StepLoop::count_plan(const StepPlan& plan) {
   st.prefix_evicted_blocks = pc.evicted_blocks;
   st.prefix_demoted_blocks = pc.demoted_blocks;
   st.prefix_promoted_blocks = pc.promoted_blocks;
+  const DiskCounters& dc = sched_.disk_counters();
+  st.spill_decisions += plan.n_spill_decisions;
+  st.spilled_tokens = dc.spilled_blocks * bs;
+  st.restored_tokens = dc.restored_blocks * bs;
+  st.spilled_bytes = (double)st.spilled_tokens * kv_bytes_per_token_;
+  st.restored_bytes = (double)st.restored_tokens * kv_bytes_per_token_;
+  st.disk_write_failures = dc.write_failures;
+  st.disk_read_failures = dc.read_failures;
+  st.spills_undone = dc.spills_undone;
   // The scheduler accrues the device tokens paused requests hold over time at every plan.
   st.waste_preserve = sched_.preserved_token_seconds() * kv_bytes_per_token_;
 }
@@ -76,6 +90,13 @@ void StepLoop::note_resume(const Sequence& s, double now) {
 StepTiming StepLoop::step(double now, StepExecutor& executor, StepRequests& requests) {
   StepStats& st = stats_;
   expire_paused(now);
+  // Disk jobs that ended since the last step: spilled KV frees its host blocks, restored KV
+  // can be swapped in, a failure keeps the KV on the host or drops it for recomputation.
+  if (disk_ != nullptr) {
+    disk_done_.clear();
+    disk_->poll(now, disk_done_);
+    for (const DiskDone& d : disk_done_) sched_.disk_done(d);
+  }
   const double t_plan = host_clock();
   StepPlan plan = sched_.schedule(now);
   const double plan_s = host_clock() - t_plan;
@@ -91,6 +112,11 @@ StepTiming StepLoop::step(double now, StepExecutor& executor, StepRequests& requ
 
   tokens_.clear();
   const StepTiming timing = executor.execute(plan, shape_, tokens_);
+  // The disk jobs start after the plan's copies (a restore may fill a host block a swap-in of
+  // this step read), and run beside the next steps.
+  if (disk_ != nullptr &&
+      !(plan.spill_out.empty() && plan.spill_in.empty() && plan.disk_drops.empty()))
+    disk_->submit(plan, now + timing.duration());
   st.swap_seconds += timing.copy_seconds;
   st.swap_stall_seconds += timing.stall_seconds;
   st.waste_swap_stall += timing.stall_seconds * (double)batch_tokens * m;

@@ -60,6 +60,14 @@ struct StepStats {
   // blocks promoted back on a hit.
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_evicted_blocks = 0, prefix_demoted_blocks = 0, prefix_promoted_blocks = 0;
+  // The disk tier (Scheduler::disk_counters, copied at every plan): spills decided, tokens
+  // (whole blocks) and bytes written host -> disk and read disk -> host by jobs that ended
+  // well, jobs that failed (a failed write keeps the KV on the host, a failed read drops it
+  // for recomputation), and writes that ended after their request had resumed.
+  int64_t spill_decisions = 0;
+  int64_t spilled_tokens = 0, restored_tokens = 0;
+  double spilled_bytes = 0.0, restored_bytes = 0.0;
+  int64_t disk_write_failures = 0, disk_read_failures = 0, spills_undone = 0;
   double prefix_hit_rate() const {
     return prefix_query_tokens > 0 ? (double)prefix_hit_tokens / (double)prefix_query_tokens : 0.0;
   }
@@ -107,6 +115,23 @@ class StepRequests {
   virtual void on_paused(Sequence& s, double end) { (void)s, (void)end; }
 };
 
+// The disk tier's side of a step: starts a plan's spills and restores and removes the copies
+// it lets go of (kv/disk_tier.h in the engine, bytes over bandwidth in the simulator), and
+// says which jobs have ended. Never waits for the disk.
+class DiskMover {
+ public:
+  virtual ~DiskMover() = default;
+  // Starts plan.spill_out, plan.spill_in and plan.disk_drops, after the plan's block copies,
+  // at `now` (the end of the step).
+  virtual void submit(const StepPlan& plan, double now) = 0;
+  // Appends the jobs that have ended by `now`; every submitted job is reported once, failed
+  // at once or later, even when its copy was dropped meanwhile.
+  virtual void poll(double now, std::vector<DiskDone>& done) = 0;
+  // When the next job in flight ends, where the mover knows (the simulator's clock); +inf
+  // otherwise.
+  virtual double next_done() const;
+};
+
 class StepLoop {
  public:
   // Counts into `stats` (the owner's: EngineStats and SimStats extend StepStats). `trace` may
@@ -121,6 +146,8 @@ class StepLoop {
   // A paused request's tool answered at `now`: the estimator learns its duration and the
   // resume is counted. The caller then hands the sequence back to the scheduler.
   void note_resume(const Sequence& s, double now);
+  // The disk tier (null: none; the scheduler then never plans disk jobs). Not owned.
+  void set_disk_mover(DiskMover* disk) { disk_ = disk; }
 
  private:
   void expire_paused(double now);
@@ -133,6 +160,8 @@ class StepLoop {
   double kv_bytes_per_token_;
   double interception_timeout_s_;
   StepTraceWriter* trace_;
+  DiskMover* disk_ = nullptr;
+  std::vector<DiskDone> disk_done_;
   bool check_invariants_;
   StepStats& stats_;
   StepShape shape_;  // reused: its chunk list keeps its capacity across steps

@@ -63,10 +63,11 @@ struct CostModel {
   double kv_bytes_per_token = 0.0;     // M: 2 * layers * kv_heads * head_dim * elem bytes
   double swap_bytes_per_second = 0.0;  // B: one direction, host <-> device
   // The local-disk tier (kv/disk_tier.h): sustained bytes per second of writing KV group
-  // files from the host pool and reading them back. Not yet measured by `infercept profile`;
-  // the defaults are deliberately conservative for a datacenter NVMe drive (PCIe 4 parts are
-  // rated ~3-7 GB/s sequential; sustained writes past the drive's cache fall to ~1-2 GB/s),
-  // so the waste model does not favour the disk on a slower drive than assumed.
+  // files from the host pool and reading them back. `infercept profile --kv-disk-dir DIR`
+  // measures them (measure_disk_bandwidth); the defaults are deliberately conservative for a
+  // datacenter NVMe drive (PCIe 4 parts are rated ~3-7 GB/s sequential; sustained writes
+  // past the drive's cache fall to ~1-2 GB/s), so the waste model does not favour the disk
+  // on a slower drive than assumed.
   double disk_write_bytes_per_second = 1.0e9;
   double disk_read_bytes_per_second = 2.0e9;
   int64_t saturation_tokens = 0;  // S; 0 = derive from the samples

@@ -10,6 +10,9 @@
 //     swapping and that is cheaper, else dropped for recomputation).
 // Outside a step: release_paused (expiry, a client letting go) and truncate_paused (a new
 // request continuing a paused one keeps their common prefix).
+// The disk tier's moves are planned here too: apply_policy's spills (a paused request's host
+// blocks -> a disk copy) and swap_in_resuming's restores (the copy -> host blocks, then the
+// ordinary swap-in); Scheduler::disk_done (scheduler.cpp) takes their ends.
 #include <algorithm>
 #include <cmath>
 
@@ -43,7 +46,79 @@ void Scheduler::release_host_blocks(Sequence& s) {
   s.host_blocks.clear();
 }
 
+void Scheduler::drop_disk_copy(uint64_t copy) {
+  auto it = disk_copies_.find(copy);
+  CHECK(it != disk_copies_.end());
+  DiskCopy& c = it->second;
+  if (!c.dropped) {
+    c.dropped = true;
+    disk_used_blocks_ -= c.blocks;
+    disk_drops_.push_back(copy);
+  }
+  if (!c.in_flight) disk_copies_.erase(it);
+}
+
+void Scheduler::forget_disk_copy(Sequence& s) {
+  if (s.disk == DiskState::none) return;
+  DiskCopy& c = disk_copies_.at(s.disk_copy);
+  c.seq = nullptr;
+  if (c.in_flight) {
+    // The write still reads these host blocks (or the read fills them): they go back to
+    // the pool when it ends, not before.
+    c.pinned = std::move(s.host_blocks);
+    s.host_blocks.clear();
+    if (s.disk == DiskState::writing) host_freeing_blocks_ -= (int64_t)c.pinned.size();
+  }
+  drop_disk_copy(s.disk_copy);
+  s.disk = DiskState::none;
+  s.disk_copy = 0;
+  s.disk_blocks = 0;
+}
+
+void Scheduler::trim_host_suffix(Sequence& s) {
+  const int64_t bs = config_.block_size;
+  const auto need = (size_t)BlockTable::blocks_for(s.host_tokens(bs), bs);
+  while (s.host_blocks.size() > need) {
+    host_->release(s.host_blocks.back());
+    s.host_blocks.pop_back();
+  }
+}
+
+void Scheduler::plan_spill(Sequence& s, StepPlan& plan) {
+  CHECK(s.disk == DiskState::none && !s.host_blocks.empty());
+  const auto n = (int64_t)s.host_blocks.size();
+  if (disk_used_blocks_ + n > config_.disk_blocks) return;
+  const uint64_t copy = next_disk_copy_++;
+  disk_copies_[copy] = DiskCopy{&s, n, true, false, {}};
+  disk_used_blocks_ += n;
+  disk_in_flight_++;
+  host_freeing_blocks_ += n;
+  s.disk = DiskState::writing;
+  s.disk_copy = copy;
+  s.disk_blocks = n;
+  plan.spill_out.push_back({copy, s.host_blocks});
+  plan.n_spill_decisions++;
+}
+
+// Host blocks for a resumed request's disk copy, and the read into them; false while the
+// host pool cannot take it (the policy sees the demand and spills others for it).
+bool Scheduler::plan_restore(Sequence& s, StepPlan& plan) {
+  CHECK(s.disk == DiskState::on_disk && s.host_blocks.empty());
+  if (available_host_blocks() < s.disk_blocks) return false;
+  for (int64_t i = 0; i < s.disk_blocks; ++i) {
+    const auto hb = take_host_block();
+    CHECK(hb.has_value());
+    s.host_blocks.push_back(*hb);
+  }
+  disk_copies_.at(s.disk_copy).in_flight = true;
+  disk_in_flight_++;
+  s.disk = DiskState::reading;
+  plan.spill_in.push_back({s.disk_copy, s.host_blocks});
+  return true;
+}
+
 void Scheduler::drop_kv(Sequence& s, StepPlan& plan) {
+  forget_disk_copy(s);
   release_device_blocks(s);
   if (!s.host_blocks.empty()) release_host_blocks(s);
   plan.dropped_tokens += s.n_computed;
@@ -76,6 +151,7 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
   if (keep % bs != 0 && keep < dev_cap && shared_block(seq->blocks.blocks[(size_t)(keep / bs)]))
     keep -= keep % bs;
   if (keep <= dev_cap) {
+    forget_disk_copy(*seq);
     if (!seq->host_blocks.empty()) release_host_blocks(*seq);
     const auto need = (size_t)BlockTable::blocks_for(keep, bs);
     while (seq->blocks.blocks.size() > need) {
@@ -83,13 +159,15 @@ void Scheduler::truncate_paused(Sequence* seq, int64_t n_keep) {
       seq->blocks.blocks.pop_back();
     }
     trim_cache_keys(*seq);
-  } else {
+  } else if (seq->disk == DiskState::none) {
     const auto need = (size_t)BlockTable::blocks_for(keep - dev_cap, bs);
     while (seq->host_blocks.size() > need) {
       host_->release(seq->host_blocks.back());
       seq->host_blocks.pop_back();
     }
   }
+  // (On disk or with a disk job running, the copy and the job's host blocks stay whole: the
+  // restore or the job's end trims what is past n_computed.)
   seq->n_computed = keep;
   seq->n_computed_peak = keep;
   seq->blocks.n_tokens = std::min(keep, (int64_t)seq->blocks.blocks.size() * bs);
@@ -131,7 +209,7 @@ int64_t Scheduler::memory_deficit_blocks() const {
   }
   if (!resuming_.empty()) {
     const Sequence* s = resuming_.front();
-    need += (int64_t)s->host_blocks.size();
+    need += s->disk != DiskState::none ? s->disk_blocks : (int64_t)s->host_blocks.size();
     if (s->swap_preempted) need += (int64_t)running_.size();
   }
   const int64_t free = available_device_blocks();
@@ -229,6 +307,14 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
   in.deficit_blocks = memory_deficit_blocks();
   in.memory_pressure = in.deficit_blocks > 0;
+  if (config_.disk_blocks > 0) {
+    in.free_disk_blocks = config_.disk_blocks - disk_used_blocks_;
+    in.host_freeing_blocks = host_freeing_blocks_;
+    const int64_t free_host = available_host_blocks();
+    for (const Sequence* s : resuming_)
+      if (s->disk == DiskState::on_disk) in.host_demand_blocks += s->disk_blocks;
+    in.host_demand_blocks = std::max<int64_t>(0, in.host_demand_blocks - free_host);
+  }
   for (const Sequence* s : running_) {
     in.running_context_tokens += (int64_t)s->tokens.size();
     if (s->n_uncomputed() <= 1) in.decode_tokens++;
@@ -241,7 +327,9 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
     v.tool = s->interception->tool;
     v.context_tokens = s->n_computed;
     v.device_tokens = exclusive_device_tokens(*s);
-    v.host_tokens = s->host_tokens(bs);
+    v.host_tokens = s->disk == DiskState::none ? s->host_tokens(bs) : 0;
+    v.disk_tokens = s->host_tokens(bs) - v.host_tokens;
+    v.spillable = config_.disk_blocks > 0 && s->disk == DiskState::none && !s->disk_refused;
     v.elapsed = std::max(0.0, now - s->interception->call_time);
     v.hint = s->interception->hint;
     in.paused.push_back(v);
@@ -262,8 +350,13 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
         drop_kv(s, plan);
         plan.n_discards++;
         break;
+      case KvAction::spill:
+        if (config_.disk_blocks > 0 && s.disk == DiskState::none && !s.host_blocks.empty())
+          plan_spill(s, plan);
+        break;
       case KvAction::swap_out: {
-        if (host_ == nullptr || d.swap_out_tokens <= 0) break;
+        // (the host suffix of a request with a disk copy is not in host blocks to append to)
+        if (host_ == nullptr || d.swap_out_tokens <= 0 || s.disk != DiskState::none) break;
         plan.n_swap_decisions++;
         const bool sync = policy_->swaps_synchronously();
         plan.sync_swap = plan.sync_swap || sync;
@@ -297,6 +390,13 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
   const bool sync = policy_ != nullptr && policy_->swaps_synchronously();
   for (size_t i = 0; i < resuming_.size();) {
     Sequence& s = *resuming_[i];
+    // A copy on disk comes back into host blocks first (the read ends in a later step); while
+    // a write or read of its KV runs, it waits.
+    if (s.disk == DiskState::on_disk) plan_restore(s, plan);
+    if (s.disk != DiskState::none) {
+      ++i;
+      continue;
+    }
     // A sequence preempted by swapping comes back only whole and with a block of headroom
     // per running sequence: partly back it would hold blocks without running, and the
     // running ones would preempt it again at once (swap ping-pong).

@@ -173,7 +173,13 @@ class MinWastePolicy final : public Policy {
     // holds, so keeping them costs nobody anything, while discarding costs a recompute and
     // swapping costs bandwidth later. The paper's testbed is always under pressure, which
     // is why its waste model has no such case.
-    if (!in.memory_pressure) return all(in, KvAction::preserve);
+    if (!in.memory_pressure) {
+      std::vector<PausedDecision> out = all(in, KvAction::preserve);
+      // Resumed requests waiting for host blocks to restore their KV from disk are the only
+      // demand there is.
+      if (in.host_demand_blocks > 0) spill_for(in, in.host_demand_blocks, kInf, out);
+      return out;
+    }
     CHECK_GT(in.block_size, 0);
 
     const int64_t running = std::max<int64_t>(0, in.running_context_tokens);
@@ -213,6 +219,8 @@ class MinWastePolicy final : public Policy {
     int64_t to_release = options_.minwaste_discard_to_deficit
                              ? std::max<int64_t>(0, in.deficit_blocks)
                              : std::numeric_limits<int64_t>::max();
+    int64_t unmet_blocks = 0;  // host blocks swap-worthy requests wanted and did not get
+    double unmet_key = 0.0;    // the most any of them wastes without them
     for (const Cand& c : cands_) {
       const PausedView& p = in.paused[c.index];
       PausedDecision& d = out[c.index];
@@ -223,6 +231,13 @@ class MinWastePolicy final : public Policy {
       }
       if (worth_swapping(c)) {
         const Move m = fit_swap_out(c.device, in.block_size, token_budget, host_blocks);
+        // What the host could not take while the budget could: demand a spill may meet.
+        const int64_t want =
+            std::min(blocks_for(c.device, in.block_size), token_budget / in.block_size) - m.blocks;
+        if (want > 0) {
+          unmet_blocks += want;
+          unmet_key = std::max(unmet_key, c.key);
+        }
         if (m.tokens > 0) {
           token_budget -= m.blocks * in.block_size;
           host_blocks -= m.blocks;
@@ -235,6 +250,13 @@ class MinWastePolicy final : public Policy {
       d.action = discard ? KvAction::discard : KvAction::preserve;
       if (discard) to_release -= blocks_for(c.device, in.block_size);
     }
+    // The disk tier: host KV of long pauses makes room for what the host could not take.
+    // A resumed request waiting to restore from disk outweighs any paused one.
+    if (in.host_demand_blocks > 0) {
+      unmet_blocks += in.host_demand_blocks;
+      unmet_key = kInf;
+    }
+    if (unmet_blocks > 0) spill_for(in, unmet_blocks, unmet_key, out);
     return out;
   }
 
@@ -250,6 +272,53 @@ class MinWastePolicy final : public Policy {
   // ~10 ms for a 1k-token 7B context) would only delay the resume and spend budget that a
   // long pause could use; such a request stays with preserve or discard.
   bool worth_swapping(const Cand& c) const { return c.t_int > 2.0 * cost_.t_swap(c.device); }
+
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  // Spills paused requests whose KV is all on the host (decided preserve so far) until `unmet` host
+  // blocks, less those spills in flight will free, are covered: the cheapest spill first (W_sp of
+  // its host part, waste.h), each only while its W_sp is below `benefit` (what the request
+  // wanting the blocks wastes without them) and its write is expected to end before its tool
+  // returns (else the blocks would not be free in time, and it would wait for the write).
+  void spill_for(const PolicyInput& in, int64_t unmet, double benefit,
+                 std::vector<PausedDecision>& out) {
+    unmet -= std::max<int64_t>(0, in.host_freeing_blocks);
+    int64_t disk = std::max<int64_t>(0, in.free_disk_blocks);
+    if (unmet <= 0 || disk <= 0) return;
+    spills_.clear();
+    for (size_t i = 0; i < in.paused.size(); ++i) {
+      const PausedView& p = in.paused[i];
+      // Only KV wholly off the device: a device part left beside a disk copy could later
+      // leave only by a discard.
+      if (!p.spillable || p.host_tokens <= 0 || device_part(p) > 0) continue;
+      if (out[i].action != KvAction::preserve) continue;
+      const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
+      if (!(t_int > cost_.t_disk_write(p.host_tokens))) continue;
+      WasteInputs wi;
+      wi.context_tokens = p.host_tokens;
+      wi.expected_remaining = t_int;
+      const double w = compute_waste(cost_, wi).spill;
+      if (!(w < benefit)) continue;
+      spills_.push_back({i, w});
+    }
+    std::stable_sort(spills_.begin(), spills_.end(),
+                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
+    for (const Spill& sp : spills_) {
+      if (unmet <= 0) break;
+      const PausedView& p = in.paused[sp.index];
+      const int64_t blocks = blocks_for(p.host_tokens, in.block_size);
+      if (blocks > disk) continue;
+      out[sp.index].id = p.id;
+      out[sp.index].action = KvAction::spill;
+      disk -= blocks;
+      unmet -= blocks;
+    }
+  }
+  struct Spill {
+    size_t index = 0;
+    double waste = 0;
+  };
+  std::vector<Spill> spills_;
 
   const CostModel& cost_;
   const DurationEstimator& estimator_;

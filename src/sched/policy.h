@@ -11,7 +11,9 @@
 //                     then discard (Continuum-style)
 //   minwaste          InferCept: min(W_p, W_cd) per request, most wasteful first get the
 //                     per-step swap-out budget, the rest preserved or discarded, whichever
-//                     wastes less; re-decided every step
+//                     wastes less; re-decided every step. With a disk tier, a paused request
+//                     whose KV is on the host is spilled to disk when others need host blocks
+//                     and its spill waste (W_sp) is below what they would waste without them
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,10 @@ struct PausedView {
   std::string tool;
   int64_t context_tokens = 0;  // tokens whose KV exists (device + host)
   int64_t device_tokens = 0;   // of which on the device (a prefix)
-  int64_t host_tokens = 0;     // of which on the host (the suffix)
+  int64_t host_tokens = 0;     // of which in host blocks (the suffix)
+  int64_t disk_tokens = 0;     // of which on disk, or on their way there or back
+  // Its host blocks may be spilled now: a disk tier exists and no disk job is running on it.
+  bool spillable = false;
   double elapsed = 0;          // seconds since the call
   std::optional<double> hint;  // expected duration given by the client, if any
 };
@@ -56,9 +61,15 @@ struct PolicyInput {
   bool memory_pressure = false;
   // How many device blocks that next request lacks (Scheduler::memory_deficit_blocks()).
   int64_t deficit_blocks = 0;
+  // The disk tier (0 without one): blocks its budget still takes; host blocks resumed
+  // requests wait for to restore their KV from disk; host blocks spills in flight will free.
+  int64_t free_disk_blocks = 0;
+  int64_t host_demand_blocks = 0;
+  int64_t host_freeing_blocks = 0;
 };
 
-enum class KvAction { preserve, swap_out, discard };
+// spill: the request's host blocks go to the disk tier (freed once the write has ended).
+enum class KvAction { preserve, swap_out, discard, spill };
 
 struct PausedDecision {
   uint64_t id = 0;

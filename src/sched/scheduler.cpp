@@ -54,6 +54,7 @@ void Scheduler::finish(Sequence* seq) {
   erase_from(waiting_, seq);
   erase_from(paused_, seq);
   erase_from(resuming_, seq);
+  forget_disk_copy(*seq);
   release_device_blocks(*seq);
   if (!seq->host_blocks.empty()) release_host_blocks(*seq);
   seq->state = SeqState::finished;
@@ -65,6 +66,7 @@ void Scheduler::intercept(Sequence* seq, InterceptionInfo info) {
   seq->state = SeqState::intercepted;
   seq->interception = std::move(info);
   seq->n_interceptions++;
+  seq->disk_refused = false;
   insert_by_arrival(paused_, seq);
 }
 
@@ -81,7 +83,7 @@ void Scheduler::resume(Sequence* seq, const std::vector<int32_t>& returned, doub
     seq->state = SeqState::waiting;
     release_device_blocks(*seq);
     insert_by_arrival(waiting_, seq);
-  } else if (!seq->host_blocks.empty()) {
+  } else if (!seq->host_blocks.empty() || seq->disk != DiskState::none) {
     seq->state = SeqState::intercepted;  // still not runnable: its KV is coming back
     insert_by_arrival(resuming_, seq);
   } else {
@@ -380,7 +382,75 @@ StepPlan Scheduler::schedule(double now) {
     plan_fair(plan, budget, recompute_chunk, now);
   plan.n_tokens = config_.max_tokens_per_step - budget;
   if (plan.n_tokens > 0) last_step_tokens_ = plan.n_tokens;
+  // Copies let go of since the last plan (and in this one) are removed after its jobs; KV
+  // dropped by a failed read since the last plan is counted with this one's.
+  plan.disk_drops.swap(disk_drops_);
+  plan.dropped_tokens += dropped_by_disk_;
+  dropped_by_disk_ = 0;
+  disk_drops_.clear();
   return plan;
+}
+
+void Scheduler::disk_done(const DiskDone& done) {
+  auto it = disk_copies_.find(done.copy);
+  CHECK_MSG(it != disk_copies_.end() && it->second.in_flight, "a disk job that was not running");
+  DiskCopy& c = it->second;
+  c.in_flight = false;
+  disk_in_flight_--;
+  Sequence* s = c.seq;
+  if (s == nullptr) {
+    // Its request let the KV go while the job ran: the blocks the job used go back now.
+    for (int32_t b : c.pinned) host_->release(b);
+    disk_copies_.erase(it);
+    return;
+  }
+  const int64_t bs = config_.block_size;
+  if (s->disk == DiskState::writing) {
+    host_freeing_blocks_ -= (int64_t)s->host_blocks.size();
+    if (!done.ok) {
+      disk_counters_.write_failures++;
+      s->disk_refused = true;
+    }
+    const bool resumed = std::find(resuming_.begin(), resuming_.end(), s) != resuming_.end();
+    if (done.ok && !resumed) {
+      // On disk now: the host blocks go back to the pool.
+      disk_counters_.spilled_blocks += c.blocks;
+      s->n_spilled += c.blocks * bs;
+      release_host_blocks(*s);
+      s->disk = DiskState::on_disk;
+      return;
+    }
+    // Failed (the KV stays on the host), or its tool answered while the write ran (the host
+    // blocks are where the swap-in wants them): the copy is not needed.
+    if (done.ok) disk_counters_.spills_undone++;
+    s->disk = DiskState::none;
+    s->disk_copy = 0;
+    s->disk_blocks = 0;
+    drop_disk_copy(done.copy);
+    trim_host_suffix(*s);
+    return;
+  }
+  CHECK(s->disk == DiskState::reading);
+  s->disk = DiskState::none;
+  s->disk_copy = 0;
+  s->disk_blocks = 0;
+  drop_disk_copy(done.copy);
+  if (done.ok) {
+    disk_counters_.restored_blocks += c.blocks;
+    s->n_restored += c.blocks * bs;
+    trim_host_suffix(*s);
+    return;
+  }
+  // A read that failed (I/O error, a corrupted or vanished file): the KV is recomputed.
+  disk_counters_.read_failures++;
+  StepPlan ignored;
+  drop_kv(*s, ignored);
+  dropped_by_disk_ += ignored.dropped_tokens;
+  if (std::find(resuming_.begin(), resuming_.end(), s) != resuming_.end()) {
+    erase_from(resuming_, s);
+    s->state = SeqState::waiting;
+    insert_by_arrival(waiting_, s);
+  }
 }
 
 void Scheduler::commit(const StepPlan& plan) {
@@ -406,6 +476,20 @@ void Scheduler::check_invariants() const {
   std::vector<int32_t> dev_holders((size_t)device_.n_blocks(), 0);
   std::vector<int32_t> host_holders(host_ != nullptr ? (size_t)host_->n_blocks() : 0, 0);
   for (int32_t b : pinned_host_) host_holders[(size_t)b]++;
+  // The disk tier: copies' blocks add up to what the budget counts, and host blocks of
+  // let-go copies stay held until their jobs end.
+  int64_t disk_blocks = 0, in_flight = 0;
+  for (const auto& [id, c] : disk_copies_) {
+    if (!c.dropped) disk_blocks += c.blocks;
+    in_flight += c.in_flight ? 1 : 0;
+    CHECK(c.in_flight || !c.dropped);  // a dropped copy is kept only while its job runs
+    CHECK(c.seq == nullptr || (c.seq->disk != DiskState::none && c.seq->disk_copy == id));
+    CHECK(c.seq != nullptr || c.pinned.empty() || c.in_flight);
+    for (int32_t b : c.pinned) host_holders[(size_t)b]++;
+  }
+  CHECK_EQ(disk_blocks, disk_used_blocks_);
+  CHECK_LE(disk_used_blocks_, config_.disk_blocks);
+  CHECK_EQ(in_flight, disk_in_flight_);
   auto count = [&](const Sequence* s) {
     for (int32_t b : s->blocks.blocks) dev_holders[(size_t)b]++;
     for (int32_t b : s->host_blocks) host_holders[(size_t)b]++;
@@ -413,19 +497,28 @@ void Scheduler::check_invariants() const {
     CHECK_LE(s->cache_keys.size(), s->blocks.blocks.size());
     for (size_t i = 0; i < s->cache_keys.size(); ++i)
       CHECK_EQ(cache_->key_of_block(s->blocks.blocks[i]), s->cache_keys[i]);
-    // The KV that exists is covered by the blocks that hold it.
-    CHECK_LE(s->n_computed, (int64_t)(s->blocks.blocks.size() + s->host_blocks.size()) * bs);
+    // The KV that exists is covered by the blocks that hold it (on disk: the copy's).
+    const size_t off_device = s->on_disk() ? (size_t)s->disk_blocks : s->host_blocks.size();
+    CHECK_LE(s->n_computed, (int64_t)(s->blocks.blocks.size() + off_device) * bs);
+    if (s->disk != DiskState::none) {
+      CHECK(s->state == SeqState::intercepted);
+      const DiskCopy& c = disk_copies_.at(s->disk_copy);
+      CHECK(c.seq == s && !c.dropped && c.blocks == s->disk_blocks);
+      CHECK_EQ(c.in_flight, s->disk == DiskState::writing || s->disk == DiskState::reading);
+      if (s->on_disk()) CHECK(s->host_blocks.empty());
+      if (s->disk == DiskState::reading) CHECK_EQ((int64_t)s->host_blocks.size(), s->disk_blocks);
+    }
     CHECK_LE(s->n_computed, (int64_t)s->tokens.size());
   };
   for (const Sequence* s : running_) {
     CHECK(s->state == SeqState::running);
-    CHECK(s->host_blocks.empty());
+    CHECK(s->host_blocks.empty() && s->disk == DiskState::none);
     CHECK_GE((int64_t)s->blocks.blocks.size() * bs, s->n_computed);
     count(s);
   }
   for (const Sequence* s : waiting_) {
     CHECK(s->state == SeqState::waiting);
-    CHECK(s->blocks.blocks.empty() && s->host_blocks.empty());
+    CHECK(s->blocks.blocks.empty() && s->host_blocks.empty() && s->disk == DiskState::none);
     CHECK_EQ(s->n_computed, 0);
   }
   for (const Sequence* s : paused_) {
@@ -434,7 +527,7 @@ void Scheduler::check_invariants() const {
   }
   for (const Sequence* s : resuming_) {
     CHECK(s->state == SeqState::intercepted);
-    CHECK(!s->host_blocks.empty());
+    CHECK(!s->host_blocks.empty() || s->on_disk());
     count(s);
   }
   if (cache_ != nullptr) cache_->check_invariants();

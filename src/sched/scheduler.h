@@ -1,7 +1,8 @@
 // The step planner: continuous batching with chunked prefill under a per-step token budget,
 // preemption by recomputation when the KV cache runs out (a request never fails for lack of
 // memory), and the KV of paused (intercepted) requests moved between the device and host
-// tiers as the interception policy decides, under a per-step swap budget.
+// tiers as the interception policy decides, under a per-step swap budget; with a disk tier,
+// the host part of a paused request's KV spilled to disk and restored when it resumes.
 //
 // Pure logic: input is the sequences, the block allocators of both tiers, the policy and
 // the clock; output is a plan (which sequences run, how many of their tokens, which blocks
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -50,6 +52,32 @@ struct SchedulerConfig {
   // and a request admitted with nothing computed starts from the longest cached prefix of
   // its tokens (all but the last, in whole blocks). Off, every request computes its prompt.
   bool prefix_cache = false;
+  // The disk tier (kv/disk_tier.h) in host blocks: how many blocks of paused requests' host
+  // KV its budget holds. 0 = no disk tier (nothing is ever spilled).
+  int64_t disk_blocks = 0;
+};
+
+// The disk tier's moves and failures (Scheduler::disk_counters), in blocks.
+struct DiskCounters {
+  int64_t spilled_blocks = 0;   // written host -> disk (writes that ended well)
+  int64_t restored_blocks = 0;  // read disk -> host (reads that ended well)
+  int64_t write_failures = 0;   // writes that failed (the KV stayed on the host)
+  int64_t read_failures = 0;    // reads that failed (the KV was dropped: recomputed)
+  int64_t spills_undone = 0;    // writes that ended after their request had resumed
+};
+
+// One job of the disk tier: host blocks -> disk copy `copy` (a spill), or the copy -> host
+// blocks (a restore). The blocks are in the KV's order; the job runs beside the steps and
+// ends in a later one (Scheduler::disk_done).
+struct DiskMove {
+  uint64_t copy = 0;
+  std::vector<int32_t> host_blocks;
+};
+
+// A disk job that ended: the copy it was for (a copy has at most one job at a time).
+struct DiskDone {
+  uint64_t copy = 0;
+  bool ok = false;
 };
 
 struct PrefixCacheCounters {
@@ -85,9 +113,18 @@ struct StepPlan {
   std::vector<BlockMove> swap_in;
   std::vector<BlockMove> swap_out;
   bool sync_swap = false;  // a whole-context synchronous swap (the `swap` policy) is in it
+  // The disk tier's jobs, started after the step's copies: spills (host -> disk), restores
+  // (disk -> host), and copies no longer needed (their files removed, after any job on them).
+  std::vector<DiskMove> spill_out;
+  std::vector<DiskMove> spill_in;
+  std::vector<uint64_t> disk_drops;
+  int64_t n_spill_decisions = 0;
   int64_t n_discards = 0, n_swap_decisions = 0, n_preserve_decisions = 0;
   int64_t n_swap_preemptions = 0;  // preempted sequences whose KV went to the host tier
-  bool empty() const { return scheduled.empty() && swap_out.empty() && swap_in.empty(); }
+  bool empty() const {
+    return scheduled.empty() && swap_out.empty() && swap_in.empty() && spill_out.empty() &&
+           spill_in.empty() && disk_drops.empty();
+  }
 };
 
 // What a plan's forward pass carries, as CostModel::step_seconds prices it: its rows, the
@@ -143,6 +180,16 @@ class Scheduler {
   StepPlan schedule(double now);
   // Records that the plan ran: n_computed advances.
   void commit(const StepPlan& plan);
+  // A disk job of an earlier plan ended (between steps). A spill that ended well frees its
+  // host blocks (the KV is on disk now); one that failed leaves the KV on the host. A
+  // restore that ended well leaves the KV in its host blocks, to be swapped in; one that
+  // failed drops the KV (the request recomputes it, never fails).
+  void disk_done(const DiskDone& done);
+  const DiskCounters& disk_counters() const { return disk_counters_; }
+  // Disk-tier blocks held by copies (on disk or being written or read).
+  int64_t disk_used_blocks() const { return disk_used_blocks_; }
+  // Disk jobs planned and not yet reported done.
+  int64_t disk_jobs_in_flight() const { return disk_in_flight_; }
 
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
@@ -184,6 +231,15 @@ class Scheduler {
   void swap_in_resuming(StepPlan& plan, int64_t& swap_budget);
   bool free_a_paused_block(StepPlan& plan);
   bool memory_pressure() const;
+  // The disk tier (kv_moves.cpp): plans the spill of a paused request's host blocks, the
+  // restore of a resumed one's copy, and forgets a request's copy when its KV is dropped
+  // (host blocks a job still uses are kept until it ends).
+  void plan_spill(Sequence& s, StepPlan& plan);
+  bool plan_restore(Sequence& s, StepPlan& plan);
+  void forget_disk_copy(Sequence& s);
+  void drop_disk_copy(uint64_t copy);
+  // Host blocks past what n_computed needs (a truncation while a disk job ran) go back.
+  void trim_host_suffix(Sequence& s);
   // The prefix cache (prefix_cache.cpp in sched/): a waiting sequence with nothing computed
   // takes the longest cached prefix of its tokens; one that is then not admitted gives it
   // back; committed full blocks are indexed; idle cached blocks are evicted for room.
@@ -231,6 +287,22 @@ class Scheduler {
   std::deque<Sequence*> waiting_;    // arrival order
   std::vector<Sequence*> paused_;    // intercepted, tool not yet answered; arrival order
   std::vector<Sequence*> resuming_;  // answered, KV partly on the host; arrival order
+  // The disk tier's bookkeeping (no storage: the plan's DiskMoves are executed elsewhere).
+  struct DiskCopy {
+    Sequence* seq = nullptr;  // null once its request let it go (dropped KV, finished)
+    int64_t blocks = 0;
+    bool in_flight = false;       // a write or read is running
+    bool dropped = false;         // in plan.disk_drops already; its blocks left disk_used_blocks_
+    std::vector<int32_t> pinned;  // host blocks of a let-go copy that its job still uses
+  };
+  std::map<uint64_t, DiskCopy> disk_copies_;
+  std::vector<uint64_t> disk_drops_;  // for the next plan
+  uint64_t next_disk_copy_ = 1;
+  int64_t disk_used_blocks_ = 0;
+  int64_t disk_in_flight_ = 0;
+  int64_t host_freeing_blocks_ = 0;  // host blocks spills in flight will free
+  int64_t dropped_by_disk_ = 0;      // tokens failed reads dropped, for the next plan
+  DiskCounters disk_counters_;
   int64_t long_chunk_ = 1;
   bool long_prefills_yielded_ = false;
   double preserved_token_seconds_ = 0.0;  // the last fair plan left its long prefills out

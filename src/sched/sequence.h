@@ -6,7 +6,8 @@
 // Life cycle: waiting -> running -> intercepted (paused for a tool) -> resumed (the tool
 // answered, its tokens appended) -> running ... -> finished. While intercepted, the KV is a
 // prefix on the device (`blocks`) and the rest on the host (`host_blocks`), or gone; the
-// policy moves it between the two every step.
+// policy moves it between the two every step. With a disk tier the host suffix may go on to a
+// disk copy (DiskState) and come back into host blocks before it is swapped in.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +21,14 @@
 namespace infercept {
 
 enum class SeqState { waiting, running, intercepted, finished };
+
+// Where the suffix after the device prefix of a paused request's KV is, with a disk tier:
+//   none     in `host_blocks` (or nowhere: everything on the device, or dropped)
+//   writing  in `host_blocks`, being written to disk copy `disk_copy` (the blocks are read
+//            by the write and stay held until it ends)
+//   on_disk  in disk copy `disk_copy` only (`disk_blocks` blocks); `host_blocks` is empty
+//   reading  being read from the copy into `host_blocks` (reserved, disk_blocks of them)
+enum class DiskState { none, writing, on_disk, reading };
 
 struct InterceptionInfo {
   std::string tool;
@@ -41,6 +50,10 @@ struct Sequence {
   std::vector<int32_t> host_blocks;  // host blocks holding the positions after `blocks`
   SeqState state = SeqState::waiting;
   std::optional<InterceptionInfo> interception;  // set while intercepted
+  DiskState disk = DiskState::none;
+  uint64_t disk_copy = 0;     // the disk copy's id (the scheduler's) while disk != none
+  int64_t disk_blocks = 0;    // blocks the copy holds (it may hold more than n_computed needs)
+  bool disk_refused = false;  // a spill of this pause failed: not tried again before the next
 
   // The prefix cache (Scheduler with SchedulerConfig::prefix_cache): the namespace whose
   // cached KV this sequence may share, and the keys of its leading device blocks that the
@@ -56,6 +69,8 @@ struct Sequence {
   int64_t n_recomputed = 0;              // tokens whose KV was dropped and had to be computed again
   int64_t n_swapped_out = 0;             // tokens copied device -> host (in whole blocks)
   int64_t n_swapped_in = 0;              // tokens copied host -> device (in whole blocks)
+  int64_t n_spilled = 0;                 // tokens written host -> disk (whole blocks, written)
+  int64_t n_restored = 0;                // tokens read disk -> host (whole blocks, read)
   double preserved_token_seconds = 0.0;  // device tokens held while paused, over time
   int64_t n_interceptions = 0;
 
@@ -65,7 +80,9 @@ struct Sequence {
   int64_t device_tokens(int64_t block_size) const {
     return std::min<int64_t>(n_computed, (int64_t)blocks.blocks.size() * block_size);
   }
+  // Tokens whose KV is off the device: in host blocks, or with a disk tier on disk.
   int64_t host_tokens(int64_t block_size) const { return n_computed - device_tokens(block_size); }
+  bool on_disk() const { return disk == DiskState::on_disk; }
   bool is_recomputing() const { return n_computed < n_computed_peak; }
   bool is_paused() const { return state == SeqState::intercepted; }
 };

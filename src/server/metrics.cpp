@@ -78,6 +78,7 @@ void sample(std::string& out, const std::string& name, const std::string& labels
 
 const char* PausedSeqInfo::tier() const {
   if (device_tokens + host_tokens == 0) return "released";
+  if (on_disk) return "disk";
   return host_tokens > 0 ? "host" : "device";
 }
 
@@ -98,6 +99,8 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
   s.host_blocks_cached = sch.cached_host_blocks();
   s.device_blocks_idle = core.allocator().n_idle_cached();
   s.host_blocks_idle = core.host_allocator().n_idle_cached();
+  s.disk_blocks_used = sch.disk_used_blocks();
+  s.disk_blocks_total = sch.config().disk_blocks;
   s.kv_bytes_per_token = core.cost_model().kv_bytes_per_token;
   s.policy = core.config().policy;
   s.estimator = core.config().estimator;
@@ -107,6 +110,7 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
     p.id = seq->id;
     p.device_tokens = seq->device_tokens(s.block_size);
     p.host_tokens = seq->host_tokens(s.block_size);
+    p.on_disk = seq->disk != DiskState::none;
     p.tokens = (int64_t)seq->tokens.size();
     if (seq->interception) {
       p.tool = seq->interception->tool;
@@ -118,6 +122,8 @@ EngineSnapshot take_snapshot(const EngineCore& core) {
       s.paused_device++;
     else if (tier == "host")
       s.paused_host++;
+    else if (tier == "disk")
+      s.paused_disk++;
     else
       s.paused_released++;
     s.paused_seqs.push_back(std::move(p));
@@ -289,9 +295,10 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   header(o, p + "num_requests_waiting", "gauge", "Requests waiting to be admitted.");
   sample(o, p + "num_requests_waiting", "", (double)s.waiting);
   header(o, p + "num_requests_intercepted", "gauge",
-         "Requests paused for a tool, by where their KV cache is (device, host, released).");
+         "Requests paused for a tool, by where their KV cache is (device, host, disk, released).");
   sample(o, p + "num_requests_intercepted", "tier=\"device\"", (double)s.paused_device);
   sample(o, p + "num_requests_intercepted", "tier=\"host\"", (double)s.paused_host);
+  sample(o, p + "num_requests_intercepted", "tier=\"disk\"", (double)s.paused_disk);
   sample(o, p + "num_requests_intercepted", "tier=\"released\"", (double)s.paused_released);
   header(o, p + "num_requests_resuming", "gauge",
          "Resumed requests whose KV is coming back from the host.");
@@ -317,6 +324,10 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"used\"", (double)s.host_blocks_used);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"cached\"", (double)s.host_blocks_idle);
   sample(o, p + "kv_cache_blocks", "tier=\"host\",state=\"total\"", (double)s.host_blocks_total);
+  if (s.disk_blocks_total > 0) {
+    sample(o, p + "kv_cache_blocks", "tier=\"disk\",state=\"used\"", (double)s.disk_blocks_used);
+    sample(o, p + "kv_cache_blocks", "tier=\"disk\",state=\"total\"", (double)s.disk_blocks_total);
+  }
   header(o, p + "kv_cached_blocks", "gauge",
          "KV blocks the prefix cache indexes, by tier (held by requests, or idle and "
          "evictable).");
@@ -407,6 +418,21 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
          (double)st.swapped_out_tokens * s.kv_bytes_per_token);
   sample(o, p + "swapped_bytes_total", "direction=\"in\"",
          (double)st.swapped_in_tokens * s.kv_bytes_per_token);
+  header(o, p + "disk_tier_blocks_total", "counter",
+         "KV blocks moved by the disk tier's jobs that ended well (spill: host to disk; "
+         "restore: disk to host).");
+  sample(o, p + "disk_tier_blocks_total", "direction=\"spill\"",
+         (double)(st.spilled_tokens / std::max<int64_t>(1, s.block_size)));
+  sample(o, p + "disk_tier_blocks_total", "direction=\"restore\"",
+         (double)(st.restored_tokens / std::max<int64_t>(1, s.block_size)));
+  header(o, p + "disk_tier_bytes_total", "counter", "Bytes of KV the disk tier wrote and read.");
+  sample(o, p + "disk_tier_bytes_total", "direction=\"spill\"", st.spilled_bytes);
+  sample(o, p + "disk_tier_bytes_total", "direction=\"restore\"", st.restored_bytes);
+  header(o, p + "disk_tier_failures_total", "counter",
+         "Disk-tier jobs that failed (a write: the KV stayed on the host; a read: it was "
+         "recomputed).");
+  sample(o, p + "disk_tier_failures_total", "op=\"write\"", (double)st.disk_write_failures);
+  sample(o, p + "disk_tier_failures_total", "op=\"read\"", (double)st.disk_read_failures);
   header(o, p + "swap_seconds_total", "counter", "Time spent copying between the KV tiers.");
   sample(o, p + "swap_seconds_total", "", st.swap_seconds);
   header(o, p + "waste_byte_seconds_total", "counter",
@@ -419,6 +445,7 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "policy_decisions_total", "strategy=\"preserve\"", (double)st.preserve_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"swap\"", (double)st.swap_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"discard\"", (double)st.discard_decisions);
+  sample(o, p + "policy_decisions_total", "strategy=\"spill\"", (double)st.spill_decisions);
   header(o, p + "num_preemptions_total", "counter",
          "Running requests preempted for lack of KV blocks.");
   sample(o, p + "num_preemptions_total", "", (double)st.preemptions);
@@ -476,7 +503,10 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
         {"waiting", s.waiting},
         {"resuming", s.resuming},
         {"intercepted",
-         {{"device", s.paused_device}, {"host", s.paused_host}, {"released", s.paused_released}}},
+         {{"device", s.paused_device},
+          {"host", s.paused_host},
+          {"disk", s.paused_disk},
+          {"released", s.paused_released}}},
         {"open_interceptions", visible_paused},
         {"finished", finished}}},
       {"kv",
@@ -496,7 +526,8 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
       {"decisions",
        {{"preserve", st.preserve_decisions},
         {"swap", st.swap_decisions},
-        {"discard", st.discard_decisions}}},
+        {"discard", st.discard_decisions},
+        {"spill", st.spill_decisions}}},
       {"waste",
        {{"recompute", st.waste_recompute},
         {"preserve", st.waste_preserve},
@@ -507,7 +538,9 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
         {"cached", cached_tokens_},
         {"recomputed", st.recomputed_tokens},
         {"swapped_out", st.swapped_out_tokens},
-        {"swapped_in", st.swapped_in_tokens}}},
+        {"swapped_in", st.swapped_in_tokens},
+        {"spilled", st.spilled_tokens},
+        {"restored", st.restored_tokens}}},
       {"latency", {{"ttft", ttft_.to_json()}, {"itl", itl_.to_json()}, {"e2e", e2e_.to_json()}}},
       {"interceptions",
        {{"paused", pauses_},

@@ -32,13 +32,16 @@ struct PausedSeqInfo {
   double waited_s = 0.0;
   bool expired = false;      // the engine released its KV (interception timeout)
   bool resuming = false;     // answered, KV coming back from the host
-  const char* tier() const;  // "device", "host" or "released"
+  bool on_disk = false;      // its host part is in the disk tier (or on its way there)
+  const char* tier() const;  // "device", "host", "disk" or "released"
 };
 
 struct EngineSnapshot {
   EngineStats stats;
   int64_t running = 0, waiting = 0, paused = 0, resuming = 0;
-  int64_t paused_device = 0, paused_host = 0, paused_released = 0;
+  int64_t paused_device = 0, paused_host = 0, paused_disk = 0, paused_released = 0;
+  // The disk tier: blocks its copies hold and what its budget holds (0: no disk tier).
+  int64_t disk_blocks_used = 0, disk_blocks_total = 0;
   int64_t device_blocks_used = 0, device_blocks_total = 0;
   int64_t host_blocks_used = 0, host_blocks_total = 0;
   // Blocks the prefix cache indexes per tier (Scheduler::cached_device_blocks/_host_blocks).

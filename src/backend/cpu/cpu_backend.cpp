@@ -47,6 +47,9 @@ class CpuKvStorage final : public KvStorage {
   uint8_t* v(int64_t layer) { return v_[(size_t)layer].get(); }
   const uint8_t* k(int64_t layer) const { return k_[(size_t)layer].get(); }
   const uint8_t* v(int64_t layer) const { return v_[(size_t)layer].get(); }
+  uint8_t* host_plane(int64_t plane) const override {
+    return (plane % 2 == 0 ? k_ : v_)[(size_t)(plane / 2)].get();
+  }
 
  private:
   KvGeometry g_;

@@ -34,6 +34,9 @@ class CudaKvStorage final : public KvStorage {
   char* v(int64_t l) const { return base_ + (size_t)(2 * l + 1) * plane_bytes(); }
   char** planes() const { return d_planes_; }  // device array of 2 * n_layers pointers
   bool host() const { return host_; }
+  uint8_t* host_plane(int64_t plane) const override {
+    return host_ ? reinterpret_cast<uint8_t*>(base_ + (size_t)plane * plane_bytes()) : nullptr;
+  }
 
  private:
   KvGeometry g_;
