@@ -6,6 +6,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -662,6 +663,13 @@ std::vector<RequestOutput> EngineCore::step() {
   outputs_.clear();
   const StepTiming timing = loop_->step(now(), *executor_, *requests_);
   if (config_.virtual_step_seconds > 0.0) virtual_now_ += timing.duration();
+  // A step with nothing to compute or copy while disk jobs run (a restore the only work
+  // left) would come straight back: the serving loop would spin on empty steps for the
+  // read's whole duration (tens to hundreds of ms). Give the I/O thread half a millisecond
+  // instead, a small fraction of any restore.
+  if (timing.forward_seconds == 0.0 && timing.copy_seconds == 0.0 && outputs_.empty() &&
+      scheduler_->disk_jobs_in_flight() > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
   return std::move(outputs_);
 }
 
