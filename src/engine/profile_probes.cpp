@@ -41,6 +41,9 @@ std::vector<int32_t> blocks(int64_t first, int64_t count) {
   return b;
 }
 
+// The most blocks a copy-interference probe copies each way.
+constexpr int64_t kMaxCopyBlocks = 256;
+
 class Prober {
  public:
   Prober(LlamaModel& model, Backend& backend, KvStorage& device, KvStorage& host, int64_t bs,
@@ -130,18 +133,31 @@ class Prober {
 
   // Real KV in every block a probe reads (no NaNs or denormals to slow the CPU): one prefill
   // of valid positions into the first blocks, then block copies of those over the rest.
+  // Only the blocks the probes use (a card's pool may be tens of GB): the decode rows', the
+  // longest chunk's, the copies'.
   void fill_kv() {
     const int64_t x = std::min<int64_t>({model_.max_rows(), 512, n_blocks_ * bs_});
     const int64_t filled = BlockTable::blocks_for(x, bs_);
     timed(step({{blocks(0, filled), 0, x, true}}));
+    int64_t used =
+        row_blocks() * *std::max_element(o_.decode_batches.begin(), o_.decode_batches.end());
+    for (int64_t rows : o_.chunk_rows)
+      used = std::max(used, BlockTable::blocks_for(o_.chunk_context + rows, bs_));
+    used = std::min(n_blocks_, std::max(used, 4 * kMaxCopyBlocks + o_.copy_rows));
     std::vector<int32_t> src, dst;
-    for (int64_t b = filled; b < n_blocks_; ++b) {
+    for (int64_t b = filled; b < used; ++b) {
       src.push_back((int32_t)(b % filled));
       dst.push_back((int32_t)b);
+      if (dst.size() == 65536 || b + 1 == used) {  // the backend's index upload is bounded
+        backend_.copy_blocks(kv_, src, dst);
+        src.clear(), dst.clear();
+      }
     }
-    if (!dst.empty()) backend_.copy_blocks(kv_, src, dst);
     backend_.sync();
   }
+
+  // Blocks a decode row needs at the longest probed context (and its own token).
+  int64_t row_blocks() const { return BlockTable::blocks_for(o_.decode_context + 1, bs_); }
 
   // n decode rows, each holding `held` tokens in `per_row` blocks of its own.
   std::vector<ProbeSeq> decode_rows(int64_t n, int64_t held, int64_t per_row) const {
@@ -156,7 +172,7 @@ class Prober {
     std::vector<std::pair<int64_t, double>> d, a;
     for (int64_t n : o_.decode_batches) {
       if (!fits_step(n, n) || n > n_blocks_) continue;
-      const int64_t per_row = n_blocks_ / n;
+      const int64_t per_row = std::min(n_blocks_ / n, row_blocks());
       // The longest context whose blocks (with the row's own token) fit `per_row`.
       const int64_t c = std::min(o_.decode_context, per_row * bs_ - 1);
       const double t0 = best(step(decode_rows(n, 0, per_row)));
@@ -302,7 +318,7 @@ class Prober {
     const double block_seconds = cost_.t_swap(bs_);
     const double step_guess = cost_.t_decode(n);
     int64_t k = (int64_t)(0.5 * step_guess / block_seconds);
-    k = std::min({std::max<int64_t>(k, 1), int64_t{256}, host_blocks / 2, (n_blocks_ - n) / 4});
+    k = std::min({std::max<int64_t>(k, 1), kMaxCopyBlocks, host_blocks / 2, (n_blocks_ - n) / 4});
     if (k < 1) return;
     // Device blocks: [0, k) swapped in and read by row 0; [k, 2k) swapped out, row 1 storing
     // into the first; [2k, 3k) and [3k, 4k) the untouched copies'; then rows 2.. one each.
