@@ -33,10 +33,15 @@
 //     gives the bandwidth contention alone (written beside, for comparison). On the CPU the
 //     copies run on the engine thread before the step (a stall the simulator charges in
 //     full), so what the forward gains is ~0.
-// Budget: about 300 steps in all (D and a: 3 contexts x 7 batch sizes x 5 runs; chunks: 2 x 4
-// x 5; the rest ~50), plus filling the probed KV once (one prefill, then block copies): on a
-// card with an 8B model about 2-4 s against ~20 s to load the weights. Probes that do not fit
-// the pools or the step limits are left out (their terms stay absent), never an error.
+// Budget: about 250 steps in all (D and a: 3 contexts x 7 batch sizes x 5 runs; chunks: 2 x 4
+// x 5; kT 10; graph cache 15; first sight 24, up to 1,543 rows; copies ~20), plus filling the
+// probed KV once (one prefill, then block copies). On a card with an 8B model that is an
+// estimate of 3-6 s (decode steps of 8-15 ms, the largest chunks ~60 ms), against ~20 s to load
+// the weights: not yet timed on a card. On the 2-core development CPU with the 135M default
+// model the probes took 37 s (`INFERCEPT_LOG=info infercept profile --max-tokens-profiled 512
+// --kv-cache-tokens 140000`), the CPU's attention over 64 x 2,048 tokens being the bulk. Probes
+// that do not fit the pools or the step limits are left out (their terms stay absent), never an
+// error.
 #pragma once
 
 #include <cstdint>
