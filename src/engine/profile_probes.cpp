@@ -118,13 +118,18 @@ class Prober {
   }
 
   // Two untimed runs (on CUDA: the probe-and-eager pass, then the capture of a decode-only
-  // step) and the best of the repeats after them.
-  double best(const StepInput& in) {
+  // step), then the median of the repeats: what the engine's steps take as they come, where
+  // T_fwd's best-of-N is the floor (the simulator's clock adds up the steps of a run).
+  double typical(const StepInput& in) {
     timed(in);
     timed(in);
-    double b = 1e30;
-    for (int r = 0; r < std::max(1, o_.repeats); ++r) b = std::min(b, timed(in));
-    return b;
+    return repeated(in);
+  }
+  // The median of the repeats of `in`, with no warm-up.
+  double repeated(const StepInput& in) {
+    std::vector<double> t;
+    for (int r = 0; r < std::max(1, o_.repeats); ++r) t.push_back(timed(in));
+    return median(t);
   }
 
   bool fits_step(int64_t rows, int64_t seqs) const {
@@ -175,13 +180,13 @@ class Prober {
       const int64_t per_row = std::min(n_blocks_ / n, row_blocks());
       // The longest context whose blocks (with the row's own token) fit `per_row`.
       const int64_t c = std::min(o_.decode_context, per_row * bs_ - 1);
-      const double t0 = best(step(decode_rows(n, 0, per_row)));
+      const double t0 = typical(step(decode_rows(n, 0, per_row)));
       d.emplace_back(n, t0);
       if (c < 2 * bs_) continue;
       // Least squares of t against the context read, n x held, over held = 0, c/2, c.
       double sx = 0, sy = 0, sxx = 0, sxy = 0;
       for (int64_t held : {int64_t{0}, c / 2, c}) {
-        const double t = held == 0 ? t0 : best(step(decode_rows(n, held, per_row)));
+        const double t = held == 0 ? t0 : typical(step(decode_rows(n, held, per_row)));
         const double x = (double)(n * held);
         sx += x, sy += t, sxx += x * x, sxy += x * t;
       }
@@ -202,8 +207,8 @@ class Prober {
       const int64_t h = std::min(o_.chunk_context, n_blocks_ * bs_ - rows);
       if (h < 2 * bs_) continue;
       const auto table = blocks(0, BlockTable::blocks_for(h + rows, bs_));
-      const double t0 = best(step({{table, 0, rows, true}}));
-      const double th = best(step({{table, h, rows, true}}));
+      const double t0 = typical(step({{table, 0, rows, true}}));
+      const double th = typical(step({{table, h, rows, true}}));
       per_token.emplace_back(rows, (th - t0) / (double)h);
     }
     if (per_token.empty()) return;
@@ -229,7 +234,7 @@ class Prober {
       const int64_t cb = BlockTable::blocks_for(c, bs_);
       std::vector<ProbeSeq> seqs = {{blocks(0, cb), 0, c, false}};
       for (int64_t i = 0; i < d; ++i) seqs.push_back({blocks(cb + i, 1), 0, 1, true});
-      const double t = best(step(seqs));
+      const double t = typical(step(seqs));
       const double base = cost_.t_fwd(x);
       if (base > 0.0) ratios.push_back(t / base);
     }
@@ -260,8 +265,7 @@ class Prober {
     for (int64_t n : counts) {
       const StepInput in = step(decode_rows(n, 0, 1));
       const double t1 = timed(in), t2 = timed(in);
-      double replay = 1e30;
-      for (int r = 0; r < std::max(1, o_.repeats); ++r) replay = std::min(replay, timed(in));
+      const double replay = repeated(in);
       first.push_back(std::max(0.0, t1 - replay));
       second.push_back(std::max(0.0, t2 - replay));
     }
@@ -278,9 +282,7 @@ class Prober {
     auto first_over_later = [&](int64_t x) {
       const StepInput in = step({{blocks(0, BlockTable::blocks_for(x, bs_)), 0, x, true}});
       const double t1 = timed(in);
-      double later = 1e30;
-      for (int r = 0; r < std::max(1, o_.repeats); ++r) later = std::min(later, timed(in));
-      return t1 - later;
+      return t1 - repeated(in);
     };
     std::vector<double> extra;
     for (int64_t x : counts) {
@@ -296,18 +298,18 @@ class Prober {
   }
 
   // The forward pass of `in` with `k` blocks copied from `from` to `to` queued before it, as
-  // EngineCore::execute_swaps queues a step's copies; best of the repeats. A backend whose
-  // copies are not async has done them before the forward starts (the engine's stall).
+  // EngineCore::execute_swaps queues a step's copies; the median of the repeats. A backend
+  // whose copies are not async has done them before the forward starts (the engine's stall).
   double with_copy(const StepInput& in, const KvStorage& from, KvStorage& to,
                    const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
-    double b = 1e30;
+    std::vector<double> t;
     for (int r = 0; r < std::max(2, o_.repeats); ++r) {
       backend_.copy_blocks_between(from, to, src, dst);
       if (!backend_.copies_are_async()) backend_.sync();
-      b = std::min(b, timed(in, /*wait_copies=*/false));
+      t.push_back(timed(in, /*wait_copies=*/false));
       backend_.sync();  // the copies end outside the timed forward
     }
-    return b;
+    return median(t);
   }
 
   void probe_copies(ProbeResult& r) {
@@ -328,7 +330,7 @@ class Prober {
     // The host blocks get real KV first, so that what the swap-ins bring is no slower to read.
     backend_.copy_blocks_between(kv_, host_, blocks(0, 2 * k), blocks(0, 2 * k));
     backend_.sync();
-    const double base = best(in);
+    const double base = typical(in);
     const double tc = cost_.t_swap(k * bs_);
     const auto host_lo = blocks(0, k), host_hi = blocks(k, k);
     auto ratio = [&](double t) { return std::max(0.0, (t - base) / tc); };

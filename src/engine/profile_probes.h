@@ -1,7 +1,9 @@
 // Direct probes of the step terms the simulator prices beyond T_fwd(x) (CostModel::step_seconds
 // and EngineArtifacts), run by `infercept profile` on the engine's own model, backend and KV
 // pools: each term is a difference of steps built and timed here, never a fit to the step
-// traces of workload runs. What each probe runs, and what it gives:
+// traces of workload runs. Each point is the median of its timed runs after two untimed ones
+// (T_fwd keeps the profiler's best-of-N: a floor, which the policies read; the simulator adds
+// up steps as they come). What each probe runs, and what it gives:
 //   - D(n): a decode-only step of n one-row sequences at position 0 (each its own block), its
 //     rows sampled where the engine samples them (argmax on the backend); on CUDA the third
 //     and later runs replay the step's graph, as the engine's steady decode steps do.
@@ -21,7 +23,7 @@
 //     (Backend::step_graph_capacity). A backend that records no steps (the CPU) has no graph
 //     cache: both prices and the size are 0 without a probe.
 //   - first sight: a chunk step of a query-token count no other probe ran, its first run over
-//     its best later one, less the same for the nearest count already run (a change of shape
+//     its later ones, less the same for the nearest count already run (a change of shape
 //     alone), the median over the counts (on CUDA cuBLASLt's plan and lazy kernel loads; on
 //     the CPU measured as it comes, ~0 up to the machine's noise).
 //   - copy interference: a decode step whose first row attends over K blocks being swapped in
@@ -66,7 +68,7 @@ struct ProbeOptions {
   int64_t mixed_decode_rows = 16;                     // beside them
   int fresh_counts = 3;   // new sequence counts (graph cache) and row counts (first sight)
   int64_t copy_rows = 8;  // decode rows of the copy-interference step
-  int repeats = 3;        // best of this many timed runs per point
+  int repeats = 3;        // the median of this many timed runs per point
 };
 
 struct ProbeResult {
