@@ -279,10 +279,17 @@ class Prober {
     });
     // The first run of a count over its best later one, less the same for a count already
     // run (the nearest T_fwd sample): what a new count costs beyond a change of shape.
+    // A difference within the later runs' own spread is the machine's noise, not a cost (a
+    // loaded CPU scatters steps by tens of percent; a card by 1-3%).
+    double spread = 0.0;
     auto first_over_later = [&](int64_t x) {
       const StepInput in = step({{blocks(0, BlockTable::blocks_for(x, bs_)), 0, x, true}});
       const double t1 = timed(in);
-      return t1 - repeated(in);
+      std::vector<double> t;
+      for (int r = 0; r < std::max(2, o_.repeats); ++r) t.push_back(timed(in));
+      spread = std::max(
+          spread, *std::max_element(t.begin(), t.end()) - *std::min_element(t.begin(), t.end()));
+      return t1 - median(t);
     };
     std::vector<double> extra;
     for (int64_t x : counts) {
@@ -291,8 +298,10 @@ class Prober {
         if (std::llabs(s - x) < std::llabs(seen - x) && fits_step(s, 1) &&
             BlockTable::blocks_for(s, bs_) <= n_blocks_)
           seen = s;
+      spread = 0.0;
       const double fresh_extra = first_over_later(x);
-      extra.push_back(std::max(0.0, fresh_extra - first_over_later(seen)));
+      const double d = fresh_extra - first_over_later(seen);
+      extra.push_back(d > spread ? d : 0.0);
     }
     art.first_sight_seconds = median(extra);
   }

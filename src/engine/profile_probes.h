@@ -24,8 +24,9 @@
 //     cache: both prices and the size are 0 without a probe.
 //   - first sight: a chunk step of a query-token count no other probe ran, its first run over
 //     its later ones, less the same for the nearest count already run (a change of shape
-//     alone), the median over the counts (on CUDA cuBLASLt's plan and lazy kernel loads; on
-//     the CPU measured as it comes, ~0 up to the machine's noise).
+//     alone), 0 where that is within the later runs' spread (noise), the median over the
+//     counts (on CUDA cuBLASLt's plan and lazy kernel loads; on the CPU measured as it comes:
+//     a larger count's scratch is allocated and first touched, ~0).
 //   - copy interference: a decode step whose first row attends over K blocks being swapped in
 //     (a resumed request run in the step that brings it back) or whose second row stores into
 //     a block being swapped out (a step reusing what a swap-out frees), against the same step
