@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE simprof-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it:
 #                      this script's knobs (e.g. set:FWD_ARGS="--cuda-graphs off",
 #                      set:NCU_BATCH=32) and the log level (INFERCEPT_LOG). The engine and the
@@ -257,6 +257,26 @@ for stage in "$@"; do
       done
       cp "$dir".profile-* "$OUT/probe-$shape/" 2>/dev/null
       [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    simprof-*)  # simprof-SHAPE: `infercept profile` on the card (every step term the simulator
+      # prices, by direct probes on the engine: engine/profile_probes.h), then `infercept simulate
+      # --profile` with that file on the paper's mixed workload with bench/h200_paper.sh's flags,
+      # one JSON per point (SIMPROF_POINTS, POLICY:RATE), to lay beside that script's runs of the
+      # same points (bench/paper_report.py; the 15% check below saturation) with no fit to any
+      # run's step traces. PROFILE_ARGS: more profile flags (e.g. --probe-context 1024).
+      model_of "$stage"
+      log "profile on the card: $shape"
+      pf="$OUT/profile-$shape-$(tag).json"
+      /usr/bin/time -f "profile %e s (model load included)" timeout 300 $BIN/infercept profile --device cuda \
+        --kv-dtype bf16 --model "$dir" --gpu-memory-utilization 0.85 --swap-space-gb 4 --max-seqs 64 \
+        --out "$pf" ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/profile-$shape-$(tag).txt" | tail -12
+      for pt in ${SIMPROF_POINTS:-discard:2 minwaste:2 minwaste:4 discard:4 minwaste:6}; do
+        log "simulate with the card's profile: $shape mixed ${pt%%:*} ${pt##*:} req/s"
+        $BIN/infercept simulate --profile "$pf" --workload mixed --policy "${pt%%:*}" --rate "${pt##*:}" \
+          --duration 25 --drain 13 --seed "${SEED:-7}" --time-scale 0.1 --context-scale 1 \
+          --kv-cache-tokens 16384 --swap-space-gb 16 --max-batch-tokens 512 --max-seqs 64 \
+          --json "$OUT/sim-$shape-${pt/:/-}-$(tag).json" 2>&1 | tail -4
+      done
+      [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
     set:*) kv=${stage#set:}; export "${kv?}"  # a NAME set again replaces its tag; a value's commas tag as '+'
       TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v "^${kv%%=*}=" | paste -sd, -)
       TAGS="${TAGS:-}${TAGS:+,}${kv//,/+}"; log "from here on: $kv" ;;

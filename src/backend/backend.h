@@ -143,6 +143,10 @@ class Backend {
   virtual bool end_step() { return true; }
   // Steps run from a recording so far.
   virtual int64_t replayed_steps() const { return 0; }
+  // The most recorded steps the backend keeps at once (a CUDA graph cache's capacity, least
+  // recently used out); 0 for a backend that records none. The profiler writes it into the
+  // simulator's profile rather than a guess.
+  virtual int64_t step_graph_capacity() const { return 0; }
   // True when copy_blocks_between only queues the copies (a device backend with copy
   // streams): they then overlap the forward pass and the caller need not wait for them.
   virtual bool copies_are_async() const { return false; }

@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "engine/disk_mover.h"
 #include "engine/mask_worker.h"
+#include "engine/profile_file.h"
 #include "engine/profiler.h"
 #include "engine/request.h"
 #include "engine/tool_call.h"
@@ -299,8 +300,22 @@ Status EngineCore::load_cost_model() {
       }
       // Cache only a complete profile (a tiny test cache cannot measure the large steps).
       const bool complete = cost_.t_fwd_samples.size() == po.token_counts.size();
+      std::string text;
+      if (config.step_probes) {
+        TRY_ASSIGN(ProbeResult probes,
+                   probe_step_terms(*model_, *backend_, *kv_, *host_kv_, config.block_size,
+                                    config.max_seqs, *config.step_probes, cost_));
+        LOG_INFO("step-term probes: %.1f s", probes.seconds);
+        ProfileExtras extras;
+        extras.artifacts = probes.artifacts;
+        extras.copies_overlap = backend_->copies_are_async();
+        extras.copy_interference_untouched = probes.copy_interference_untouched;
+        extras.max_context = source_->config().max_context;
+        text = profile_file_json(cost_, extras);
+      } else {
+        text = cost_.to_json();
+      }
       if (FILE* f = complete ? std::fopen(cache.c_str(), "w") : nullptr) {
-        const std::string text = cost_.to_json();
         std::fwrite(text.data(), 1, text.size(), f);
         std::fclose(f);
       }

@@ -22,6 +22,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/result.h"
+#include "engine/profile_probes.h"
 #include "engine/row_sampling.h"
 #include "engine/sampling.h"
 #include "engine/step_loop.h"
@@ -113,6 +114,10 @@ struct EngineConfig {
   double disk_write_bytes_per_second = 0.0;
   double disk_read_bytes_per_second = 0.0;
   std::vector<int64_t> profile_tokens;  // token counts to measure; empty = a quick set
+  // When profiling: also probe the simulator's step terms and the engine's artifacts
+  // (profile_probes.h; `infercept profile`), written into the cache with them
+  // (profile_file.h). Absent: T_fwd, the bandwidth and the two quick step terms only.
+  std::optional<ProbeOptions> step_probes;
 };
 
 // The backend `config.device` names (cpu, cuda, cuda:N); a clear error when unavailable.

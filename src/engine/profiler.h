@@ -3,7 +3,8 @@
 // row reads, per extra sequence; CostModel::step_seconds) and the KV copy bandwidth between
 // the device and host tiers, and derives the saturation point S and the per-step swap budget
 // from them. Nothing about the machine is hard-coded: the interception policy reads only what
-// this measured.
+// this measured. `infercept profile` adds the simulator's step terms and the engine's
+// artifacts by direct probes (profile_probes.h).
 #pragma once
 
 #include <cstdint>

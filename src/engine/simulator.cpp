@@ -11,7 +11,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <queue>
 #include <random>
 #include <sstream>
@@ -377,26 +376,11 @@ Result<SimProfile> load_sim_profile(const std::string& name_or_path) {
   // `infercept profile` names its cache MODEL.profile-BACKEND-Nt.json; the CPU backend copies
   // on the engine thread, the CUDA one on copy streams under the forward pass.
   p.copies_overlap = name_or_path.find(".profile-cpu-") == std::string::npos;
-  // An optional key beside the profiler's (from_json ignores keys it does not know).
-  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (auto it = j.find("max_context"); it != j.end() && it->is_number_integer())
-    p.max_context = std::max<int64_t>(0, it->get<int64_t>());
-  // The engine's artifacts, as bench/step_fit.py --fit-artifacts writes them.
-  if (auto it = j.find("first_sight_seconds"); it != j.end() && it->is_number())
-    p.artifacts.first_sight_seconds = std::max(0.0, it->get<double>());
-  // [a, b] of two non-negative numbers under `key`, when the file has them.
-  auto read_pair = [&j](const char* key, double& a, double& b) {
-    if (auto it = j.find(key); it != j.end() && it->is_array() && it->size() == 2 &&
-                               (*it)[0].is_number() && (*it)[1].is_number()) {
-      a = std::max(0.0, (*it)[0].get<double>());
-      b = std::max(0.0, (*it)[1].get<double>());
-    }
-  };
-  read_pair("graph_miss_seconds", p.artifacts.new_batch_seconds, p.artifacts.second_batch_seconds);
-  if (auto it = j.find("graph_cache_entries"); it != j.end() && it->is_number_integer())
-    p.artifacts.graph_cache_entries = std::max<int64_t>(0, it->get<int64_t>());
-  read_pair("copy_interference", p.artifacts.copy_in_interference,
-            p.artifacts.copy_out_interference);
+  // The keys beside the cost model's (from_json ignores them): profile_file.h.
+  const ProfileExtras extras = read_profile_extras(text);
+  if (extras.copies_overlap) p.copies_overlap = *extras.copies_overlap;
+  p.max_context = extras.max_context;
+  p.artifacts = extras.artifacts;
   p.source = "cost-model file " + name_or_path;
   return p;
 }

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/profile_file.h"
 #include "engine/step_loop.h"
 #include "sched/cost_model.h"
 #include "sched/duration_estimator.h"
@@ -55,41 +56,6 @@
 namespace infercept {
 
 // A machine to simulate: a one-GPU (or CPU) cost model and the defaults that come with it.
-// What the CUDA engine pays that its scheduler does not see, so not terms of the cost model
-// (which the scheduler decides with): the built-in H200 profiles fit them along with the cost
-// model's terms, the 13B to its step probes (2026-12-01), the 7B to the step traces of paper runs
-// at another seed than the validation's (2026-12-03; docs/BENCHMARKS.md "The simulator against the
-// engine"); a cost-model JSON file may carry "first_sight_seconds", "graph_miss_seconds": [new,
-// second], "graph_cache_entries" and "copy_interference": [in, out]; all 0: none.
-struct EngineArtifacts {
-  // A step with chunks whose query-token count (its GEMMs' row count) the process has not run
-  // before: cuBLASLt's heuristic and a kernel's lazy load (docs/DESIGN.md, "The CUDA backend": GEMM
-  // plans). Counts in `seen_token_counts` count as run: an engine that profiled itself at start-up
-  // ran its profile's counts (1, 16, 64, 128, 256, 512), one that loaded the cached profile (every
-  // process after the first on a model) ran none, the default.
-  double first_sight_seconds = 0.0;
-  std::vector<int64_t> seen_token_counts;
-  // Decode-only steps and the CUDA graph cache: with graph_cache_entries 0, a step whose
-  // sequence count differs from the last decode-only step's pays new_batch_seconds (a new
-  // launch signature: probed, run eagerly), the step after it second_batch_seconds (captured
-  // and instantiated). With graph_cache_entries > 0 the cache itself (StepGraphCache: that many
-  // graphs, least recently used out, keyed here by the sequence count and the block tables'
-  // width): a cached key pays nothing, a key's first sight new_batch_seconds, its second
-  // second_batch_seconds.
-  double new_batch_seconds = 0.0;
-  double second_batch_seconds = 0.0;
-  int64_t graph_cache_entries = 0;
-  // Seconds a step's forward pass gains per second of swap-in (in) and swap-out (out) copy
-  // queued with it. The CUDA swap engine's copies run under the forward pass, but a layer that
-  // stores into a block a copy still reads or writes, or attends over a block being swapped
-  // in, waits for that layer's copy (cuda/swap_engine.h); where memory is tight the step
-  // reuses what a swap-out frees and runs what a swap-in brings at once. Step traces of the
-  // 7B near its knee: 0.15-0.34 s a second of copy (docs/BENCHMARKS.md, "The simulator against the
-  // engine").
-  double copy_in_interference = 0.0;
-  double copy_out_interference = 0.0;
-};
-
 struct SimProfile {
   std::string name;
   CostModel cost;              // T_fwd samples, KV bytes per token, copy bandwidth, S
@@ -111,8 +77,10 @@ struct SimProfile {
 // Built-in profiles measured on the lent H200 (bench-forward and the step traces named in
 // simulator.cpp; bf16 weights and KV): h200-llama2-7b, h200-llama3-8b, h200-llama2-13b.
 const std::vector<std::string>& builtin_sim_profile_names();
-// A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache). A file
-// whose name says it was profiled on the CPU (`.profile-cpu-`) copies synchronously.
+// A built-in name, or a path to a cost-model JSON file (`infercept profile`'s cache, with the
+// keys of profile_file.h). Its copies overlap the step as its "copies_overlap" says; an older
+// file without the key copies synchronously when its name says it was profiled on the CPU
+// (`.profile-cpu-`).
 Result<SimProfile> load_sim_profile(const std::string& name_or_path);
 
 // The tensor-parallel efficiency used when none is given: 0.9^log2(gpus).

@@ -90,7 +90,8 @@ struct CostModel {
   // One p per row bucket alone prices a bucket's short chunks like its longest.
   double chunk_row_context_seconds = 0.0;
   // kT: a step with a prefill chunk lasts kT x T_fwd(x) plus the terms above (what the
-  // engine's chunk steps cost over its profiled T_fwd, fitted to step traces). T_fwd itself
+  // engine's chunk steps cost over its profiled T_fwd: probed by `infercept profile`, a chunk
+  // beside decode rows; fitted to step traces for the built-in profiles). T_fwd itself
   // stays the profiled curve, because the scheduler's decisions read it (the waste terms,
   // the swap budget) as the engine's do: a simulation that scaled it would decide otherwise.
   double chunk_step_scale = 1.0;

@@ -86,6 +86,9 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return act_; }
   bool copies_are_async() const override { return true; }
   int64_t replayed_steps() const override { return graph_replays_ + graph_captures_; }
+  int64_t step_graph_capacity() const override {
+    return graphs_on_ ? (int64_t)cuda::StepGraphCache::kMaxGraphs : 0;
+  }
   int64_t free_memory_bytes() const override;
   int64_t total_memory_bytes() const override;
 
