@@ -238,6 +238,9 @@ TEST(Simulator, DiscardRecomputesAPausedContextExactlyOnce) {
   // 64, 64 (reaches 128 > 109), 2 (samples), then 9 decodes.
   const double after = tf(64) + tf(64) + tf(2) + 9 * tf(1);
   EXPECT_NEAR(d->records[0].end_s, before_pause + 5.0 + after, 1e-9);
+  // The resumed turn's first token comes with the chunk that samples.
+  ASSERT_EQ(d->resume_ttft_s.size(), 1u);
+  EXPECT_NEAR(d->resume_ttft_s[0], tf(64) + tf(64) + tf(2), 1e-9);
   EXPECT_EQ(d->stats.prompt_tokens_computed, 100 + 130);
 
   c.policy = "preserve";
@@ -247,6 +250,8 @@ TEST(Simulator, DiscardRecomputesAPausedContextExactlyOnce) {
   EXPECT_EQ(p->stats.recompute_rows, 0);
   // The last sampled token and the 20 returned ones run as one prefill chunk.
   EXPECT_NEAR(p->records[0].end_s, before_pause + 5.0 + tf(21) + 9 * tf(1), 1e-9);
+  ASSERT_EQ(p->resume_ttft_s.size(), 1u);
+  EXPECT_NEAR(p->resume_ttft_s[0], tf(21), 1e-9);
   EXPECT_GT(p->stats.waste_preserve, 0.0);
   EXPECT_EQ(p->records[0].output_tokens, 40);
   EXPECT_NEAR(p->records[0].interception_s, 5.0, 1e-9);

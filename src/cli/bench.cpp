@@ -293,14 +293,9 @@ nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, con
   j["waste_byte_seconds"] = {{"recompute", st.waste_recompute},
                              {"preserve", st.waste_preserve},
                              {"swap_stall", st.waste_swap_stall}};
-  const Percentiles resumed = percentiles(loop.resume_ttft());
   j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, loop.shared_prefix_tokens());
   j["disk_tier"] = disk_tier_json(st, !cfg.kv_disk_dir.empty());
-  j["resume_ttft_s"] = {{"mean", resumed.mean},
-                        {"p50", resumed.p50},
-                        {"p90", resumed.p90},
-                        {"p99", resumed.p99},
-                        {"count", (int64_t)loop.resume_ttft().size()}};
+  j["resume_ttft_s"] = resume_ttft_json(loop.resume_ttft());
   j["decode_step_s"] =
       st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
   j["decisions"] = {{"discard", st.discard_decisions},

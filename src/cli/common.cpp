@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "workload/metrics.h"
+
 namespace infercept::cli {
 
 void set_up_app(CLI::App& app, const std::string& example) {
@@ -143,6 +145,15 @@ void print_disk_tier(const StepStats& st) {
       (long long)st.spill_decisions, (long long)st.spilled_tokens, (long long)st.restored_tokens,
       st.spilled_bytes / 1e9, st.restored_bytes / 1e9, (long long)st.disk_write_failures,
       (long long)st.disk_read_failures, (long long)st.spills_undone);
+}
+
+nlohmann::json resume_ttft_json(const std::vector<double>& seconds) {
+  const Percentiles p = percentiles(seconds);
+  return {{"mean", p.mean},
+          {"p50", p.p50},
+          {"p90", p.p90},
+          {"p99", p.p99},
+          {"count", (int64_t)seconds.size()}};
 }
 
 nlohmann::json disk_tier_json(const StepStats& st, bool on) {

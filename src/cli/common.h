@@ -40,18 +40,21 @@ inline bool given(const CLI::Option* o) {
 // next to the binary's source tree.
 std::string default_model_path();
 
-// Engine flags: --model --threads --kv-cache-gb/--kv-cache-mb --kv-cache-tokens --block-size
-// --max-batch-tokens --max-partial-prefills --long-prefill-tokens --interrupt-prefill
-// --prefix-cache
-// --max-seqs --chat-template --kv-dtype --swap-space-gb/--swap-space-mb --policy --estimator
-// --interception-timeout --device --gpu-memory-utilization --cuda-graphs --cpu-numerics
-// --dtype. Bound to `config`'s fields where the units match, to the others here.
-// The prefix cache's counters as bench and simulate write them (--json).
 // The disk tier's counters (spills, restores, failures) for the JSON reports.
 nlohmann::json disk_tier_json(const StepStats& st, bool on);
 void print_disk_tier(const StepStats& st);
+// The prefix cache's counters as bench and simulate write them (--json).
 nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens);
+// Resumed turns' first token (seconds from each tool's answer to the request's next token):
+// mean, p50, p90, p99 and count, as bench and simulate write them (--json).
+nlohmann::json resume_ttft_json(const std::vector<double>& seconds);
 
+// Engine flags: --model --threads --kv-cache-gb/--kv-cache-mb --kv-cache-tokens --block-size
+// --max-batch-tokens --max-partial-prefills --long-prefill-tokens --interrupt-prefill
+// --prefix-cache --max-seqs --chat-template --kv-dtype --swap-space-gb/--swap-space-mb
+// --policy --estimator --interception-timeout --device --gpu-memory-utilization --cuda-graphs
+// --cpu-numerics --dtype --kv-disk-dir --kv-disk-gb. Bound to `config`'s fields where the
+// units match, to the others here.
 struct EngineFlags {
   EngineConfig config;
   int64_t threads = 0;

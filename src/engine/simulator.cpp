@@ -218,6 +218,7 @@ struct SimRequest {
   int64_t n_sampled = 0;
   int64_t max_tokens = 0;  // all generated tokens of the script
   double paused_at = 0.0;
+  double resumed_at = -1.0;  // the tool answered and no token has come since
   bool has_first_token = false;
   RequestRecord record;
 };
@@ -532,6 +533,10 @@ class SimRun : public StepRequests {
       r.has_first_token = true;
       r.record.first_token_s = end;
     }
+    if (r.resumed_at >= 0.0) {
+      res_.resume_ttft_s.push_back(end - r.resumed_at);
+      r.resumed_at = -1.0;
+    }
     r.record.output_tokens++;
     if (r.n_sampled >= r.max_tokens || (int64_t)s.tokens.size() >= limit_)
       return TokenOutcome::finish();
@@ -624,6 +629,7 @@ class SimRun : public StepRequests {
       sched_->resume(&r.seq, returned, t_);
       r.record.interception_s += t_ - r.paused_at;
       r.record.output_tokens += sg.return_tokens;
+      r.resumed_at = t_;
     }
   }
 

@@ -143,6 +143,9 @@ struct SimStats : StepStats {
 
 struct SimResult {
   std::vector<RequestRecord> records;  // one per admitted request, completed or not
+  // Seconds from each tool's answer to the resumed request's next token (as bench measures
+  // resumed turns' first token), in the order they came.
+  std::vector<double> resume_ttft_s;
   SimStats stats;
   std::vector<ToolStats> tools;      // what the estimator learned
   int64_t submitted = 0;             // requests admitted
