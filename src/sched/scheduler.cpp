@@ -398,6 +398,8 @@ void Scheduler::disk_done(const DiskDone& done) {
   c.in_flight = false;
   disk_in_flight_--;
   Sequence* s = c.seq;
+  // drop_disk_copy below may erase the entry `c` refers to: what is needed after it is copied.
+  const int64_t n_blocks = c.blocks;
   if (s == nullptr) {
     // Its request let the KV go while the job ran: the blocks the job used go back now.
     for (int32_t b : c.pinned) host_->release(b);
@@ -414,8 +416,8 @@ void Scheduler::disk_done(const DiskDone& done) {
     const bool resumed = std::find(resuming_.begin(), resuming_.end(), s) != resuming_.end();
     if (done.ok && !resumed) {
       // On disk now: the host blocks go back to the pool.
-      disk_counters_.spilled_blocks += c.blocks;
-      s->n_spilled += c.blocks * bs;
+      disk_counters_.spilled_blocks += n_blocks;
+      s->n_spilled += n_blocks * bs;
       release_host_blocks(*s);
       s->disk = DiskState::on_disk;
       return;
@@ -436,8 +438,8 @@ void Scheduler::disk_done(const DiskDone& done) {
   s->disk_blocks = 0;
   drop_disk_copy(done.copy);
   if (done.ok) {
-    disk_counters_.restored_blocks += c.blocks;
-    s->n_restored += c.blocks * bs;
+    disk_counters_.restored_blocks += n_blocks;
+    s->n_restored += n_blocks * bs;
     trim_host_suffix(*s);
     return;
   }
