@@ -371,13 +371,14 @@ TEST(Cli, BenchShowsProgressOnATerminal) {
 // Long agent sessions at CPU scale (a 164-token shared prefix, 3 tool calls a session, pauses
 // in milliseconds): every session completes, every one after the first finds the shared system
 // prompt in the prefix cache, and the trace written with --trace-out replays from its file
-// with the same shared prefix.
+// with the same shared prefix. (The drain is long so that a slow machine, a sanitizer build
+// among parallel tests, still finishes every session: bench stops as soon as all are done.)
 TEST(Cli, BenchSessionsCompleteAndHitThePrefixCache) {
   const std::string model = testing::default_model_path();
   const std::string base = ::testing::TempDir() + "/cli_sessions_" + std::to_string(getpid());
   const std::vector<std::string> common = {"bench", "--model",           model,  "--time-scale",
                                            "0.001", "--kv-cache-tokens", "4096", "--threads",
-                                           "2",     "--drain",           "60",   "--quiet"};
+                                           "2",     "--drain",           "600",  "--quiet"};
   auto bench = [&](std::vector<std::string> extra, const std::string& json_path) {
     std::vector<std::string> args = common;
     args.insert(args.end(), extra.begin(), extra.end());
