@@ -161,9 +161,11 @@ TEST_F(ProfileProbes, TheFilesArtifactsReachTheSimulatedClock) {
   auto end_with = [&](const EngineArtifacts& a) {
     SimConfig s;
     s.cost = p->cost;
-    // One prompt chunk whatever the probes measured: a saturation point measured small on a
-    // loaded machine would split the prompt into chunks of two row counts (two first sights).
+    // One prompt chunk whatever the probes measured: the chunking rules read the measured
+    // step times (the saturation point, the automatic long-prefill chunk), and on a slow or
+    // loaded machine they split the prompt into chunks of two row counts (two first sights).
     s.cost.saturation_tokens = 4096;
+    s.long_prefill_tokens = 4096;
     s.copies_overlap = p->copies_overlap;
     s.kv_cache_tokens = 4096;
     s.swap_space_tokens = 1024;
