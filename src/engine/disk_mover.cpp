@@ -8,6 +8,19 @@
 
 namespace infercept {
 
+Result<HostBlockPlanes> host_block_planes(KvStorage& host_kv) {
+  HostBlockPlanes planes;
+  const KvGeometry& g = host_kv.geometry();
+  for (int64_t p = 0; p < 2 * g.n_layers; ++p) {
+    uint8_t* plane = host_kv.host_plane(p);
+    if (plane == nullptr) return make_error("the backend's host KV pool is not in host memory");
+    planes.planes.push_back(plane);
+  }
+  planes.block_bytes = g.bytes_per_block_per_layer();
+  planes.n_blocks = (int32_t)g.n_blocks;
+  return planes;
+}
+
 TierDiskMover::TierDiskMover(DiskKvTier& tier, HostBlockPlanes planes,
                              std::function<void()> before_io)
     : tier_(tier), planes_(std::move(planes)), before_io_(std::move(before_io)) {}

@@ -15,10 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "core/result.h"
 #include "engine/step_loop.h"
 #include "kv/disk_tier.h"
 
 namespace infercept {
+
+// Where a host KV pool's blocks lie (KvStorage::host_plane for every plane); an error for a
+// pool that is not in host memory.
+Result<HostBlockPlanes> host_block_planes(KvStorage& host_kv);
 
 class TierDiskMover final : public DiskMover {
  public:

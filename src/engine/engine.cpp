@@ -224,15 +224,7 @@ Status EngineCore::create_disk_tier() {
   if (!(config.kv_disk_gb > 0.0) || !std::isfinite(config.kv_disk_gb))
     return make_error("--kv-disk-gb must be a positive size in GB with --kv-disk-dir (got ",
                       std::to_string(config.kv_disk_gb), ")");
-  HostBlockPlanes planes;
-  const KvGeometry& hg = host_kv_->geometry();
-  for (int64_t p = 0; p < 2 * hg.n_layers; ++p) {
-    uint8_t* plane = host_kv_->host_plane(p);
-    if (plane == nullptr) return make_error("the backend's host KV pool is not in host memory");
-    planes.planes.push_back(plane);
-  }
-  planes.block_bytes = hg.bytes_per_block_per_layer();
-  planes.n_blocks = (int32_t)hg.n_blocks;
+  TRY_ASSIGN(HostBlockPlanes planes, host_block_planes(*host_kv_));
   DiskKvTierOptions o;
   o.dir = config.kv_disk_dir;
   o.budget_bytes = (uint64_t)(config.kv_disk_gb * 1e9);
