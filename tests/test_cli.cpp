@@ -398,6 +398,17 @@ TEST(Cli, BenchSessionsCompleteAndHitThePrefixCache) {
   EXPECT_EQ(j["summary"]["completed"], submitted);
   EXPECT_EQ(j["skipped"], 0);
   EXPECT_GE(j["interceptions"].get<int64_t>(), submitted);
+  // Every resumed turn's first token is counted once under where its KV was.
+  const nlohmann::json& rt = j["resume_ttft_s"];
+  ASSERT_TRUE(rt["by_kv"].is_object()) << rt.dump();
+  int64_t by_kv = 0;
+  for (const auto& [place, p] : rt["by_kv"].items()) {
+    EXPECT_TRUE(place == "device" || place == "host" || place == "disk" || place == "recompute")
+        << place;
+    by_kv += p["count"].get<int64_t>();
+  }
+  EXPECT_GT(rt["count"].get<int64_t>(), 0);
+  EXPECT_EQ(by_kv, rt["count"].get<int64_t>()) << rt.dump();
   const nlohmann::json& pc = j["prefix_cache"];
   EXPECT_EQ(pc["shared_prefix_tokens"], 164);  // 8192 x 0.02
   // Every session but the first (and one arriving in the same step) reuses the full blocks of

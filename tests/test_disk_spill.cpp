@@ -135,6 +135,46 @@ TEST(SchedulerDiskTier, MinwasteSpillsWhenTheHostIsFullAndRestoresOnResume) {
   EXPECT_GT(h.sched->disk_counters().restored_blocks, 0);
 }
 
+// Prefetch: once A's tool is expected back within twice the read's time and the host has
+// room, minwaste reads A's KV back before the tool answers (not earlier), so the resume finds
+// it on the host and runs after a swap-in alone.
+TEST(SchedulerDiskTier, MinwastePrefetchesKvFromDiskBeforeTheToolIsDue) {
+  SpillHarness h;
+  h.cost.disk_read_bytes_per_second = 1e5;  // 40 tokens x 1 kB: 0.4 s to read back
+  Sequence* a = h.add(40);
+  h.run_and_pause(a, 100.0);
+  const double a_called = h.now;
+  Sequence* b = h.add(40);
+  h.run_and_pause(b, 1000.0);
+  for (int i = 0; i < 10 && !a->on_disk(); ++i) h.step();
+  ASSERT_TRUE(a->on_disk());
+  // B lets go of its KV (its client went away): the host pool has room again.
+  h.sched->release_paused(b);
+  // 50 s before A's tool is due: no read yet, whatever the room.
+  h.now = a_called + 50.0;
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(h.step().spill_in.empty());
+  EXPECT_TRUE(a->on_disk());
+  // 0.6 s before (under 2 x 0.4 s): the read is planned while A is still paused.
+  h.now = a_called + 99.4;
+  const StepPlan p = h.step();
+  ASSERT_EQ(p.spill_in.size(), 1u);
+  EXPECT_EQ(p.n_prefetches, 1);
+  EXPECT_EQ(a->disk, DiskState::reading);
+  EXPECT_TRUE(a->is_paused());
+  h.step();  // the read ends
+  EXPECT_EQ(a->disk, DiskState::none);
+  EXPECT_EQ(a->host_tokens(h.cfg.block_size), 40);
+  EXPECT_EQ(kv_place(*a, h.cfg.block_size), KvPlace::host);
+  // The tool answers: no disk job any more, straight to the swap-in.
+  h.sched->resume(a, {5, 5}, h.now);
+  for (int i = 0; i < 5 && a->state != SeqState::running; ++i)
+    EXPECT_TRUE(h.step().spill_in.empty());
+  ASSERT_EQ(a->state, SeqState::running);
+  EXPECT_EQ(a->n_recomputed, 0);
+  EXPECT_EQ(a->n_computed, 43);
+  EXPECT_GT(a->n_restored, 0);
+}
+
 // A write that fails (a full disk, an I/O error) leaves the KV where it was, on the host.
 TEST(SchedulerDiskTier, FailedWriteKeepsTheKvOnTheHost) {
   SpillHarness h;

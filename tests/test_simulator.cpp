@@ -239,8 +239,11 @@ TEST(Simulator, DiscardRecomputesAPausedContextExactlyOnce) {
   const double after = tf(64) + tf(64) + tf(2) + 9 * tf(1);
   EXPECT_NEAR(d->records[0].end_s, before_pause + 5.0 + after, 1e-9);
   // The resumed turn's first token comes with the chunk that samples.
-  ASSERT_EQ(d->resume_ttft_s.size(), 1u);
-  EXPECT_NEAR(d->resume_ttft_s[0], tf(64) + tf(64) + tf(2), 1e-9);
+  ASSERT_EQ(d->resume_ttft.all.size(), 1u);
+  EXPECT_NEAR(d->resume_ttft.all[0], tf(64) + tf(64) + tf(2), 1e-9);
+  // Its KV had been dropped: the resume is counted as a recomputation.
+  EXPECT_EQ(d->resume_ttft.of(KvPlace::recompute).size(), 1u);
+  EXPECT_TRUE(d->resume_ttft.of(KvPlace::device).empty());
   EXPECT_EQ(d->stats.prompt_tokens_computed, 100 + 130);
 
   c.policy = "preserve";
@@ -250,11 +253,21 @@ TEST(Simulator, DiscardRecomputesAPausedContextExactlyOnce) {
   EXPECT_EQ(p->stats.recompute_rows, 0);
   // The last sampled token and the 20 returned ones run as one prefill chunk.
   EXPECT_NEAR(p->records[0].end_s, before_pause + 5.0 + tf(21) + 9 * tf(1), 1e-9);
-  ASSERT_EQ(p->resume_ttft_s.size(), 1u);
-  EXPECT_NEAR(p->resume_ttft_s[0], tf(21), 1e-9);
+  ASSERT_EQ(p->resume_ttft.all.size(), 1u);
+  EXPECT_NEAR(p->resume_ttft.all[0], tf(21), 1e-9);
+  ASSERT_EQ(p->resume_ttft.of(KvPlace::device).size(), 1u);  // preserved whole
+  EXPECT_NEAR(p->resume_ttft.of(KvPlace::device)[0], tf(21), 1e-9);
   EXPECT_GT(p->stats.waste_preserve, 0.0);
   EXPECT_EQ(p->records[0].output_tokens, 40);
   EXPECT_NEAR(p->records[0].interception_s, 5.0, 1e-9);
+
+  // The swap policy moves the paused context to the host: the resume is counted there.
+  c.policy = "swap";
+  auto s = simulate(c, {tr});
+  ASSERT_TRUE(s.ok());
+  EXPECT_GT(s->stats.swapped_out_tokens, 0);
+  EXPECT_EQ(s->resume_ttft.of(KvPlace::host).size(), 1u);
+  EXPECT_EQ(s->resume_ttft.all.size(), 1u);
 }
 
 // A pause past the interception timeout gives its KV back (EngineCore's expiry); the late

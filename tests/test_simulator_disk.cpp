@@ -57,6 +57,11 @@ TEST(SimulatorDiskTier, SessionsSpillAndRestoreAndAllComplete) {
   EXPECT_EQ(completed, with->submitted);
   EXPECT_EQ(with->device_blocks_in_use, 0);
   EXPECT_EQ(with->host_blocks_in_use, 0);
+  // Restored requests resumed with their KV on disk, and are reported apart.
+  EXPECT_GT(with->resume_ttft.of(KvPlace::disk).size(), 0u);
+  size_t by_place = 0;
+  for (const auto& v : with->resume_ttft.by_place) by_place += v.size();
+  EXPECT_EQ(by_place, with->resume_ttft.all.size());
 
   // Without the tier the same run spills nothing.
   auto without = simulate(session_config(*p, 0), trace);

@@ -38,7 +38,8 @@ struct Live {
   uint64_t engine_id = 0;
   size_t segment = 0;
   double paused_at = 0.0;
-  double resumed_at = -1.0;  // the tool answered and no token has come since
+  double resumed_at = -1.0;              // the tool answered and no token has come since
+  KvPlace resumed_kv = KvPlace::device;  // where its KV was then
   RequestRecord record;
 };
 
@@ -109,7 +110,7 @@ class BenchLoop {
   double idle_s() const { return idle_s_; }
   double step_wall_s() const { return step_wall_s_; }
   // Seconds from a tool's answer to the request's next token (a resumed turn's first token).
-  const std::vector<double>& resume_ttft() const { return resume_ttft_; }
+  const ResumeTtft& resume_ttft() const { return resume_ttft_; }
   int64_t shared_prefix_tokens() const { return (int64_t)prefix_.size(); }
 
  private:
@@ -161,6 +162,7 @@ class BenchLoop {
       resumes_.pop();
       Live& l = live_.at(r.engine_id);
       const Segment& sg = l.trace->segments[l.segment - 1];
+      TRY_ASSIGN(l.resumed_kv, e_.kv_place(r.engine_id));
       TRY(e_.resume(r.engine_id, synth_tokens(l.trace->seed, l.segment, sg.return_tokens, vocab_)));
       l.record.interception_s += t - l.paused_at;
       l.record.output_tokens += sg.return_tokens;
@@ -193,7 +195,7 @@ class BenchLoop {
       const double now = elapsed();
       if (!o.new_tokens.empty() && l.record.first_token_s == 0.0) l.record.first_token_s = now;
       if (!o.new_tokens.empty() && l.resumed_at >= 0.0) {
-        resume_ttft_.push_back(now - l.resumed_at);
+        resume_ttft_.add(l.resumed_kv, now - l.resumed_at);
         l.resumed_at = -1.0;
       }
       l.record.output_tokens += (int64_t)o.new_tokens.size();
@@ -219,7 +221,7 @@ class BenchLoop {
   const int64_t limit_;
   const std::vector<int32_t> prefix_;  // --shared-prefix
   ProgressLine progress_;
-  std::vector<double> resume_ttft_;
+  ResumeTtft resume_ttft_;
   const clock::time_point start_ = clock::now();
   std::map<uint64_t, Live> live_;  // by engine id
   std::vector<RequestRecord> records_;
@@ -253,7 +255,7 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       (long long)st.interceptions, (long long)st.recomputed_tokens,
       (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens, (long long)st.preemptions,
       (long long)loop.skipped());
-  const Percentiles resumed = percentiles(loop.resume_ttft());
+  const Percentiles resumed = percentiles(loop.resume_ttft().all);
   const double decode_step =
       st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
   std::printf(
@@ -264,6 +266,7 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
       (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, resumed.mean * 1e3,
       resumed.p90 * 1e3, decode_step * 1e3);
+  std::printf("%s", format_resume_ttft(loop.resume_ttft()).c_str());
   if (!cfg.kv_disk_dir.empty()) print_disk_tier(st);
   std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,
               (long long)st.swap_decisions, (long long)st.preserve_decisions);

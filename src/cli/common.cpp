@@ -141,13 +141,20 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
 void print_disk_tier(const StepStats& st) {
   std::printf(
       "disk tier: %lld spills, spilled/restored %lld/%lld tokens (%.2f/%.2f GB), failures "
-      "write/read %lld/%lld, spills undone by an early resume %lld\n",
+      "write/read %lld/%lld, spills undone by an early resume %lld, read back before the tool "
+      "answered %lld\n",
       (long long)st.spill_decisions, (long long)st.spilled_tokens, (long long)st.restored_tokens,
       st.spilled_bytes / 1e9, st.restored_bytes / 1e9, (long long)st.disk_write_failures,
-      (long long)st.disk_read_failures, (long long)st.spills_undone);
+      (long long)st.disk_read_failures, (long long)st.spills_undone, (long long)st.disk_prefetches);
 }
 
-nlohmann::json resume_ttft_json(const std::vector<double>& seconds) {
+static std::string fmt_ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  return buf;
+}
+
+static nlohmann::json percentiles_with_count(const std::vector<double>& seconds) {
   const Percentiles p = percentiles(seconds);
   return {{"mean", p.mean},
           {"p50", p.p50},
@@ -156,9 +163,39 @@ nlohmann::json resume_ttft_json(const std::vector<double>& seconds) {
           {"count", (int64_t)seconds.size()}};
 }
 
+nlohmann::json resume_ttft_json(const ResumeTtft& r) {
+  nlohmann::json j = percentiles_with_count(r.all);
+  nlohmann::json by = nlohmann::json::object();
+  for (int i = 0; i < kKvPlaces; ++i) {
+    const auto place = (KvPlace)i;
+    if (!r.of(place).empty()) by[kv_place_name(place)] = percentiles_with_count(r.of(place));
+  }
+  j["by_kv"] = std::move(by);
+  return j;
+}
+
+std::string format_resume_ttft(const ResumeTtft& r) {
+  const Percentiles all = percentiles(r.all);
+  std::string out = "resumed turns' first token: mean " + fmt_ms(all.mean) + ", p50 " +
+                    fmt_ms(all.p50) + ", p90 " + fmt_ms(all.p90) + " (" +
+                    std::to_string(r.all.size()) + " resumes)";
+  std::string parts;
+  for (int i = 0; i < kKvPlaces; ++i) {
+    const auto place = (KvPlace)i;
+    if (r.of(place).empty()) continue;
+    const Percentiles p = percentiles(r.of(place));
+    parts += std::string(parts.empty() ? "" : "; ") + kv_place_name(place) +
+             " n=" + std::to_string(r.of(place).size()) + " p50 " + fmt_ms(p.p50) + " p90 " +
+             fmt_ms(p.p90);
+  }
+  if (!parts.empty()) out += "; by where the KV was: " + parts;
+  return out + "\n";
+}
+
 nlohmann::json disk_tier_json(const StepStats& st, bool on) {
   return {{"on", on},
           {"spill_decisions", st.spill_decisions},
+          {"prefetches", st.disk_prefetches},
           {"spilled_tokens", st.spilled_tokens},
           {"restored_tokens", st.restored_tokens},
           {"spilled_bytes", st.spilled_bytes},

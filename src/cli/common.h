@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/resume_ttft.h"
 
 namespace infercept::cli {
 
@@ -46,8 +47,11 @@ void print_disk_tier(const StepStats& st);
 // The prefix cache's counters as bench and simulate write them (--json).
 nlohmann::json prefix_cache_json(const StepStats& st, bool on, int64_t shared_prefix_tokens);
 // Resumed turns' first token (seconds from each tool's answer to the request's next token):
-// mean, p50, p90, p99 and count, as bench and simulate write them (--json).
-nlohmann::json resume_ttft_json(const std::vector<double>& seconds);
+// mean, p50, p90, p99 and count, as bench and simulate write them (--json), with the same
+// under "by_kv" for each place the KV was in when the tool answered (places with resumes).
+nlohmann::json resume_ttft_json(const ResumeTtft& r);
+// The same as one text line: all, then each place with resumes ("device n=12 p50 3.10 ms").
+std::string format_resume_ttft(const ResumeTtft& r);
 
 // Engine flags: --model --threads --kv-cache-gb/--kv-cache-mb --kv-cache-tokens --block-size
 // --max-batch-tokens --max-partial-prefills --long-prefill-tokens --interrupt-prefill

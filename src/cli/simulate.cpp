@@ -363,9 +363,7 @@ void print_run(const Deployment& d, const WorkloadRun& run, const SimResult& r) 
   std::printf("waste (GB*s): recompute %.3f, preserve %.3f, swap stall %.3f\n",
               st.waste_recompute / gb, st.waste_preserve / gb, st.waste_swap_stall / gb);
   if (cfg.disk_tokens > 0) print_disk_tier(st);
-  const Percentiles resumed = percentiles(r.resume_ttft_s);
-  std::printf("resumed turns' first token: mean %.2f ms, p50 %.2f ms, p90 %.2f ms (%zu resumes)\n",
-              resumed.mean * 1e3, resumed.p50 * 1e3, resumed.p90 * 1e3, r.resume_ttft_s.size());
+  std::printf("%s", format_resume_ttft(r.resume_ttft).c_str());
   if (cfg.prefix_cache)
     std::printf(
         "prefix cache: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
@@ -430,7 +428,7 @@ nlohmann::json results_json(const Deployment& d, const WorkloadRun& run, const S
                              {"swap_stall", st.waste_swap_stall}};
   j["prefix_cache"] = prefix_cache_json(st, cfg.prefix_cache, cfg.shared_prefix_tokens);
   j["disk_tier"] = disk_tier_json(st, cfg.disk_tokens > 0);
-  j["resume_ttft_s"] = resume_ttft_json(r.resume_ttft_s);
+  j["resume_ttft_s"] = resume_ttft_json(r.resume_ttft);
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
                     {"preserve", st.preserve_decisions}};

@@ -465,6 +465,14 @@ Status EngineCore::resume(uint64_t id, const std::vector<int32_t>& returned) {
   return ok_status();
 }
 
+Result<KvPlace> EngineCore::kv_place(uint64_t id) const {
+  auto it = active_.find(id);
+  if (it == active_.end()) return make_error("no request with id ", std::to_string(id));
+  const Sequence& s = it->second->seq;
+  if (!s.is_paused()) return make_error("request ", std::to_string(id), " is not paused");
+  return infercept::kv_place(s, scheduler_->config().block_size);
+}
+
 Result<int64_t> EngineCore::continue_paused(uint64_t id, GenerateRequest req) {
   auto it = active_.find(id);
   if (it == active_.end()) return make_error("no request with id ", std::to_string(id));

@@ -248,6 +248,9 @@ class EngineCore {
   Status resume(uint64_t id, const std::vector<int32_t>& returned);
   // Drops the KV of a paused request; a later resume recomputes it.
   Status release(uint64_t id);
+  // Where a paused request's KV is now (bench reports resumed turns' first token by it).
+  // Errors: unknown id, not paused.
+  Result<KvPlace> kv_place(uint64_t id) const;
   // A new request continues paused request `id` (the OpenAI server's resume: the client
   // sends the whole conversation again). `req.prompt` should extend the paused request's
   // tokens; the KV of their common prefix is kept, the rest dropped, and the request then

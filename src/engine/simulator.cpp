@@ -218,7 +218,8 @@ struct SimRequest {
   int64_t n_sampled = 0;
   int64_t max_tokens = 0;  // all generated tokens of the script
   double paused_at = 0.0;
-  double resumed_at = -1.0;  // the tool answered and no token has come since
+  double resumed_at = -1.0;              // the tool answered and no token has come since
+  KvPlace resumed_kv = KvPlace::device;  // where its KV was then
   bool has_first_token = false;
   RequestRecord record;
 };
@@ -534,7 +535,7 @@ class SimRun : public StepRequests {
       r.record.first_token_s = end;
     }
     if (r.resumed_at >= 0.0) {
-      res_.resume_ttft_s.push_back(end - r.resumed_at);
+      res_.resume_ttft.add(r.resumed_kv, end - r.resumed_at);
       r.resumed_at = -1.0;
     }
     r.record.output_tokens++;
@@ -622,6 +623,7 @@ class SimRun : public StepRequests {
       SimRequest& r = *reqs_[ev.index];
       const Segment& sg = r.trace->segments[r.segment - 1];
       loop_->note_resume(r.seq, t_);
+      r.resumed_kv = kv_place(r.seq, config_.block_size);
       std::vector<int32_t> returned((size_t)sg.return_tokens, 0);
       if (with_content())
         for (size_t k = 0; k < returned.size(); ++k)

@@ -47,6 +47,7 @@
 
 #include "core/result.h"
 #include "engine/profile_file.h"
+#include "engine/resume_ttft.h"
 #include "engine/step_loop.h"
 #include "sched/cost_model.h"
 #include "sched/duration_estimator.h"
@@ -144,8 +145,8 @@ struct SimStats : StepStats {
 struct SimResult {
   std::vector<RequestRecord> records;  // one per admitted request, completed or not
   // Seconds from each tool's answer to the resumed request's next token (as bench measures
-  // resumed turns' first token), in the order they came.
-  std::vector<double> resume_ttft_s;
+  // resumed turns' first token), in the order they came and by where the KV was.
+  ResumeTtft resume_ttft;
   SimStats stats;
   std::vector<ToolStats> tools;      // what the estimator learned
   int64_t submitted = 0;             // requests admitted

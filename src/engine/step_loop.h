@@ -65,6 +65,7 @@ struct StepStats {
   // well, jobs that failed (a failed write keeps the KV on the host, a failed read drops it
   // for recomputation), and writes that ended after their request had resumed.
   int64_t spill_decisions = 0;
+  int64_t disk_prefetches = 0;  // KV read back from disk before its tool answered
   int64_t spilled_tokens = 0, restored_tokens = 0;
   double spilled_bytes = 0.0, restored_bytes = 0.0;
   int64_t disk_write_failures = 0, disk_read_failures = 0, spills_undone = 0;

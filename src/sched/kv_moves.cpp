@@ -330,6 +330,7 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
     v.host_tokens = s->disk == DiskState::none ? s->host_tokens(bs) : 0;
     v.disk_tokens = s->host_tokens(bs) - v.host_tokens;
     v.spillable = config_.disk_blocks > 0 && s->disk == DiskState::none && !s->disk_refused;
+    v.on_disk = s->disk == DiskState::on_disk;
     v.elapsed = std::max(0.0, now - s->interception->call_time);
     v.hint = s->interception->hint;
     in.paused.push_back(v);
@@ -353,6 +354,10 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
       case KvAction::spill:
         if (config_.disk_blocks > 0 && s.disk == DiskState::none && !s.host_blocks.empty())
           plan_spill(s, plan);
+        break;
+      case KvAction::prefetch:
+        // Read back before the tool answers; the resume then finds it on the host.
+        if (s.disk == DiskState::on_disk && plan_restore(s, plan)) plan.n_prefetches++;
         break;
       case KvAction::swap_out: {
         // (the host suffix of a request with a disk copy is not in host blocks to append to)

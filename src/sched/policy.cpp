@@ -178,6 +178,7 @@ class MinWastePolicy final : public Policy {
       // Resumed requests waiting for host blocks to restore their KV from disk are the only
       // demand there is.
       if (in.host_demand_blocks > 0) spill_for(in, in.host_demand_blocks, kInf, out);
+      prefetch(in, std::max<int64_t>(0, in.free_host_blocks), out);
       return out;
     }
     CHECK_GT(in.block_size, 0);
@@ -257,6 +258,10 @@ class MinWastePolicy final : public Policy {
       unmet_key = kInf;
     }
     if (unmet_blocks > 0) spill_for(in, unmet_blocks, unmet_key, out);
+    // Host blocks nobody wanted this step may bring back KV from disk whose tool is due:
+    // only when no demand went unmet (else the read would take what a spill just freed).
+    else
+      prefetch(in, host_blocks, out);
     return out;
   }
 
@@ -294,6 +299,8 @@ class MinWastePolicy final : public Policy {
       if (out[i].action != KvAction::preserve) continue;
       const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
       if (!(t_int > cost_.t_disk_write(p.host_tokens))) continue;
+      // One that a prefetch would read back at once stays (no write-read ping-pong).
+      if (due_back(t_int, p.host_tokens)) continue;
       WasteInputs wi;
       wi.context_tokens = p.host_tokens;
       wi.expected_remaining = t_int;
@@ -318,6 +325,37 @@ class MinWastePolicy final : public Policy {
     size_t index = 0;
     double waste = 0;
   };
+
+  // A tool expected back within twice the time its KV takes to read from disk: reading it
+  // now hides the read behind the rest of the pause (the factor covers the estimate's error
+  // and the steps the read shares with others).
+  bool due_back(double t_int, int64_t tokens) const {
+    return t_int <= 2.0 * cost_.t_disk_read(tokens);
+  }
+
+  // Reads back the KV on disk of requests whose tool is due, soonest first, into `free_host`
+  // host blocks at most.
+  void prefetch(const PolicyInput& in, int64_t free_host, std::vector<PausedDecision>& out) {
+    if (free_host <= 0) return;
+    prefetches_.clear();
+    for (size_t i = 0; i < in.paused.size(); ++i) {
+      const PausedView& p = in.paused[i];
+      if (!p.on_disk || p.disk_tokens <= 0 || out[i].action != KvAction::preserve) continue;
+      const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
+      if (due_back(t_int, p.disk_tokens)) prefetches_.push_back({i, t_int});
+    }
+    std::stable_sort(prefetches_.begin(), prefetches_.end(),
+                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
+    for (const Spill& pf : prefetches_) {
+      const PausedView& p = in.paused[pf.index];
+      const int64_t blocks = blocks_for(p.disk_tokens, in.block_size);
+      if (blocks > free_host) continue;
+      out[pf.index].id = p.id;
+      out[pf.index].action = KvAction::prefetch;
+      free_host -= blocks;
+    }
+  }
+  std::vector<Spill> prefetches_;  // (index, expected remaining seconds)
   std::vector<Spill> spills_;
 
   const CostModel& cost_;

@@ -13,7 +13,9 @@
 //                     per-step swap-out budget, the rest preserved or discarded, whichever
 //                     wastes less; re-decided every step. With a disk tier, a paused request
 //                     whose KV is on the host is spilled to disk when others need host blocks
-//                     and its spill waste (W_sp) is below what they would waste without them
+//                     and its spill waste (W_sp) is below what they would waste without them,
+//                     and read back into free host blocks (prefetched) once its tool is
+//                     expected back within twice the read's time
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,8 @@ struct PausedView {
   int64_t disk_tokens = 0;     // of which on disk, or on their way there or back
   // Its host blocks may be spilled now: a disk tier exists and no disk job is running on it.
   bool spillable = false;
+  // Its KV off the device is all on disk with no job running: a prefetch may read it back.
+  bool on_disk = false;
   double elapsed = 0;          // seconds since the call
   std::optional<double> hint;  // expected duration given by the client, if any
 };
@@ -69,7 +73,9 @@ struct PolicyInput {
 };
 
 // spill: the request's host blocks go to the disk tier (freed once the write has ended).
-enum class KvAction { preserve, swap_out, discard, spill };
+// prefetch: its KV on disk is read back into host blocks before its tool answers, so that
+// the resume waits for a swap-in only.
+enum class KvAction { preserve, swap_out, discard, spill, prefetch };
 
 struct PausedDecision {
   uint64_t id = 0;

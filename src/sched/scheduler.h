@@ -119,6 +119,7 @@ struct StepPlan {
   std::vector<DiskMove> spill_in;
   std::vector<uint64_t> disk_drops;
   int64_t n_spill_decisions = 0;
+  int64_t n_prefetches = 0;  // restores of paused requests' KV before their tool answered
   int64_t n_discards = 0, n_swap_decisions = 0, n_preserve_decisions = 0;
   int64_t n_swap_preemptions = 0;  // preempted sequences whose KV went to the host tier
   bool empty() const {

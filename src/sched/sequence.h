@@ -87,4 +87,31 @@ struct Sequence {
   bool is_paused() const { return state == SeqState::intercepted; }
 };
 
+// Where a paused request's KV is when its tool answers: on the device (preserved, whole), in
+// part on the host (none on disk, none dropped), in part on disk or on its way there or back,
+// or in part dropped (it will be recomputed). Resumed turns' first token is reported by it:
+// the target holds only the first two to the decode step's scale.
+enum class KvPlace { device, host, disk, recompute };
+inline constexpr int kKvPlaces = 4;
+inline const char* kv_place_name(KvPlace p) {
+  switch (p) {
+    case KvPlace::device:
+      return "device";
+    case KvPlace::host:
+      return "host";
+    case KvPlace::disk:
+      return "disk";
+    case KvPlace::recompute:
+      return "recompute";
+  }
+  return "?";
+}
+// (The token sampled last before the pause has no KV yet in any case: more than that one
+// uncomputed token means some was dropped.)
+inline KvPlace kv_place(const Sequence& s, int64_t block_size) {
+  if (s.n_uncomputed() > 1 || s.n_computed == 0) return KvPlace::recompute;
+  if (s.disk != DiskState::none && s.disk != DiskState::writing) return KvPlace::disk;
+  return s.host_tokens(block_size) > 0 ? KvPlace::host : KvPlace::device;
+}
+
 }  // namespace infercept

@@ -446,6 +446,7 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "policy_decisions_total", "strategy=\"swap\"", (double)st.swap_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"discard\"", (double)st.discard_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"spill\"", (double)st.spill_decisions);
+  sample(o, p + "policy_decisions_total", "strategy=\"prefetch\"", (double)st.disk_prefetches);
   header(o, p + "num_preemptions_total", "counter",
          "Running requests preempted for lack of KV blocks.");
   sample(o, p + "num_preemptions_total", "", (double)st.preemptions);
@@ -527,7 +528,8 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
        {{"preserve", st.preserve_decisions},
         {"swap", st.swap_decisions},
         {"discard", st.discard_decisions},
-        {"spill", st.spill_decisions}}},
+        {"spill", st.spill_decisions},
+        {"prefetch", st.disk_prefetches}}},
       {"waste",
        {{"recompute", st.waste_recompute},
         {"preserve", st.waste_preserve},
