@@ -1,5 +1,6 @@
 // The disk tier in the scheduler, as pure logic: minwaste spills a paused request's host KV
-// when the host pool is full and someone else needs it, restores it when its tool answers,
+// when the host pool is full and someone else needs it, restores it when its tool answers
+// (or ahead of it, as it swaps host KV back ahead of a due tool),
 // and a failed write or read keeps the KV on the host or drops it for recomputation. The
 // disk jobs are a fake mover that ends every job in the step after it was planned.
 #include <gtest/gtest.h>
@@ -27,7 +28,8 @@ struct SpillHarness {
   bool fail_writes = false, fail_reads = false;
   double now = 0.0;
 
-  SpillHarness() {
+  explicit SpillHarness(double watermark = 0.7) {
+    cfg.pressure_watermark = watermark;
     // Recomputing is dear (minutes), so minwaste never prefers discarding a 100 s pause.
     cost.t_fwd_samples = {{1, 1.0}, {64, 300.0}};
     cost.kv_bytes_per_token = 1000.0;
@@ -173,6 +175,39 @@ TEST(SchedulerDiskTier, MinwastePrefetchesKvFromDiskBeforeTheToolIsDue) {
   EXPECT_EQ(a->n_recomputed, 0);
   EXPECT_EQ(a->n_computed, 43);
   EXPECT_GT(a->n_restored, 0);
+}
+
+// The same ahead of a resume one tier up: A's KV, swapped to the host while B needed the
+// device, comes back into spare device blocks once A's tool is due (not before), so the
+// resume finds all of it on the device and runs at once.
+TEST(SchedulerPrefetch, SwapsHostKvBackBeforeTheToolIsDue) {
+  SpillHarness h(0.3);                 // pressure below 6 of 20 device blocks free
+  h.cost.swap_bytes_per_second = 1e5;  // 40 tokens x 1 kB: 0.4 s each way
+  Sequence* a = h.add(40);
+  h.run_and_pause(a, 100.0);
+  const double a_called = h.now;
+  Sequence* b = h.add(40);
+  h.run_and_pause(b, 1000.0);
+  for (int i = 0; i < 20 && !a->blocks.blocks.empty(); ++i) h.step();
+  ASSERT_TRUE(a->blocks.blocks.empty()) << "A was not swapped out";
+  ASSERT_EQ(a->host_tokens(h.cfg.block_size), 40);
+  h.sched->release_paused(b);
+  h.now = a_called + 50.0;  // far from due: stays on the host
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(h.step().swap_in.empty());
+  EXPECT_EQ(kv_place(*a, h.cfg.block_size), KvPlace::host);
+  h.now = a_called + 99.5;  // 0.5 s before (under 2 x 0.4 s): swapped in while paused
+  const StepPlan p = h.step();
+  EXPECT_EQ(p.swap_in.size(), 10u);
+  EXPECT_EQ(p.n_prefetches, 1);
+  EXPECT_TRUE(a->is_paused());
+  EXPECT_TRUE(a->host_blocks.empty());
+  EXPECT_EQ(kv_place(*a, h.cfg.block_size), KvPlace::device);
+  h.sched->resume(a, {5, 5}, h.now);
+  const StepPlan run = h.step();
+  EXPECT_TRUE(run.swap_in.empty());
+  EXPECT_EQ(a->state, SeqState::running);
+  EXPECT_EQ(a->n_recomputed, 0);
+  EXPECT_EQ(a->n_computed, 43);
 }
 
 // A write that fails (a full disk, an I/O error) leaves the KV where it was, on the host.

@@ -15,6 +15,7 @@
 // ordinary swap-in); Scheduler::disk_done (scheduler.cpp) takes their ends.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 #include "sched/queues.h"
@@ -307,6 +308,11 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
   in.deficit_blocks = memory_deficit_blocks();
   in.memory_pressure = in.deficit_blocks > 0;
+  if (!in.memory_pressure && host_ != nullptr) {
+    const int64_t floor =
+        (int64_t)std::ceil(config_.pressure_watermark * (double)device_.n_blocks());
+    in.spare_device_blocks = std::max<int64_t>(0, in.free_device_blocks - floor - 1);
+  }
   if (config_.disk_blocks > 0) {
     in.free_disk_blocks = config_.disk_blocks - disk_used_blocks_;
     in.host_freeing_blocks = host_freeing_blocks_;
@@ -356,8 +362,14 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
           plan_spill(s, plan);
         break;
       case KvAction::prefetch:
-        // Read back before the tool answers; the resume then finds it on the host.
-        if (s.disk == DiskState::on_disk && plan_restore(s, plan)) plan.n_prefetches++;
+        // Before the tool answers: from disk into host blocks (the resume then finds it on
+        // the host), or from the host back to the device under the swap budget.
+        if (s.disk == DiskState::on_disk) {
+          if (plan_restore(s, plan)) plan.n_prefetches++;
+        } else if (s.disk == DiskState::none && !s.host_blocks.empty() && host_ != nullptr &&
+                   !policy_->swaps_synchronously()) {
+          if (swap_in_front(s, plan, swap_budget) > 0) plan.n_prefetches++;
+        }
         break;
       case KvAction::swap_out: {
         // (the host suffix of a request with a disk copy is not in host blocks to append to)
@@ -390,8 +402,28 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   }
 }
 
-void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
+// From the front of the host suffix to the device, block by block, while `budget` (tokens)
+// and device blocks allow; returns the blocks moved.
+int64_t Scheduler::swap_in_front(Sequence& s, StepPlan& plan, int64_t& budget) {
   const int64_t bs = config_.block_size;
+  int64_t moved = 0;
+  while (!s.host_blocks.empty() && budget >= bs && available_device_blocks() > 0) {
+    // (none when every free block is read by a swap-out of this step)
+    const auto db = take_copy_destination();
+    if (!db) break;
+    const int32_t hb = s.host_blocks.front();
+    s.host_blocks.erase(s.host_blocks.begin());
+    plan.swap_in.push_back({hb, *db});
+    s.blocks.blocks.push_back(*db);
+    host_->release(hb);  // the copy runs before the host block is reused (next step)
+    s.n_swapped_in += bs;
+    budget -= bs;
+    ++moved;
+  }
+  return moved;
+}
+
+void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
   const bool sync = policy_ != nullptr && policy_->swaps_synchronously();
   for (size_t i = 0; i < resuming_.size();) {
     Sequence& s = *resuming_[i];
@@ -410,20 +442,11 @@ void Scheduler::swap_in_resuming(StepPlan& plan, int64_t& swap_budget) {
       ++i;
       continue;
     }
-    // From the front of the host suffix, block by block, while budget and blocks allow.
-    while (!s.host_blocks.empty() && (sync || swap_budget >= bs) && available_device_blocks() > 0) {
-      // (a destination can always be had: a free block, or an idle cached one evicted)
-      const auto db = take_copy_destination();
-      const int32_t hb = s.host_blocks.front();
-      s.host_blocks.erase(s.host_blocks.begin());
-      plan.swap_in.push_back({hb, *db});
-      s.blocks.blocks.push_back(*db);
-      host_->release(hb);  // the copy runs before the host block is reused (next step)
-      s.n_swapped_in += bs;
-      if (sync)
-        plan.sync_swap = true;
-      else
-        swap_budget -= bs;
+    if (sync) {
+      int64_t unlimited = std::numeric_limits<int64_t>::max();
+      if (swap_in_front(s, plan, unlimited) > 0) plan.sync_swap = true;
+    } else {
+      swap_in_front(s, plan, swap_budget);
     }
     if (s.host_blocks.empty()) {
       resuming_.erase(resuming_.begin() + (ptrdiff_t)i);

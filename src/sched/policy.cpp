@@ -179,6 +179,7 @@ class MinWastePolicy final : public Policy {
       // demand there is.
       if (in.host_demand_blocks > 0) spill_for(in, in.host_demand_blocks, kInf, out);
       prefetch(in, std::max<int64_t>(0, in.free_host_blocks), out);
+      swap_in_ahead(in, out);
       return out;
     }
     CHECK_GT(in.block_size, 0);
@@ -331,6 +332,33 @@ class MinWastePolicy final : public Policy {
   // and the steps the read shares with others).
   bool due_back(double t_int, int64_t tokens) const {
     return t_int <= 2.0 * cost_.t_disk_read(tokens);
+  }
+
+  // Without pressure, host KV of requests whose tool is expected back within twice the time
+  // of its swap-in comes back into spare device blocks ahead of the resume (soonest first,
+  // whole requests only), under the step's swap budget (the scheduler moves what the budget
+  // allows and the decision is renewed next step). Under pressure the blocks are wanted by
+  // others and nothing is brought in: the same request would be swapped out again.
+  void swap_in_ahead(const PolicyInput& in, std::vector<PausedDecision>& out) {
+    int64_t spare = std::max<int64_t>(0, in.spare_device_blocks);
+    if (spare <= 0 || in.swap_budget_tokens <= 0) return;
+    prefetches_.clear();
+    for (size_t i = 0; i < in.paused.size(); ++i) {
+      const PausedView& p = in.paused[i];
+      if (p.host_tokens <= 0 || p.disk_tokens > 0 || out[i].action != KvAction::preserve) continue;
+      const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
+      if (t_int <= 2.0 * cost_.t_swap(p.host_tokens)) prefetches_.push_back({i, t_int});
+    }
+    std::stable_sort(prefetches_.begin(), prefetches_.end(),
+                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
+    for (const Spill& pf : prefetches_) {
+      const PausedView& p = in.paused[pf.index];
+      const int64_t blocks = blocks_for(p.host_tokens, in.block_size);
+      if (blocks > spare) continue;
+      out[pf.index].id = p.id;
+      out[pf.index].action = KvAction::prefetch;
+      spare -= blocks;
+    }
   }
 
   // Reads back the KV on disk of requests whose tool is due, soonest first, into `free_host`

@@ -15,7 +15,8 @@
 //                     whose KV is on the host is spilled to disk when others need host blocks
 //                     and its spill waste (W_sp) is below what they would waste without them,
 //                     and read back into free host blocks (prefetched) once its tool is
-//                     expected back within twice the read's time
+//                     expected back within twice the read's time; likewise host KV is
+//                     swapped back in ahead of the resume into spare device blocks
 #pragma once
 
 #include <cstdint>
@@ -70,11 +71,15 @@ struct PolicyInput {
   int64_t free_disk_blocks = 0;
   int64_t host_demand_blocks = 0;
   int64_t host_freeing_blocks = 0;
+  // Device blocks a swap-in ahead of a resume may take and leave the pool above the pressure
+  // watermark with the next request's need met (0 under pressure).
+  int64_t spare_device_blocks = 0;
 };
 
 // spill: the request's host blocks go to the disk tier (freed once the write has ended).
-// prefetch: its KV on disk is read back into host blocks before its tool answers, so that
-// the resume waits for a swap-in only.
+// prefetch: its KV comes a tier closer before its tool answers: from disk into host blocks
+// (so the resume waits for a swap-in only), or from the host back to the device under the
+// step's swap budget (so the resume waits for nothing).
 enum class KvAction { preserve, swap_out, discard, spill, prefetch };
 
 struct PausedDecision {

@@ -264,6 +264,7 @@ class Scheduler {
   // A device block to copy into this step (a swap-in): free, or an idle cached one evicted
   // and dropped; never one demoted this step (its copy out runs after the copies in).
   std::optional<int32_t> take_copy_destination();
+  int64_t swap_in_front(Sequence& s, StepPlan& plan, int64_t& budget);
   // A host block: free, or an idle cached one evicted.
   std::optional<int32_t> take_host_block();
   // Device blocks the next request in line needs beyond the free pool (or that the pool is
