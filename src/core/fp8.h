@@ -8,12 +8,12 @@
 // stays NaN.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #if defined(__CUDACC__)
 #define INFERCEPT_HOST_DEVICE __host__ __device__
 #else
-#include <bit>
 #define INFERCEPT_HOST_DEVICE
 #endif
 

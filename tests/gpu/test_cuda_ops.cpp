@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/kv_storage.h"
 #include "core/half.h"
 
 namespace infercept {
@@ -1067,10 +1068,86 @@ TEST(CudaOps, MaskRowsMatchTheCpuAndOnlyAllowedIdsAreDrawn) {
   }
 }
 
-TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
+// ---- KV bytes, and the fp8 (e4m3) cache ----
+
+// v rounded to the activation type `act` and back: what a GPU activation holds exactly, so that
+// the CPU backend (f32 activations) is given the very same values.
+std::vector<float> round_to(DType act, std::vector<float> v) {
+  for (float& x : v)
+    x = act == DType::f16 ? fp16_to_fp32(fp32_to_fp16(x)) : bf16_to_fp32(fp32_to_bf16(x));
+  return v;
+}
+
+// The bytes of plane `plane` (2l: layer l's K, 2l + 1 its V) of a KV storage of backend b: a
+// host pool's own (the CPU's, the GPU's pinned swap pool), a GPU device pool's copied out.
+std::vector<uint8_t> plane_bytes(Backend& b, const KvStorage& kv, int64_t plane) {
+  const KvGeometry& g = kv.geometry();
+  std::vector<uint8_t> out(g.bytes_per_block_per_layer() * (size_t)g.n_blocks);
+  b.sync();
+  if (const uint8_t* h = kv.host_plane(plane)) {
+    std::memcpy(out.data(), h, out.size());
+    return out;
+  }
+  const auto& s = static_cast<const cuda::CudaKvStorage&>(kv);
+  const char* src = plane % 2 == 0 ? s.k(plane / 2) : s.v(plane / 2);
+  EXPECT_EQ(cudaMemcpy(out.data(), src, out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// Codes and scales of slots `slots` in every plane of two fp8 caches that differ (0: the same
+// bits); the first difference is described in *first.
+int64_t fp8_differences(Backend& a, const KvStorage& kv_a, Backend& b, const KvStorage& kv_b,
+                        const std::vector<int32_t>& slots, std::string* first) {
+  const KvGeometry& g = kv_a.geometry();
+  EXPECT_TRUE(g.has_scales());
+  int64_t diffs = 0;
+  auto note = [&](const std::string& what) {
+    if (diffs++ == 0) *first = what;
+  };
+  for (int64_t plane = 0; plane < 2 * g.n_layers; ++plane) {
+    const std::vector<uint8_t> x = plane_bytes(a, kv_a, plane), y = plane_bytes(b, kv_b, plane);
+    for (int32_t slot : slots)
+      for (int64_t h = 0; h < g.n_kv_heads; ++h) {
+        const std::string where = "plane " + std::to_string(plane) + " slot " +
+                                  std::to_string(slot) + " head " + std::to_string(h);
+        const size_t codes = g.slot_offset(slot) + (size_t)(h * g.head_dim);
+        for (int64_t e = 0; e < g.head_dim; ++e)
+          if (x[codes + (size_t)e] != y[codes + (size_t)e])
+            note(where + " code " + std::to_string(e) + ": " +
+                 std::to_string(x[codes + (size_t)e]) + " vs " +
+                 std::to_string(y[codes + (size_t)e]));
+        const size_t scale = g.scale_offset(slot) + (size_t)h * sizeof(float);
+        float sx, sy;
+        std::memcpy(&sx, &x[scale], 4);
+        std::memcpy(&sy, &y[scale], 4);
+        if (std::memcmp(&sx, &sy, 4) != 0)
+          note(where + " scale: " + std::to_string(sx) + " vs " + std::to_string(sy));
+      }
+  }
+  return diffs;
+}
+
+// n distinct slots of a pool of `blocks` blocks, scattered, the last slot of the first block
+// and of the pool among them (a block's edges; the pool's end).
+std::vector<int32_t> scattered_slots(int64_t n, int64_t blocks, int bs) {
+  std::vector<int32_t> all((size_t)(blocks * bs));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng());
+  std::vector<int32_t> slots = {bs - 1, (int32_t)(blocks * bs - 1)};
+  for (int32_t s : all)
+    if ((int64_t)slots.size() < n && s != slots[0] && s != slots[1]) slots.push_back(s);
+  slots.resize((size_t)n);
+  return slots;
+}
+
+// Swaps and block copies move whole blocks (KvGeometry::bytes_per_block_per_layer(): an fp8
+// block's scales with its codes): device -> host -> device -> device, every layer, and the
+// moved blocks hold the bytes and give the attention of the blocks they came from.
+void block_copies_case(DType kv_dtype) {
+  SCOPED_TRACE(std::string("KV ") + std::string(dtype_name(kv_dtype)));
   Pair p = backends();
   ASSERT_TRUE(p.gpu);
-  KvGeometry g{3, 20, 16, 2, 64, DType::f16};
+  KvGeometry g{3, 20, 16, 2, 64, kv_dtype};
   auto dev = p.gpu->create_kv_storage(g).value();
   KvGeometry hg = g;
   hg.n_blocks = 9;
@@ -1093,9 +1170,29 @@ TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
   p.gpu->begin_step();  // the step after a swap waits for it before touching the cache
   p.gpu->copy_blocks(*dev, cp_src, cp_dst);
   p.gpu->sync();
-  // Read back through the public interface: attention over a moved block must equal
-  // attention over the block it came from, in every layer (3 -> host 8 -> 10 -> 15,
+  // Byte for byte (an fp8 block's scales included): the host blocks and the device blocks they
+  // came back to against the blocks they left, in every plane (3 -> host 8 -> 10 -> 15,
   // 7 -> host 0 -> 11, 19 -> host 4 -> 12).
+  const size_t bb = g.bytes_per_block_per_layer();
+  for (int64_t plane = 0; plane < 2 * g.n_layers; ++plane) {
+    const auto d = plane_bytes(*p.gpu, *dev, plane), h = plane_bytes(*p.gpu, *host, plane);
+    auto block = [&](const std::vector<uint8_t>& v, int b) {
+      return std::vector<uint8_t>(v.begin() + (ptrdiff_t)(b * bb),
+                                  v.begin() + (ptrdiff_t)((b + 1) * bb));
+    };
+    for (auto [from, pool, to] : {std::tuple{3, 'h', 8},
+                                  {7, 'h', 0},
+                                  {19, 'h', 4},
+                                  {3, 'd', 15},
+                                  {7, 'd', 11},
+                                  {19, 'd', 12}})
+      EXPECT_EQ(block(pool == 'h' ? h : d, to), block(d, from))
+          << "plane " << plane << ": block " << from << " -> " << (pool == 'h' ? "host " : "")
+          << to;
+    EXPECT_NE(block(d, 3), block(d, 7));  // the blocks differ (the check is not vacuous)
+  }
+  // Read back through the public interface: attention over a moved block must equal
+  // attention over the block it came from, in every layer.
   const int hd = 64, nh = 2;
   std::vector<int32_t> qs = {0, 1, 2, 3, 4, 5}, ql(6, 1), cl(6, 16), bt = {15, 3, 11, 7, 12, 19};
   const AttentionBatch batch{6, qs, ql, cl, bt, 1};
@@ -1115,6 +1212,166 @@ TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
     // And the blocks differ from each other (the check is not vacuous).
     EXPECT_NE(r[0], r[(size_t)(2 * nh * hd)]);
   }
+}
+
+TEST(CudaOps, BlockCopiesWithinAndBetweenTiers) {
+  block_copies_case(DType::f16);
+  block_copies_case(DType::fp8_e4m3);  // the scales go with the codes
+}
+
+// The fp8 store: each stored head quantized with its own scale (its largest magnitude / 448)
+// by core/fp8.h on both backends, so for the same values the GPU writes the CPU backend's
+// codes and scales bit for bit: store_kv (a prefill's many rows and a decode's few; an all-zero
+// head, whose scale is 0 and codes 0; a head with one large value, beside which the others get
+// small codes, subnormal ones among them; a head of tiny values), and rope_store_kv, whose
+// rotated k (rounded to the activation type, as the GPU rotates it) the CPU then stores.
+TEST(CudaOps, Fp8StoreWritesTheCpuBackendsCodesAndScales) {
+  for (DType act : {DType::bf16, DType::f16})
+    for (const auto& [nkv, hd, n] :
+         {std::tuple<int, int, int>{8, 128, 5}, {2, 64, 100}, {4, 32, 37}}) {
+      SCOPED_TRACE(std::string(dtype_name(act)) + " " + std::to_string(nkv) + " KV heads of " +
+                   std::to_string(hd) + ", " + std::to_string(n) + " rows");
+      Pair p = backends(act);
+      ASSERT_TRUE(p.gpu);
+      const int bs = 16, w = nkv * hd;
+      const int64_t blocks = (n + bs - 1) / bs + 3;
+      const KvGeometry g{2, blocks, bs, nkv, hd, DType::fp8_e4m3};
+      auto kvc = p.cpu->create_kv_storage(g).value();
+      auto kvg = p.gpu->create_kv_storage(g).value();
+      const std::vector<int32_t> slots = scattered_slots(n, blocks, bs);
+      std::vector<float> k = randn((size_t)(n * w)), v = randn((size_t)(n * w));
+      std::fill_n(k.begin(), hd, 0.0f);  // row 0, K head 0: all zero
+      k[(size_t)(w + 3)] = 3000.0f;      // row 1, K head 0: one large value
+      k[(size_t)(w + 7)] = -2999.0f;     //   (its largest magnitude is positive)
+      for (int e = 0; e < hd; ++e) v[(size_t)(2 * w + (nkv - 1) * hd + e)] *= 1e-4f;  // tiny
+      k = round_to(act, k);
+      v = round_to(act, v);
+      for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+        KvStorage& kv = b == p.cpu.get() ? *kvc : *kvg;
+        Tensor kt = put(*b, k, n, w), vt = put(*b, v, n, w);
+        b->begin_step();
+        b->store_kv(kv, 0, kt, vt, slots);
+        b->store_kv(kv, 1, vt, kt, slots);  // layer 1: the other way round
+      }
+      std::string first;
+      EXPECT_EQ(fp8_differences(*p.cpu, *kvc, *p.gpu, *kvg, slots, &first), 0) << first;
+      // Not vacuous: the zero head has scale 0 and codes 0, the others a scale and codes.
+      const std::vector<uint8_t> k0 = plane_bytes(*p.cpu, *kvc, 0);
+      float scale0, scale1;
+      std::memcpy(&scale0, &k0[g.scale_offset(slots[0])], 4);
+      std::memcpy(&scale1, &k0[g.scale_offset(slots[1])], 4);
+      EXPECT_EQ(scale0, 0.0f);
+      EXPECT_EQ(scale1, k[(size_t)(w + 3)] / 448.0f);  // 3000 as the activation type holds it
+      EXPECT_TRUE(std::all_of(k0.begin() + (ptrdiff_t)g.slot_offset(slots[0]),
+                              k0.begin() + (ptrdiff_t)g.slot_offset(slots[0]) + hd,
+                              [](uint8_t c) { return c == 0; }));
+      EXPECT_EQ(k0[g.slot_offset(slots[1]) + 3], 0x7e);  // 448
+      // rope_store_kv: the GPU's rotated k, stored by the CPU, gives the GPU's bytes.
+      for (bool neox : {false, true}) {
+        SCOPED_TRACE(neox ? "RoPE neox" : "RoPE interleaved");
+        const RopeParams rp{hd, hd, neox, 10000.0f, {}};
+        std::vector<int32_t> pos;
+        for (int t = 0; t < n; ++t) pos.push_back(t * 37 % 4096);
+        const int nh = 2 * nkv;
+        Tensor qt = put(*p.gpu, randn((size_t)(n * nh * hd)), n, nh * hd);
+        Tensor kt = put(*p.gpu, k, n, w), vt = put(*p.gpu, v, n, w);
+        p.gpu->begin_step();
+        p.gpu->rope_store_kv(qt, kt, vt, pos, rp, *kvg, 0, slots);
+        const std::vector<float> k_rotated = get(*p.gpu, kt);
+        EXPECT_NE(k_rotated, k);
+        Tensor kc = put(*p.cpu, k_rotated, n, w), vc = put(*p.cpu, v, n, w);
+        p.cpu->store_kv(*kvc, 0, kc, vc, slots);
+        EXPECT_EQ(fp8_differences(*p.cpu, *kvc, *p.gpu, *kvg, slots, &first), 0) << first;
+      }
+    }
+}
+
+// Attention over an fp8 cache against the CPU backend's over the same bytes: both caches are
+// filled by store_kv from the same values (so the codes and scales are equal, checked here),
+// and q holds the same values; what is left is the order of the sums and the rounding of the
+// output, the bf16 tolerance. A prefill chunk beside decodes, short chunks over long contexts
+// (the tensor-core tiles split and combined), decodes split across their context (4,100 keys:
+// the last block partial), a query group of 16 (the general kernel), every head size, f16
+// activations; each step a second time with nothing uploaded (the decode kernel's prewait form
+// where the step is decode rows alone), which must repeat the bits.
+void fp8_attention_case(int n_heads, int n_kv, int hd, const std::vector<int>& q_lens,
+                        const std::vector<int>& ctx_lens, DType act) {
+  std::string trace = std::string(dtype_name(act)) + " " + std::to_string(n_heads) + "h" +
+                      std::to_string(n_kv) + "kv" + std::to_string(hd) + " ctx";
+  for (int c : ctx_lens) trace += " " + std::to_string(c);
+  SCOPED_TRACE(trace);
+  Pair p = backends(act);
+  ASSERT_TRUE(p.gpu);
+  const int bs = 16, n_seqs = (int)q_lens.size();
+  int max_blocks = 0, total_blocks = 0;
+  for (int c : ctx_lens) {
+    max_blocks = std::max(max_blocks, (c + bs - 1) / bs);
+    total_blocks += (c + bs - 1) / bs;
+  }
+  const KvGeometry g{1, total_blocks + 3, bs, n_kv, hd, DType::fp8_e4m3};
+  auto kvc = p.cpu->create_kv_storage(g).value();
+  auto kvg = p.gpu->create_kv_storage(g).value();
+  std::vector<int32_t> ids((size_t)g.n_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  std::vector<int32_t> tables((size_t)(n_seqs * max_blocks), 0), slots, q_start;
+  size_t next = 0;
+  int rows = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    for (int b = 0; b < (ctx_lens[s] + bs - 1) / bs; ++b)
+      tables[(size_t)(s * max_blocks + b)] = ids[next++];
+    for (int t = 0; t < ctx_lens[s]; ++t)
+      slots.push_back(tables[(size_t)(s * max_blocks + t / bs)] * bs + t % bs);
+    q_start.push_back(rows);
+    rows += q_lens[s];
+  }
+  // Every key and value of every sequence (this step's rows' too) in one store.
+  const int64_t n = (int64_t)slots.size(), w = n_kv * hd;
+  const std::vector<float> k = round_to(act, randn((size_t)(n * w))),
+                           v = round_to(act, randn((size_t)(n * w)));
+  for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+    Tensor kt = put(*b, k, n, w), vt = put(*b, v, n, w);
+    b->begin_step();
+    b->store_kv(b == p.cpu.get() ? *kvc : *kvg, 0, kt, vt, slots);
+  }
+  std::string first;
+  ASSERT_EQ(fp8_differences(*p.cpu, *kvc, *p.gpu, *kvg, slots, &first), 0) << first;
+  const std::vector<float> q = round_to(act, randn((size_t)rows * n_heads * hd));
+  const std::vector<int32_t> q_len(q_lens.begin(), q_lens.end()),
+      ctx(ctx_lens.begin(), ctx_lens.end());
+  const AttentionBatch batch{n_seqs, q_start, q_len, ctx, tables, max_blocks};
+  Tensor qc = put(*p.cpu, q, rows, n_heads * hd), qg = put(*p.gpu, q, rows, n_heads * hd);
+  Tensor oc = p.cpu->alloc_activation(rows, n_heads * hd, DType::f32);
+  Tensor og = p.gpu->alloc_activation(rows, n_heads * hd, p.gpu->activation_dtype());
+  const float scale = 1.0f / std::sqrt((float)hd);
+  p.cpu->attention(qc, *kvc, 0, batch, n_heads, scale, oc);
+  p.gpu->begin_step();
+  p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
+  const std::vector<float> first_out = get(*p.gpu, og);
+  EXPECT_LT(rel_error(first_out, get(*p.cpu, oc)), kBf16Tol);
+  p.gpu->attention(qg, *kvg, 0, batch, n_heads, scale, og);
+  EXPECT_EQ(get(*p.gpu, og), first_out) << "second launch";
+}
+
+TEST(CudaOps, Fp8AttentionMatchesTheCpuBackendOverTheSameCache) {
+  struct Case {
+    int nh, nkv, hd;
+    std::vector<int> q, ctx;
+    DType act;
+  };
+  const DType bf = DType::bf16;
+  const std::vector<Case> cases = {
+      {32, 8, 128, {1, 1, 40, 1, 17}, {1, 3000, 100, 777, 17}, bf},  // mixed
+      {32, 8, 128, {1, 1, 40, 1, 17}, {1, 3000, 100, 777, 17}, DType::f16},
+      {32, 32, 128, {1}, {4100}, bf},  // one long decode, split
+      {32, 8, 128, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {4100, 100, 200, 150, 90, 60, 30, 260, 17}, bf},
+      {32, 32, 128, {2, 1, 8, 33}, {3000, 2000, 4100, 1500}, bf},  // short chunks, split tiles
+      {32, 8, 128, {200, 1}, {1200, 33}, bf},                      // a prefill chunk
+      {9, 3, 64, {5, 1, 1, 70}, {300, 64, 1, 70}, bf},
+      {8, 4, 32, {1, 3, 1}, {50, 3, 700}, bf},
+      {32, 2, 128, {1, 1}, {300, 1000}, bf},  // a group of 16: the general kernel
+  };
+  for (const Case& c : cases) fp8_attention_case(c.nh, c.nkv, c.hd, c.q, c.ctx, c.act);
 }
 
 // ---- The table of plain ops: op x shape x activation type, each against the CPU backend ----

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/launch_mode.h"
 #include "core/check.h"
 
@@ -84,21 +86,27 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
 
 namespace {
 
+// The element the general kernel stages K and V in: the cache's own, or for an fp8 cache the
+// dequantized float (code x its token and head's scale, the CPU oracle's value).
+template <typename KV>
+using StagedKv = std::conditional_t<kIsFp8<KV>, float, KV>;
+
 template <typename T, typename KV, int HD>
 __global__ void attention_kernel(AttnArgs a) {
   pdl_launch_dependents();       // the output projection (a GEMV at batch 1) may start its loads
   constexpr int kPer = HD / 32;  // output dims per lane
+  using SK = StagedKv<KV>;
   extern __shared__ unsigned char smem_raw[];
   float* qs = reinterpret_cast<float*>(smem_raw);       // [32][HD]
-  KV* kt = reinterpret_cast<KV*>(qs + kMaxPairs * HD);  // [HD][kTile + 2]
-  KV* vs = kt + HD * (kTile + 2);                       // [kTile][HD]
+  SK* kt = reinterpret_cast<SK*>(qs + kMaxPairs * HD);  // [HD][kTile + 2]
+  SK* vs = kt + HD * (kTile + 2);                       // [kTile][HD]
 
   const AttnItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int group = a.n_heads / a.n_kv_heads;
   const int npairs = it.nrows * group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  const int kv_width = a.n_kv_heads * HD;
+  [[maybe_unused]] const int kv_width = a.n_kv_heads * HD;
   const int qs0 = a.q_start[it.seq];
   const int pos0 = a.ctx_len[it.seq] - a.q_len[it.seq];
   const int32_t* bt = a.block_tables + (int64_t)it.seq * a.max_blocks;
@@ -122,25 +130,51 @@ __global__ void attention_kernel(AttnArgs a) {
     for (int i = 0; i < kPer; ++i) acc[k][i] = 0.0f;
   }
 
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
+  [[maybe_unused]] const KV* kc = static_cast<const KV*>(a.k_cache);
+  [[maybe_unused]] const KV* vc = static_cast<const KV*>(a.v_cache);
   for (int t0 = it.kbeg; t0 < it.kend; t0 += kTile) {
     __syncthreads();
     constexpr int kVec = 4;  // elements per load
     for (int idx = threadIdx.x; idx < kTile * HD / kVec; idx += blockDim.x) {
       const int t = idx / (HD / kVec), d = (idx % (HD / kVec)) * kVec;
       const int tok = t0 + t;
-      uint2 kw = make_uint2(0, 0), vw = make_uint2(0, 0);
-      if (tok < it.kend) {
-        const int64_t slot = (int64_t)bt[tok / a.block_size] * a.block_size + tok % a.block_size;
-        const int64_t off = slot * kv_width + kvh * HD + d;
-        kw = *reinterpret_cast<const uint2*>(kc + off);
-        vw = *reinterpret_cast<const uint2*>(vc + off);
-      }
-      const KV* ke = reinterpret_cast<const KV*>(&kw);
+      if constexpr (kIsFp8<KV>) {
+        float kf[kVec] = {}, vf[kVec] = {};
+        if (tok < it.kend) {
+          const Fp8Layout lay(a.block_size, a.n_kv_heads, HD);
+          const int64_t block = bt[tok / a.block_size];
+          const int row = tok % a.block_size;
+          const char* kb = static_cast<const char*>(a.k_cache);
+          const char* vb = static_cast<const char*>(a.v_cache);
+          const int64_t off = lay.codes(block, row, kvh) + d, so = lay.scale(block, row, kvh);
+          fp8x4_to_f32(*reinterpret_cast<const uint32_t*>(kb + off), kf);
+          fp8x4_to_f32(*reinterpret_cast<const uint32_t*>(vb + off), vf);
+          const float ks = *reinterpret_cast<const float*>(kb + so);
+          const float vsc = *reinterpret_cast<const float*>(vb + so);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) kt[(d + i) * (kTile + 2) + t] = ke[i];
-      *reinterpret_cast<uint2*>(vs + t * HD + d) = vw;
+          for (int i = 0; i < kVec; ++i) {
+            kf[i] *= ks;
+            vf[i] *= vsc;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          kt[(d + i) * (kTile + 2) + t] = kf[i];
+          vs[t * HD + d + i] = vf[i];
+        }
+      } else {
+        uint2 kw = make_uint2(0, 0), vw = make_uint2(0, 0);
+        if (tok < it.kend) {
+          const int64_t slot = (int64_t)bt[tok / a.block_size] * a.block_size + tok % a.block_size;
+          const int64_t off = slot * kv_width + kvh * HD + d;
+          kw = *reinterpret_cast<const uint2*>(kc + off);
+          vw = *reinterpret_cast<const uint2*>(vc + off);
+        }
+        const KV* ke = reinterpret_cast<const KV*>(&kw);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) kt[(d + i) * (kTile + 2) + t] = ke[i];
+        *reinterpret_cast<uint2*>(vs + t * HD + d) = vw;
+      }
     }
     __syncthreads();
     const int tok = t0 + lane;
@@ -401,8 +435,8 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     // One warp per pair up to 8; beyond that each of 8 warps takes up to kPairsPerWarp
     // (pairs p = warp + 8k), which covers kMaxPairs = 32.
     const int nw = std::clamp(a.max_pairs, 1, 8);
-    const size_t smem =
-        sizeof(float) * kMaxPairs * HD + sizeof(KV) * HD * (kTile + 2) + sizeof(KV) * kTile * HD;
+    const size_t smem = sizeof(float) * kMaxPairs * HD + sizeof(StagedKv<KV>) * HD * (kTile + 2) +
+                        sizeof(StagedKv<KV>) * kTile * HD;
     static bool configured = false;  // per instantiation
     if (!configured) {
       CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, KV, HD>,
@@ -460,7 +494,9 @@ void attention(const AttnArgs& a, cudaStream_t s) {
   CHECK(a.max_pairs <= kMaxPairs);
   const bool bf = a.act_dtype == DType::bf16;
   CHECK(bf || a.act_dtype == DType::f16);
-  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
+  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16 || a.kv_dtype == DType::fp8_e4m3);
+  if (a.kv_dtype == DType::fp8_e4m3)
+    return bf ? launch_hd<__nv_bfloat16, Fp8E4m3>(a, s) : launch_hd<__half, Fp8E4m3>(a, s);
   if (bf && a.kv_dtype == DType::bf16) return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, s);
   if (bf) return launch_hd<__nv_bfloat16, __half>(a, s);
   if (a.kv_dtype == DType::bf16) return launch_hd<__half, __nv_bfloat16>(a, s);

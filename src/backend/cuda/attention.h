@@ -54,7 +54,9 @@ int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
 struct AttnArgs {
   const void* q;  // [rows, n_heads * head_dim], activation dtype
   int64_t q_stride;
-  const void* k_cache;  // this layer: [slots, n_kv_heads * head_dim]
+  // This layer's K and V: [slots, n_kv_heads * head_dim] of kv_dtype (bf16, f16); of fp8 e4m3,
+  // blocks of block_size slots' codes followed by their scales (KvGeometry, kv_fp8.cuh).
+  const void* k_cache;
   const void* v_cache;
   void* out;
   int64_t out_stride;

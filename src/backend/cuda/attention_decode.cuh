@@ -9,6 +9,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/decode_rope_attention.h"
+#include "backend/cuda/kv_fp8.cuh"
 
 namespace infercept::cuda {
 
@@ -27,16 +28,53 @@ namespace infercept::cuda {
 // to finish merges every partition's state (combine_decode_row).
 // (attend_project runs an item on W = 2 warps of its blocks, to keep four blocks a
 // multiprocessor.)
+// An fp8 cache (KV = Fp8E4m3) stages its codes the same way, 16 to a piece (half the pieces of
+// bf16: the point of fp8 is to read half the bytes), and after the rows the chunk's K and V
+// scales, a float per key; lane j scales key j's score by its K scale and its softmax weight
+// by its V scale, so the codes are turned to floats in registers and never multiplied one by
+// one.
 template <typename KV, int HD, int W = 4>
 struct DecodeStage {
   static constexpr int kVecElems = 16 / sizeof(KV);  // elements per 16-byte piece
   static constexpr int kPieces = HD / kVecElems;     // pieces per row
   static constexpr int kRowsPerCopy = 32 / kPieces;  // rows one warp-wide cp.async covers
   static constexpr int kWarps = W;
-  static constexpr int kWarpPieces = 2 * 32 * kPieces;  // K rows, then V rows
+  // fp8: 32 K scales, then 32 V scales.
+  static constexpr int kScalePieces = kIsFp8<KV> ? 2 * 32 * (int)sizeof(float) / 16 : 0;
+  static constexpr int kWarpPieces = 2 * 32 * kPieces + kScalePieces;  // K rows, V rows, scales
   static constexpr size_t kBytes = 16 * kWarps * kWarpPieces;
   __device__ static int piece(int row, int v) { return row * kPieces + (v ^ (row % kPieces)); }
 };
+
+// issue_decode_chunk for an fp8 cache: the rows' codes as bf16's rows are copied (16 codes a
+// piece), and each lane's own key's K and V scales (4-byte copies into the stage's scales).
+template <int HD>
+__device__ __forceinline__ void issue_decode_chunk_fp8(const AttnArgs& a, const int32_t* bt,
+                                                       int kvh, int kend, int c0, uint4* my_stage) {
+  using Stage = DecodeStage<Fp8E4m3, HD>;
+  constexpr int kPieces = Stage::kPieces;
+  const int lane = threadIdx.x % 32;
+  const char* kc = static_cast<const char*>(a.k_cache);
+  const char* vc = static_cast<const char*>(a.v_cache);
+  const Fp8Layout lay(a.block_size, a.n_kv_heads, HD);
+  const int t = c0 + lane;
+  const int tt = t < kend ? t : kend - 1;
+  const int64_t block = bt[tt / a.block_size];
+  const int row = tt % a.block_size;
+  const int64_t codes = lay.codes(block, row, kvh);
+  const int sub = lane / kPieces, v = lane % kPieces;
+#pragma unroll
+  for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+    const int64_t off = __shfl_sync(0xffffffff, codes, r0 + sub) + 16 * v;
+    cp_async16(my_stage + Stage::piece(r0 + sub, v), kc + off, true);
+    cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v), vc + off, true);
+  }
+  float* scales = reinterpret_cast<float*>(my_stage + 2 * 32 * kPieces);
+  const int64_t so = lay.scale(block, row, kvh);
+  cp_async4(scales + lane, kc + so, true);
+  cp_async4(scales + 32 + lane, vc + so, true);
+  cp_async_commit();
+}
 
 // The stage of the chunk of a row's keys from c0 (32 keys, one warp's), K and V rows by
 // cp.async, all issued at once. Past kend a lane takes the last key's slot (a valid row) and
@@ -44,26 +82,30 @@ struct DecodeStage {
 template <typename KV, int HD>
 __device__ __forceinline__ void issue_decode_chunk(const AttnArgs& a, const int32_t* bt, int kvh,
                                                    int kend, int c0, uint4* my_stage) {
-  using Stage = DecodeStage<KV, HD>;
-  constexpr int kPieces = Stage::kPieces;
-  const int lane = threadIdx.x % 32;
-  const int kv_width = a.n_kv_heads * HD;
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
-  const int t = c0 + lane;
-  const int tt = t < kend ? t : kend - 1;
-  const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
-  // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
-  const int sub = lane / kPieces, v = lane % kPieces;
+  if constexpr (kIsFp8<KV>) {
+    issue_decode_chunk_fp8<HD>(a, bt, kvh, kend, c0, my_stage);
+  } else {
+    using Stage = DecodeStage<KV, HD>;
+    constexpr int kPieces = Stage::kPieces;
+    const int lane = threadIdx.x % 32;
+    const int kv_width = a.n_kv_heads * HD;
+    const KV* kc = static_cast<const KV*>(a.k_cache);
+    const KV* vc = static_cast<const KV*>(a.v_cache);
+    const int t = c0 + lane;
+    const int tt = t < kend ? t : kend - 1;
+    const int64_t slot = (int64_t)bt[tt / a.block_size] * a.block_size + tt % a.block_size;
+    // row r's piece v comes from lane (r % kRowsPerCopy) * kPieces + v
+    const int sub = lane / kPieces, v = lane % kPieces;
 #pragma unroll
-  for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
-    const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
-    cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
-               true);
-    cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
-               reinterpret_cast<const uint4*>(vc + off) + v, true);
+    for (int r0 = 0; r0 < 32; r0 += Stage::kRowsPerCopy) {
+      const int64_t off = __shfl_sync(0xffffffff, slot, r0 + sub) * kv_width + kvh * HD;
+      cp_async16(my_stage + Stage::piece(r0 + sub, v), reinterpret_cast<const uint4*>(kc + off) + v,
+                 true);
+      cp_async16(my_stage + 32 * kPieces + Stage::piece(r0 + sub, v),
+                 reinterpret_cast<const uint4*>(vc + off) + v, true);
+    }
+    cp_async_commit();
   }
-  cp_async_commit();
 }
 
 // Returns once KV head kvh's q, k and v rows are written, as the Q/K/V product counts them
@@ -156,7 +198,6 @@ __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int3
   constexpr int kPieces = Stage::kPieces;
   const int lane = threadIdx.x % 32;
   const uint4* k_stage = my_stage;
-  const KV* v_stage = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
   for (int c0 = first_c0; c0 < kend; c0 += kWarps * 32) {
     const bool valid = c0 + lane < kend;
     if (c0 != first_c0 || !first_issued) issue_decode_chunk<KV, HD>(a, bt, kvh, kend, c0, my_stage);
@@ -165,15 +206,36 @@ __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int3
     float s[GMAX];
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) s[g] = 0.0f;
+    if constexpr (kIsFp8<KV>) {
+      // Code values dotted with q, then scaled once: the key's value is code x scale.
 #pragma unroll
-    for (int v = 0; v < kPieces; ++v) {
-      const uint4 kw = k_stage[Stage::piece(lane, v)];
-      const KV* e = reinterpret_cast<const KV*>(&kw);
+      for (int v = 0; v < kPieces; ++v) {
+        const uint4 kw = k_stage[Stage::piece(lane, v)];
+        const uint32_t words[4] = {kw.x, kw.y, kw.z, kw.w};
 #pragma unroll
-      for (int i = 0; i < kVecElems; ++i) {
-        const float kf = to_f32(e[i]);
+        for (int w = 0; w < 4; ++w) {
+          float kf[4];
+          fp8x4_to_f32(words[w], kf);
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) s[g] += qs[g][v * kVecElems + i] * kf;
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int g = 0; g < GMAX; ++g) s[g] += qs[g][v * kVecElems + 4 * w + i] * kf[i];
+        }
+      }
+      const float k_scale = reinterpret_cast<const float*>(my_stage + 2 * 32 * kPieces)[lane];
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) s[g] *= k_scale;
+    } else {
+#pragma unroll
+      for (int v = 0; v < kPieces; ++v) {
+        const uint4 kw = k_stage[Stage::piece(lane, v)];
+        const KV* e = reinterpret_cast<const KV*>(&kw);
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) {
+          const float kf = to_f32(e[i]);
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) s[g] += qs[g][v * kVecElems + i] * kf;
+        }
       }
     }
     float p[GMAX];
@@ -192,31 +254,64 @@ __device__ __forceinline__ void decode_warp_chunks(const AttnArgs& a, const int3
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc[g][i] *= corr;
     }
-    const KV* vs = v_stage;
     const int n_keys = min(32, kend - c0);
     const int my_piece = lane * kPer / kVecElems, my_off = lane * kPer % kVecElems;
-    for (int j = 0; j < n_keys; ++j) {
-      const KV* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
-      float vf[kPer];
-      if constexpr (kPer == 4) {
-        const uint2 w = *reinterpret_cast<const uint2*>(e);
-        const KV* x = reinterpret_cast<const KV*>(&w);
+    if constexpr (kIsFp8<KV>) {
+      // Key j's weight times its V scale (lane j's), then the codes' values: the value is
+      // code x scale, and l keeps the unscaled weights.
+      const float v_scale = reinterpret_cast<const float*>(my_stage + 2 * 32 * kPieces)[32 + lane];
+      float pv[GMAX];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) vf[i] = to_f32(x[i]);
-      } else if constexpr (kPer == 2) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(e);
-        const KV* x = reinterpret_cast<const KV*>(&w);
-        vf[0] = to_f32(x[0]);
-        vf[1] = to_f32(x[1]);
-      } else {
+      for (int g = 0; g < GMAX; ++g) pv[g] = p[g] * v_scale;
+      const uint8_t* vs = reinterpret_cast<const uint8_t*>(my_stage + 32 * kPieces);
+      for (int j = 0; j < n_keys; ++j) {
+        const uint8_t* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
+        float vf[kPer];
+        if constexpr (kPer == 4) {
+          float f[4];
+          fp8x4_to_f32(*reinterpret_cast<const uint32_t*>(e), f);
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) vf[i] = to_f32(e[i]);
+          for (int i = 0; i < 4; ++i) vf[i] = f[i];
+        } else if constexpr (kPer == 2) {
+          const float2 f = fp8x2_to_float2(*reinterpret_cast<const uint16_t*>(e));
+          vf[0] = f.x;
+          vf[1] = f.y;
+        } else {
+          static_assert(kPer == 1, "fp8 decode: head_dim 32, 64 or 128");
+          vf[0] = fp8x2_to_float2(e[0]).x;
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          const float pj = __shfl_sync(0xffffffff, pv[g], j);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+        }
       }
+    } else {
+      const KV* vs = reinterpret_cast<const KV*>(my_stage + 32 * kPieces);
+      for (int j = 0; j < n_keys; ++j) {
+        const KV* e = vs + Stage::piece(j, my_piece) * kVecElems + my_off;
+        float vf[kPer];
+        if constexpr (kPer == 4) {
+          const uint2 w = *reinterpret_cast<const uint2*>(e);
+          const KV* x = reinterpret_cast<const KV*>(&w);
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        const float pj = __shfl_sync(0xffffffff, p[g], j);
+          for (int i = 0; i < 4; ++i) vf[i] = to_f32(x[i]);
+        } else if constexpr (kPer == 2) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(e);
+          const KV* x = reinterpret_cast<const KV*>(&w);
+          vf[0] = to_f32(x[0]);
+          vf[1] = to_f32(x[1]);
+        } else {
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+          for (int i = 0; i < kPer; ++i) vf[i] = to_f32(e[i]);
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          const float pj = __shfl_sync(0xffffffff, p[g], j);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) acc[g][i] += pj * vf[i];
+        }
       }
     }
     __syncwarp();  // every lane is done with the stage before the next chunk refills it

@@ -11,6 +11,8 @@
 // and the block-table entries for tile j+2 are fetched a tile ahead. Tokens at or past the
 // tile's last key position are zero-filled, never read, so NaN garbage in unused slots or
 // out-of-range block-table entries can not leak in.
+// An fp8 cache's tiles come as codes and scales into stages of their own and are dequantized
+// into the 16-bit tiles (the activation type's) before the products, which run as above.
 
 #include "backend/cuda/attention_prefill.h"
 
@@ -21,6 +23,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/mma.cuh"
 #include "core/check.h"
 
@@ -98,9 +101,10 @@ constexpr int kM = kPrefillTileM;  // query rows per CTA
 constexpr int kN = 64;             // keys per tile
 constexpr int kWarps = kM / 16;
 constexpr int kThreads = kWarps * 32;
-// Dynamic shared memory of a block: Q [kM][hd] and two stages of K and V [kN][hd], 16-bit.
-constexpr int smem_bytes(int hd) {
-  return (kM + 4 * kN) * hd * 2;
+// Dynamic shared memory of a block: Q [kM][hd] and two stages of K and V [kN][hd], 16-bit; an
+// fp8 cache adds two stages of K and V codes [kN][hd] and their scales [kN] (fp8).
+constexpr int smem_bytes(int hd, bool fp8 = false) {
+  return (kM + 4 * kN) * hd * 2 + (fp8 ? 4 * kN * hd + 4 * kN * 4 : 0);
 }
 static_assert(kM % 16 == 0 && kN % 16 == 0);
 
@@ -147,25 +151,76 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
   return y;
 }
 
+// An fp8 cache's K and V tiles come as codes (16 to a 16-byte chunk, HD / 16 chunks a row) into
+// stages of their own, and each tile is turned into the 16-bit tiles above (code x scale,
+// rounded to T) before its products, which then run as for a 16-bit cache. Code chunk c of row
+// r sits at code_slot(r, c); conversion item i takes chunk code_chunk_of(i): 8 items in a row
+// (one 128-byte phase of shared accesses) read 8 bank groups and store 8 (two rows of four
+// chunks, one row even and one odd, so that the swizzle of the 16-bit tiles spreads them).
+template <int HD>
+__device__ __forceinline__ int code_slot(int row, int chunk) {
+  constexpr int kChunks = HD / 16;
+  if constexpr (kChunks == 8) return row * kChunks + (chunk ^ ((row & 1) << 2));
+  return row * kChunks + chunk;
+}
+template <int HD>
+__device__ __forceinline__ void code_chunk_of(int item, int& row, int& chunk) {
+  constexpr int kChunks = HD / 16;
+  if constexpr (kChunks >= 4) {
+    chunk = (item & 3) + 4 * ((item >> 3) % (kChunks / 4));
+    row = ((item >> 2) & 1) + 2 * (item / (8 * (kChunks / 4)));
+  } else {
+    chunk = item % kChunks;
+    row = item / kChunks;
+  }
+}
+// 16 codes times `scale`, as two 16-byte chunks of T (the first 8 elements in lo).
+template <typename T>
+__device__ __forceinline__ void dequantize16(const uint4& codes, float scale, uint4& lo,
+                                             uint4& hi) {
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 a = fp8x2_to_float2(words[k] & 0xffffu), b = fp8x2_to_float2(words[k] >> 16);
+    out[2 * k] = pack2<T>(a.x * scale, a.y * scale);
+    out[2 * k + 1] = pack2<T>(b.x * scale, b.y * scale);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // Registers (ptxas, sm_90): HD 128: 226, one CTA (8 warps) per SM; HD 64: capped at 128 for
 // two CTAs per SM (12 bytes of spill outside the loop; 235 vs 194 TFLOP/s on a 4096-token
 // prompt, H200); HD 32: 118.
+// With an fp8 cache (KV = Fp8E4m3) the products run on the activation type T instead.
 template <typename T, typename KV, int HD>
 __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
     prefill_attention_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
-  constexpr int CPR = HD / 8;            // 16-byte chunks per row
-  constexpr int KSTEPS = HD / 16;        // k-steps of Q K^T
-  constexpr int SN = kN / 8;             // n8 tiles of S
-  constexpr int ON = HD / 8;             // n8 tiles of O
-  constexpr int LROWS = kThreads / CPR;  // K/V rows one pass of the CTA loads
-  constexpr int LOADS = kN / LROWS;      // K/V rows (of each) per thread per tile
+  constexpr bool kFp8 = kIsFp8<KV>;
+  using Op = std::conditional_t<kFp8, T, KV>;  // the MMA operands' type
+  constexpr int CPR = HD / 8;                  // 16-byte chunks per row
+  constexpr int KSTEPS = HD / 16;              // k-steps of Q K^T
+  constexpr int SN = kN / 8;                   // n8 tiles of S
+  constexpr int ON = HD / 8;                   // n8 tiles of O
+  constexpr int LROWS = kThreads / CPR;        // K/V rows one pass of the CTA loads
+  constexpr int LOADS = kN / LROWS;            // K/V rows (of each) per thread per tile
   static_assert(kThreads % CPR == 0 && kN % LROWS == 0 && (kM * CPR) % kThreads == 0);
+  // fp8: code chunks (16 codes) per row, rows one pass loads, rows per thread per tile
+  constexpr int CC = HD / 16;
+  constexpr int CROWS = kThreads / CC;
+  constexpr int CLOADS = kN > CROWS ? kN / CROWS : 1;
+  static_assert(!kFp8 || (kThreads % CC == 0 && (kN <= CROWS || kN % CROWS == 0)));
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ uint4 smem[];
   uint4* sQ = smem;               // [kM][CPR]
   uint4* sK = sQ + kM * CPR;      // [2][kN][CPR]
   uint4* sV = sK + 2 * kN * CPR;  // [2][kN][CPR]
+  // fp8: [2][kN][CC] codes of K, then of V, then the scales [2][K, V][kN]
+  uint4* cK = sV + 2 * kN * CPR;
+  uint4* cV = cK + 2 * kN * CC;
+  float* cS = reinterpret_cast<float*>(cV + 2 * kN * CC);
 
   const PrefillTile tile = tiles[blockIdx.y];
   const int head = blockIdx.x;
@@ -180,11 +235,11 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
   const int n_full = (pos0 + 1) / kN;     // key tiles no row masks
   // Warps whose 16 rows are all past the tile's rows (short chunks) only help load.
   const bool has_rows = warp * 16 < tile.nrows;
-  const int64_t kv_width = (int64_t)a.n_kv_heads * HD;
+  [[maybe_unused]] const int64_t kv_width = (int64_t)a.n_kv_heads * HD;
   const int bs = a.block_size;
   const int32_t* __restrict__ bt = a.block_tables + (int64_t)tile.seq * a.max_blocks;
-  const KV* kc = static_cast<const KV*>(a.k_cache) + kvh * HD;
-  const KV* vc = static_cast<const KV*>(a.v_cache) + kvh * HD;
+  [[maybe_unused]] const KV* kc = static_cast<const KV*>(a.k_cache) + kvh * HD;
+  [[maybe_unused]] const KV* vc = static_cast<const KV*>(a.v_cache) + kvh * HD;
 
   // ---- Q tile -> shared (rows past nrows zero) ----
   {
@@ -194,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       const int idx = tid + i * kThreads, r = idx / CPR, c = idx % CPR;
       uint4* dst = sQ + swz<HD>(r, c);
       const bool ok = r < tile.nrows;
-      if constexpr (std::is_same_v<T, KV>) {
+      if constexpr (std::is_same_v<T, Op>) {
         cp_async16(dst, ok ? q + (int64_t)r * a.q_stride + c * 8 : q, ok);
       } else {  // activations in the other 16-bit type: convert to the MMA operand type
         uint4 v = make_uint4(0, 0, 0, 0);
@@ -203,33 +258,78 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
           const T* e = reinterpret_cast<const T*>(&raw);
           uint32_t* w = reinterpret_cast<uint32_t*>(&v);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) w[k] = pack2<KV>(to_f32(e[2 * k]), to_f32(e[2 * k + 1]));
+          for (int k = 0; k < 4; ++k) w[k] = pack2<Op>(to_f32(e[2 * k]), to_f32(e[2 * k + 1]));
         }
         *dst = v;
       }
     }
   }
 
-  // ---- K/V tile loader: this thread's rows lrow + i * LROWS, chunk lchunk ----
-  const int lrow = tid / CPR, lchunk = tid % CPR;
-  int blk[LOADS];  // block-table entries for the tile the next issue() loads
+  // ---- K/V tile loader: this thread's rows lrow + i * LROWS, chunk lchunk (fp8: rows
+  // lrow + i * CROWS of the tile, code chunk lchunk) ----
+  constexpr int RPT = kFp8 ? CLOADS : LOADS;  // rows (of K and of V) per thread per tile
+  const int lrow = kFp8 ? tid / CC : tid / CPR, lchunk = kFp8 ? tid % CC : tid % CPR;
+  int blk[RPT];  // block-table entries for the tile the next issue() loads
   auto fetch = [&](int j) {
 #pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-      const int t = j * kN + lrow + i * LROWS;
-      blk[i] = t < kend ? __ldg(bt + t / bs) : 0;
+    for (int i = 0; i < RPT; ++i) {
+      if constexpr (kFp8) {
+        const int r = lrow + i * CROWS, t = j * kN + r;
+        blk[i] = r < kN && t < kend ? __ldg(bt + t / bs) : 0;
+      } else {
+        const int t = j * kN + lrow + i * LROWS;
+        blk[i] = t < kend ? __ldg(bt + t / bs) : 0;
+      }
     }
   };
   auto issue = [&](int j) {
     const int stage = j & 1;
+    if constexpr (kFp8) {
+      const char* kb = static_cast<const char*>(a.k_cache);
+      const char* vb = static_cast<const char*>(a.v_cache);
+      const Fp8Layout lay(bs, a.n_kv_heads, HD);
+      float* scales = cS + stage * 2 * kN;  // K's kN, then V's
 #pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-      const int r = lrow + i * LROWS, t = j * kN + r;
-      const bool ok = t < kend;
-      const int64_t off = ((int64_t)blk[i] * bs + t % bs) * kv_width + lchunk * 8;
-      const int so = stage * kN * CPR + swz<HD>(r, lchunk);
-      cp_async16(sK + so, ok ? kc + off : kc, ok);
-      cp_async16(sV + so, ok ? vc + off : vc, ok);
+      for (int i = 0; i < RPT; ++i) {
+        const int r = lrow + i * CROWS, t = j * kN + r;
+        if (r >= kN) break;  // head size 32: half the threads cover the tile's rows
+        const bool ok = t < kend;
+        const int64_t off = lay.codes(blk[i], t % bs, kvh) + lchunk * 16;
+        const int so = stage * kN * CC + code_slot<HD>(r, lchunk);
+        cp_async16(cK + so, ok ? kb + off : kb, ok);
+        cp_async16(cV + so, ok ? vb + off : vb, ok);
+        if (lchunk == 0) {
+          const int64_t sco = lay.scale(blk[i], t % bs, kvh);
+          cp_async4(scales + r, ok ? kb + sco : kb, ok);
+          cp_async4(scales + kN + r, ok ? vb + sco : vb, ok);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < LOADS; ++i) {
+        const int r = lrow + i * LROWS, t = j * kN + r;
+        const bool ok = t < kend;
+        const int64_t off = ((int64_t)blk[i] * bs + t % bs) * kv_width + lchunk * 8;
+        const int so = stage * kN * CPR + swz<HD>(r, lchunk);
+        cp_async16(sK + so, ok ? kc + off : kc, ok);
+        cp_async16(sV + so, ok ? vc + off : vc, ok);
+      }
+    }
+  };
+  // fp8: the codes of tile j (arrived) as the 16-bit K and V tiles of its stage.
+  [[maybe_unused]] auto dequantize_tile = [&](int j) {
+    const int stage = j & 1;
+    const float* scales = cS + stage * 2 * kN;
+    for (int item = tid; item < 2 * kN * CC; item += kThreads) {
+      const bool is_v = item >= kN * CC;  // uniform in a warp
+      int r, c;
+      code_chunk_of<HD>(is_v ? item - kN * CC : item, r, c);
+      const uint4 codes = (is_v ? cV : cK)[stage * kN * CC + code_slot<HD>(r, c)];
+      uint4 lo, hi;
+      dequantize16<T>(codes, scales[(is_v ? kN : 0) + r], lo, hi);
+      uint4* tile = (is_v ? sV : sK) + stage * kN * CPR;
+      tile[swz<HD>(r, 2 * c)] = lo;
+      tile[swz<HD>(r, 2 * c + 1)] = hi;
     }
   };
 
@@ -261,6 +361,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kFp8) {  // every warp converts its share, then all of the tile is there
+      dequantize_tile(j);
+      __syncthreads();
+    }
     if (!has_rows) {
       // No rows of its own: this warp only shares the loads, and meets the barrier that
       // ends the iteration (before the next issue() refills this stage).
@@ -285,8 +389,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
         ldsm_x4(b, Ks + swz<HD>(np * 16 + b_row, 2 * kk + b_chunk));
-        mma16816<KV>(s[2 * np], qf[kk], b[0], b[1]);
-        mma16816<KV>(s[2 * np + 1], qf[kk], b[2], b[3]);
+        mma16816<Op>(s[2 * np], qf[kk], b[0], b[1]);
+        mma16816<Op>(s[2 * np + 1], qf[kk], b[2], b[3]);
       }
     }
 
@@ -331,8 +435,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       const float p3 = fast_exp2(fmaf(s[nt][3], sl2, -base1));
       rs0 += p0 + p1;
       rs1 += p2 + p3;
-      pf[nt / 2][(nt & 1) * 2 + 0] = pack2<KV>(p0, p1);
-      pf[nt / 2][(nt & 1) * 2 + 1] = pack2<KV>(p2, p3);
+      pf[nt / 2][(nt & 1) * 2 + 0] = pack2<Op>(p0, p1);
+      pf[nt / 2][(nt & 1) * 2 + 1] = pack2<Op>(p2, p3);
     }
     l0 = l0 * corr0 + rs0;
     l1 = l1 * corr1 + rs1;
@@ -351,8 +455,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
         ldsm_x4_t(b, Vs + swz<HD>(kk * 16 + a_row, 2 * dp + a_chunk));
-        mma16816<KV>(acc[2 * dp], pf[kk], b[0], b[1]);
-        mma16816<KV>(acc[2 * dp + 1], pf[kk], b[2], b[3]);
+        mma16816<Op>(acc[2 * dp], pf[kk], b[0], b[1]);
+        mma16816<Op>(acc[2 * dp + 1], pf[kk], b[2], b[3]);
       }
     }
     __syncthreads();  // this stage is refilled by the next iteration's issue()
@@ -409,7 +513,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
 
 template <typename T, typename KV, int HD>
 void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
-  constexpr int smem = smem_bytes(HD);
+  constexpr int smem = smem_bytes(HD, kIsFp8<KV>);
   static bool configured = false;  // per instantiation
   if (!configured) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<T, KV, HD>,
@@ -440,12 +544,12 @@ void launch_hd(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaS
 int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
   CHECK(prefill_supports_head_dim(head_dim));
   const bool bf = act == DType::bf16, kv_bf = kv == DType::bf16;
+  const bool fp8 = kv == DType::fp8_e4m3;
   auto per_sm = [&](auto kernel, int hd) {
     int n = 0;
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(hd)));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
-                                                             (size_t)smem_bytes(hd)));
+    const int smem = smem_bytes(hd, fp8);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, (size_t)smem));
     return std::max(1, n);
   };
   auto by_hd = [&](auto t, auto k) {
@@ -455,6 +559,7 @@ int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
     if (head_dim == 64) return per_sm(prefill_attention_kernel<T, KV, 64>, 64);
     return per_sm(prefill_attention_kernel<T, KV, 128>, 128);
   };
+  if (fp8) return bf ? by_hd(__nv_bfloat16{}, Fp8E4m3{}) : by_hd(__half{}, Fp8E4m3{});
   if (bf && kv_bf) return by_hd(__nv_bfloat16{}, __nv_bfloat16{});
   if (bf) return by_hd(__nv_bfloat16{}, __half{});
   if (kv_bf) return by_hd(__half{}, __nv_bfloat16{});
@@ -472,7 +577,10 @@ void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tile
         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0);
   const bool bf = a.act_dtype == DType::bf16;
   CHECK(bf || a.act_dtype == DType::f16);
-  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16);
+  CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16 || a.kv_dtype == DType::fp8_e4m3);
+  if (a.kv_dtype == DType::fp8_e4m3)
+    return bf ? launch_hd<__nv_bfloat16, Fp8E4m3>(a, d_tiles, n_tiles, s)
+              : launch_hd<__half, Fp8E4m3>(a, d_tiles, n_tiles, s);
   if (bf && a.kv_dtype == DType::bf16)
     return launch_hd<__nv_bfloat16, __nv_bfloat16>(a, d_tiles, n_tiles, s);
   if (bf) return launch_hd<__nv_bfloat16, __half>(a, d_tiles, n_tiles, s);

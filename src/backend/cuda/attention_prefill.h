@@ -4,8 +4,9 @@
 // kPrefillTileM consecutive query rows of one sequence; one CTA per (tile, query head) holds
 // Q in registers and streams the sequence's keys in 64-token tiles through the block table
 // (cp.async, two stages), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 or f16 operands
-// in the KV cache's dtype, fp32 accumulate) with an online softmax; key tiles entirely above
-// the diagonal are skipped and only the diagonal tiles are masked.
+// in the KV cache's dtype, or for an fp8 cache in the activation type, its tiles dequantized
+// in shared memory; fp32 accumulate) with an online softmax; key tiles entirely above the
+// diagonal are skipped and only the diagonal tiles are masked.
 //
 // Integration: plan_prefill() picks the sequences with q_len >= min_q_len and tiles all of
 // their rows; every other row goes to attention() as before (e.g. plan_attention() with

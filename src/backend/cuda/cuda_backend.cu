@@ -398,6 +398,7 @@ cuda::RopeStoreArgs CudaBackend::rope_args(Tensor q, Tensor k, const Tensor& v,
     a.k_cache = kv->k(layer);
     a.v_cache = kv->v(layer);
     a.kv_dtype = kv->geometry().dtype;
+    a.block_size = (int)kv->geometry().block_size;
   } else {
     a.kv_dtype = DType::f16;
   }

@@ -194,7 +194,8 @@ void CudaBackend::self_attention_project(const Tensor& x, const Weight& norm, fl
 }
 
 // Whether a step's attention takes the fused forms (decode rows alone, shapes the kernels
-// take).
+// take). Never over an fp8 cache: the fused kernels store and read 16-bit K and V, so a step
+// over an fp8 cache takes rope_store_kv and attention (then project_add).
 bool CudaBackend::fused_attention_fits(const Tensor& x, std::span<const Projection> qkv,
                                        std::span<const int32_t> positions, const RopeParams& p,
                                        const KvStorage& kv, std::span<const int32_t> slots,

@@ -571,6 +571,7 @@ void argmax_rows(RowsView x, int32_t* out, cudaStream_t s) {
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s) {
   if (a.q.rows == 0) return;
   CHECK(a.q.dtype == a.k.dtype && a.k.dtype == a.v.dtype);
+  if (a.slots != nullptr && a.kv_dtype == DType::fp8_e4m3) return rope_store_kv_fp8(a, s);
   if (a.head_dim % (a.neox ? 16 : 8) == 0 && pieces_fit(a.q) && pieces_fit(a.k) &&
       pieces_fit(a.v) && (a.slots == nullptr || (aligned16(a.k_cache) && aligned16(a.v_cache)))) {
     // Many rows (a prefill): 16 heads a block share their angles; few rows (decode): 4 heads

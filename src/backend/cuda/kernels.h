@@ -40,11 +40,17 @@ struct RopeStoreArgs {
   int head_dim, n_heads, n_kv_heads;
   bool neox;
   float theta_base;
-  void* k_cache;  // this layer's K: [n_slots, n_kv_heads * head_dim]
+  // This layer's K and V: [n_slots, n_kv_heads * head_dim] of bf16 or f16; of fp8 e4m3, blocks
+  // of block_size slots' codes followed by their scales (KvGeometry).
+  void* k_cache;
   void* v_cache;
   DType kv_dtype;
+  int block_size;  // fp8 only
 };
 void rope_store_kv(const RopeStoreArgs& a, cudaStream_t s);
+// rope_store_kv into an fp8 cache (rope_store_fp8.cu): each stored head quantized with its own
+// scale by core/fp8.h, the CPU backend's bits for the same (T-rounded) values.
+void rope_store_kv_fp8(const RopeStoreArgs& a, cudaStream_t s);
 
 // Copies `n` chunks of `chunk_bytes` (a multiple of 16): dst[dst_idx[i]] = src[src_idx[i]],
 // for `n_planes` planes (layer x K/V) whose bases are src_planes[p] / dst_planes[p]. The

@@ -11,12 +11,13 @@
 namespace infercept::cuda {
 
 Result<std::unique_ptr<CudaKvStorage>> allocate_kv_storage(const KvGeometry& g, bool host) {
-  if (g.dtype != DType::bf16 && g.dtype != DType::f16)
-    return make_error("the CUDA KV cache holds bf16 or f16, not ", std::string(dtype_name(g.dtype)),
-                      g.dtype == DType::fp8_e4m3
-                          ? " (the fp8 KV cache runs on the CPU backend; its CUDA kernels are not "
-                            "written yet)"
-                          : "");
+  if (g.dtype != DType::bf16 && g.dtype != DType::f16 && g.dtype != DType::fp8_e4m3)
+    return make_error("the CUDA KV cache holds bf16, f16 or fp8, not ",
+                      std::string(dtype_name(g.dtype)));
+  // The attention kernels load a head's fp8 codes in 16-byte pieces.
+  if (g.dtype == DType::fp8_e4m3 && g.head_dim % 16 != 0)
+    return make_error("the CUDA fp8 KV cache needs a head size that is a multiple of 16, not ",
+                      std::to_string(g.head_dim));
   if (g.bytes_per_block_per_layer() % 16 != 0)
     return make_error("KV block of ", std::to_string(g.bytes_per_block_per_layer()),
                       " bytes is not a multiple of 16");
