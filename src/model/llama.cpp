@@ -43,12 +43,17 @@ std::vector<float> rope_freq_factors(const ModelConfig& c) {
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelSource& src, Backend& backend,
-                                                       int64_t max_rows, int64_t max_logit_rows) {
-  const ModelConfig& c = src.config();
-  if (!c.max_context_note.empty())
-    LOG_WARN("%s: %s", src.path().c_str(), c.max_context_note.c_str());
-  std::unique_ptr<LlamaModel> m(new LlamaModel(backend, c));
-  TRY_ASSIGN(m->weights_, load_weights(src, backend));
+                                                       int64_t max_rows, int64_t max_logit_rows,
+                                                       Communicator* comm) {
+  if (!src.config().max_context_note.empty())
+    LOG_WARN("%s: %s", src.path().c_str(), src.config().max_context_note.c_str());
+  std::unique_ptr<LlamaModel> m(new LlamaModel(backend, src.config()));
+  TensorParallel tp;
+  if (comm != nullptr) tp = {comm->rank(), comm->world()};
+  TRY_ASSIGN(m->weights_, load_weights(src, backend, tp));
+  m->comm_ = tp.sharded() ? comm : nullptr;
+  m->shard_ = infercept::shard_config(src.config(), tp.world);
+  const ModelConfig& c = m->shard_;  // the activations of this rank's share
   m->max_rows_ = max_rows;
   m->max_logit_rows_ = max_logit_rows;
   m->freq_factors_ = rope_freq_factors(c);
@@ -79,7 +84,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelSource& src, B
 
 bool LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits,
                          const std::atomic<bool>* interrupt) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = shard_;
   const int64_t n = (int64_t)in.tokens.size();
   CHECK(n > 0 && n <= max_rows_);
   CHECK(in.positions.size() == (size_t)n && in.slots.size() == (size_t)n);
@@ -101,6 +106,9 @@ bool LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits,
   const int64_t nl = (int64_t)in.logit_rows.size();
   Tensor li = logits_in_.slice_rows(0, nl), lo = logits_.slice_rows(0, nl);
   CHECK(interrupt == nullptr || b.interruptible());
+  // (A rank that gave a step up would leave the others waiting in an all-reduce.)
+  CHECK_MSG(interrupt == nullptr || comm_ == nullptr,
+            "a tensor-parallel step is not interruptible");
   auto interrupted = [&] {
     return interrupt != nullptr && interrupt->load(std::memory_order_relaxed);
   };
@@ -121,6 +129,20 @@ bool LlamaModel::forward(const StepInput& in, KvStorage& kv, float* logits,
       const Projection qkv[] = {{&w.wq, &w.bq, q, &w.q_norm, c.rms_eps},
                                 {&w.wk, &w.bk, k, &w.k_norm, c.rms_eps},
                                 {&w.wv, &w.bv, v}};
+      if (comm_ != nullptr) {
+        // Tensor parallel: wo and w_down give partial sums over this rank's heads and FFN
+        // slice; the ranks add them up before the residual.
+        b.self_attention(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l, in.slots,
+                         batch, c.n_heads, scale, attn);
+        b.matmul(attn, w.wo, nullptr, o);
+        comm_->all_reduce_sum(b, o);
+        b.add(x, o);
+        b.norm_gated_ffn(x, w.ffn_norm, c.rms_eps, h, w.w_gate, w.w_up, gate, up);
+        b.matmul(gate, w.w_down, nullptr, o);
+        comm_->all_reduce_sum(b, o);
+        b.add(x, o);
+        continue;
+      }
       b.prefetch_hint(w.wo);
       b.self_attention_project(x, w.attn_norm, c.rms_eps, h, qkv, in.positions, rope, kv, l,
                                in.slots, batch, c.n_heads, scale, attn, w.wo, x, o);

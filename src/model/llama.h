@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "io/tensor_source.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace infercept {
@@ -36,10 +37,18 @@ struct StepInput {
 class LlamaModel {
  public:
   // max_rows: most query tokens in one step; max_logit_rows: most sequences sampled per step.
+  // With `comm` (tensor parallelism, model/tensor_parallel.h), this is rank comm->rank() of
+  // comm->world(): it loads its share of the weights, its KV cache holds its share of the KV
+  // heads (shard_config()), and forward() exchanges partial sums through `comm`, so every rank
+  // must run every step.
   static Result<std::unique_ptr<LlamaModel>> create(const ModelSource& src, Backend& backend,
-                                                    int64_t max_rows, int64_t max_logit_rows);
+                                                    int64_t max_rows, int64_t max_logit_rows,
+                                                    Communicator* comm = nullptr);
 
   const ModelConfig& config() const { return config_; }
+  // The shapes this rank computes (== config() without tensor parallelism): its KV cache's
+  // geometry is made from it.
+  const ModelConfig& shard_config() const { return shard_; }
   int64_t max_rows() const { return max_rows_; }
   int64_t max_logit_rows() const { return max_logit_rows_; }
 
@@ -55,10 +64,12 @@ class LlamaModel {
   Tensor last_logits(int64_t rows) const { return logits_.slice_rows(0, rows); }
 
  private:
-  LlamaModel(Backend& backend, const ModelConfig& c) : backend_(backend), config_(c) {}
+  LlamaModel(Backend& backend, const ModelConfig& c) : backend_(backend), config_(c), shard_(c) {}
 
   Backend& backend_;
   ModelConfig config_;
+  ModelConfig shard_;
+  Communicator* comm_ = nullptr;
   ModelWeights weights_;
   int64_t max_rows_ = 0;
   int64_t max_logit_rows_ = 0;

@@ -1,13 +1,32 @@
 #include "model/weights.h"
 
+#include <cstring>
 #include <string>
+
+#include "core/check.h"
 
 namespace infercept {
 namespace {
 
-// Looks up `name` and checks it has `rows` x `cols` elements (rows == 0 for a vector).
+// The part of a tensor one tensor-parallel rank holds: rows [begin, begin + count) of a
+// matrix (its outputs; elements of a vector), or its columns (inputs). count 0: all of it.
+struct Slice {
+  enum { whole, rows, cols } along = whole;
+  int64_t begin = 0, count = 0;
+};
+
+Slice rows_of(const TensorParallel& tp, int64_t n) {
+  return tp.sharded() ? Slice{Slice::rows, n / tp.world * tp.rank, n / tp.world} : Slice{};
+}
+Slice cols_of(const TensorParallel& tp, int64_t n) {
+  return tp.sharded() ? Slice{Slice::cols, n / tp.world * tp.rank, n / tp.world} : Slice{};
+}
+
+// Looks up `name` and checks it has `rows` x `cols` elements (rows == 0 for a vector), then
+// uploads the `slice` of it this rank holds.
 Result<Weight> load(const ModelSource& src, Backend& backend, ModelWeights& m,
-                    const std::string& name, int64_t rows, int64_t cols, bool optional = false) {
+                    const std::string& name, int64_t rows, int64_t cols, bool optional = false,
+                    Slice slice = {}) {
   const TensorInfo* t = src.find(name);
   if (t == nullptr) {
     if (optional) return Weight{};
@@ -35,16 +54,44 @@ Result<Weight> load(const ModelSource& src, Backend& backend, ModelWeights& m,
     data = v.data();
     dtype = DType::f32;
   }
-  auto w = backend.upload_weight(data, dtype, is_vector ? 1 : rows, cols);
+  int64_t up_rows = is_vector ? 1 : rows, up_cols = cols;
+  if (is_vector && slice.along == Slice::rows) {
+    // A vector's "rows" are its elements (biases of column-parallel products).
+    data = static_cast<const uint8_t*>(data) + dtype_row_bytes(dtype, slice.begin);
+    up_cols = slice.count;
+  } else if (slice.along == Slice::rows) {
+    // Whole rows are contiguous in the file: the slice is a view of it.
+    data = static_cast<const uint8_t*>(data) + (size_t)slice.begin * dtype_row_bytes(dtype, cols);
+    up_rows = slice.count;
+  } else if (slice.along == Slice::cols) {
+    // A run of each row's inputs (whole quantization blocks: check_tensor_parallel), copied
+    // into storage of the rank's own.
+    CHECK(!is_vector && slice.begin % dtype_block_elems(dtype) == 0 &&
+          slice.count % dtype_block_elems(dtype) == 0);
+    const size_t row = dtype_row_bytes(dtype, cols), skip = dtype_row_bytes(dtype, slice.begin),
+                 part = dtype_row_bytes(dtype, slice.count);
+    auto& bytes = m.sliced.emplace_back((size_t)rows * part);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(bytes.data() + (size_t)r * part,
+                  static_cast<const uint8_t*>(data) + (size_t)r * row + skip, part);
+    data = bytes.data();
+    up_cols = slice.count;
+  }
+  auto w = backend.upload_weight(data, dtype, up_rows, up_cols);
   if (!w.ok()) return make_error(src.path(), ": tensor '", name, "': ", w.error().message);
   return w;
 }
 
 }  // namespace
 
-Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend) {
+Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend,
+                                  const TensorParallel& tp) {
   const ModelConfig& c = src.config();
   TRY(c.validate());
+  if (tp.sharded()) {
+    const TensorInfo* wo = src.find("blk.0.attn_output.weight");
+    TRY(check_tensor_parallel(c, tp.world, wo != nullptr ? wo->dtype : DType::f32));
+  }
   ModelWeights m;
   m.converted.reserve((size_t)c.n_layers * 7 + 2);  // no reallocation: Weights point in
   const int64_t d = c.d_model, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -57,21 +104,30 @@ Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& w = m.layers[(size_t)l];
     TRY_ASSIGN(w.attn_norm, load(src, backend, m, p + "attn_norm.weight", 0, d));
-    TRY_ASSIGN(w.wq, load(src, backend, m, p + "attn_q.weight", q_dim, d));
-    TRY_ASSIGN(w.wk, load(src, backend, m, p + "attn_k.weight", kv_dim, d));
-    TRY_ASSIGN(w.wv, load(src, backend, m, p + "attn_v.weight", kv_dim, d));
-    TRY_ASSIGN(w.wo, load(src, backend, m, p + "attn_output.weight", d, q_dim));
-    TRY_ASSIGN(w.bq, load(src, backend, m, p + "attn_q.bias", 0, q_dim, true));
-    TRY_ASSIGN(w.bk, load(src, backend, m, p + "attn_k.bias", 0, kv_dim, true));
-    TRY_ASSIGN(w.bv, load(src, backend, m, p + "attn_v.bias", 0, kv_dim, true));
+    TRY_ASSIGN(w.wq,
+               load(src, backend, m, p + "attn_q.weight", q_dim, d, false, rows_of(tp, q_dim)));
+    TRY_ASSIGN(w.wk,
+               load(src, backend, m, p + "attn_k.weight", kv_dim, d, false, rows_of(tp, kv_dim)));
+    TRY_ASSIGN(w.wv,
+               load(src, backend, m, p + "attn_v.weight", kv_dim, d, false, rows_of(tp, kv_dim)));
+    TRY_ASSIGN(
+        w.wo, load(src, backend, m, p + "attn_output.weight", d, q_dim, false, cols_of(tp, q_dim)));
+    TRY_ASSIGN(w.bq, load(src, backend, m, p + "attn_q.bias", 0, q_dim, true, rows_of(tp, q_dim)));
+    TRY_ASSIGN(w.bk,
+               load(src, backend, m, p + "attn_k.bias", 0, kv_dim, true, rows_of(tp, kv_dim)));
+    TRY_ASSIGN(w.bv,
+               load(src, backend, m, p + "attn_v.bias", 0, kv_dim, true, rows_of(tp, kv_dim)));
     if (c.qk_norm) {
       TRY_ASSIGN(w.q_norm, load(src, backend, m, p + "attn_q_norm.weight", 0, c.head_dim));
       TRY_ASSIGN(w.k_norm, load(src, backend, m, p + "attn_k_norm.weight", 0, c.head_dim));
     }
     TRY_ASSIGN(w.ffn_norm, load(src, backend, m, p + "ffn_norm.weight", 0, d));
-    TRY_ASSIGN(w.w_gate, load(src, backend, m, p + "ffn_gate.weight", c.d_ff, d));
-    TRY_ASSIGN(w.w_up, load(src, backend, m, p + "ffn_up.weight", c.d_ff, d));
-    TRY_ASSIGN(w.w_down, load(src, backend, m, p + "ffn_down.weight", d, c.d_ff));
+    TRY_ASSIGN(w.w_gate,
+               load(src, backend, m, p + "ffn_gate.weight", c.d_ff, d, false, rows_of(tp, c.d_ff)));
+    TRY_ASSIGN(w.w_up,
+               load(src, backend, m, p + "ffn_up.weight", c.d_ff, d, false, rows_of(tp, c.d_ff)));
+    TRY_ASSIGN(w.w_down,
+               load(src, backend, m, p + "ffn_down.weight", d, c.d_ff, false, cols_of(tp, c.d_ff)));
   }
   return m;
 }

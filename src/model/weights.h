@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "io/tensor_source.h"
+#include "model/tensor_parallel.h"
 
 namespace infercept {
 
@@ -26,8 +27,12 @@ struct ModelWeights {
   // Vectors stored in another type in the file (bf16 norms of HF checkpoints) are converted
   // to f32 at load; their storage lives here. Inner vectors never move once filled.
   std::vector<std::vector<float>> converted;
+  // Column slices of row-parallel weights (tensor parallelism), one rank's copy.
+  std::vector<std::vector<uint8_t>> sliced;
 };
 
-Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend);
+// With `tp` sharded, the rank's share only (model/tensor_parallel.h says which part of what).
+Result<ModelWeights> load_weights(const ModelSource& src, Backend& backend,
+                                  const TensorParallel& tp = {});
 
 }  // namespace infercept
