@@ -66,6 +66,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->group(g);
   app.add_option("--device", c.device, "cpu, cuda or cuda:N")->group(g);
   app.add_option("--threads", f.threads, "CPU threads (0: all cores)")->group(g);
+  app.add_option("--tensor-parallel-size", c.tensor_parallel_size,
+                 "ranks the model and its KV cache are split over (CPU backend: threads)")
+      ->group(g);
   f.kv_cache_mb_opt =
       app.add_option("--kv-cache-mb", c.kv_cache_mb, "KV cache size in MiB")->group(g);
   f.kv_cache_gb_opt =
@@ -243,6 +246,9 @@ Result<EngineConfig> engine_config_from(const EngineFlags& f) {
     return make_error("--kv-disk-dir needs --kv-disk-gb N with N > 0 (the disk tier's size)");
   if (c.kv_disk_dir.empty() && c.kv_disk_gb != 0)
     return make_error("--kv-disk-gb needs --kv-disk-dir (the directory of the disk tier)");
+  if (c.tensor_parallel_size < 1)
+    return make_error("--tensor-parallel-size must be >= 1 (got ",
+                      std::to_string(c.tensor_parallel_size), ")");
   if (f.threads < 0 || c.block_size <= 0 || c.max_tokens_per_step <= 0 || c.max_seqs <= 0)
     return make_error(
         "--threads must be >= 0; --block-size, --max-batch-tokens and --max-seqs > 0");

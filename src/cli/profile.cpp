@@ -100,7 +100,9 @@ int run_profile(int argc, char** argv) {
   const int threads = cfg->n_threads > 0 ? cfg->n_threads : default_thread_count();
   const std::string path =
       cfg->profile_path.empty()
-          ? profile_cache_path(cfg->model_path, cfg->device == "cpu" ? "cpu" : "cuda", threads)
+          ? profile_cache_path(cfg->model_path,
+                               profile_backend_label(cfg->device, cfg->tensor_parallel_size),
+                               threads)
           : cfg->profile_path;
   auto sim = load_sim_profile(path);
   if (!sim.ok()) return fail(sim.error());

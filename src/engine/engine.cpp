@@ -149,9 +149,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     return make_error("block size, tokens per step and sequences per step must be positive");
   if (config.max_partial_prefills < 1 || config.long_prefill_tokens < 0)
     return make_error("partial prefills per step must be >= 1, the long-prefill chunk >= 0");
-  TRY_ASSIGN(e->backend_, make_backend(config));
-  TRY_ASSIGN(e->model_, LlamaModel::create(*e->source_, *e->backend_, config.max_tokens_per_step,
-                                           config.max_seqs));
+  TRY(e->create_model());
   TRY(e->create_kv_pools());
   TRY(e->load_cost_model());
   TRY(e->create_step_loop());
@@ -169,15 +167,57 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   return e;
 }
 
+// The backend and the model on it; with tensor parallelism, a backend and a model per rank
+// and the group that steps them.
+Status EngineCore::create_model() {
+  const EngineConfig& config = config_;
+  const int tp = config.tensor_parallel_size;
+  if (tp < 1 || tp > 64)
+    return make_error("--tensor-parallel-size must be in [1, 64] (got ", std::to_string(tp), ")");
+  if (tp == 1) {
+    TRY_ASSIGN(backend_, make_backend(config));
+    TRY_ASSIGN(model_, LlamaModel::create(*source_, *backend_, config.max_tokens_per_step,
+                                          config.max_seqs));
+    return ok_status();
+  }
+  if (config.device != "cpu")
+    return make_error("--tensor-parallel-size ", std::to_string(tp),
+                      " runs on the CPU backend only for now (the CUDA form, a GPU a rank over "
+                      "NCCL, is not built yet)");
+  // The ranks share the cores: each backend gets its part of the threads.
+  EngineConfig rank_config = config;
+  const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
+  rank_config.n_threads = std::max(1, threads / tp);
+  TRY_ASSIGN(backend_, make_backend(rank_config));
+  tp_group_ = std::make_unique<HostGroup>(tp);
+  std::vector<Backend*> backends = {backend_.get()};
+  std::vector<Communicator*> comms;
+  for (int r = 0; r < tp; ++r) {
+    tp_comms_.push_back(std::make_unique<HostCommunicator>(*tp_group_, r));
+    comms.push_back(tp_comms_.back().get());
+    if (r == 0) continue;
+    OtherRank rank;
+    TRY_ASSIGN(rank.backend, make_backend(rank_config));
+    backends.push_back(rank.backend.get());
+    other_ranks_.push_back(std::move(rank));
+  }
+  TRY_ASSIGN(auto group, TensorParallelModel::create(*source_, backends, comms,
+                                                     config.max_tokens_per_step, config.max_seqs));
+  tp_model_ = group.get();
+  model_ = std::move(group);
+  return ok_status();
+}
+
 // The device KV pool (its size from the flags, or what the GPU has left) and the host pool
-// swapped KV goes to, with their allocators.
+// swapped KV goes to, with their allocators (with tensor parallelism, each rank has both, of
+// its share of the KV heads, and the allocators count blocks of all ranks at once).
 Status EngineCore::create_kv_pools() {
   const EngineConfig& config = config_;
   const ModelConfig& mc = source_->config();
   KvGeometry g;
   g.n_layers = mc.n_layers;
   g.block_size = config.block_size;
-  g.n_kv_heads = mc.n_kv_heads;
+  g.n_kv_heads = model_->shard_config().n_kv_heads;
   g.head_dim = mc.head_dim;
   g.dtype = config.kv_dtype;
   const size_t block_bytes = g.bytes_per_block_per_layer() * 2 * (size_t)g.n_layers;
@@ -209,6 +249,15 @@ Status EngineCore::create_kv_pools() {
   hg.n_blocks = std::max<int64_t>(hg.n_blocks, 1);
   TRY_ASSIGN(host_kv_, backend_->create_host_kv_storage(hg));
   host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
+  if (tp_model_ != nullptr) {
+    std::vector<KvStorage*> others;
+    for (OtherRank& r : other_ranks_) {
+      TRY_ASSIGN(r.kv, r.backend->create_kv_storage(g));
+      TRY_ASSIGN(r.host_kv, r.backend->create_host_kv_storage(hg));
+      others.push_back(r.kv.get());
+    }
+    tp_model_->set_other_ranks_kv(std::move(others));
+  }
   return create_disk_tier();
 }
 
@@ -225,6 +274,11 @@ Status EngineCore::create_disk_tier() {
     return make_error("--kv-disk-gb must be a positive size in GB with --kv-disk-dir (got ",
                       std::to_string(config.kv_disk_gb), ")");
   TRY_ASSIGN(HostBlockPlanes planes, host_block_planes(*host_kv_));
+  // A tensor-parallel engine's block is every rank's share of it: the planes of all ranks.
+  for (OtherRank& r : other_ranks_) {
+    TRY_ASSIGN(HostBlockPlanes more, host_block_planes(*r.host_kv));
+    planes.planes.insert(planes.planes.end(), more.planes.begin(), more.planes.end());
+  }
   DiskKvTierOptions o;
   o.dir = config.kv_disk_dir;
   o.budget_bytes = (uint64_t)(config.kv_disk_gb * 1e9);
@@ -236,10 +290,11 @@ Status EngineCore::create_disk_tier() {
   if (disk_blocks_ < 1)
     return make_error("--kv-disk-gb ", std::to_string(config.kv_disk_gb),
                       " is too small for a single KV block");
-  Backend* backend = backend_.get();
-  disk_mover_ = std::make_unique<TierDiskMover>(*disk_tier_, std::move(planes), [backend] {
+  disk_mover_ = std::make_unique<TierDiskMover>(*disk_tier_, std::move(planes), [this] {
     // Queued copies into or out of the host pool end before the I/O thread touches it.
-    if (backend->copies_are_async()) backend->sync();
+    for_each_rank([](Backend& b, KvStorage&, KvStorage&) {
+      if (b.copies_are_async()) b.sync();
+    });
   });
   LOG_INFO("disk tier: %s, %.1f GB (%lld blocks)", config.kv_disk_dir.c_str(), config.kv_disk_gb,
            (long long)disk_blocks_);
@@ -255,7 +310,8 @@ Status EngineCore::load_cost_model() {
     const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
     const std::string cache =
         config.profile_path.empty()
-            ? profile_cache_path(config.model_path, config.device == "cpu" ? "cpu" : "cuda",
+            ? profile_cache_path(config.model_path,
+                                 profile_backend_label(config.device, config.tensor_parallel_size),
                                  threads)
             : config.profile_path;
     auto cached = MappedFile::open(cache);
@@ -524,6 +580,7 @@ void EngineCore::execute_swaps(const StepPlan& plan, StepTiming& timing) {
   if (plan.swap_out.empty() && plan.swap_in.empty()) return;
   const double t = now_seconds();
   std::vector<int32_t> src, dst;
+  Backend* b = nullptr;
   auto run = [&](const std::vector<BlockMove>& moves, const KvStorage& from, KvStorage& to) {
     if (moves.empty()) return;
     src.clear();
@@ -532,18 +589,21 @@ void EngineCore::execute_swaps(const StepPlan& plan, StepTiming& timing) {
       src.push_back(m.from);
       dst.push_back(m.to);
     }
-    backend_->copy_blocks_between(from, to, src, dst);
+    b->copy_blocks_between(from, to, src, dst);
   };
   // Swap-ins first: a host block a swap-in frees may be refilled by a swap-out of the same
-  // step (the device blocks each side uses are disjoint).
-  run(plan.swap_in, *host_kv_, *kv_);
-  run(plan.swap_out, *kv_, *host_kv_);
+  // step (the device blocks each side uses are disjoint). Every rank moves its share.
+  for_each_rank([&](Backend& backend, KvStorage& kv, KvStorage& host_kv) {
+    b = &backend;
+    run(plan.swap_in, host_kv, kv);
+    run(plan.swap_out, kv, host_kv);
+  });
   // A device backend only queues the copies on its copy streams: they run under the forward
   // pass, and what is not hidden shows up in the step time, not as a stall here. A
   // synchronous swap (the `swap` policy: the paper's baseline, the whole context at once)
   // waits for its copies on every backend, and the wait is its stall.
   const bool async = backend_->copies_are_async() && !plan.sync_swap;
-  if (!async) backend_->sync();
+  if (!async) for_each_rank([](Backend& backend, KvStorage&, KvStorage&) { backend.sync(); });
   const double dt = now_seconds() - t;
   timing.copy_seconds = dt;
   // The CPU backend copies on the engine thread: every copy is a stall for the batch.
@@ -558,7 +618,8 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   StepTiming timing;
   e.execute_swaps(plan, timing);
   if (plan.scheduled.empty()) {
-    e.backend_->flush_copies();  // no step follows to start them
+    // no step follows to start them
+    e.for_each_rank([](Backend& backend, KvStorage&, KvStorage&) { backend.flush_copies(); });
     return timing;
   }
   const double t_build = now_seconds();
@@ -607,7 +668,8 @@ StepTiming EngineCore::Executor::execute(const StepPlan& plan, const StepShape& 
   // (interrupt_step), and then nothing of it is committed (its blocks stay with their
   // sequences for the step that runs the rows again).
   const bool may_interrupt = e.config_.interrupt_prefill && e.backend_->interruptible() &&
-                             n_logit_rows == 0 && !e.last_step_interrupted_;
+                             e.tp_model_ == nullptr && n_logit_rows == 0 &&
+                             !e.last_step_interrupted_;
   // Every row to the host when none is drawn on the device; otherwise the logits stay there.
   const bool ran = e.model_->forward(e.step_input_, *e.kv_, any_device ? nullptr : e.logits_.data(),
                                      may_interrupt ? &e.interrupt_ : nullptr);

@@ -33,7 +33,9 @@
 #include "io/tensor_source.h"
 #include "kv/block_allocator.h"
 #include "kv/disk_tier.h"
+#include "model/host_communicator.h"
 #include "model/llama.h"
+#include "model/tensor_parallel_model.h"
 #include "sched/cost_model.h"
 #include "sched/duration_estimator.h"
 #include "sched/policy.h"
@@ -47,6 +49,11 @@ namespace infercept {
 struct EngineConfig {
   std::string model_path;
   int n_threads = 0;  // 0 = all cores
+  // Tensor parallelism (model/tensor_parallel.h): the model and its KV cache split over this
+  // many ranks. The CPU backend runs them as threads of this process, n_threads shared among
+  // them; the CUDA form (a GPU a rank, NCCL) is not built yet. KV sizes (--kv-cache-*,
+  // --swap-space-*) are per rank, each holding its share of the KV heads.
+  int tensor_parallel_size = 1;
   // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: fast.
   std::optional<CpuNumerics> cpu_numerics;
   std::string device = "cpu";  // cpu | cuda | cuda:N
@@ -306,20 +313,37 @@ class EngineCore {
   class Requests;
   EngineCore();
   // The steps of create(), in order.
+  Status create_model();
   Status create_kv_pools();
   Status create_disk_tier();
   Status load_cost_model();
   Status create_step_loop();
   void build_step_input(const StepPlan& plan);
+  // fn(backend, device KV, host KV) for rank 0 and then every other rank.
+  template <typename Fn>
+  void for_each_rank(Fn&& fn) {
+    fn(*backend_, *kv_, *host_kv_);
+    for (OtherRank& r : other_ranks_) fn(*r.backend, *r.kv, *r.host_kv);
+  }
 
   EngineConfig config_;
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatTemplate chat_template_;
   TurnFormat turn_format_;
-  std::vector<int32_t> marker_ids_;  // turn_format_'s markers that are control tokens
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> model_;
+  std::vector<int32_t> marker_ids_;   // turn_format_'s markers that are control tokens
+  std::unique_ptr<Backend> backend_;  // rank 0's with tensor parallelism
+  // Ranks 1.. of a tensor-parallel engine (rank 0 is backend_, kv_, host_kv_); declared before
+  // model_, whose rank threads use them, so that they outlive it.
+  struct OtherRank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<KvStorage> kv, host_kv;
+  };
+  std::unique_ptr<HostGroup> tp_group_;
+  std::vector<std::unique_ptr<Communicator>> tp_comms_;
+  std::vector<OtherRank> other_ranks_;
+  std::unique_ptr<StepModel> model_;
+  TensorParallelModel* tp_model_ = nullptr;  // model_, when it is a tensor-parallel group
   std::unique_ptr<KvStorage> kv_;
   std::unique_ptr<BlockAllocator> allocator_;
   std::unique_ptr<KvStorage> host_kv_;

@@ -46,7 +46,7 @@ constexpr int64_t kMaxCopyBlocks = 256;
 
 class Prober {
  public:
-  Prober(LlamaModel& model, Backend& backend, KvStorage& device, KvStorage& host, int64_t bs,
+  Prober(StepModel& model, Backend& backend, KvStorage& device, KvStorage& host, int64_t bs,
          int64_t max_seqs, const ProbeOptions& o, CostModel& cost)
       : model_(model),
         backend_(backend),
@@ -351,7 +351,7 @@ class Prober {
     r.copy_interference_untouched = std::pair{in_free, out_free};
   }
 
-  LlamaModel& model_;
+  StepModel& model_;
   Backend& backend_;
   KvStorage& kv_;
   KvStorage& host_;
@@ -365,7 +365,7 @@ class Prober {
 
 }  // namespace
 
-Result<ProbeResult> probe_step_terms(LlamaModel& model, Backend& backend, KvStorage& device,
+Result<ProbeResult> probe_step_terms(StepModel& model, Backend& backend, KvStorage& device,
                                      KvStorage& host, int64_t block_size, int64_t max_seqs,
                                      const ProbeOptions& options, CostModel& cost) {
   if (cost.t_fwd_samples.empty() || !(cost.swap_bytes_per_second > 0.0))

@@ -83,7 +83,7 @@ struct ProbeResult {
 // chunk_row_context_seconds, chunk_step_scale, sequence_seconds and sample_seconds_per_row
 // (cost's T_fwd samples and bandwidth must already be measured: kT and K read them).
 // `max_seqs`: the most sequences a step may carry (the model's logit rows).
-Result<ProbeResult> probe_step_terms(LlamaModel& model, Backend& backend, KvStorage& device,
+Result<ProbeResult> probe_step_terms(StepModel& model, Backend& backend, KvStorage& device,
                                      KvStorage& host, int64_t block_size, int64_t max_seqs,
                                      const ProbeOptions& options, CostModel& cost);
 

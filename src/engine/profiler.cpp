@@ -19,7 +19,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Best of `repeats` timed forward passes after one warm-up.
-double best_forward(LlamaModel& model, const StepInput& in, KvStorage& device,
+double best_forward(StepModel& model, const StepInput& in, KvStorage& device,
                     std::vector<float>& logits, int repeats) {
   model.forward(in, device, logits.data());
   double best = 1e30;
@@ -55,13 +55,18 @@ StepInput decode_step(int64_t rows, int64_t position, int64_t block_size,
 }
 }  // namespace
 
+std::string profile_backend_label(const std::string& device, int tensor_parallel_size) {
+  const std::string kind = device == "cpu" ? "cpu" : "cuda";
+  return tensor_parallel_size > 1 ? kind + "-tp" + std::to_string(tensor_parallel_size) : kind;
+}
+
 std::string profile_cache_path(const std::string& model_path, const std::string& backend,
                                int threads) {
   return model_path + ".profile-" + backend + "-" + std::to_string(threads) + "t.json";
 }
 
 namespace {
-void measure_step_terms(LlamaModel& model, KvStorage& device, int64_t block_size,
+void measure_step_terms(StepModel& model, KvStorage& device, int64_t block_size,
                         std::vector<float>& logits, int repeats, CostModel& cost) {
   // What a step costs beyond T_fwd(x) (CostModel::step_seconds). Both are differences of two
   // steps timed here back to back, so a noisy machine can make them negative: they are
@@ -109,7 +114,7 @@ void measure_step_terms(LlamaModel& model, KvStorage& device, int64_t block_size
 }
 }  // namespace
 
-Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStorage& device,
+Result<CostModel> profile_cost_model(StepModel& model, Backend& backend, KvStorage& device,
                                      KvStorage& host, int64_t block_size,
                                      const ProfileOptions& options) {
   const KvGeometry& g = device.geometry();

@@ -25,7 +25,7 @@ struct ProfileOptions {
 
 // Runs forward passes on blocks [0, ...) of `device` (which must be otherwise unused) and
 // copies between `device` and `host`.
-Result<CostModel> profile_cost_model(LlamaModel& model, Backend& backend, KvStorage& device,
+Result<CostModel> profile_cost_model(StepModel& model, Backend& backend, KvStorage& device,
                                      KvStorage& host, int64_t block_size,
                                      const ProfileOptions& options);
 
@@ -39,6 +39,9 @@ struct DiskBandwidth {
 };
 Result<DiskBandwidth> measure_disk_bandwidth(const std::string& dir, uint64_t bytes);
 
+// "cpu" or "cuda", with "-tpN" for N tensor-parallel ranks: a group's steps and copies are
+// priced apart from one rank's.
+std::string profile_backend_label(const std::string& device, int tensor_parallel_size);
 // The cache file for a model and backend: next to the model, named after the backend and
 // threads, e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf.profile-cpu-2t.json
 std::string profile_cache_path(const std::string& model_path, const std::string& backend,

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "io/tensor_source.h"
+#include "model/step_model.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
 
@@ -34,7 +35,7 @@ struct StepInput {
   int32_t n_seqs() const { return (int32_t)q_start.size(); }
 };
 
-class LlamaModel {
+class LlamaModel final : public StepModel {
  public:
   // max_rows: most query tokens in one step; max_logit_rows: most sequences sampled per step.
   // With `comm` (tensor parallelism, model/tensor_parallel.h), this is rank comm->rank() of
@@ -45,12 +46,12 @@ class LlamaModel {
                                                     int64_t max_rows, int64_t max_logit_rows,
                                                     Communicator* comm = nullptr);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   // The shapes this rank computes (== config() without tensor parallelism): its KV cache's
   // geometry is made from it.
-  const ModelConfig& shard_config() const { return shard_; }
-  int64_t max_rows() const { return max_rows_; }
-  int64_t max_logit_rows() const { return max_logit_rows_; }
+  const ModelConfig& shard_config() const override { return shard_; }
+  int64_t max_rows() const override { return max_rows_; }
+  int64_t max_logit_rows() const override { return max_logit_rows_; }
 
   // Runs one step and writes logits [in.logit_rows.size(), vocab] to `logits`; with
   // `logits` null they stay on the backend (last_logits()), e.g. for device-side sampling.
@@ -59,9 +60,9 @@ class LlamaModel {
   // false and the rows' KV and logits are not to be used (the KV slots are written again
   // when the rows run).
   bool forward(const StepInput& in, KvStorage& kv, float* logits,
-               const std::atomic<bool>* interrupt = nullptr);
+               const std::atomic<bool>* interrupt = nullptr) override;
   // The logits of the last step, [rows, vocab] f32, on the backend.
-  Tensor last_logits(int64_t rows) const { return logits_.slice_rows(0, rows); }
+  Tensor last_logits(int64_t rows) const override { return logits_.slice_rows(0, rows); }
 
  private:
   LlamaModel(Backend& backend, const ModelConfig& c) : backend_(backend), config_(c), shard_(c) {}

@@ -51,6 +51,17 @@ void TensorParallelModel::worker(int rank) {
   }
 }
 
+bool TensorParallelModel::forward(const StepInput& in, KvStorage& kv, float* logits,
+                                  const std::atomic<bool>* interrupt) {
+  CHECK_MSG(interrupt == nullptr, "a tensor-parallel step is not interruptible");
+  CHECK_EQ((int)other_kv_.size(), world() - 1);
+  all_kv_.clear();
+  all_kv_.push_back(&kv);
+  all_kv_.insert(all_kv_.end(), other_kv_.begin(), other_kv_.end());
+  forward(in, all_kv_, logits);
+  return true;
+}
+
 void TensorParallelModel::forward(const StepInput& in, std::span<KvStorage* const> kv,
                                   float* logits) {
   CHECK_EQ((int)kv.size(), world());

@@ -17,7 +17,7 @@
 
 namespace infercept {
 
-class TensorParallelModel {
+class TensorParallelModel final : public StepModel {
  public:
   // backends[r] and comms[r] are rank r's (comms[r]->rank() == r, all of one group); they
   // must outlive the model.
@@ -30,11 +30,20 @@ class TensorParallelModel {
 
   int world() const { return (int)ranks_.size(); }
   const LlamaModel& rank(int r) const { return *ranks_[(size_t)r]; }
-  const ModelConfig& config() const { return ranks_[0]->config(); }
-  const ModelConfig& shard_config() const { return ranks_[0]->shard_config(); }
+  const ModelConfig& config() const override { return ranks_[0]->config(); }
+  const ModelConfig& shard_config() const override { return ranks_[0]->shard_config(); }
+  int64_t max_rows() const override { return ranks_[0]->max_rows(); }
+  int64_t max_logit_rows() const override { return ranks_[0]->max_logit_rows(); }
 
   // One step on every rank; kv[r] is rank r's cache (geometry from shard_config()).
   void forward(const StepInput& in, std::span<KvStorage* const> kv, float* logits);
+  // The caches of ranks 1.. for the StepModel form, which names rank 0's alone.
+  void set_other_ranks_kv(std::vector<KvStorage*> kv) { other_kv_ = std::move(kv); }
+  // StepModel: rank 0 over `kv`, the others over theirs (set_other_ranks_kv). A step of a
+  // group is not interruptible (`interrupt` must be null).
+  bool forward(const StepInput& in, KvStorage& kv, float* logits,
+               const std::atomic<bool>* interrupt = nullptr) override;
+  Tensor last_logits(int64_t rows) const override { return ranks_[0]->last_logits(rows); }
 
  private:
   TensorParallelModel() = default;
@@ -49,6 +58,7 @@ class TensorParallelModel {
   bool stop_ = false;
   const StepInput* in_ = nullptr;
   std::span<KvStorage* const> kv_;
+  std::vector<KvStorage*> other_kv_, all_kv_;
 };
 
 }  // namespace infercept
