@@ -303,7 +303,8 @@ nlohmann::json results_json(const EngineConfig& cfg, const WorkloadRun& run, con
       st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
-                    {"preserve", st.preserve_decisions}};
+                    {"preserve", st.preserve_decisions},
+                    {"prefetch", st.prefetches}};
   nlohmann::json tools = nlohmann::json::array();
   for (const ToolStats& ts : e.estimator().stats())
     tools.push_back({{"tool", ts.tool},

@@ -144,11 +144,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
 void print_disk_tier(const StepStats& st) {
   std::printf(
       "disk tier: %lld spills, spilled/restored %lld/%lld tokens (%.2f/%.2f GB), failures "
-      "write/read %lld/%lld, spills undone by an early resume %lld, read back before the tool "
-      "answered %lld\n",
+      "write/read %lld/%lld, spills undone by an early resume %lld, KV brought a tier closer "
+      "before its tool answered %lld\n",
       (long long)st.spill_decisions, (long long)st.spilled_tokens, (long long)st.restored_tokens,
       st.spilled_bytes / 1e9, st.restored_bytes / 1e9, (long long)st.disk_write_failures,
-      (long long)st.disk_read_failures, (long long)st.spills_undone, (long long)st.disk_prefetches);
+      (long long)st.disk_read_failures, (long long)st.spills_undone, (long long)st.prefetches);
 }
 
 static std::string fmt_ms(double seconds) {
@@ -198,7 +198,6 @@ std::string format_resume_ttft(const ResumeTtft& r) {
 nlohmann::json disk_tier_json(const StepStats& st, bool on) {
   return {{"on", on},
           {"spill_decisions", st.spill_decisions},
-          {"prefetches", st.disk_prefetches},
           {"spilled_tokens", st.spilled_tokens},
           {"restored_tokens", st.restored_tokens},
           {"spilled_bytes", st.spilled_bytes},

@@ -431,7 +431,8 @@ nlohmann::json results_json(const Deployment& d, const WorkloadRun& run, const S
   j["resume_ttft_s"] = resume_ttft_json(r.resume_ttft);
   j["decisions"] = {{"discard", st.discard_decisions},
                     {"swap", st.swap_decisions},
-                    {"preserve", st.preserve_decisions}};
+                    {"preserve", st.preserve_decisions},
+                    {"prefetch", st.prefetches}};
   nlohmann::json tools = nlohmann::json::array();
   for (const ToolStats& ts : r.tools)
     tools.push_back({{"tool", ts.tool},

@@ -70,7 +70,7 @@ void StepLoop::count_plan(const StepPlan& plan) {
   st.prefix_promoted_blocks = pc.promoted_blocks;
   const DiskCounters& dc = sched_.disk_counters();
   st.spill_decisions += plan.n_spill_decisions;
-  st.disk_prefetches += plan.n_prefetches;
+  st.prefetches += plan.n_prefetches;
   st.spilled_tokens = dc.spilled_blocks * bs;
   st.restored_tokens = dc.restored_blocks * bs;
   st.spilled_bytes = (double)st.spilled_tokens * kv_bytes_per_token_;

@@ -65,7 +65,8 @@ struct StepStats {
   // well, jobs that failed (a failed write keeps the KV on the host, a failed read drops it
   // for recomputation), and writes that ended after their request had resumed.
   int64_t spill_decisions = 0;
-  int64_t disk_prefetches = 0;  // KV read back from disk before its tool answered
+  // Paused KV brought a tier closer before its tool answered (disk to host, host to device).
+  int64_t prefetches = 0;
   int64_t spilled_tokens = 0, restored_tokens = 0;
   double spilled_bytes = 0.0, restored_bytes = 0.0;
   int64_t disk_write_failures = 0, disk_read_failures = 0, spills_undone = 0;

@@ -446,7 +446,7 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
   sample(o, p + "policy_decisions_total", "strategy=\"swap\"", (double)st.swap_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"discard\"", (double)st.discard_decisions);
   sample(o, p + "policy_decisions_total", "strategy=\"spill\"", (double)st.spill_decisions);
-  sample(o, p + "policy_decisions_total", "strategy=\"prefetch\"", (double)st.disk_prefetches);
+  sample(o, p + "policy_decisions_total", "strategy=\"prefetch\"", (double)st.prefetches);
   header(o, p + "num_preemptions_total", "counter",
          "Running requests preempted for lack of KV blocks.");
   sample(o, p + "num_preemptions_total", "", (double)st.preemptions);
@@ -529,7 +529,7 @@ nlohmann::json Metrics::dashboard_json(const EngineSnapshot& s, int64_t visible_
         {"swap", st.swap_decisions},
         {"discard", st.discard_decisions},
         {"spill", st.spill_decisions},
-        {"prefetch", st.disk_prefetches}}},
+        {"prefetch", st.prefetches}}},
       {"waste",
        {{"recompute", st.waste_recompute},
         {"preserve", st.waste_preserve},
