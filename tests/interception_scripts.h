@@ -153,8 +153,12 @@ inline std::vector<Generated> run_scripts(EngineCore& e, const std::vector<Scrip
 // The reference: for each segment, an uninterrupted greedy run whose prompt is the whole
 // context so far (prompt + earlier segments + tool results).
 inline std::vector<Generated> reference(const std::vector<Script>& ss,
-                                        const std::string& device = "cpu") {
-  auto e = EngineCore::create(config_for("preserve", "elapsed", 4096, device));
+                                        const std::string& device = "cpu",
+                                        int tensor_parallel_size = 1) {
+  EngineConfig c = config_for("preserve", "elapsed", 4096, device);
+  c.tensor_parallel_size = tensor_parallel_size;
+  if (tensor_parallel_size > 1) c.n_threads = tensor_parallel_size;
+  auto e = EngineCore::create(c);
   EXPECT_TRUE(e.ok());
   std::vector<Generated> out(ss.size());
   for (size_t i = 0; i < ss.size(); ++i) {

@@ -84,6 +84,28 @@ TEST(DiskTierEngine, SpilledRequestsResumeWithTheTokensOfUninterruptedRuns) {
   expect_nothing_held(**e);
 }
 
+// Over three tensor-parallel ranks a disk copy holds every rank's share of its blocks: the
+// spilled requests resume with the tokens the same ranks generate uninterrupted.
+TEST(DiskTierEngine, ThreeRanksSpillAndRestoreEveryRanksShare) {
+  DiskDir dir;
+  EngineConfig c = disk_config(dir.path);
+  c.tensor_parallel_size = 3;
+  c.n_threads = 3;
+  auto e = EngineCore::create(c);
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  EngineStats st;
+  const std::vector<Generated> got = run_scripts(**e, scripts(), /*hints=*/true, &st);
+  EXPECT_GT(st.spilled_tokens, 0);
+  EXPECT_GT(st.restored_tokens, 0);
+  EXPECT_EQ(st.disk_write_failures + st.disk_read_failures, 0);
+  const std::vector<Generated> ref = reference(scripts(), "cpu", 3);
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i)
+    for (size_t k = 0; k < ref[i].size(); ++k)
+      EXPECT_EQ(got[i][k], ref[i][k]) << "script " << i << " segment " << k;
+  expect_nothing_held(**e);
+}
+
 TEST(DiskTierEngine, FailedWritesKeepTheKvAndEveryRequestCompletes) {
   for (int err : {ENOSPC, EIO}) {
     DiskDir dir;
