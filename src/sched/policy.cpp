@@ -301,7 +301,7 @@ class MinWastePolicy final : public Policy {
       const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
       if (!(t_int > cost_.t_disk_write(p.host_tokens))) continue;
       // One that a prefetch would read back at once stays (no write-read ping-pong).
-      if (due_back(t_int, p.host_tokens)) continue;
+      if (t_int <= disk_window(p.host_tokens)) continue;
       WasteInputs wi;
       wi.context_tokens = p.host_tokens;
       wi.expected_remaining = t_int;
@@ -330,9 +330,7 @@ class MinWastePolicy final : public Policy {
   // A tool expected back within twice the time its KV takes to read from disk: reading it
   // now hides the read behind the rest of the pause (the factor covers the estimate's error
   // and the steps the read shares with others).
-  bool due_back(double t_int, int64_t tokens) const {
-    return t_int <= 2.0 * cost_.t_disk_read(tokens);
-  }
+  double disk_window(int64_t tokens) const { return 2.0 * cost_.t_disk_read(tokens); }
 
   // Without pressure, host KV of requests whose tool is expected back within twice the time
   // of its swap-in comes back into spare device blocks ahead of the resume (soonest first,
@@ -340,47 +338,45 @@ class MinWastePolicy final : public Policy {
   // allows and the decision is renewed next step). Under pressure the blocks are wanted by
   // others and nothing is brought in: the same request would be swapped out again.
   void swap_in_ahead(const PolicyInput& in, std::vector<PausedDecision>& out) {
-    int64_t spare = std::max<int64_t>(0, in.spare_device_blocks);
-    if (spare <= 0 || in.swap_budget_tokens <= 0) return;
-    prefetches_.clear();
-    for (size_t i = 0; i < in.paused.size(); ++i) {
-      const PausedView& p = in.paused[i];
-      if (p.host_tokens <= 0 || p.disk_tokens > 0 || out[i].action != KvAction::preserve) continue;
-      const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
-      if (t_int <= 2.0 * cost_.t_swap(p.host_tokens)) prefetches_.push_back({i, t_int});
-    }
-    std::stable_sort(prefetches_.begin(), prefetches_.end(),
-                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
-    for (const Spill& pf : prefetches_) {
-      const PausedView& p = in.paused[pf.index];
-      const int64_t blocks = blocks_for(p.host_tokens, in.block_size);
-      if (blocks > spare) continue;
-      out[pf.index].id = p.id;
-      out[pf.index].action = KvAction::prefetch;
-      spare -= blocks;
-    }
+    if (in.swap_budget_tokens <= 0) return;
+    prefetch_due(
+        in, in.spare_device_blocks,
+        [](const PausedView& p) { return p.disk_tokens > 0 ? int64_t{0} : p.host_tokens; },
+        [this](int64_t tokens) { return 2.0 * cost_.t_swap(tokens); }, out);
   }
 
-  // Reads back the KV on disk of requests whose tool is due, soonest first, into `free_host`
-  // host blocks at most.
+  // Reads back the KV on disk of requests whose tool is due (disk_window), soonest first, into
+  // `free_host` host blocks at most.
   void prefetch(const PolicyInput& in, int64_t free_host, std::vector<PausedDecision>& out) {
-    if (free_host <= 0) return;
+    prefetch_due(
+        in, free_host, [](const PausedView& p) { return p.on_disk ? p.disk_tokens : int64_t{0}; },
+        [this](int64_t tokens) { return disk_window(tokens); }, out);
+  }
+
+  // Marks for a prefetch the preserved paused requests with `tokens_of` tokens to bring up a
+  // tier whose tool is expected back within `window(tokens)`, soonest first, while their
+  // blocks fit in `room`.
+  template <typename TokensOf, typename Window>
+  void prefetch_due(const PolicyInput& in, int64_t room, TokensOf tokens_of, Window window,
+                    std::vector<PausedDecision>& out) {
+    if (room <= 0) return;
     prefetches_.clear();
     for (size_t i = 0; i < in.paused.size(); ++i) {
       const PausedView& p = in.paused[i];
-      if (!p.on_disk || p.disk_tokens <= 0 || out[i].action != KvAction::preserve) continue;
+      const int64_t tokens = tokens_of(p);
+      if (tokens <= 0 || out[i].action != KvAction::preserve) continue;
       const double t_int = estimator_.expected_remaining(p.tool, p.elapsed, p.hint);
-      if (due_back(t_int, p.disk_tokens)) prefetches_.push_back({i, t_int});
+      if (t_int <= window(tokens)) prefetches_.push_back({i, t_int});
     }
     std::stable_sort(prefetches_.begin(), prefetches_.end(),
                      [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
     for (const Spill& pf : prefetches_) {
       const PausedView& p = in.paused[pf.index];
-      const int64_t blocks = blocks_for(p.disk_tokens, in.block_size);
-      if (blocks > free_host) continue;
+      const int64_t blocks = blocks_for(tokens_of(p), in.block_size);
+      if (blocks > room) continue;
       out[pf.index].id = p.id;
       out[pf.index].action = KvAction::prefetch;
-      free_host -= blocks;
+      room -= blocks;
     }
   }
   std::vector<Spill> prefetches_;  // (index, expected remaining seconds)
