@@ -33,6 +33,11 @@ if [ -f .carry/binpack/bin.tgz ]; then
   fi
 fi
 export LD_LIBRARY_PATH=$PWD/.carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# NCCL (tensor parallelism opens libnccl.so.2 at run time): the device machines have it in
+# PyTorch's nvidia-nccl wheel rather than on the system path.
+nccl_lib=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
+[ -n "$nccl_lib" ] && [ -d "$nccl_lib" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_lib
+export NCCL_NVLS_ENABLE=0
 # Test binaries name the repository by the absolute path they were built in.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

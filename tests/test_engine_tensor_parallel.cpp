@@ -171,8 +171,8 @@ TEST(EngineTensorParallel, WhatCannotRunIsAClearError) {
   cuda.device = "cuda";
   auto on_cuda = EngineCore::create(cuda);
   ASSERT_FALSE(on_cuda.ok());
-  EXPECT_NE(on_cuda.error().message.find("CPU backend only"), std::string::npos)
-      << on_cuda.error().message;
+  // (No GPU here: the first rank's device is refused, or the build has no CUDA backend.)
+  EXPECT_NE(on_cuda.error().message.find("CUDA"), std::string::npos) << on_cuda.error().message;
   auto zero = EngineCore::create(config(0, "minwaste"));
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.error().message.find("--tensor-parallel-size"), std::string::npos);

@@ -182,6 +182,9 @@ class Backend {
   virtual bool interruptible() const { return false; }
   virtual void set_interrupt(const std::atomic<bool>* flag) { (void)flag; }
   // Device memory still free, in bytes, or -1 where the question has no answer (the CPU).
+  // A thread is about to run this backend's ops (tensor-parallel ranks step on threads of
+  // their own; a device backend makes its device the thread's current one).
+  virtual void bind_thread() {}
   virtual int64_t free_memory_bytes() const { return -1; }
   virtual int64_t total_memory_bytes() const { return -1; }
 

@@ -180,31 +180,47 @@ Status EngineCore::create_model() {
                                           config.max_seqs));
     return ok_status();
   }
-  if (config.device != "cpu")
-    return make_error("--tensor-parallel-size ", std::to_string(tp),
-                      " runs on the CPU backend only for now (the CUDA form, a GPU a rank over "
-                      "NCCL, is not built yet)");
-  // The ranks share the cores: each backend gets its part of the threads.
-  EngineConfig rank_config = config;
-  const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
-  rank_config.n_threads = std::max(1, threads / tp);
-  TRY_ASSIGN(backend_, make_backend(rank_config));
-  tp_group_ = std::make_unique<HostGroup>(tp);
-  std::vector<Backend*> backends = {backend_.get()};
-  std::vector<Communicator*> comms;
+  // CPU: the ranks share the cores, each backend its part of the threads, and sum through
+  // host memory. CUDA: a GPU a rank from the one --device names on (cuda:N, N+1, ...), NCCL
+  // between them; step graphs off (a captured all-reduce per rank is not validated yet).
+  const bool cuda = config.device.rfind("cuda", 0) == 0;
+  int first_gpu = 0;
+  if (cuda && config.device.size() > 5 && config.device[4] == ':' &&
+      config.device.find_first_not_of("0123456789", 5) == std::string::npos)
+    first_gpu = std::stoi(config.device.substr(5));
+  std::vector<Backend*> backends;
   for (int r = 0; r < tp; ++r) {
-    tp_comms_.push_back(std::make_unique<HostCommunicator>(*tp_group_, r));
-    comms.push_back(tp_comms_.back().get());
-    if (r == 0) continue;
-    OtherRank rank;
-    TRY_ASSIGN(rank.backend, make_backend(rank_config));
-    backends.push_back(rank.backend.get());
-    other_ranks_.push_back(std::move(rank));
+    EngineConfig rank_config = config;
+    if (cuda) {
+      rank_config.device = "cuda:" + std::to_string(first_gpu + r);
+      rank_config.cuda_graphs = false;
+    } else {
+      const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
+      rank_config.n_threads = std::max(1, threads / tp);
+    }
+    TRY_ASSIGN(auto backend, make_backend(rank_config));
+    backends.push_back(backend.get());
+    if (r == 0) {
+      backend_ = std::move(backend);
+    } else {
+      other_ranks_.push_back({std::move(backend), nullptr, nullptr});
+    }
   }
+  if (cuda) {
+    TRY_ASSIGN(tp_comms_, make_nccl_communicators(backends));
+  } else {
+    tp_group_ = std::make_unique<HostGroup>(tp);
+    for (int r = 0; r < tp; ++r)
+      tp_comms_.push_back(std::make_unique<HostCommunicator>(*tp_group_, r));
+  }
+  std::vector<Communicator*> comms;
+  for (auto& c : tp_comms_) comms.push_back(c.get());
+  backend_->bind_thread();
   TRY_ASSIGN(auto group, TensorParallelModel::create(*source_, backends, comms,
                                                      config.max_tokens_per_step, config.max_seqs));
   tp_model_ = group.get();
   model_ = std::move(group);
+  backend_->bind_thread();
   return ok_status();
 }
 
@@ -252,11 +268,13 @@ Status EngineCore::create_kv_pools() {
   if (tp_model_ != nullptr) {
     std::vector<KvStorage*> others;
     for (OtherRank& r : other_ranks_) {
+      r.backend->bind_thread();
       TRY_ASSIGN(r.kv, r.backend->create_kv_storage(g));
       TRY_ASSIGN(r.host_kv, r.backend->create_host_kv_storage(hg));
       others.push_back(r.kv.get());
     }
     tp_model_->set_other_ranks_kv(std::move(others));
+    backend_->bind_thread();
   }
   return create_disk_tier();
 }

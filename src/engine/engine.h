@@ -51,7 +51,8 @@ struct EngineConfig {
   int n_threads = 0;  // 0 = all cores
   // Tensor parallelism (model/tensor_parallel.h): the model and its KV cache split over this
   // many ranks. The CPU backend runs them as threads of this process, n_threads shared among
-  // them; the CUDA form (a GPU a rank, NCCL) is not built yet. KV sizes (--kv-cache-*,
+  // them; on CUDA a GPU a rank from --device's on, over NCCL (not yet run on a card). KV sizes
+  // (--kv-cache-*,
   // --swap-space-*) are per rank, each holding its share of the KV heads.
   int tensor_parallel_size = 1;
   // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: fast.
@@ -323,7 +324,12 @@ class EngineCore {
   template <typename Fn>
   void for_each_rank(Fn&& fn) {
     fn(*backend_, *kv_, *host_kv_);
-    for (OtherRank& r : other_ranks_) fn(*r.backend, *r.kv, *r.host_kv);
+    if (other_ranks_.empty()) return;
+    for (OtherRank& r : other_ranks_) {
+      r.backend->bind_thread();  // (a GPU's ops on this thread go to its device)
+      fn(*r.backend, *r.kv, *r.host_kv);
+    }
+    backend_->bind_thread();
   }
 
   EngineConfig config_;

@@ -50,6 +50,7 @@ class LlamaModel final : public StepModel {
   // The shapes this rank computes (== config() without tensor parallelism): its KV cache's
   // geometry is made from it.
   const ModelConfig& shard_config() const override { return shard_; }
+  Backend& backend() const { return backend_; }
   int64_t max_rows() const override { return max_rows_; }
   int64_t max_logit_rows() const override { return max_logit_rows_; }
 

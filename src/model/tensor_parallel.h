@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "backend/communicator.h"
 #include "backend/tensor.h"
 #include "core/result.h"
 #include "io/model_config.h"
@@ -35,16 +36,5 @@ Status check_tensor_parallel(const ModelConfig& c, int world, DType weight_dtype
 
 // What one rank runs: n_heads, n_kv_heads and d_ff divided by `world`; the rest as in `c`.
 ModelConfig shard_config(const ModelConfig& c, int world);
-
-// Sums a tensor over all ranks of a group, in place, on every rank (an all-reduce). Every rank
-// calls it with a tensor of the same shape in the same order; it returns once the sum is in
-// this rank's tensor.
-class Communicator {
- public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int world() const = 0;
-  virtual void all_reduce_sum(Backend& backend, Tensor t) = 0;
-};
 
 }  // namespace infercept

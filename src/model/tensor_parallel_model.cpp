@@ -12,6 +12,7 @@ Result<std::unique_ptr<TensorParallelModel>> TensorParallelModel::create(
   std::unique_ptr<TensorParallelModel> m(new TensorParallelModel());
   for (size_t r = 0; r < backends.size(); ++r) {
     CHECK(comms[r]->rank() == (int)r && comms[r]->world() == (int)backends.size());
+    backends[r]->bind_thread();  // (a GPU's weights go to its device)
     auto rank = LlamaModel::create(src, *backends[r], max_rows, max_logit_rows, comms[r]);
     if (!rank.ok()) return make_error("rank ", std::to_string(r), ": ", rank.error().message);
     m->ranks_.push_back(std::move(*rank));
@@ -30,6 +31,7 @@ TensorParallelModel::~TensorParallelModel() {
 }
 
 void TensorParallelModel::worker(int rank) {
+  ranks_[(size_t)rank]->backend().bind_thread();
   uint64_t seen = 0;
   for (;;) {
     const StepInput* in = nullptr;
@@ -73,6 +75,7 @@ void TensorParallelModel::forward(const StepInput& in, std::span<KvStorage* cons
     ++generation_;
   }
   start_cv_.notify_all();
+  ranks_[0]->backend().bind_thread();
   ranks_[0]->forward(in, *kv[0], logits);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return pending_ == 0; });

@@ -10,8 +10,11 @@
 #pragma once
 
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "core/dtype.h"
 #include "core/result.h"
 
@@ -54,6 +57,15 @@ struct CudaBackendOptions {
 
 // The CUDA backend (backend/cuda/); an error when this build has no CUDA or no device.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
+
+// One NCCL communicator per CUDA backend (rank r = backends[r], one GPU each), for a
+// tensor-parallel group in this process: the all-reduce is queued on each backend's compute
+// stream. NCCL is loaded when this is first called (libnccl.so.2, as the CUDA toolkit or the
+// nvidia-nccl PyPI wheel installs it), so a binary runs without it until a group is asked
+// for; NVLink multicast is turned off (NCCL_NVLS_ENABLE=0) before NCCL starts. Errors: NCCL
+// missing or failing to start, a backend that is not CUDA, two ranks on one device.
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    std::span<Backend* const> backends);
 // Whether this build includes the CUDA backend.
 bool cuda_backend_built();
 

@@ -90,6 +90,10 @@ class CudaBackend final : public Backend {
     return graphs_on_ ? (int64_t)cuda::StepGraphCache::kMaxGraphs : 0;
   }
   int64_t free_memory_bytes() const override;
+  void bind_thread() override { cudaSetDevice(device_); }
+  // For a tensor-parallel group's all-reduce (nccl_communicator.cu): queued with the ops.
+  int device() const { return device_; }
+  cudaStream_t compute_stream() const { return compute_; }
   int64_t total_memory_bytes() const override;
 
   // ---- memory ----

@@ -10,6 +10,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions&) {
       "was configured, or INFERCEPT_CUDA=OFF)");
 }
 
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    std::span<Backend* const>) {
+  return make_error("this build of infercept has no CUDA backend, so no NCCL communicator");
+}
+
 bool cuda_backend_built() {
   return false;
 }
