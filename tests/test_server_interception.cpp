@@ -81,6 +81,12 @@ TEST(ServerInterception, RoundTripResumesByPrefixAndMatchesAFreshServer) {
   EXPECT_EQ(second.headers.count("X-Infercept-Resumed"), 1u);
   EXPECT_EQ(s.metric("infercept:interception_resumes_total{how=\"prefix\"}"), 1);
   EXPECT_EQ(s.metric("infercept:num_interceptions_open"), 0);
+  // The resumed request's first token, by where its KV was: one, under one place.
+  double resumed = 0;
+  for (const char* kv : {"device", "host", "disk", "recompute"})
+    resumed += s.metric(std::string("infercept:resumed_time_to_first_token_seconds_count{kv=\"") +
+                        kv + "\"}");
+  EXPECT_EQ(resumed, 1);
   EXPECT_TRUE(s.kv_empty_within(5.0));
 
   // A server with interception and the prefix cache off answers the same conversation with

@@ -806,13 +806,16 @@ void Engine::post(std::function<void(EngineCore&)> fn) {
   cv_.notify_all();
 }
 
-Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callback cb) {
+Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callback cb,
+                                        KvPlace* kv_place) {
   TRY(core_->validate(req));
   auto done = std::make_shared<std::promise<Result<int64_t>>>();
   std::future<Result<int64_t>> result = done->get_future();
+  auto place = std::make_shared<KvPlace>(KvPlace::recompute);
   // An agent's turn waits on the resume: a prefill step in flight is given up for it.
   core_->interrupt_step();
-  post([this, id, done, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
+  post([this, id, done, place, req = std::move(req), cb = std::move(cb)](EngineCore& core) mutable {
+    if (auto p = core.kv_place(id); p.ok()) *place = *p;
     Result<int64_t> r = core.continue_paused(id, std::move(req));
     if (r.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -821,7 +824,9 @@ Result<int64_t> Engine::continue_paused(uint64_t id, GenerateRequest req, Callba
     done->set_value(std::move(r));
   });
   try {
-    return result.get();
+    Result<int64_t> r = result.get();
+    if (kv_place != nullptr) *kv_place = *place;  // (written before the promise was set)
+    return r;
   } catch (const std::future_error&) {
     return make_error("the engine stopped");
   }

@@ -403,7 +403,9 @@ class Engine {
   void post(std::function<void(EngineCore&)> fn);
   // EngineCore::continue_paused on the engine thread; on success `cb` receives the request's
   // outputs from then on. Blocks until done (an error when the engine stops first).
-  Result<int64_t> continue_paused(uint64_t id, GenerateRequest req, Callback cb);
+  // `kv_place` (optional): where the paused request's KV was when the follow-up came.
+  Result<int64_t> continue_paused(uint64_t id, GenerateRequest req, Callback cb,
+                                  KvPlace* kv_place = nullptr);
   const EngineCore& core() const { return *core_; }
 
  private:

@@ -262,11 +262,13 @@ std::optional<ApiError> HttpServer::Impl::start(Generation& g, GenerateRequest g
     const double waited = steady_now() - entry->paused_at;
     // From here the engine request is touched: a failure releases it (the lease's end).
     entry.put_back_on_drop(false);
-    auto r = engine->continue_paused(entry->engine_id, gr, cb);
+    KvPlace place = KvPlace::recompute;
+    auto r = engine->continue_paused(entry->engine_id, gr, cb, &place);
     if (r.ok()) {
       g.engine_id = entry->engine_id;
       g.cached_tokens = *r;
       g.resumed_from = entry->id;
+      g.resume_kv = place;
       track(g.engine_id);
       metrics.observe_interception(g.owner, tool_label(*entry), waited);
       metrics.add_resume(!explicit_resume);
@@ -301,6 +303,7 @@ void HttpServer::Impl::consume(Generation& g, const Channel::Item& item) {
     if (g.tokens.empty()) {
       g.t_first = item.t;
       metrics.observe_ttft(item.t - g.t_received);
+      if (g.resume_kv) metrics.observe_resume_ttft(*g.resume_kv, item.t - g.t_received);
     } else {
       metrics.observe_itl(item.t - g.t_last);
     }

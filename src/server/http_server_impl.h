@@ -101,6 +101,8 @@ struct Generation {
   uint64_t engine_id = 0;
   int64_t cached_tokens = 0;
   std::string resumed_from;  // interception id
+  // Where the KV of the paused request it continued was (its first token is reported by it).
+  std::optional<KvPlace> resume_kv;
   // Progress.
   std::string text;
   std::vector<int32_t> tokens;

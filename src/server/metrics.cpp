@@ -204,7 +204,16 @@ double Histogram::quantile(double q) const {
   return bounds_.empty() ? 0.0 : bounds_.back();
 }
 
-Metrics::Metrics() : ttft_(latency_buckets()), itl_(latency_buckets()), e2e_(latency_buckets()) {}
+Metrics::Metrics()
+    : ttft_(latency_buckets()),
+      itl_(latency_buckets()),
+      e2e_(latency_buckets()),
+      resume_ttft_(kKvPlaces, Histogram(latency_buckets())) {}
+
+void Metrics::observe_resume_ttft(KvPlace place, double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resume_ttft_[(size_t)place].observe(s);
+}
 
 void Metrics::observe_ttft(double s) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -372,6 +381,11 @@ std::string Metrics::prometheus(const EngineSnapshot& s, int64_t registry_paused
 
   header(o, p + "time_to_first_token_seconds", "histogram", "Time to first token.");
   ttft_.render(o, p + "time_to_first_token_seconds", "");
+  header(o, p + "resumed_time_to_first_token_seconds", "histogram",
+         "Time to first token of a request that continued a paused one, by where its KV was.");
+  for (int i = 0; i < kKvPlaces; ++i)
+    resume_ttft_[(size_t)i].render(o, p + "resumed_time_to_first_token_seconds",
+                                   std::string("kv=\"") + kv_place_name((KvPlace)i) + "\"");
   header(o, p + "inter_token_latency_seconds", "histogram",
          "Time between two generated tokens of a response.");
   itl_.render(o, p + "inter_token_latency_seconds", "");

@@ -96,6 +96,9 @@ class Metrics {
  public:
   Metrics();
   void observe_ttft(double s);
+  // The first token of a request that continued a paused one, by where the paused request's
+  // KV was when its follow-up arrived (KvPlace).
+  void observe_resume_ttft(KvPlace place, double s);
   void observe_itl(double s);
   void observe_e2e(double s);
   // How long `owner`'s request stayed paused for `tool` (a declared tool's name, or "other").
@@ -123,6 +126,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   Histogram ttft_, itl_, e2e_;
+  std::vector<Histogram> resume_ttft_;  // by KvPlace
   // The per-tool durations the viewer may see, merged by tool name.
   std::map<std::string, Histogram> tools_for(const Viewer& viewer) const;
 
