@@ -255,17 +255,14 @@ void print_results(const EngineConfig& cfg, const WorkloadRun& run, const BenchL
       (long long)st.interceptions, (long long)st.recomputed_tokens,
       (long long)st.swapped_out_tokens, (long long)st.swapped_in_tokens, (long long)st.preemptions,
       (long long)loop.skipped());
-  const Percentiles resumed = percentiles(loop.resume_ttft().all);
   const double decode_step =
       st.decode_only_steps > 0 ? st.decode_only_seconds / (double)st.decode_only_steps : 0.0;
   std::printf(
       "prefix cache %s: hit %.1f%% of %lld prompt tokens looked up; evicted/demoted/promoted "
-      "%lld/%lld/%lld blocks; resumed turns' first token mean %.2f ms, p90 %.2f ms (decode "
-      "step %.2f ms)\n",
+      "%lld/%lld/%lld blocks; decode step %.2f ms\n",
       cfg.prefix_cache ? "on" : "off", 100.0 * st.prefix_hit_rate(),
       (long long)st.prefix_query_tokens, (long long)st.prefix_evicted_blocks,
-      (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, resumed.mean * 1e3,
-      resumed.p90 * 1e3, decode_step * 1e3);
+      (long long)st.prefix_demoted_blocks, (long long)st.prefix_promoted_blocks, decode_step * 1e3);
   std::printf("%s", format_resume_ttft(loop.resume_ttft()).c_str());
   if (!cfg.kv_disk_dir.empty()) print_disk_tier(st);
   std::printf("decisions discard/swap/preserve %lld/%lld/%lld\n", (long long)st.discard_decisions,

@@ -52,8 +52,7 @@ struct EngineConfig {
   // Tensor parallelism (model/tensor_parallel.h): the model and its KV cache split over this
   // many ranks. The CPU backend runs them as threads of this process, n_threads shared among
   // them; on CUDA a GPU a rank from --device's on, over NCCL (not yet run on a card). KV sizes
-  // (--kv-cache-*,
-  // --swap-space-*) are per rank, each holding its share of the KV heads.
+  // (--kv-cache-*, --swap-space-*) are per rank, each holding its share of the KV heads.
   int tensor_parallel_size = 1;
   // --cpu-numerics fast|llama.cpp (CpuNumerics); unset: fast.
   std::optional<CpuNumerics> cpu_numerics;

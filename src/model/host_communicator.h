@@ -5,7 +5,6 @@
 #pragma once
 
 #include <barrier>
-#include <memory>
 #include <vector>
 
 #include "model/tensor_parallel.h"

@@ -64,10 +64,16 @@ Result<Weight> load(const ModelSource& src, Backend& backend, ModelWeights& m,
     data = static_cast<const uint8_t*>(data) + (size_t)slice.begin * dtype_row_bytes(dtype, cols);
     up_rows = slice.count;
   } else if (slice.along == Slice::cols) {
-    // A run of each row's inputs (whole quantization blocks: check_tensor_parallel), copied
-    // into storage of the rank's own.
-    CHECK(!is_vector && slice.begin % dtype_block_elems(dtype) == 0 &&
-          slice.count % dtype_block_elems(dtype) == 0);
+    // A run of each row's inputs, copied into storage of the rank's own: whole quantization
+    // blocks only (a file may quantize this tensor differently from blk.0's wo, which
+    // check_tensor_parallel saw).
+    CHECK(!is_vector);
+    const int64_t block = dtype_block_elems(dtype);
+    if (slice.begin % block != 0 || slice.count % block != 0)
+      return make_error(src.path(), ": tensor '", name, "' (", std::string(dtype_name(dtype)),
+                        ") cannot be split over ", std::to_string(cols / slice.count),
+                        " tensor-parallel ranks: a rank's ", std::to_string(slice.count),
+                        " inputs are not whole blocks of ", std::to_string(block));
     const size_t row = dtype_row_bytes(dtype, cols), skip = dtype_row_bytes(dtype, slice.begin),
                  part = dtype_row_bytes(dtype, slice.count);
     auto& bytes = m.sliced.emplace_back((size_t)rows * part);

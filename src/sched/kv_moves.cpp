@@ -215,8 +215,11 @@ int64_t Scheduler::memory_deficit_blocks() const {
   }
   const int64_t free = available_device_blocks();
   if (need > free) return need - free;
-  const double floor = config_.pressure_watermark * (double)device_.n_blocks();
-  return (double)free < floor ? (int64_t)std::ceil(floor - (double)free) : 0;
+  return std::max<int64_t>(0, pressure_floor_blocks() - free);
+}
+
+int64_t Scheduler::pressure_floor_blocks() const {
+  return (int64_t)std::ceil(config_.pressure_watermark * (double)device_.n_blocks());
 }
 
 // Takes one device block from a paused request (newest first) by dropping its KV. Used
@@ -308,11 +311,9 @@ void Scheduler::apply_policy(StepPlan& plan, double now, int64_t& swap_budget) {
   in.swap_budget_tokens = host_ != nullptr ? swap_budget : 0;
   in.deficit_blocks = memory_deficit_blocks();
   in.memory_pressure = in.deficit_blocks > 0;
-  if (!in.memory_pressure && host_ != nullptr) {
-    const int64_t floor =
-        (int64_t)std::ceil(config_.pressure_watermark * (double)device_.n_blocks());
-    in.spare_device_blocks = std::max<int64_t>(0, in.free_device_blocks - floor - 1);
-  }
+  if (!in.memory_pressure && host_ != nullptr)
+    in.spare_device_blocks =
+        std::max<int64_t>(0, in.free_device_blocks - pressure_floor_blocks() - 1);
   if (config_.disk_blocks > 0) {
     in.free_disk_blocks = config_.disk_blocks - disk_used_blocks_;
     in.host_freeing_blocks = host_freeing_blocks_;

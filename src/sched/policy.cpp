@@ -310,8 +310,8 @@ class MinWastePolicy final : public Policy {
       spills_.push_back({i, w});
     }
     std::stable_sort(spills_.begin(), spills_.end(),
-                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
-    for (const Spill& sp : spills_) {
+                     [](const Ranked& a, const Ranked& b) { return a.key < b.key; });
+    for (const Ranked& sp : spills_) {
       if (unmet <= 0) break;
       const PausedView& p = in.paused[sp.index];
       const int64_t blocks = blocks_for(p.host_tokens, in.block_size);
@@ -322,9 +322,11 @@ class MinWastePolicy final : public Policy {
       unmet -= blocks;
     }
   }
-  struct Spill {
+  // A paused request and what it is ranked by (a spill's waste, a prefetch's expected
+  // remaining seconds): lowest first.
+  struct Ranked {
     size_t index = 0;
-    double waste = 0;
+    double key = 0;
   };
 
   // A tool expected back within twice the time its KV takes to read from disk: reading it
@@ -369,8 +371,8 @@ class MinWastePolicy final : public Policy {
       if (t_int <= window(tokens)) prefetches_.push_back({i, t_int});
     }
     std::stable_sort(prefetches_.begin(), prefetches_.end(),
-                     [](const Spill& a, const Spill& b) { return a.waste < b.waste; });
-    for (const Spill& pf : prefetches_) {
+                     [](const Ranked& a, const Ranked& b) { return a.key < b.key; });
+    for (const Ranked& pf : prefetches_) {
       const PausedView& p = in.paused[pf.index];
       const int64_t blocks = blocks_for(tokens_of(p), in.block_size);
       if (blocks > room) continue;
@@ -379,8 +381,8 @@ class MinWastePolicy final : public Policy {
       room -= blocks;
     }
   }
-  std::vector<Spill> prefetches_;  // (index, expected remaining seconds)
-  std::vector<Spill> spills_;
+  std::vector<Ranked> prefetches_;  // by expected remaining seconds
+  std::vector<Ranked> spills_;      // by W_sp
 
   const CostModel& cost_;
   const DurationEstimator& estimator_;

@@ -270,6 +270,8 @@ class Scheduler {
   // Device blocks the next request in line needs beyond the free pool (or that the pool is
   // short of its watermark); 0 without pressure.
   int64_t memory_deficit_blocks() const;
+  // Free device blocks below which the pool counts as under pressure (the watermark).
+  int64_t pressure_floor_blocks() const;
 
   SchedulerConfig config_;
   BlockAllocator& device_;
