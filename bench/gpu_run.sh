@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE simprof-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE long-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE simprof-SHAPE peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it:
 #                      this script's knobs (e.g. set:FWD_ARGS="--cuda-graphs off",
 #                      set:NCU_BATCH=32) and the log level (INFERCEPT_LOG). The engine and the
@@ -115,6 +115,17 @@ for stage in "$@"; do
       timeout 400 $BIN/infercept bench-forward --device cuda --kv-dtype bf16 --model "$dir" --floors models/floors.json \
         --json-out "$OUT/fwd-$shape-$(tag).json" --swap-blocks 256 ${FWD_ARGS:-} 2>&1 | tee "$OUT/fwd-$shape-$(tag).txt" | tail -60
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
+    long-*)  # long-SHAPE: the long-context regime (docs/PERF.md "H200: long contexts"): decode at
+      # LONG_BATCHES (1) over LONG_CONTEXT (131,071: the decoded token at the last position of a
+      # 128k window) cached tokens per row, a prefill of LONG_PREFILL (32,768) tokens from empty,
+      # chunks of 512 and 2,048 rows over that context, KV in LONG_KV (bf16; fp8 for e4m3).
+      model_of "$stage"
+      log "long context: $shape kv ${LONG_KV:-bf16} batches ${LONG_BATCHES:-1} context ${LONG_CONTEXT:-131071}"
+      timeout ${LONG_TIMEOUT:-500} $BIN/infercept bench-forward --device cuda --kv-dtype "${LONG_KV:-bf16}" --model "$dir" \
+        --floors models/floors.json --batches "${LONG_BATCHES:-1}" --context "${LONG_CONTEXT:-131071}" \
+        --prefill "${LONG_PREFILL:-32768}" --chunks "${LONG_CHUNKS:-512,2048}" --tfwd 1 --repeats 3 \
+        --swap-blocks 1 --swap-batch 1 --json-out "$OUT/long-$shape-${LONG_KV:-bf16}-$(tag).json" 2>&1 |
+        tee "$OUT/long-$shape-${LONG_KV:-bf16}-$(tag).txt" | tail -40 ;;
     ncu-*)  # ncu-SHAPE: every kernel of decode steps at batch 1, context 1,024, timed by Nsight
       # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
       # The context is filled in one 1,024-row step first: NCU_SKIP skips its matching kernels

@@ -502,8 +502,9 @@ void ForwardBench::chunk_table() {
   const int64_t context = plan_.context;
   std::printf(
       "\n### A chunk of x rows over a context of %lld tokens (one sequence)\n\n| x | ms | bytes "
-      "floor ms | x floor |\n|---:|---:|---:|---:|\n",
-      (long long)context);
+      "floor ms | x floor | FLOP floor ms (at %.0f TFLOP/s) | share of GEMM rate "
+      "|\n|---:|---:|---:|---:|---:|---:|\n",
+      (long long)context, floors_.gemm_tflops);
   for (int64_t x : plan_.chunks) {
     if (x > context || x > max_rows_) continue;
     StepInput in;
@@ -521,10 +522,23 @@ void ForwardBench::chunk_table() {
     const double t = time_forward(in, true);
     const double bytes = step_weight_elems(mc_, x) * 2.0 + (double)context * kv_per_token_;
     const double floor_ms = bytes_floor_ms(bytes);
-    std::printf("| %lld | %.3f | %.3f | %.2f |\n", (long long)x, t * 1e3, floor_ms,
-                floor_ms > 0 ? t * 1e3 / floor_ms : 0.0);
-    out_["chunks"].push_back(
-        {{"x", x}, {"context", context}, {"ms", t * 1e3}, {"floor_ms", floor_ms}});
+    // Row p of the chunk (0-based position) attends to p + 1 keys: QK^T and PV, 2 FLOPs a
+    // multiply-add each, over every query head; the rows' positions run context - x .. context - 1.
+    const double keys = (double)x * (double)(2 * context - x + 1) / 2.0;
+    const double flops = matmul_flops_per_token(mc_) * (double)x +
+                         4.0 * (double)mc_.n_heads * (double)mc_.head_dim * keys *
+                             (double)mc_.n_layers;
+    const double flop_floor_ms =
+        floors_.gemm_tflops > 0 ? flops / (floors_.gemm_tflops * 1e12) * 1e3 : 0.0;
+    std::printf("| %lld | %.3f | %.3f | %.2f | %.3f | %.0f%% |\n", (long long)x, t * 1e3, floor_ms,
+                floor_ms > 0 ? t * 1e3 / floor_ms : 0.0, flop_floor_ms,
+                100.0 * flop_floor_ms / (t * 1e3));
+    out_["chunks"].push_back({{"x", x},
+                              {"context", context},
+                              {"ms", t * 1e3},
+                              {"floor_ms", floor_ms},
+                              {"flop_floor_ms", flop_floor_ms},
+                              {"flops", flops}});
   }
 }
 
