@@ -525,9 +525,9 @@ void ForwardBench::chunk_table() {
     // Row p of the chunk (0-based position) attends to p + 1 keys: QK^T and PV, 2 FLOPs a
     // multiply-add each, over every query head; the rows' positions run context - x .. context - 1.
     const double keys = (double)x * (double)(2 * context - x + 1) / 2.0;
-    const double flops = matmul_flops_per_token(mc_) * (double)x +
-                         4.0 * (double)mc_.n_heads * (double)mc_.head_dim * keys *
-                             (double)mc_.n_layers;
+    const double flops = matmul_flops_per_token(mc_) * (double)x + 4.0 * (double)mc_.n_heads *
+                                                                       (double)mc_.head_dim * keys *
+                                                                       (double)mc_.n_layers;
     const double flop_floor_ms =
         floors_.gemm_tflops > 0 ? flops / (floors_.gemm_tflops * 1e12) * 1e3 : 0.0;
     std::printf("| %lld | %.3f | %.3f | %.2f | %.3f | %.0f%% |\n", (long long)x, t * 1e3, floor_ms,
