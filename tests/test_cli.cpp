@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -426,6 +428,100 @@ TEST(Cli, BenchSessionsCompleteAndHitThePrefixCache) {
   EXPECT_EQ(replay["prefix_cache"]["query_tokens"], pc["query_tokens"]);
   for (const char* suffix : {".jsonl", "_run.json", "_replay.json"})
     std::filesystem::remove(base + suffix);
+}
+
+// A float32 .npy as `infercept logits` writes it (format 1.0, C order): its values.
+std::vector<float> read_npy_f32(const std::string& path) {
+  const std::string bytes = testing::read_file(path);
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return {};
+  const size_t header = (unsigned char)bytes[8] | ((size_t)(unsigned char)bytes[9] << 8);
+  const size_t start = 10 + header;
+  std::vector<float> v((bytes.size() - start) / sizeof(float));
+  std::memcpy(v.data(), bytes.data() + start, v.size() * sizeof(float));
+  return v;
+}
+
+// --tensor-parallel-size on the commands that build a model without the engine: `logits`
+// over two ranks gives one rank's logits (a bf16 checkpoint: f32 activations, only the sums'
+// order differs), and `bench-forward` times the group, each rank holding half of the KV heads
+// and of the layers' weights; a size the heads do not divide is an error naming it.
+TEST(Cli, LogitsAndBenchForwardSplitOverTensorParallelRanks) {
+  const std::string base = ::testing::TempDir() + "/cli_tp_" + std::to_string(getpid());
+  const std::string model = base + "_qwen2";
+  CliRun made = run_cli({"make-model", "--shape", "qwen2-tiny", "--out", model, "--tokenizer",
+                         "byte", "--threads", "2"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  {
+    std::ofstream t(base + "_tokens.json");
+    t << "[[1, 72, 101, 108, 108, 111], [1, 84, 104, 101, 32, 113, 117, 105, 99, 107, 32, 98]]";
+  }
+  std::vector<float> logits[2];
+  for (int tp : {1, 2}) {
+    const std::string out = base + "_tp" + std::to_string(tp) + ".npy";
+    const CliRun run =
+        run_cli({"logits", "--model", model, "--tokens-file", base + "_tokens.json", "--out", out,
+                 "--threads", "2", "--tensor-parallel-size", std::to_string(tp)});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    logits[tp - 1] = read_npy_f32(out);
+    std::filesystem::remove(out);
+  }
+  ASSERT_EQ(logits[0].size(), 2u * 49152u);
+  ASSERT_EQ(logits[1].size(), logits[0].size());
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    max_diff = std::max(max_diff, (double)std::fabs(logits[1][i] - logits[0][i]));
+    max_abs = std::max(max_abs, (double)std::fabs(logits[0][i]));
+  }
+  EXPECT_GT(max_abs, 0.0);
+  EXPECT_LT(max_diff, 1e-4 * max_abs) << max_diff << " of " << max_abs;
+
+  nlohmann::json j[2];
+  for (int tp : {1, 2}) {
+    const std::string out = base + "_bf" + std::to_string(tp) + ".json";
+    const CliRun run = run_cli({"bench-forward",
+                                "--model",
+                                model,
+                                "--threads",
+                                "2",
+                                "--batches",
+                                "1,2",
+                                "--context",
+                                "32",
+                                "--prefill",
+                                "32",
+                                "--tfwd",
+                                "1",
+                                "--chunks",
+                                "4",
+                                "--repeats",
+                                "1",
+                                "--swap-blocks",
+                                "2",
+                                "--swap-batch",
+                                "1",
+                                "--tensor-parallel-size",
+                                std::to_string(tp),
+                                "--json-out",
+                                out});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::ifstream in(out);
+    j[tp - 1] = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j[tp - 1].is_object());
+    std::filesystem::remove(out);
+  }
+  EXPECT_EQ(j[0]["tensor_parallel_size"], 1);
+  EXPECT_EQ(j[1]["tensor_parallel_size"], 2);
+  EXPECT_EQ(j[1]["kv_bytes_per_token"].get<double>() * 2, j[0]["kv_bytes_per_token"].get<double>());
+  EXPECT_LT(j[1]["weights_gb"].get<double>(), j[0]["weights_gb"].get<double>());
+  EXPECT_EQ(j[1]["decode"].size(), 2u);
+  EXPECT_EQ(j[1]["swap"].size(), 3u);
+
+  const CliRun three = run_cli({"logits", "--model", model, "--tokens-file", base + "_tokens.json",
+                                "--out", base + "_tp3.npy", "--tensor-parallel-size", "3"});
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.err.find("does not divide"), std::string::npos) << three.err;
+  std::filesystem::remove_all(model);
+  std::filesystem::remove(base + "_tokens.json");
 }
 
 }  // namespace

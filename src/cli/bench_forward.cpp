@@ -22,6 +22,7 @@
 #include <random>
 
 #include "cli/common.h"
+#include "engine/model_group.h"
 #include "kv/block_allocator.h"
 
 namespace infercept::cli {
@@ -187,6 +188,11 @@ class ForwardBench {
       : cfg_(cfg), plan_(plan), floors_(floors), bs_(cfg.block_size) {}
 
   Status load();
+  void sync_all();
+  // The device blocks `dev` out to the host pool's `host` and/or back, on every rank (each its
+  // share of the KV heads, on its own copy engines), queued as the engine queues a swap.
+  void copy_on_every_rank(const std::vector<int32_t>& dev, const std::vector<int32_t>& host,
+                          bool out_dir, bool in_dir);
   StepInput one_sequence(int64_t x);
   StepInput decode_input(int64_t batch, int64_t short_context = 0);
   void run_step(StepInput& in, bool device_argmax, bool device_topp);
@@ -209,10 +215,16 @@ class ForwardBench {
   const Floors floors_;
   const int64_t bs_;
   std::unique_ptr<ModelSource> src_;
+  // One rank's share of the model (== the model's config without tensor parallelism): what
+  // one backend reads and computes a step, so the floors are a rank's.
   ModelConfig mc_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<KvStorage> kv_, host_;
+  ModelGroup group_;
+  Backend* backend_ = nullptr;  // rank 0's: sampling, and what the tables name
+  StepModel* model_ = nullptr;
+  // Each rank's device KV and host pool; kv_ and host_ are rank 0's.
+  std::vector<std::unique_ptr<KvStorage>> rank_kv_, rank_host_;
+  KvStorage* kv_ = nullptr;
+  KvStorage* host_ = nullptr;
   KvGeometry g_;
   int64_t max_batch_ = 0, max_rows_ = 0, ctx_blocks_ = 0;
   double kv_per_token_ = 0.0;
@@ -229,17 +241,19 @@ class ForwardBench {
 
 Status ForwardBench::load() {
   TRY_ASSIGN(src_, open_model_source(cfg_.model_path));
-  mc_ = src_->config();
-  TRY_ASSIGN(backend_, make_backend(cfg_));
-  Backend& be = *backend_;
   max_batch_ =
       std::max(*std::max_element(plan_.batches.begin(), plan_.batches.end()), plan_.swap_batch);
   for (int64_t b : plan_.mixed) max_batch_ = std::max(max_batch_, b);
   max_rows_ = std::max(
       {plan_.prefill, *std::max_element(plan_.tfwd.begin(), plan_.tfwd.end()), max_batch_});
-  std::fprintf(stderr, "loading %s on %s ...\n", cfg_.model_path.c_str(), be.name().c_str());
+  std::fprintf(stderr, "loading %s on %s x %d ...\n", cfg_.model_path.c_str(), cfg_.device.c_str(),
+               cfg_.tensor_parallel_size);
   auto t_load = clock_type::now();
-  TRY_ASSIGN(model_, LlamaModel::create(*src_, be, max_rows_, max_batch_));
+  TRY_ASSIGN(group_, create_model_group(cfg_, *src_, max_rows_, max_batch_));
+  model_ = group_.model.get();
+  backend_ = group_.backends[0].get();
+  Backend& be = *backend_;
+  mc_ = model_->shard_config();
   std::fprintf(stderr, "loaded in %.1f s\n", since(t_load));
 
   // Sequence s of a decode batch owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks); the
@@ -252,10 +266,23 @@ Status ForwardBench::load() {
   g_.dtype = cfg_.kv_dtype;
   g_.n_blocks = std::max(max_batch_ * ctx_blocks_, BlockTable::blocks_for(max_rows_, bs_)) +
                 plan_.swap_blocks;
-  TRY_ASSIGN(kv_, be.create_kv_storage(g_));
   KvGeometry hg = g_;
   hg.n_blocks = plan_.swap_blocks;
-  TRY_ASSIGN(host_, be.create_host_kv_storage(hg));
+  for (auto& rank : group_.backends) {
+    rank->bind_thread();
+    TRY_ASSIGN(auto kv, rank->create_kv_storage(g_));
+    TRY_ASSIGN(auto host, rank->create_host_kv_storage(hg));
+    rank_kv_.push_back(std::move(kv));
+    rank_host_.push_back(std::move(host));
+  }
+  be.bind_thread();
+  kv_ = rank_kv_[0].get();
+  host_ = rank_host_[0].get();
+  if (group_.group != nullptr) {
+    std::vector<KvStorage*> others;
+    for (size_t r = 1; r < rank_kv_.size(); ++r) others.push_back(rank_kv_[r].get());
+    group_.group->set_other_ranks_kv(std::move(others));
+  }
   kv_per_token_ = (double)g_.bytes_per_block_per_layer() * 2.0 * (double)g_.n_layers / (double)bs_;
   const int64_t nb = plan_.swap_blocks;
   swap_dev_ids_.resize((size_t)nb);
@@ -270,13 +297,33 @@ Status ForwardBench::load() {
   topp_rows_.assign((size_t)max_batch_, DeviceSampleRow{0, 1.0f / 0.8f, 0, 0.9f, 0.0f, 0.5f});
   out_["model"] = cfg_.model_path;
   out_["device"] = be.name();
+  out_["tensor_parallel_size"] = group_.world();
   out_["layers"] = mc_.n_layers;
-  out_["weights_gb"] = weight_elems(mc_) * 2 / 1e9;
+  out_["weights_gb"] = weight_elems(mc_) * 2 / 1e9;  // a rank's
   out_["kv_bytes_per_token"] = kv_per_token_;
   out_["floors"] = {{"read_gbps", floors_.read_gbps},     {"copy_gbps", floors_.copy_gbps},
                     {"gemm_tflops", floors_.gemm_tflops}, {"h2d_gbps", floors_.h2d_gbps},
                     {"d2h_gbps", floors_.d2h_gbps},       {"both_gbps", floors_.both_gbps}};
   return ok_status();
+}
+
+// A GPU rank's ops from this thread go to its device once it is bound (Backend::bind_thread);
+// rank 0 is bound again afterwards, as the model's forward expects.
+void ForwardBench::sync_all() {
+  for (size_t r = group_.backends.size(); r-- > 0;) {
+    group_.backends[r]->bind_thread();
+    group_.backends[r]->sync();
+  }
+}
+
+void ForwardBench::copy_on_every_rank(const std::vector<int32_t>& dev,
+                                      const std::vector<int32_t>& host, bool out_dir, bool in_dir) {
+  for (size_t r = group_.backends.size(); r-- > 0;) {
+    Backend& be = *group_.backends[r];
+    be.bind_thread();
+    if (out_dir) be.copy_blocks_between(*rank_kv_[r], *rank_host_[r], dev, host);
+    if (in_dir) be.copy_blocks_between(*rank_host_[r], *rank_kv_[r], host, dev);
+  }
 }
 
 // Fills the decode contexts: --context random tokens for each of the largest batch's
@@ -309,7 +356,7 @@ void ForwardBench::fill_decode_contexts() {
     }
   }
   flush();
-  backend_->sync();
+  sync_all();
 }
 
 // One sequence of x fresh query tokens from position 0, its last row's logits wanted.
@@ -363,7 +410,7 @@ void ForwardBench::run_step(StepInput& in, bool device_argmax, bool device_topp)
   if (device_topp)
     CHECK(be.sample_rows(model_->last_logits(nl), std::span(topp_rows_).first((size_t)nl),
                          sampled_.data()));
-  be.sync();
+  sync_all();
 }
 
 // The median of --repeats steps after three warm-up steps.
@@ -544,14 +591,12 @@ void ForwardBench::chunk_table() {
 
 // The median time to copy the swap blocks out, in, or both at once.
 double ForwardBench::time_copy(bool out_dir, bool in_dir) {
-  Backend& be = *backend_;
   std::vector<double> ts;
   for (int64_t r = 0; r < plan_.repeats + 2; ++r) {
-    be.sync();
+    sync_all();
     const auto t = clock_type::now();
-    if (out_dir) be.copy_blocks_between(*kv_, *host_, swap_dev_ids_, swap_host_ids_);
-    if (in_dir) be.copy_blocks_between(*host_, *kv_, swap_host_ids_, swap_dev_ids_);
-    be.sync();
+    copy_on_every_rank(swap_dev_ids_, swap_host_ids_, out_dir, in_dir);
+    sync_all();
     if (r >= 2) ts.push_back(since(t));
   }
   return median(ts);
@@ -586,14 +631,12 @@ ForwardBench::StepWhileCopying ForwardBench::time_step_while_copying(StepInput& 
                                                                      bool device_argmax,
                                                                      int64_t blocks, bool out_dir,
                                                                      bool in_dir) {
-  Backend& be = *backend_;
   std::vector<int32_t> d(swap_dev_ids_.begin(), swap_dev_ids_.begin() + blocks),
       h(swap_host_ids_.begin(), swap_host_ids_.begin() + blocks);
   std::vector<double> ts, enqueue;
   for (int64_t r = 0; r < plan_.repeats + 3; ++r) {
     const auto t = clock_type::now();
-    if (out_dir) be.copy_blocks_between(*kv_, *host_, d, h);
-    if (in_dir) be.copy_blocks_between(*host_, *kv_, h, d);
+    copy_on_every_rank(d, h, out_dir, in_dir);
     // Host time to queue the copies: it delays the step's launch one for one.
     const double queued = since(t);
     run_step(in, device_argmax, false);

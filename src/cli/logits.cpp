@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "engine/model_group.h"
 #include "kv/block_allocator.h"
 
 namespace infercept::cli {
@@ -65,17 +66,32 @@ Result<std::vector<float>> last_logits(const ModelSource& src, const EngineConfi
   const ModelConfig& mc = src.config();
   size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
-  TRY_ASSIGN(auto backend, make_backend(cfg));
-  *backend_name = backend->name();
-  TRY_ASSIGN(auto model, LlamaModel::create(src, *backend, (int64_t)longest, 1));
+  // With --tensor-parallel-size N the ranks each hold their share of the KV heads; rank 0's
+  // logits are the group's (engine/model_group.h).
+  TRY_ASSIGN(ModelGroup group, create_model_group(cfg, src, (int64_t)longest, 1));
+  *backend_name = group.backends[0]->name();
+  if (group.world() > 1) *backend_name += " x " + std::to_string(group.world()) + " ranks";
+  StepModel* model = group.model.get();
   KvGeometry g;
   g.n_layers = mc.n_layers;
   g.block_size = cfg.block_size;
-  g.n_kv_heads = mc.n_kv_heads;
+  g.n_kv_heads = model->shard_config().n_kv_heads;
   g.head_dim = mc.head_dim;
   g.dtype = cfg.kv_dtype;
   g.n_blocks = BlockTable::blocks_for((int64_t)longest, cfg.block_size);
-  TRY_ASSIGN(auto kv, backend->create_kv_storage(g));
+  std::vector<std::unique_ptr<KvStorage>> rank_kv;
+  for (auto& rank : group.backends) {
+    rank->bind_thread();
+    TRY_ASSIGN(auto kv_r, rank->create_kv_storage(g));
+    rank_kv.push_back(std::move(kv_r));
+  }
+  group.backends[0]->bind_thread();
+  if (group.group != nullptr) {
+    std::vector<KvStorage*> others;
+    for (size_t r = 1; r < rank_kv.size(); ++r) others.push_back(rank_kv[r].get());
+    group.group->set_other_ranks_kv(std::move(others));
+  }
+  KvStorage* kv = rank_kv[0].get();
   std::vector<float> all;
   std::vector<float> row((size_t)mc.vocab_size);
   // One step of tokens [p0, p0 + len) of a sequence over the cache so far (positions and

@@ -129,6 +129,8 @@ struct EngineConfig {
 
 // The backend `config.device` names (cpu, cuda, cuda:N); a clear error when unavailable.
 Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config);
+// The GPU a `--device` of cuda or cuda:N names (0 for cuda); an error for another form.
+Result<int> cuda_device_index(const std::string& device);
 
 // The width of a step's block tables (StepInput::max_blocks) for a longest sequence of
 // `blocks` blocks, where no sequence can hold more than `most` blocks: 16 blocks times a power

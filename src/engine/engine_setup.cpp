@@ -11,12 +11,12 @@
 #include "core/thread_pool.h"
 #include "engine/disk_mover.h"
 #include "engine/engine.h"
+#include "engine/model_group.h"
 #include "engine/profile_file.h"
 #include "engine/profiler.h"
 
 namespace infercept {
 
-// The GPU a `--device` of cuda or cuda:N names (0 for cuda); an error for another form.
 Result<int> cuda_device_index(const std::string& device) {
   if (device == "cuda") return 0;
   if (device.size() < 6 || device.size() > 9 || device.rfind("cuda:", 0) != 0 ||
@@ -44,58 +44,18 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineConfig& config) {
 }
 
 // The backend and the model on it; with tensor parallelism, a backend and a model per rank
-// and the group that steps them.
+// and the group that steps them (engine/model_group.h), taken apart into rank 0's backend,
+// the other ranks' and the group's communicators.
 Status EngineCore::create_model() {
-  const EngineConfig& config = config_;
-  const int tp = config.tensor_parallel_size;
-  if (tp < 1 || tp > 64)
-    return make_error("--tensor-parallel-size must be in [1, 64] (got ", std::to_string(tp), ")");
-  if (tp == 1) {
-    TRY_ASSIGN(backend_, make_backend(config));
-    TRY_ASSIGN(model_, LlamaModel::create(*source_, *backend_, config.max_tokens_per_step,
-                                          config.max_seqs));
-    return ok_status();
-  }
-  // CPU: the ranks share the cores, each backend its part of the threads, and sum through
-  // host memory. CUDA: a GPU a rank from the one --device names on (cuda:N, N+1, ...), NCCL
-  // between them; step graphs off (a captured all-reduce per rank is not validated yet).
-  const bool cuda = config.device.rfind("cuda", 0) == 0;
-  int first_gpu = 0;
-  if (cuda) {
-    TRY_ASSIGN(first_gpu, cuda_device_index(config.device));
-  }
-  std::vector<Backend*> backends;
-  for (int r = 0; r < tp; ++r) {
-    EngineConfig rank_config = config;
-    if (cuda) {
-      rank_config.device = "cuda:" + std::to_string(first_gpu + r);
-      rank_config.cuda_graphs = false;
-    } else {
-      const int threads = config.n_threads > 0 ? config.n_threads : default_thread_count();
-      rank_config.n_threads = std::max(1, threads / tp);
-    }
-    TRY_ASSIGN(auto backend, make_backend(rank_config));
-    backends.push_back(backend.get());
-    if (r == 0) {
-      backend_ = std::move(backend);
-    } else {
-      other_ranks_.push_back({std::move(backend), nullptr, nullptr});
-    }
-  }
-  if (cuda) {
-    TRY_ASSIGN(tp_comms_, make_nccl_communicators(backends));
-  } else {
-    tp_group_ = std::make_unique<HostGroup>(tp);
-    for (int r = 0; r < tp; ++r)
-      tp_comms_.push_back(std::make_unique<HostCommunicator>(*tp_group_, r));
-  }
-  std::vector<Communicator*> comms;
-  for (auto& c : tp_comms_) comms.push_back(c.get());
-  TRY_ASSIGN(auto group, TensorParallelModel::create(*source_, backends, comms,
-                                                     config.max_tokens_per_step, config.max_seqs));
-  tp_model_ = group.get();
-  model_ = std::move(group);
-  backend_->bind_thread();  // (create bound each rank in turn; the engine's ops are rank 0's)
+  TRY_ASSIGN(ModelGroup g,
+             create_model_group(config_, *source_, config_.max_tokens_per_step, config_.max_seqs));
+  backend_ = std::move(g.backends[0]);
+  for (size_t r = 1; r < g.backends.size(); ++r)
+    other_ranks_.push_back({std::move(g.backends[r]), nullptr, nullptr});
+  tp_group_ = std::move(g.host_group);
+  tp_comms_ = std::move(g.comms);
+  tp_model_ = g.group;
+  model_ = std::move(g.model);
   return ok_status();
 }
 
