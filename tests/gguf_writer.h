@@ -151,6 +151,9 @@ struct TinyLlama {
   bool qk_norm = false;           // Qwen3's attn_q_norm / attn_k_norm
   int64_t explicit_head_dim = 0;  // written as attention.key_length / value_length
   std::string arch = "llama";
+  // A tensor written as q4_1 instead of f32 (its input width a multiple of 32): a file that
+  // quantizes one tensor differently from the rest.
+  std::string q4_1_tensor;
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : d / n_heads; }
 };
 
@@ -181,7 +184,14 @@ inline void add_tiny_llama(GgufWriter& w, const TinyLlama& m) {
   auto add = [&](const std::string& name, std::vector<uint64_t> ne) {
     size_t n = 1;
     for (uint64_t x : ne) n *= x;
-    w.add_tensor(name, kGgmlF32, ne, f32_bytes(n, seed += 1.0f));
+    seed += 1.0f;
+    if (name == m.q4_1_tensor) {  // blocks of 32: an f16 scale and minimum, 16 bytes of nibbles
+      std::string q((size_t)(n / 32) * 20, '\0');
+      for (size_t b = 0; b < n / 32; ++b) q[b * 20 + 1] = 0x3c;  // scale 1.0
+      w.add_tensor(name, kGgmlQ4_1, ne, q);
+      return;
+    }
+    w.add_tensor(name, kGgmlF32, ne, f32_bytes(n, seed));
   };
   add("token_embd.weight", {d, v});
   add("output_norm.weight", {d});

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine_runs.h"
 #include "test_util.h"
 
 namespace infercept {
@@ -51,15 +52,7 @@ std::unique_ptr<EngineCore> make_engine(const EngineConfig& c) {
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-// Runs every request to completion; returns generated tokens per request id.
-std::map<uint64_t, std::vector<int32_t>> run_all(EngineCore& e) {
-  std::map<uint64_t, std::vector<int32_t>> out;
-  for (int guard = 0; e.has_work() && guard < 100000; ++guard)
-    for (const RequestOutput& o : e.step())
-      out[o.id].insert(out[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
-  EXPECT_FALSE(e.has_work());
-  return out;
-}
+using testing::run_all;
 
 std::vector<std::string> varied_prompts() {
   return {"The capital of France is",

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/random_checkpoint.h"
+#include "engine_runs.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -29,14 +30,7 @@ EngineConfig config(int tp, const std::string& policy) {
   return c;
 }
 
-std::map<uint64_t, std::vector<int32_t>> run_all(EngineCore& e) {
-  std::map<uint64_t, std::vector<int32_t>> out;
-  for (int guard = 0; e.has_work() && guard < 100000; ++guard)
-    for (const RequestOutput& o : e.step())
-      out[o.id].insert(out[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
-  EXPECT_FALSE(e.has_work());
-  return out;
-}
+using testing::run_all;
 
 GenerateRequest greedy(const EngineCore& e, const std::string& text, int32_t max_tokens) {
   GenerateRequest r;

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <unistd.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/random_checkpoint.h"
+#include "gguf_writer.h"
 #include "io/tensor_source.h"
 #include "model/host_communicator.h"
 #include "model/llama.h"
@@ -203,6 +205,43 @@ TEST(TensorParallel, UnsplittableShapesAreRefusedWithTheReason) {
   EXPECT_NE(six.error().message.find("blocks of 32"), std::string::npos) << six.error().message;
   EXPECT_TRUE(check_tensor_parallel(c, 6, DType::bf16).ok());
   EXPECT_FALSE(check_tensor_parallel(c, 0, DType::bf16).ok());
+}
+
+// A file may quantize one tensor differently from the first layer's, which
+// check_tensor_parallel judges the split by: loading a rank whose slice of that tensor cuts its
+// quantization blocks is an error naming the tensor, never a crash or a wrong slice.
+TEST(TensorParallel, ASliceThatCutsAnotherTensorsBlocksIsAnErrorNamingIt) {
+  testing::TinyLlama m;
+  m.d_ff = 32;                              // 16 FFN inputs a rank over 2: half a q4_1 block
+  m.q4_1_tensor = "blk.1.ffn_down.weight";  // blk.0 and everything else f32
+  testing::GgufWriter w;
+  testing::add_tiny_llama(w, m);
+  const std::string path =
+      ::testing::TempDir() + "/tp_mixed_quant_" + std::to_string(getpid()) + ".gguf";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << w.build();
+    ASSERT_TRUE(f.good());
+  }
+  auto src = open_model_source(path);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  HostGroup group(2);
+  HostCommunicator comm0(group, 0), comm1(group, 1);
+  Communicator* comms[] = {&comm0, &comm1};
+  for (int rank : {0, 1}) {
+    auto backend = make_cpu_backend({});
+    ASSERT_TRUE(backend);
+    auto model = LlamaModel::create(**src, *backend, 8, 1, comms[rank]);
+    ASSERT_FALSE(model.ok()) << "rank " << rank;
+    const std::string& msg = model.error().message;
+    EXPECT_NE(msg.find("blk.1.ffn_down.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not whole blocks of 32"), std::string::npos) << msg;
+  }
+  // Over one rank nothing is sliced: the same file loads.
+  auto backend = make_cpu_backend({});
+  ASSERT_TRUE(backend);
+  EXPECT_TRUE(LlamaModel::create(**src, *backend, 8, 1).ok());
+  std::filesystem::remove(path);
 }
 
 // The host all-reduce: every rank ends with the sum, the same bits on all.
