@@ -118,13 +118,14 @@ for stage in "$@"; do
     long-*)  # long-SHAPE: the long-context regime (docs/PERF.md "H200: long contexts"): decode at
       # LONG_BATCHES (1) over LONG_CONTEXT (131,071: the decoded token at the last position of a
       # 128k window) cached tokens per row, a prefill of LONG_PREFILL (32,768) tokens from empty,
-      # chunks of 512 and 2,048 rows over that context, KV in LONG_KV (bf16; fp8 for e4m3).
+      # chunks of 512 and 2,048 rows over that context, KV in LONG_KV (bf16; fp8 for e4m3);
+      # LONG_ARGS: more bench-forward flags (e.g. set:LONG_ARGS="--cuda-graphs off").
       model_of "$stage"
       log "long context: $shape kv ${LONG_KV:-bf16} batches ${LONG_BATCHES:-1} context ${LONG_CONTEXT:-131071}"
       timeout ${LONG_TIMEOUT:-500} $BIN/infercept bench-forward --device cuda --kv-dtype "${LONG_KV:-bf16}" --model "$dir" \
         --floors models/floors.json --batches "${LONG_BATCHES:-1}" --context "${LONG_CONTEXT:-131071}" \
         --prefill "${LONG_PREFILL:-32768}" --chunks "${LONG_CHUNKS:-512,2048}" --tfwd 1 --repeats 3 \
-        --swap-blocks 1 --swap-batch 1 --json-out "$OUT/long-$shape-${LONG_KV:-bf16}-$(tag).json" 2>&1 |
+        --swap-blocks 1 --swap-batch 1 ${LONG_ARGS:-} --json-out "$OUT/long-$shape-${LONG_KV:-bf16}-$(tag).json" 2>&1 |
         tee "$OUT/long-$shape-${LONG_KV:-bf16}-$(tag).txt" | tail -40 ;;
     ncu-*)  # ncu-SHAPE: every kernel of decode steps at batch 1, context 1,024, timed by Nsight
       # Compute one at a time (serialized: each duration includes its own ramp-up and drain).
