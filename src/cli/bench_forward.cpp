@@ -428,8 +428,10 @@ double ForwardBench::time_forward(StepInput& in, bool with_logits, bool device_a
 }
 
 void ForwardBench::decode_table() {
-  std::printf("\n### Decode step, context %lld (%s, %s)\n\n", (long long)plan_.context,
-              cfg_.model_path.c_str(), backend_->name().c_str());
+  const std::string ranks =
+      group_.world() > 1 ? " x " + std::to_string(group_.world()) + " ranks, floors per rank" : "";
+  std::printf("\n### Decode step, context %lld (%s, %s%s)\n\n", (long long)plan_.context,
+              cfg_.model_path.c_str(), backend_->name().c_str(), ranks.c_str());
   std::printf(
       "| batch | step ms (no logits) | step ms (with logits to host) | with greedy on device | "
       "with top-p on device | bytes floor ms | x floor (whole step) | x floor at copy bandwidth "
