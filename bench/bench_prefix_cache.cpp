@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/prefix_cache.h"
 #include "sched/scheduler.h"
 
 namespace infercept {
@@ -111,6 +112,40 @@ void BM_SchedulerStep(benchmark::State& state) {
       pc.query_tokens > 0 ? (double)pc.hit_tokens / (double)pc.query_tokens : 0.0;
 }
 BENCHMARK(BM_SchedulerStep)->ArgName("cache")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// A long agent context's lookup: peek() over a 131,072-token prompt whose every block is
+// cached (8,192 blocks), what the scheduler asks each step of the request at the head of the
+// queue (memory_deficit_blocks, the prefill candidates) and once more at its admission
+// (match): from the start each time, or (memo 1) going on from the last peek, as the
+// scheduler does while nothing is evicted.
+void BM_PeekLongPrompt(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  BlockAllocator device((int32_t)(tokens / kBlock) + 1);
+  PrefixCache cache(device, kBlock);
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt((size_t)tokens);
+  for (auto& x : prompt) x = (int32_t)(rng() % 128000);
+  std::vector<int32_t> blocks;
+  for (int64_t b = 0; b < tokens / kBlock; ++b) blocks.push_back(*device.allocate());
+  cache.insert(1, prompt, blocks);
+  for (int32_t b : blocks) device.release(b);  // cached and idle, as after the request ended
+  // Arg 1: the scheduler's form, going on from the last peek's memo (nothing erased between).
+  const bool memo = state.range(1) != 0;
+  PrefixCache::PeekMemo m;
+  int64_t found = 0;
+  for (auto _ : state) {
+    found = memo ? cache.peek(1, prompt, INT64_MAX, m) : cache.peek(1, prompt);
+    benchmark::DoNotOptimize(found);
+  }
+  if (found != tokens / kBlock) state.SkipWithError("the prompt's blocks were not all found");
+  state.counters["blocks"] = (double)found;
+}
+BENCHMARK(BM_PeekLongPrompt)
+    ->ArgNames({"tokens", "memo"})
+    ->Args({8192, 0})
+    ->Args({131072, 0})
+    ->Args({131072, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace infercept

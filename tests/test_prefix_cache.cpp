@@ -172,5 +172,57 @@ TEST(PrefixCache, RandomUseAgainstAModel) {
   EXPECT_EQ(alloc.n_free(), alloc.n_blocks());  // the cache let its references go
 }
 
+// A peek that goes on from a memo (the queue's head, looked at every step it waits) finds
+// what a peek from the start finds, through inserts that extend its prefix, evictions that cut
+// it, contexts that grow and a namespace that differs, and it is free when nothing changed.
+TEST(PrefixCache, PeekFromAMemoFindsWhatAPeekFromTheStartFinds) {
+  std::mt19937 rng(9);
+  BlockAllocator alloc(96);
+  PrefixCache cache(alloc, B);
+  // Three waiting contexts over a two-token alphabet, so other requests' inserts extend them.
+  std::vector<std::vector<int32_t>> ctx(3);
+  std::vector<PrefixCache::PeekMemo> memo(3);
+  for (auto& c : ctx)
+    for (int i = 0; i < 24; ++i) c.push_back((int32_t)(rng() % 2));
+  std::vector<std::vector<int32_t>> held;
+  int64_t resumed = 0, cut = 0;
+  for (int it = 0; it < 4000; ++it) {
+    const int op = (int)(rng() % 10);
+    if (op < 4) {  // another request computes a prompt sharing a context's start
+      const auto& base = ctx[rng() % ctx.size()];
+      std::vector<int32_t> prompt(base.begin(), base.begin() + (ptrdiff_t)(rng() % base.size()));
+      if (rng() % 3 == 0 && !prompt.empty()) prompt.back() ^= 1;
+      std::vector<int32_t> blocks = cache.match(0, prompt).blocks;
+      while (blocks.size() < prompt.size() / B) {
+        if (alloc.n_free() == 0 && cache.evict(1).empty()) break;
+        blocks.push_back(*alloc.allocate());
+      }
+      if (blocks.size() >= prompt.size() / B) cache.insert(0, prompt, blocks);
+      held.push_back(blocks);
+    } else if (op < 6 && !held.empty()) {
+      const size_t i = rng() % held.size();
+      for (auto b = held[i].rbegin(); b != held[i].rend(); ++b) alloc.release(*b);
+      held.erase(held.begin() + (ptrdiff_t)i);
+    } else if (op < 7) {
+      cut += (int64_t)cache.evict(1 + rng() % 3).size();
+    } else if (op < 8) {  // a context grows (a tool's answer appended while it waits)
+      ctx[rng() % ctx.size()].push_back((int32_t)(rng() % 2));
+    }
+    for (size_t c = 0; c < ctx.size(); ++c) {
+      const int64_t most = ((int64_t)ctx[c].size() - 1) / B;
+      const uint64_t before = memo[c].erasures;
+      ASSERT_EQ(cache.peek(0, ctx[c], most, memo[c]), cache.peek(0, ctx[c], most))
+          << "step " << it << ", context " << c;
+      resumed += before == cache.erasures() ? 1 : 0;
+    }
+  }
+  EXPECT_GT(resumed, 3000);  // most peeks went on from their memo ...
+  EXPECT_GT(cut, 20);        // ... and evictions invalidated others
+  // Another namespace does not reuse the memo's blocks.
+  EXPECT_EQ(cache.peek(1, ctx[0], INT64_MAX, memo[0]), cache.peek(1, ctx[0]));
+  for (auto& h : held)
+    for (auto b = h.rbegin(); b != h.rend(); ++b) alloc.release(*b);
+}
+
 }  // namespace
 }  // namespace infercept

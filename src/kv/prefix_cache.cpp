@@ -82,6 +82,23 @@ int64_t PrefixCache::peek(uint64_t ns, std::span<const int32_t> tokens, int64_t 
   return n;
 }
 
+int64_t PrefixCache::peek(uint64_t ns, std::span<const int32_t> tokens, int64_t max_blocks,
+                          PeekMemo& memo) const {
+  const auto B = (size_t)block_size_;
+  const bool valid =
+      memo.erasures == erasures_ && memo.ns == ns && (size_t)memo.blocks * B <= tokens.size();
+  if (!valid) memo = PeekMemo{ns, erasures_, 0, kRoot};
+  if (memo.blocks >= max_blocks) return max_blocks;
+  for (size_t pos = (size_t)memo.blocks * B; pos + B <= tokens.size() && memo.blocks < max_blocks;
+       pos += B) {
+    const Entry* e = find(memo.key, ns, tokens.subspan(pos, B));
+    if (e == nullptr) break;
+    memo.key = e->key;
+    ++memo.blocks;
+  }
+  return memo.blocks;
+}
+
 std::optional<uint64_t> PrefixCache::index_block(uint64_t ns, uint64_t parent,
                                                  std::span<const int32_t> tokens, int32_t& block) {
   CHECK_EQ((int64_t)tokens.size(), block_size_);
@@ -132,6 +149,7 @@ void PrefixCache::erase(const Entry& e) {
   allocator_.set_cached(e.block, false);
   allocator_.release(e.block);
   entries_.erase(key);
+  ++erasures_;
 }
 
 std::vector<int32_t> PrefixCache::evict(int64_t n,

@@ -202,7 +202,7 @@ int64_t Scheduler::memory_deficit_blocks() const {
     // no blocks until admitted).
     const int64_t len = (int64_t)s->tokens.size();
     const int64_t hit =
-        cache_ != nullptr ? cache_->peek(s->cache_ns, s->tokens, (len - 1) / bs) : 0;
+        cache_ != nullptr ? cache_->peek(s->cache_ns, s->tokens, (len - 1) / bs, s->peek_memo) : 0;
     const int64_t tokens = s->n_computed_peak > 0
                                ? len
                                : hit * bs + std::min(len - hit * bs, config_.max_tokens_per_step);

@@ -105,7 +105,7 @@ int64_t Scheduler::cached_prefix_tokens(const Sequence& s) const {
   if (cache_ == nullptr || s.n_computed != 0 || !s.blocks.blocks.empty()) return 0;
   const int64_t bs = config_.block_size;
   const int64_t most = ((int64_t)s.tokens.size() - 1) / bs;
-  return most > 0 ? cache_->peek(s.cache_ns, s.tokens, most) * bs : 0;
+  return most > 0 ? cache_->peek(s.cache_ns, s.tokens, most, s.peek_memo) * bs : 0;
 }
 
 void Scheduler::detach_cached_prefix(Sequence& s) {

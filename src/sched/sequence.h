@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/prefix_cache.h"
 
 namespace infercept {
 
@@ -61,7 +62,10 @@ struct Sequence {
   uint64_t cache_ns = 0;
   std::vector<uint64_t> cache_keys;
   bool cache_stopped = false;  // a key collision: nothing further of this context is indexed
-  int64_t n_cache_hit = 0;     // tokens the last admission found cached (0 after restart)
+  // Where the scheduler's last look into the prefix cache for this context stopped, so that
+  // the next one, while it waits, goes on from there (PrefixCache::peek with a memo).
+  mutable PrefixCache::PeekMemo peek_memo;
+  int64_t n_cache_hit = 0;  // tokens the last admission found cached (0 after restart)
 
   // Accounting (the KPIs of docs/DESIGN.md).
   int64_t n_preemptions = 0;
