@@ -113,6 +113,57 @@ void BM_SchedulerStep(benchmark::State& state) {
 }
 BENCHMARK(BM_SchedulerStep)->ArgName("cache")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
+// Paused long agent contexts: a step (schedule + commit) of one decoding request while
+// `paused` requests of 65,536 tokens each (4,096 blocks, the first 128 a shared system prompt)
+// wait for their tools, the cache on. Every step weighs what each pause holds alone
+// (Scheduler::exclusive_device_tokens, for the preserve waste) block by block.
+void BM_StepWithPausedLongContexts(benchmark::State& state) {
+  const int paused = (int)state.range(0);
+  constexpr int64_t kContext = 65536;
+  SchedulerConfig cfg;
+  cfg.block_size = kBlock;
+  cfg.max_tokens_per_step = 8192;
+  cfg.max_seqs_per_step = 512;
+  cfg.prefix_cache = true;
+  BlockAllocator device((int32_t)((paused + 2) * (kContext / kBlock + 2)));
+  Scheduler sched(cfg, device);
+  std::mt19937 rng(13);
+  std::vector<int32_t> system(2048);
+  for (auto& t : system) t = (int32_t)(rng() % 32000);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  double now = 0.0;
+  auto step_once = [&] {
+    StepPlan plan = sched.schedule(now += 0.01);
+    sched.commit(plan);
+    for (const ScheduledSeq& ss : plan.scheduled)
+      if (ss.sample) ss.seq->tokens.push_back((int32_t)(rng() % 32000));
+  };
+  for (int i = 0; i <= paused; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->id = (uint64_t)i;
+    s->arrival_time = now;
+    s->tokens = system;
+    while ((int64_t)s->tokens.size() < kContext) s->tokens.push_back((int32_t)(rng() % 32000));
+    s->n_prompt = kContext;
+    s->cache_ns = 1;
+    sched.add(s.get());
+    while (s->n_computed < s->n_prompt) step_once();
+    if (i < paused) sched.intercept(s.get(), InterceptionInfo{"tool", now, {}, false, 0.0, false});
+    seqs.push_back(std::move(s));
+  }
+  for (auto _ : state) step_once();
+  state.counters["paused"] = (double)sched.n_paused();
+  state.counters["running"] = (double)sched.n_running();
+}
+// A fixed number of steps: the decoding request grows a token a step and must stay within the
+// pool's room for it (a block per 16 steps).
+BENCHMARK(BM_StepWithPausedLongContexts)
+    ->ArgName("paused")
+    ->Arg(16)
+    ->Arg(64)
+    ->Iterations(2000)
+    ->Unit(benchmark::kMicrosecond);
+
 // A long agent context's lookup: peek() over a 131,072-token prompt whose every block is
 // cached (8,192 blocks), what the scheduler asks each step of the request at the head of the
 // queue (memory_deficit_blocks, the prefill candidates) and once more at its admission

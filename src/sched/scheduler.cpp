@@ -494,6 +494,10 @@ void Scheduler::check_invariants() const {
   CHECK_EQ(in_flight, disk_in_flight_);
   auto count = [&](const Sequence* s) {
     for (int32_t b : s->blocks.blocks) dev_holders[(size_t)b]++;
+    // The blocks others hold are a prefix of its blocks (shared_device_blocks bisects).
+    const int64_t shared = shared_device_blocks(*s);
+    for (size_t i = 0; i < s->blocks.blocks.size(); ++i)
+      CHECK_EQ(held_by_others(*s, i), (int64_t)i < shared);
     for (int32_t b : s->host_blocks) host_holders[(size_t)b]++;
     // The cached blocks it names are the ones it holds.
     CHECK_LE(s->cache_keys.size(), s->blocks.blocks.size());

@@ -210,6 +210,8 @@ class Scheduler {
   // Device tokens of a paused sequence that nobody else holds (neither another sequence nor
   // the cache's index): what preserving its KV costs.
   int64_t exclusive_device_tokens(const Sequence& s) const;
+  // How many of s's device blocks, from its first, other sequences hold too.
+  int64_t shared_device_blocks(const Sequence& s) const;
   // Capacity of the device cache in tokens: what a single sequence can ever hold.
   int64_t capacity_tokens() const;
   void check_invariants() const;
@@ -261,6 +263,7 @@ class Scheduler {
   int64_t available_device_blocks() const;
   int64_t available_host_blocks() const;
   bool shared_block(int32_t block) const;
+  bool held_by_others(const Sequence& s, size_t i) const;
   // A device block to copy into this step (a swap-in): free, or an idle cached one evicted
   // and dropped; never one demoted this step (its copy out runs after the copies in).
   std::optional<int32_t> take_copy_destination();
