@@ -25,6 +25,15 @@ constexpr int kRunning = 256;
 constexpr int32_t kCachedBlocks = 65536;
 constexpr int64_t kSystem = 1024, kPrompt = 2048, kDecode = 256;
 
+// One scheduler step 10 ms after the last (schedule + commit), a random token drawn for every
+// row that samples.
+void run_step(Scheduler& sched, double& now, std::mt19937& rng) {
+  StepPlan plan = sched.schedule(now += 0.01);
+  sched.commit(plan);
+  for (const ScheduledSeq& ss : plan.scheduled)
+    if (ss.sample) ss.seq->tokens.push_back((int32_t)(rng() % 32000));
+}
+
 struct Traffic {
   SchedulerConfig cfg;
   std::unique_ptr<BlockAllocator> device;
@@ -84,12 +93,7 @@ struct Traffic {
     seqs.push_back(std::move(s));
     return seqs.back().get();
   }
-  void step_once() {
-    StepPlan plan = sched->schedule(now += 0.01);
-    sched->commit(plan);
-    for (const ScheduledSeq& ss : plan.scheduled)
-      if (ss.sample) ss.seq->tokens.push_back((int32_t)(rng() % 32000));
-  }
+  void step_once() { run_step(*sched, now, rng); }
   // A step of steady traffic: finished requests leave, and a new one arrives (a request
   // decodes kDecode tokens, so about one finishes per step).
   void step() {
@@ -132,12 +136,7 @@ void BM_StepWithPausedLongContexts(benchmark::State& state) {
   for (auto& t : system) t = (int32_t)(rng() % 32000);
   std::vector<std::unique_ptr<Sequence>> seqs;
   double now = 0.0;
-  auto step_once = [&] {
-    StepPlan plan = sched.schedule(now += 0.01);
-    sched.commit(plan);
-    for (const ScheduledSeq& ss : plan.scheduled)
-      if (ss.sample) ss.seq->tokens.push_back((int32_t)(rng() % 32000));
-  };
+  auto step_once = [&] { run_step(sched, now, rng); };
   for (int i = 0; i <= paused; ++i) {
     auto s = std::make_unique<Sequence>();
     s->id = (uint64_t)i;

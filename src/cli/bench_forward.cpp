@@ -222,7 +222,7 @@ class ForwardBench {
   Backend* backend_ = nullptr;  // rank 0's: sampling, and what the tables name
   StepModel* model_ = nullptr;
   // Each rank's device KV and host pool; kv_ and host_ are rank 0's.
-  std::vector<std::unique_ptr<KvStorage>> rank_kv_, rank_host_;
+  std::vector<RankKv> rank_kv_;
   KvStorage* kv_ = nullptr;
   KvStorage* host_ = nullptr;
   KvGeometry g_;
@@ -259,30 +259,12 @@ Status ForwardBench::load() {
   // Sequence s of a decode batch owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks); the
   // last swap_blocks blocks are what the swap tests copy.
   ctx_blocks_ = BlockTable::blocks_for(plan_.context + 1, bs_);
-  g_.n_layers = mc_.n_layers;
-  g_.block_size = bs_;
-  g_.n_kv_heads = mc_.n_kv_heads;
-  g_.head_dim = mc_.head_dim;
-  g_.dtype = cfg_.kv_dtype;
-  g_.n_blocks = std::max(max_batch_ * ctx_blocks_, BlockTable::blocks_for(max_rows_, bs_)) +
-                plan_.swap_blocks;
-  KvGeometry hg = g_;
-  hg.n_blocks = plan_.swap_blocks;
-  for (auto& rank : group_.backends) {
-    rank->bind_thread();
-    TRY_ASSIGN(auto kv, rank->create_kv_storage(g_));
-    TRY_ASSIGN(auto host, rank->create_host_kv_storage(hg));
-    rank_kv_.push_back(std::move(kv));
-    rank_host_.push_back(std::move(host));
-  }
-  be.bind_thread();
-  kv_ = rank_kv_[0].get();
-  host_ = rank_host_[0].get();
-  if (group_.group != nullptr) {
-    std::vector<KvStorage*> others;
-    for (size_t r = 1; r < rank_kv_.size(); ++r) others.push_back(rank_kv_[r].get());
-    group_.group->set_other_ranks_kv(std::move(others));
-  }
+  g_ = rank_kv_geometry(*model_, bs_, cfg_.kv_dtype,
+                        std::max(max_batch_ * ctx_blocks_, BlockTable::blocks_for(max_rows_, bs_)) +
+                            plan_.swap_blocks);
+  TRY_ASSIGN(rank_kv_, create_rank_kv(group_.ranks(), group_.group, g_, plan_.swap_blocks));
+  kv_ = rank_kv_[0].kv.get();
+  host_ = rank_kv_[0].host.get();
   kv_per_token_ = (double)g_.bytes_per_block_per_layer() * 2.0 * (double)g_.n_layers / (double)bs_;
   const int64_t nb = plan_.swap_blocks;
   swap_dev_ids_.resize((size_t)nb);
@@ -321,8 +303,8 @@ void ForwardBench::copy_on_every_rank(const std::vector<int32_t>& dev,
   for (size_t r = group_.backends.size(); r-- > 0;) {
     Backend& be = *group_.backends[r];
     be.bind_thread();
-    if (out_dir) be.copy_blocks_between(*rank_kv_[r], *rank_host_[r], dev, host);
-    if (in_dir) be.copy_blocks_between(*rank_host_[r], *rank_kv_[r], host, dev);
+    if (out_dir) be.copy_blocks_between(*rank_kv_[r].kv, *rank_kv_[r].host, dev, host);
+    if (in_dir) be.copy_blocks_between(*rank_kv_[r].host, *rank_kv_[r].kv, host, dev);
   }
 }
 

@@ -72,26 +72,10 @@ Result<std::vector<float>> last_logits(const ModelSource& src, const EngineConfi
   *backend_name = group.backends[0]->name();
   if (group.world() > 1) *backend_name += " x " + std::to_string(group.world()) + " ranks";
   StepModel* model = group.model.get();
-  KvGeometry g;
-  g.n_layers = mc.n_layers;
-  g.block_size = cfg.block_size;
-  g.n_kv_heads = model->shard_config().n_kv_heads;
-  g.head_dim = mc.head_dim;
-  g.dtype = cfg.kv_dtype;
-  g.n_blocks = BlockTable::blocks_for((int64_t)longest, cfg.block_size);
-  std::vector<std::unique_ptr<KvStorage>> rank_kv;
-  for (auto& rank : group.backends) {
-    rank->bind_thread();
-    TRY_ASSIGN(auto kv_r, rank->create_kv_storage(g));
-    rank_kv.push_back(std::move(kv_r));
-  }
-  group.backends[0]->bind_thread();
-  if (group.group != nullptr) {
-    std::vector<KvStorage*> others;
-    for (size_t r = 1; r < rank_kv.size(); ++r) others.push_back(rank_kv[r].get());
-    group.group->set_other_ranks_kv(std::move(others));
-  }
-  KvStorage* kv = rank_kv[0].get();
+  const KvGeometry g = rank_kv_geometry(*model, cfg.block_size, cfg.kv_dtype,
+                                        BlockTable::blocks_for((int64_t)longest, cfg.block_size));
+  TRY_ASSIGN(std::vector<RankKv> rank_kv, create_rank_kv(group.ranks(), group.group, g, 0));
+  KvStorage* kv = rank_kv[0].kv.get();
   std::vector<float> all;
   std::vector<float> row((size_t)mc.vocab_size);
   // One step of tokens [p0, p0 + len) of a sequence over the cache so far (positions and

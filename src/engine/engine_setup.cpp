@@ -64,13 +64,7 @@ Status EngineCore::create_model() {
 // its share of the KV heads, and the allocators count blocks of all ranks at once).
 Status EngineCore::create_kv_pools() {
   const EngineConfig& config = config_;
-  const ModelConfig& mc = source_->config();
-  KvGeometry g;
-  g.n_layers = mc.n_layers;
-  g.block_size = config.block_size;
-  g.n_kv_heads = model_->shard_config().n_kv_heads;
-  g.head_dim = mc.head_dim;
-  g.dtype = config.kv_dtype;
+  KvGeometry g = rank_kv_geometry(*model_, config.block_size, config.kv_dtype, 0);
   const size_t block_bytes = g.bytes_per_block_per_layer() * 2 * (size_t)g.n_layers;
   int64_t n_blocks = config.kv_cache_tokens > 0
                          ? BlockTable::blocks_for(config.kv_cache_tokens, config.block_size)
@@ -91,25 +85,20 @@ Status EngineCore::create_kv_pools() {
   }
   if (n_blocks < 1) return make_error("the KV cache is too small for a single block");
   g.n_blocks = n_blocks;
-  TRY_ASSIGN(kv_, backend_->create_kv_storage(g));
   allocator_ = std::make_unique<BlockAllocator>((int32_t)n_blocks);
-  KvGeometry hg = g;
-  hg.n_blocks = config.swap_space_tokens > 0
-                    ? BlockTable::blocks_for(config.swap_space_tokens, config.block_size)
-                    : (int64_t)(config.swap_space_mb * 1024.0 * 1024.0 / (double)block_bytes);
-  hg.n_blocks = std::max<int64_t>(hg.n_blocks, 1);
-  TRY_ASSIGN(host_kv_, backend_->create_host_kv_storage(hg));
-  host_allocator_ = std::make_unique<BlockAllocator>((int32_t)hg.n_blocks);
-  if (tp_model_ != nullptr) {
-    std::vector<KvStorage*> others;
-    for (OtherRank& r : other_ranks_) {
-      r.backend->bind_thread();
-      TRY_ASSIGN(r.kv, r.backend->create_kv_storage(g));
-      TRY_ASSIGN(r.host_kv, r.backend->create_host_kv_storage(hg));
-      others.push_back(r.kv.get());
-    }
-    tp_model_->set_other_ranks_kv(std::move(others));
-    backend_->bind_thread();
+  const int64_t host_blocks = std::max<int64_t>(
+      1, config.swap_space_tokens > 0
+             ? BlockTable::blocks_for(config.swap_space_tokens, config.block_size)
+             : (int64_t)(config.swap_space_mb * 1024.0 * 1024.0 / (double)block_bytes));
+  host_allocator_ = std::make_unique<BlockAllocator>((int32_t)host_blocks);
+  std::vector<Backend*> ranks{backend_.get()};
+  for (OtherRank& r : other_ranks_) ranks.push_back(r.backend.get());
+  TRY_ASSIGN(std::vector<RankKv> kv, create_rank_kv(ranks, tp_model_, g, host_blocks));
+  kv_ = std::move(kv[0].kv);
+  host_kv_ = std::move(kv[0].host);
+  for (size_t r = 1; r < kv.size(); ++r) {
+    other_ranks_[r - 1].kv = std::move(kv[r].kv);
+    other_ranks_[r - 1].host_kv = std::move(kv[r].host);
   }
   return create_disk_tier();
 }

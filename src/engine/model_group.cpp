@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/check.h"
 #include "core/thread_pool.h"
 #include "model/llama.h"
 
@@ -57,6 +58,50 @@ Result<ModelGroup> create_model_group(const EngineConfig& config, const ModelSou
   g.model = std::move(group);
   g.backends[0]->bind_thread();  // (create bound each rank in turn; the caller's ops are rank 0's)
   return g;
+}
+
+std::vector<Backend*> ModelGroup::ranks() const {
+  std::vector<Backend*> out;
+  for (const auto& b : backends) out.push_back(b.get());
+  return out;
+}
+
+KvGeometry rank_kv_geometry(const StepModel& model, int64_t block_size, DType dtype,
+                            int64_t n_blocks) {
+  const ModelConfig& shard = model.shard_config();
+  KvGeometry g;
+  g.n_layers = shard.n_layers;
+  g.block_size = block_size;
+  g.n_kv_heads = shard.n_kv_heads;
+  g.head_dim = shard.head_dim;
+  g.dtype = dtype;
+  g.n_blocks = n_blocks;
+  return g;
+}
+
+Result<std::vector<RankKv>> create_rank_kv(std::span<Backend* const> ranks,
+                                           TensorParallelModel* group, const KvGeometry& g,
+                                           int64_t host_blocks) {
+  CHECK(!ranks.empty());
+  KvGeometry hg = g;
+  hg.n_blocks = host_blocks;
+  std::vector<RankKv> out;
+  for (Backend* rank : ranks) {
+    rank->bind_thread();  // (a GPU rank's allocations go to its device)
+    RankKv r;
+    TRY_ASSIGN(r.kv, rank->create_kv_storage(g));
+    if (host_blocks > 0) {
+      TRY_ASSIGN(r.host, rank->create_host_kv_storage(hg));
+    }
+    out.push_back(std::move(r));
+  }
+  ranks[0]->bind_thread();
+  if (group != nullptr) {
+    std::vector<KvStorage*> others;
+    for (size_t r = 1; r < out.size(); ++r) others.push_back(out[r].kv.get());
+    group->set_other_ranks_kv(std::move(others));
+  }
+  return out;
 }
 
 }  // namespace infercept

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,6 +31,7 @@ struct ModelGroup {
   TensorParallelModel* group = nullptr;  // `model`, when it is a tensor-parallel group
 
   int world() const { return (int)backends.size(); }
+  std::vector<Backend*> ranks() const;
 };
 
 // max_rows: token rows a step may carry; max_logit_rows: rows whose logits it may ask for.
@@ -37,5 +39,20 @@ struct ModelGroup {
 // model the ranks cannot split evenly (model/tensor_parallel.h).
 Result<ModelGroup> create_model_group(const EngineConfig& config, const ModelSource& source,
                                       int64_t max_rows, int64_t max_logit_rows);
+
+// The geometry of one rank's KV cache of `n_blocks` blocks: the model's layers and head size,
+// the rank's share of the KV heads (StepModel::shard_config).
+KvGeometry rank_kv_geometry(const StepModel& model, int64_t block_size, DType dtype,
+                            int64_t n_blocks);
+
+// Each rank's KV: a device cache of geometry `g` and, with host_blocks > 0, a host pool of
+// that many blocks, made on the rank's own device (rank 0's bound again afterwards). A
+// tensor-parallel `group` is given ranks 1..'s caches to step over (rank 0's is the caller's).
+struct RankKv {
+  std::unique_ptr<KvStorage> kv, host;
+};
+Result<std::vector<RankKv>> create_rank_kv(std::span<Backend* const> ranks,
+                                           TensorParallelModel* group, const KvGeometry& g,
+                                           int64_t host_blocks);
 
 }  // namespace infercept
