@@ -308,36 +308,39 @@ void ForwardBench::copy_on_every_rank(const std::vector<int32_t>& dev,
   }
 }
 
-// Fills the decode contexts: --context random tokens for each of the largest batch's
-// sequences, in prefill steps of at most max_rows tokens.
+// Fills the decode contexts: --context random tokens for the first of the largest batch's
+// sequences, in prefill steps of at most max_rows tokens, and copies of its blocks for the
+// others. A decode step reads the same bytes whatever they hold, and prefilling each row
+// would cost minutes at 128k contexts (attention grows with the square of the context).
 void ForwardBench::fill_decode_contexts() {
-  std::fprintf(stderr, "prefilling %lld x %lld tokens of context\n", (long long)max_batch_,
-               (long long)plan_.context);
+  std::fprintf(stderr, "prefilling 1 x %lld tokens of context, copied to %lld more rows\n",
+               (long long)plan_.context, (long long)(max_batch_ - 1));
   StepInput in;
-  auto flush = [&] {
-    if (in.tokens.empty()) return;
-    in.logit_rows.clear();
-    model_->forward(in, *kv_, logits_.data());
+  for (int64_t p0 = 0; p0 < plan_.context; p0 += max_rows_) {
+    const int64_t n = std::min(max_rows_, plan_.context - p0);
     in.clear();
-  };
-  for (int64_t s = 0; s < max_batch_; ++s) {
-    for (int64_t p0 = 0; p0 < plan_.context; p0 += max_rows_) {
-      const int64_t n = std::min(max_rows_, plan_.context - p0);
-      if ((int64_t)in.tokens.size() + n > max_rows_) flush();
-      in.q_start.push_back((int32_t)in.tokens.size());
-      in.q_len.push_back((int32_t)n);
-      in.ctx_len.push_back((int32_t)(p0 + n));
-      for (int64_t p = p0; p < p0 + n; ++p) {
-        in.tokens.push_back(tok_(rng_));
-        in.positions.push_back((int32_t)p);
-        in.slots.push_back((int32_t)((s * ctx_blocks_ + p / bs_) * bs_ + p % bs_));
-      }
-      in.max_blocks = (int32_t)ctx_blocks_;  // every table row has the same width
-      for (int64_t b = 0; b < ctx_blocks_; ++b)
-        in.block_tables.push_back((int32_t)(s * ctx_blocks_ + b));
+    in.q_start.push_back(0);
+    in.q_len.push_back((int32_t)n);
+    in.ctx_len.push_back((int32_t)(p0 + n));
+    for (int64_t p = p0; p < p0 + n; ++p) {
+      in.tokens.push_back(tok_(rng_));
+      in.positions.push_back((int32_t)p);
+      in.slots.push_back((int32_t)p);
     }
+    in.max_blocks = (int32_t)ctx_blocks_;
+    for (int64_t b = 0; b < ctx_blocks_; ++b) in.block_tables.push_back((int32_t)b);
+    model_->forward(in, *kv_, logits_.data());
   }
-  flush();
+  std::vector<int32_t> src, dst;
+  for (int64_t s = 1; s < max_batch_; ++s)
+    for (int64_t b = 0; b < ctx_blocks_; ++b) {
+      src.push_back((int32_t)b);
+      dst.push_back((int32_t)(s * ctx_blocks_ + b));
+    }
+  for (size_t r = group_.backends.size(); r-- > 0;) {
+    group_.backends[r]->bind_thread();
+    group_.backends[r]->copy_blocks(*rank_kv_[r].kv, src, dst);
+  }
   sync_all();
 }
 
