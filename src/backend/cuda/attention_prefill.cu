@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/attention_prefill_wgmma.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/mma.cuh"
@@ -543,6 +544,7 @@ void launch_hd(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaS
 
 int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
   CHECK(prefill_supports_head_dim(head_dim));
+  if (wgmma_prefill_handles(act, kv, head_dim)) return 1;  // 161 KiB of shared memory a block
   const bool bf = act == DType::bf16, kv_bf = kv == DType::bf16;
   const bool fp8 = kv == DType::fp8_e4m3;
   auto per_sm = [&](auto kernel, int hd) {
@@ -566,7 +568,8 @@ int prefill_blocks_per_sm(DType act, DType kv, int head_dim) {
   return by_hd(__half{}, __half{});
 }
 
-void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
+void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s,
+                       PrefillKernel kernel) {
   if (n_tiles == 0) return;
   CHECK(n_tiles <= 65535);
   CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0);
@@ -578,6 +581,12 @@ void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tile
   const bool bf = a.act_dtype == DType::bf16;
   CHECK(bf || a.act_dtype == DType::f16);
   CHECK(a.kv_dtype == DType::bf16 || a.kv_dtype == DType::f16 || a.kv_dtype == DType::fp8_e4m3);
+  const bool wgmma = wgmma_prefill_handles(a.act_dtype, a.kv_dtype, a.head_dim);
+  CHECK_MSG(kernel != PrefillKernel::wgmma || wgmma,
+            "the wgmma prefill kernel needs an sm_90a build on an sm_90 card, head size 128 and "
+            "one 16-bit type for activations and cache");
+  if (wgmma && kernel != PrefillKernel::mma_sync)
+    return attention_prefill_wgmma(a, d_tiles, n_tiles, s);
   if (a.kv_dtype == DType::fp8_e4m3)
     return bf ? launch_hd<__nv_bfloat16, Fp8E4m3>(a, d_tiles, n_tiles, s)
               : launch_hd<__half, Fp8E4m3>(a, d_tiles, n_tiles, s);

@@ -76,12 +76,17 @@ int prefill_blocks_per_sm(DType act, DType kv, int head_dim);
 // Whether attention_prefill() handles this head size (32, 64, 128).
 bool prefill_supports_head_dim(int head_dim);
 
+// Which kernel attention_prefill() runs: by default the wgmma one (attention_prefill_wgmma.h)
+// where it handles the types, head size and card, else the mma.sync one.
+enum class PrefillKernel { automatic, mma_sync, wgmma };
+
 // Attention for the rows of the tiles (d_tiles: device array of n_tiles). Uses q, q_stride,
 // k_cache, v_cache, out, out_stride, act_dtype, kv_dtype, q_start, q_len, ctx_len,
 // block_tables, max_blocks, block_size, n_heads, n_kv_heads, head_dim, scale, and for split
 // tiles partial_acc / partial_ml of `a`; ignores items, combines and max_pairs. q/out
 // strides must be multiples of 8 elements and the pointers 16-byte aligned. Grid:
 // (n_heads, n_tiles). Split tiles still need attention_combine() afterwards.
-void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s);
+void attention_prefill(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s,
+                       PrefillKernel kernel = PrefillKernel::automatic);
 
 }  // namespace infercept::cuda
