@@ -7,7 +7,7 @@
 # two halves (.carry/m1 in a first call, .carry/m2 in the next while the machine is warm) and
 # is put together here.
 #
-#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE long-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE simprof-SHAPE peerbuild peer-SHAPE pack
+#   bench/gpu_run.sh STAGE...   stages: part1 model ops floors gemvlab kvlab ncukv chainlab tiny modeltest hf-SHAPE fwd-SHAPE long-SHAPE constrained-SHAPE ncu-SHAPE ncud-SHAPE ncug-SHAPE ncup-SHAPE nsys-SHAPE probe-SHAPE simprof-SHAPE prefill-attn peerbuild peer-SHAPE pack
 #     set:NAME=VALUE   exports NAME for the stages after it and tags their result files with it:
 #                      this script's knobs (e.g. set:FWD_ARGS="--cuda-graphs off",
 #                      set:NCU_BATCH=32) and the log level (INFERCEPT_LOG). The engine and the
@@ -108,7 +108,7 @@ for stage in "$@"; do
       timeout 200 $BIN/infercept bench-decode --device cuda --model "$dir" --kv-dtype bf16 --kv-cache-gb 8 \
         --batch 32 --prompt-tokens 128 --decode-tokens 256 --constrained 2>&1 | tee "$OUT/constrained-$shape-$(tag).txt" | tail -6
       [ "$shape" = tiny ] || [ -n "${KEEP:-}" ] || rm -rf "$dir" ;;
-    prefill-attn) log "prefill attention harness"; [ -x $BIN/prefill_attn_test ] && timeout 120 $BIN/prefill_attn_test 2>&1 | tee "$OUT/prefill_attn.txt" | tail -30 ;;
+    prefill-attn) log "prefill attention harness ${PREFILL_ATTN_ARGS:-}"; [ -x $BIN/prefill_attn_test ] && timeout 300 $BIN/prefill_attn_test ${PREFILL_ATTN_ARGS:-} 2>&1 | tee "$OUT/prefill_attn-$(tag).txt" | tail -50 ;;
     fwd-*)  # fwd-SHAPE: bench-forward on a make-model checkpoint (deleted afterwards if big)
       model_of "$stage"
       log "bench-forward $shape"
