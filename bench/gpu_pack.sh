@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 [ -f build-cuda/CMakeCache.txt ] ||
   cmake -S . -B build-cuda -DINFERCEPT_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-cuda -j"$(nproc)" --target infercept test_cuda_ops test_cuda_model floors gemv_lab kv_lab
+cmake --build build-cuda -j"$(nproc)" --target infercept test_cuda_ops test_cuda_model floors gemv_lab kv_lab prefill_attn_test
 rm -rf .carry/bin && mkdir -p .carry/bin .carry/binpack
 cp build-cuda/infercept build-cuda/tests/test_cuda_ops build-cuda/tests/test_cuda_model .carry/bin/
-find build-cuda -maxdepth 2 \( -name floors -o -name gemv_lab -o -name kv_lab \) -type f -executable -exec cp {} .carry/bin/ \;
+find build-cuda -maxdepth 2 \( -name floors -o -name gemv_lab -o -name kv_lab -o -name prefill_attn_test \) -type f -executable -exec cp {} .carry/bin/ \;
 strip .carry/bin/*
 # Shared libraries outside the C/C++ runtime and CUDA that the device does not have.
 ldd build-cuda/infercept | awk '/libcpp-httplib/ {print $3}' | xargs -r -I{} cp -L {} .carry/bin/

@@ -65,10 +65,7 @@ template <typename T>
   return y;
 }
 
-// VLayout picks how V's descriptor names its two strides (0: lbo = the step between the two
-// 64-column halves, sbo = between 8-key groups, as the PTX ISA gives them for an N-major
-// operand; 1: the other way round).
-template <typename T, int VLayout>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -236,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
       const uint32_t addr = sV + stage + (uint32_t)kk * 16u * 128u;
-      const uint64_t db = VLayout == 0 ? wgmma::desc_sw128(addr, kHalf, 1024)
-                                       : wgmma::desc_sw128(addr, 1024, kHalf);
+      // N-major: lbo steps between the two 64-column halves, sbo between 8-key groups.
+      const uint64_t db = wgmma::desc_sw128(addr, kHalf, 1024);
       wgmma::mma_m64n128k16_rs<T, 1>(o, p[kk], db, 1);
     }
     wgmma::commit();
@@ -288,15 +285,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int VLayout>
+template <typename T>
 void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
   static std::once_flag configured;  // per instantiation
   std::call_once(configured, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, VLayout>,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   });
   dim3 grid((unsigned)a.n_heads, (unsigned)n_tiles);
-  prefill_wgmma_kernel<T, VLayout><<<grid, kThreads, kSmem, s>>>(a, d_tiles);
+  prefill_wgmma_kernel<T><<<grid, kThreads, kSmem, s>>>(a, d_tiles);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -312,7 +309,7 @@ bool wgmma_prefill_built() {
     // The kernel as this device would load it: sm_90a machine code reports PTX 9.0; a JIT of
     // the sm_80 PTX (a build without 90a) reports 8.0 and holds only the trap.
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16, 0>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16>));
     return attr.ptxVersion >= 90 && prop.sharedMemPerBlockOptin >= (size_t)kSmem;
   }();
   return built;
@@ -324,15 +321,10 @@ bool wgmma_prefill_handles(DType act, DType kv, int head_dim) {
 }
 
 void attention_prefill_wgmma(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                             cudaStream_t s, int v_layout) {
+                             cudaStream_t s) {
   CHECK(wgmma_prefill_handles(a.act_dtype, a.kv_dtype, a.head_dim));
-  CHECK(v_layout == 0 || v_layout == 1);
-  const bool bf = a.act_dtype == DType::bf16;
-  if (v_layout == 0)
-    return bf ? launch<__nv_bfloat16, 0>(a, d_tiles, n_tiles, s)
-              : launch<__half, 0>(a, d_tiles, n_tiles, s);
-  return bf ? launch<__nv_bfloat16, 1>(a, d_tiles, n_tiles, s)
-            : launch<__half, 1>(a, d_tiles, n_tiles, s);
+  if (a.act_dtype == DType::bf16) return launch<__nv_bfloat16>(a, d_tiles, n_tiles, s);
+  return launch<__half>(a, d_tiles, n_tiles, s);
 }
 
 }  // namespace infercept::cuda
