@@ -1668,8 +1668,9 @@ std::vector<OpCase> op_cases() {
   }
   // Attention: a prefill chunk, a fresh prompt and decodes with long contexts (split rows
   // merged in-kernel) in one step; long query runs on the tensor-core kernel beside decodes;
-  // short chunks over long contexts (its tiles split across the keys and combined); one long
-  // decode row; decode rows of mixed lengths past the point where they fill the chip.
+  // short chunks over long contexts (its tiles split across the keys and combined, where the
+  // tiles fill less than the chip); one long decode row; decode rows of mixed lengths past the
+  // point where they fill the chip.
   struct At {
     int nh, nkv, hd;
     bool neox;
@@ -1685,6 +1686,11 @@ std::vector<OpCase> op_cases() {
       {32, 32, 128, true, {2, 1, 8, 33}, {3000, 2000, 4100, 1500}, "short_chunks"},
       {32, 8, 128, true, {5, 1, 130}, {2600, 900, 3000}, "short_chunks"},
       {8, 4, 32, true, {3, 2}, {700, 64}, "short_chunks"},
+      // One or two 8-row tiles over thousands of keys at head size 128: split into partitions
+      // (4300 keys: parts of 1,088, which start and end inside the wgmma kernel's 128-key
+      // tiles; 2600 and 3000 keys: 1,344 and 1,536) whose partial states are combined.
+      {32, 8, 128, true, {8}, {4300}, "split_tiles"},
+      {32, 8, 128, true, {8, 8}, {2600, 3000}, "split_tiles"},
       {32, 32, 128, true, {1}, {5000}, "long_decode"},
       {32,
        32,
