@@ -381,8 +381,13 @@ void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
                   prefill.combines.size()))
     return;
   cuda::attention(a, compute_);
+  // Split tiles (partitions that start and end inside the wgmma kernel's 128-key tiles) stay
+  // on the mma.sync kernel until the GPU op tests' split cases have run on a card with the
+  // wgmma one ("split_tiles" in tests/gpu/test_cuda_ops.cpp).
   if (!prefill.tiles.empty())
-    cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_);
+    cuda::attention_prefill(
+        a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_,
+        prefill.combines.empty() ? cuda::PrefillKernel::automatic : cuda::PrefillKernel::mma_sync);
   cuda::attention_combine(a, d_prefill_combines_, (int)prefill.combines.size(),
                           prefill.max_combine_rows, compute_);
 }
