@@ -1,7 +1,8 @@
 // prefill_attn_test.cu: correctness and speed of the tensor-core prefill attention kernels, side
-// by side on random paged KV caches: mma.sync (src/backend/cuda/attention_prefill.cu) and, where
-// it runs (an sm_90a build on an sm_90 card, head size 128, one 16-bit type), wgmma
-// (attention_prefill_wgmma.cu).
+// by side on random paged KV caches (split_ctas cases: tiles split across their keys and merged
+// by attention_combine, as the backend plans short chunks over long contexts): mma.sync
+// (src/backend/cuda/attention_prefill.cu) and, where it runs (an sm_90a build on an sm_90 card,
+// head size 128, one 16-bit type), wgmma (attention_prefill_wgmma.cu).
 //
 // Build: make -C bench/cuda prefill_attn_test      (links the kernel's .cu directly, -I src)
 // Run:   bench/cuda/prefill_attn_test [--reps 10] [--warmup 3] [--only SUBSTR[,SUBSTR...]] [--seed
@@ -175,6 +176,10 @@ struct Case {
   // false: no fp32 reference (its block holds a row's scores in shared memory: contexts up to
   // ~50k keys); only NaNs and untouched rows are checked, and the time is taken.
   bool checked = true;
+  // > 0: plan_prefill's target of resident blocks, so that tiles that fill less of it are split
+  // across their keys and their partial states combined (attention_combine), as the backend
+  // plans short chunks over long contexts.
+  int split_ctas = 0;
 };
 
 // The kernels a case runs on: the mma.sync kernel, and the wgmma kernel where it handles the
@@ -191,7 +196,7 @@ const char* dn(DType t) {
 struct Result {
   double rel = NAN, max_abs = NAN, ref_rel = NAN, ms = NAN, tflops = NAN;
   int64_t nans = 0, touched = 0, rows = 0, rows_kernel = 0;
-  int tiles = 0;
+  int tiles = 0, combines = 0;
   bool pass = false;
 };
 
@@ -264,10 +269,19 @@ Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int rep
   CK(cudaGetLastError());
 
   // Plan and run the kernel.
-  const std::vector<PrefillTile> tiles = plan_prefill(q_start, q_len, ctx, c.n_heads, 64).tiles;
+  const int64_t scratch_pairs = c.split_ctas > 0 ? prefill_scratch_pairs(c.split_ctas) : 0;
+  const PrefillPlan plan =
+      plan_prefill(q_start, q_len, ctx, c.n_heads, 64, c.split_ctas, 0, scratch_pairs);
+  const std::vector<PrefillTile>& tiles = plan.tiles;
   res.tiles = (int)tiles.size();
+  res.combines = (int)plan.combines.size();
   PrefillTile* d_tiles = dalloc<PrefillTile>(tiles.size());
   CK(cudaMemcpy(d_tiles, tiles.data(), tiles.size() * sizeof(PrefillTile), cudaMemcpyHostToDevice));
+  AttnCombine* d_combines = dalloc<AttnCombine>(plan.combines.size());
+  CK(cudaMemcpy(d_combines, plan.combines.data(), plan.combines.size() * sizeof(AttnCombine),
+                cudaMemcpyHostToDevice));
+  float* d_partial_acc = dalloc<float>((size_t)(scratch_pairs * hd));
+  float* d_partial_ml = dalloc<float>((size_t)(scratch_pairs * 2));
   std::vector<char> covered(rows, 0);
   for (const PrefillTile& t : tiles)
     for (int r = 0; r < t.nrows; ++r) covered[t.row0 + r] = 1;
@@ -298,7 +312,17 @@ Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int rep
   a.n_kv_heads = c.n_kv;
   a.head_dim = hd;
   a.scale = 1.0f / std::sqrt((float)hd);
+  a.partial_acc = d_partial_acc;
+  a.partial_ml = d_partial_ml;
   auto run = [&] {
+    if (!plan.combines.empty()) {  // the kernel, then the merge of the split tiles' parts
+      if (kernel == Kernel::mma_sync)
+        attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
+      else
+        attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0);
+      attention_combine(a, d_combines, (int)plan.combines.size(), plan.max_combine_rows, 0);
+      return;
+    }
     if (kernel == Kernel::mma_sync)
       attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
     else
@@ -420,9 +444,9 @@ Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int rep
   res.pass = c.checked ? res.rel < 1e-2 && !std::isnan(res.rel) && res.nans == 0 &&
                              res.touched == 0 && res.ref_rel < 1e-4
                        : res.nans == 0 && res.touched == 0;
-  for (void* p :
-       {(void*)d_q, d_k, d_v, d_out, (void*)d_ref, (void*)d_q_start, (void*)d_q_len, (void*)d_ctx,
-        (void*)d_bt, (void*)d_row_seq, (void*)d_slot_of_token, (void*)d_tiles})
+  for (void* p : {(void*)d_q, d_k, d_v, d_out, (void*)d_ref, (void*)d_q_start, (void*)d_q_len,
+                  (void*)d_ctx, (void*)d_bt, (void*)d_row_seq, (void*)d_slot_of_token,
+                  (void*)d_tiles, (void*)d_combines, (void*)d_partial_acc, (void*)d_partial_ml})
     CK(cudaFree(p));
   return res;
 }
@@ -505,6 +529,24 @@ int main(int argc, char** argv) {
       {"8b-chunk-2048/40000", 32, 8, 128, {2048}, {40000}, B, B, 16, 1.7320508f, true},
       {"8b-prompt-32768", 32, 8, 128, {32768}, {32768}, B, B, 16, 1.7320508f, true},
       {"8b-chunk-2048/131072", 32, 8, 128, {2048}, {131072}, B, B, 16, 1.7320508f, true, false},
+      // Short chunks over long contexts with the backend's split (a card of 132 multiprocessors,
+      // one block each): parts of 1,088 keys that start and end inside 128-key tiles; parts of
+      // 1,344 and 1,536; and head size 64 (the mma.sync kernel alone).
+      {"split-8/4300", 32, 8, 128, {8}, {4300}, B, B, 16, 1.7320508f, true, true, 132},
+      {"split-8,8/2600,3000",
+       32,
+       8,
+       128,
+       {8, 8},
+       {2600, 3000},
+       B,
+       B,
+       16,
+       1.7320508f,
+       true,
+       true,
+       132},
+      {"split-hd64-20/3000", 9, 3, 64, {20}, {3000}, B, B, 16, 1.7320508f, true, true, 132},
   };
 
   std::printf(
