@@ -182,11 +182,12 @@ struct Case {
   int split_ctas = 0;
 };
 
-// The kernels a case runs on: the mma.sync kernel, and the wgmma kernel where it handles the
-// case.
-enum class Kernel { mma_sync, wgmma };
+// The kernels a case runs on: the mma.sync kernel, and where it handles the case the wgmma
+// kernel, with each product waited for ("wgmma", the backend's choice) and with a tile's
+// softmax beside the product of the tile before ("wgmma-ov").
+enum class Kernel { mma_sync, wgmma, wgmma_overlap };
 const char* kernel_name(Kernel k) {
-  return k == Kernel::mma_sync ? "mma.sync" : "wgmma";
+  return k == Kernel::mma_sync ? "mma.sync" : k == Kernel::wgmma ? "wgmma" : "wgmma-ov";
 }
 
 const char* dn(DType t) {
@@ -319,14 +320,14 @@ Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int rep
       if (kernel == Kernel::mma_sync)
         attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
       else
-        attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0);
+        attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0, kernel == Kernel::wgmma_overlap);
       attention_combine(a, d_combines, (int)plan.combines.size(), plan.max_combine_rows, 0);
       return;
     }
     if (kernel == Kernel::mma_sync)
       attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
     else
-      attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0);
+      attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0, kernel == Kernel::wgmma_overlap);
   };
   run();
   CK(cudaDeviceSynchronize());
@@ -576,7 +577,8 @@ int main(int argc, char** argv) {
       if (!hit) continue;
     }
     std::vector<Kernel> kernels = {Kernel::mma_sync};
-    if (wgmma_prefill_handles(c.act, c.kv, c.hd)) kernels.push_back(Kernel::wgmma);
+    if (wgmma_prefill_handles(c.act, c.kv, c.hd))
+      kernels.insert(kernels.end(), {Kernel::wgmma, Kernel::wgmma_overlap});
     for (Kernel kernel : kernels) {
       const Result r = run_case(c, kernel, seed + 7919 * idx, warmup, reps);
       all = all && r.pass;

@@ -14,9 +14,11 @@
 // Keys at or past the partition's end are zero-filled and masked, as are keys before its
 // start (a partition starts on a multiple of 64 keys, tiles on multiples of 128).
 //
-// What it leaves to a later version (FlashAttention-3's remaining steps): TMA loads, a producer
-// warpgroup, and overlapping one tile's softmax with the other warpgroup's products by design
-// rather than by the scheduler's interleaving.
+// The overlapped form (kOverlap, three stages, 225 KiB) runs a tile's softmax beside the tile
+// before's P V product; the backend runs the plain form until the overlapped one has been
+// measured on a card (prefill_attn_test times both). Left for later (FlashAttention-3's other
+// steps): TMA loads, a producer warpgroup, and the two warpgroups' products taking turns by
+// design rather than by the scheduler's interleaving.
 
 #include "backend/cuda/attention_prefill_wgmma.h"
 
@@ -38,7 +40,10 @@ constexpr int kM = kPrefillTileM;         // query rows per CTA
 constexpr int kThreads = 256;             // two warpgroups
 constexpr uint32_t kHalf = 128 * 128;     // bytes of one 64-column half of a 128-row tile
 constexpr uint32_t kTile = 2 * kHalf;     // a 128 x 128 16-bit tile
-constexpr int kSmem = 5 * kTile + 1024;   // Q, K x 2, V x 2, and room to align to 1 KiB
+// Q, K and V in each stage, and room to align to 1 KiB.
+constexpr int smem_bytes(bool overlap) {
+  return (int)((1 + 2 * (overlap ? 3 : 2)) * kTile) + 1024;
+}
 static_assert(kM == 128, "two warpgroups of 64 rows");
 
 // Byte offset of 16-byte chunk c (0..15) of row r (0..127) in a tile.
@@ -65,18 +70,24 @@ template <typename T>
   return y;
 }
 
-template <typename T>
+// kOverlap: FlashAttention-3's overlap within a warpgroup. Tile j's S = Q K^T is issued
+// together with tile j-1's O += P V, the softmax of tile j runs while that product does, and O
+// is rescaled once it is done: three stages of K and V (tile j+1 loads while tile j-1's V is
+// still read), 225 KiB of shared memory. Without it each product is waited for before the
+// softmax or the next tile (two stages).
+template <typename T, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr float kNegInf = -INFINITY;
+  constexpr int kStages = kOverlap ? 3 : 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t sQ = (raw + 1023u) & ~1023u;  // swizzle atoms are 1 KiB aligned
-  const uint32_t sK = sQ + kTile, sV = sQ + 3 * kTile;
+  const uint32_t sK = sQ + kTile, sV = sK + kStages * kTile;
   uint8_t* const pQ = smem_raw + (sQ - raw);
   uint8_t* const pK = pQ + kTile;
-  uint8_t* const pV = pQ + 3 * kTile;
+  uint8_t* const pV = pK + kStages * kTile;
 
   const PrefillTile tile = tiles[blockIdx.y];
   const int head = blockIdx.x;
@@ -117,8 +128,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       blk[i] = t < kend ? __ldg(bt + t / bs) : 0;
     }
   };
+  auto stage_of = [](int j) { return (uint32_t)(j % kStages) * kTile; };
   auto issue = [&](int j) {
-    const uint32_t stage = (uint32_t)(j & 1) * kTile;
+    const uint32_t stage = stage_of(j);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int r = lrow + 16 * i, t = j * kN + r;
@@ -130,11 +142,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  fetch(j0);
-  issue(j0);
-  cp_async_commit();  // group: Q + the first key tile
-  if (j0 + 1 < n_kt) fetch(j0 + 1);
-
   const float sl2 = a.scale * 1.4426950408889634f;  // softmax in base 2
   const int g = lane >> 2, tq = lane & 3;
   const int r0 = wg * 64 + warp * 16 + g;  // tile rows of my two accumulator rows: r0, r0 + 8
@@ -144,24 +151,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m0 = kNegInf, m1 = kNegInf, l0 = 0.0f, l1 = 0.0f;  // raw-score max, partial sums
 
-  for (int j = j0; j < n_kt; ++j) {
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async_shared();
-    // Tile j is in for every thread, and every warpgroup is done with tile j - 1's stage.
-    __syncthreads();
-    if (j + 1 < n_kt) {
-      issue(j + 1);
-      cp_async_commit();
-      if (j + 2 < n_kt) fetch(j + 2);
-    }
-    if (!has_rows) continue;
-    const uint32_t stage = (uint32_t)(j & 1) * kTile;
-
-    // S = Q K^T (raw scores)
-    float s[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-    wgmma::fence();
+  // S = Q K^T of tile j (raw scores), issued, not waited for.
+  auto issue_qk = [&](int j, float(&s)[64]) {
+    const uint32_t stage = stage_of(j);
 #pragma unroll
     for (int kk = 0; kk < kHd / 16; ++kk) {
       const uint32_t koff = (uint32_t)(kk >> 2) * kHalf + (uint32_t)(kk & 3) * 32u;
@@ -170,30 +162,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::mma_m64n128k16_ss<T, 0>(s, da, db, kk > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(s);
-
+  };
+  // O += P V of tile j, issued, not waited for: V's rows (keys) are the product's K, its
+  // columns (head dims) the N, read N-major (lbo steps between the two 64-column halves, sbo
+  // between 8-key groups).
+  auto issue_pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
+    const uint32_t stage = stage_of(j);
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint32_t addr = sV + stage + (uint32_t)kk * 16u * 128u;
+      wgmma::mma_m64n128k16_rs<T, 1>(o, p[kk], wgmma::desc_sw128(addr, kHalf, 1024), 1);
+    }
+    wgmma::commit();
+  };
+  // Masks tile j's scores, updates the running max and sums, and writes P; returns the
+  // factors by which O's two rows must be rescaled. s is only read: in the overlapped form a
+  // product is still in flight, and ptxas serializes every wgmma of a kernel that writes an
+  // accumulator register while one is.
+  auto softmax = [&](int j, const float(&s)[64], uint32_t(&p)[kN / 16][4], float& corr0,
+                     float& corr1) {
     // Masks: keys outside the partition, and keys after a row's position.
     const int kt0 = j * kN;
-    if (kt0 < kbeg || kt0 + kN > unmasked_end) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = kt0 + 8 * i + 2 * tq + e;
-          const bool outside = t < kbeg || t >= kend;
-          if (outside || t > prow0) s[4 * i + e] = kNegInf;
-          if (outside || t > prow1) s[4 * i + 2 + e] = kNegInf;
-        }
-      }
-    }
-
-    // Online softmax: rows g (s[4i + 0..1]) and g + 8 (s[4i + 2..3]); a quad shares a row.
+    const bool masked = kt0 < kbeg || kt0 + kN > unmasked_end;
+    // Score e (0..3) of n8 tile i: row g for e < 2, g + 8 above.
+    auto score = [&](int i, int e) {
+      const float v = s[4 * i + e];
+      if (!masked) return v;
+      const int t = kt0 + 8 * i + 2 * tq + (e & 1);
+      return t < kbeg || t >= kend || t > (e < 2 ? prow0 : prow1) ? kNegInf : v;
+    };
+    // Rows g (scores 0..1 of each n8 tile) and g + 8 (2..3); a quad shares a row.
     float mx0 = m0, mx1 = m1;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      mx0 = fmaxf(mx0, fmaxf(score(i, 0), score(i, 1)));
+      mx1 = fmaxf(mx1, fmaxf(score(i, 2), score(i, 3)));
     }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
@@ -202,17 +205,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A row with nothing visible yet keeps max -inf: use 0 as its base (all its p are 0).
     const float base0 = mx0 == kNegInf ? 0.0f : mx0 * sl2;
     const float base1 = mx1 == kNegInf ? 0.0f : mx1 * sl2;
-    const float corr0 = fast_exp2(m0 * sl2 - base0), corr1 = fast_exp2(m1 * sl2 - base1);
+    corr0 = fast_exp2(m0 * sl2 - base0);
+    corr1 = fast_exp2(m1 * sl2 - base1);
     m0 = mx0;
     m1 = mx1;
     float rs0 = 0.0f, rs1 = 0.0f;
-    uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const float p0 = fast_exp2(fmaf(s[4 * i], sl2, -base0));
-      const float p1 = fast_exp2(fmaf(s[4 * i + 1], sl2, -base0));
-      const float p2 = fast_exp2(fmaf(s[4 * i + 2], sl2, -base1));
-      const float p3 = fast_exp2(fmaf(s[4 * i + 3], sl2, -base1));
+      const float p0 = fast_exp2(fmaf(score(i, 0), sl2, -base0));
+      const float p1 = fast_exp2(fmaf(score(i, 1), sl2, -base0));
+      const float p2 = fast_exp2(fmaf(score(i, 2), sl2, -base1));
+      const float p3 = fast_exp2(fmaf(score(i, 3), sl2, -base1));
       rs0 += p0 + p1;
       rs1 += p2 + p3;
       p[i / 2][(i & 1) * 2 + 0] = pack2<T>(p0, p1);
@@ -220,6 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     l0 = l0 * corr0 + rs0;
     l1 = l1 * corr1 + rs1;
+  };
+  auto rescale = [&](float corr0, float corr1) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       o[4 * i] *= corr0;
@@ -227,19 +232,110 @@ __global__ void __launch_bounds__(kThreads, 1)
       o[4 * i + 2] *= corr1;
       o[4 * i + 3] *= corr1;
     }
+  };
 
-    // O += P V: V's rows (keys) are the product's K, its columns (head dims) the N.
-    wgmma::fence();
+  fetch(j0);
+  issue(j0);
+  cp_async_commit();  // group: Q + the first key tile
+  if (j0 + 1 < n_kt) fetch(j0 + 1);
+
+  if constexpr (!kOverlap) {
+    for (int j = j0; j < n_kt; ++j) {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async_shared();
+      // Tile j is in for every thread, and every warpgroup is done with tile j - 1's stage.
+      __syncthreads();
+      if (j + 1 < n_kt) {
+        issue(j + 1);
+        cp_async_commit();
+        if (j + 2 < n_kt) fetch(j + 2);
+      }
+      if (!has_rows) continue;
+      float s[64];
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const uint32_t addr = sV + stage + (uint32_t)kk * 16u * 128u;
-      // N-major: lbo steps between the two 64-column halves, sbo between 8-key groups.
-      const uint64_t db = wgmma::desc_sw128(addr, kHalf, 1024);
-      wgmma::mma_m64n128k16_rs<T, 1>(o, p[kk], db, 1);
+      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+      wgmma::fence();
+      issue_qk(j, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
+      float corr0, corr1;
+      softmax(j, s, p, corr0, corr1);
+      rescale(corr0, corr1);
+      wgmma::fence();
+      issue_pv(j, p);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
     }
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
+  } else {
+    uint32_t p_prev[kN / 16][4];  // tile j-1's P, read by its P V product
+    // Waits for tile j's loads, then queues tile j + 1's: every warpgroup is done with tile
+    // j - 2's stage (its P V product was waited for in the last iteration).
+    auto next_tile = [&](int j) {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();
+      if (j + 1 < n_kt) {
+        issue(j + 1);
+        cp_async_commit();
+        if (j + 2 < n_kt) fetch(j + 2);
+      }
+    };
+    // The first tile on its own, so that the loop's products are issued on one path (a
+    // product issued on a branch makes ptxas serialize every wgmma of the kernel).
+    next_tile(j0);
+    if (has_rows) {
+      float s[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+      wgmma::fence();
+      issue_qk(j0, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      float corr0, corr1;  // O is still zero: nothing to rescale
+      softmax(j0, s, p_prev, corr0, corr1);
+    }
+    uint32_t p_other[kN / 16][4];
+    // One tile: tile j-1's P in `prev` feeds its P V product while tile j's P goes to `next`
+    // (two named buffers, alternating, so that no register of a product in flight is copied
+    // over).
+    auto step = [&](int j, uint32_t(&prev)[kN / 16][4], uint32_t(&next)[kN / 16][4]) {
+      next_tile(j);
+      if (!has_rows) return;
+      float s[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+      wgmma::fence();
+      issue_qk(j, s);
+      issue_pv(j - 1, prev);
+      wgmma::wait<1>();  // tile j's S is in; tile j-1's P V may still run
+      wgmma::fence_operands(s);
+      float corr0, corr1;
+      softmax(j, s, next, corr0, corr1);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      wgmma::fence_operands(prev);
+      rescale(corr0, corr1);
+    };
+    int j = j0 + 1;
+    for (; j + 1 < n_kt; j += 2) {
+      step(j, p_prev, p_other);
+      step(j + 1, p_other, p_prev);
+    }
+    const bool odd = j < n_kt;  // one tile left: its P ends in p_other
+    if (odd) step(j, p_prev, p_other);
+    if (has_rows) {
+      if (odd) {  // nothing in flight here: a copy is free of hazards
+#pragma unroll
+        for (int k = 0; k < kN / 16; ++k)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p_prev[k][e] = p_other[k][e];
+      }
+      wgmma::fence();
+      issue_pv(n_kt - 1, p_prev);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+    }
   }
 
   // ---- epilogue ----
@@ -285,15 +381,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T>
+template <typename T, bool kOverlap>
 void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
+  constexpr int smem = smem_bytes(kOverlap);
   static std::once_flag configured;  // per instantiation
   std::call_once(configured, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, kOverlap>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
   dim3 grid((unsigned)a.n_heads, (unsigned)n_tiles);
-  prefill_wgmma_kernel<T><<<grid, kThreads, kSmem, s>>>(a, d_tiles);
+  prefill_wgmma_kernel<T, kOverlap><<<grid, kThreads, smem, s>>>(a, d_tiles);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -309,8 +406,8 @@ bool wgmma_prefill_built() {
     // The kernel as this device would load it: sm_90a machine code reports PTX 9.0; a JIT of
     // the sm_80 PTX (a build without 90a) reports 8.0 and holds only the trap.
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16>));
-    return attr.ptxVersion >= 90 && prop.sharedMemPerBlockOptin >= (size_t)kSmem;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16, false>));
+    return attr.ptxVersion >= 90 && prop.sharedMemPerBlockOptin >= (size_t)smem_bytes(false);
   }();
   return built;
 }
@@ -321,10 +418,14 @@ bool wgmma_prefill_handles(DType act, DType kv, int head_dim) {
 }
 
 void attention_prefill_wgmma(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                             cudaStream_t s) {
+                             cudaStream_t s, bool overlap) {
   CHECK(wgmma_prefill_handles(a.act_dtype, a.kv_dtype, a.head_dim));
-  if (a.act_dtype == DType::bf16) return launch<__nv_bfloat16>(a, d_tiles, n_tiles, s);
-  return launch<__half>(a, d_tiles, n_tiles, s);
+  const bool bf = a.act_dtype == DType::bf16;
+  if (overlap)
+    return bf ? launch<__nv_bfloat16, true>(a, d_tiles, n_tiles, s)
+              : launch<__half, true>(a, d_tiles, n_tiles, s);
+  return bf ? launch<__nv_bfloat16, false>(a, d_tiles, n_tiles, s)
+            : launch<__half, false>(a, d_tiles, n_tiles, s);
 }
 
 }  // namespace infercept::cuda

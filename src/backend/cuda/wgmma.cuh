@@ -49,6 +49,15 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments in registers: called after the wait that ends their product, it
+// keeps them live (and so unchanged) while the product runs.
+template <int M, int N>
+__device__ __forceinline__ void fence_operands(uint32_t (&a)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
 
 // d[64] (+)= A B for a 64 x 128 x 16 product: A from shared memory (K-major), B from shared
 // memory, K-major (trans_b 0) or N-major (1). scale_d 0 ignores d's old values.
