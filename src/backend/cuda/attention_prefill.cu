@@ -132,26 +132,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "r"(smem_addr(p)));
 }
 
-// Two floats as one 32-bit pair of T (lo in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  }
-  return r;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // An fp8 cache's K and V tiles come as codes (16 to a 16-byte chunk, HD / 16 chunks a row) into
 // stages of their own, and each tile is turned into the 16-bit tiles above (code x scale,
 // rounded to T) before its products, which then run as for a 16-bit cache. Code chunk c of row

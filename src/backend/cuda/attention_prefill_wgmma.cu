@@ -28,6 +28,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "core/check.h"
 
@@ -49,25 +50,6 @@ static_assert(kM == 128, "two warpgroups of 64 rows");
 // Byte offset of 16-byte chunk c (0..15) of row r (0..127) in a tile.
 [[maybe_unused]] __device__ __forceinline__ uint32_t chunk_off(int r, int c) {
   return (uint32_t)(c >> 3) * kHalf + (uint32_t)r * 128u + ((uint32_t)((c ^ r) & 7) << 4);
-}
-
-template <typename T>
-[[maybe_unused]] __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  }
-  return r;
-}
-
-[[maybe_unused]] __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // kOverlap: FlashAttention-3's overlap within a warpgroup. Tile j's S = Q K^T is issued
@@ -151,9 +133,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m0 = kNegInf, m1 = kNegInf, l0 = 0.0f, l1 = 0.0f;  // raw-score max, partial sums
 
-  // S = Q K^T of tile j (raw scores), issued, not waited for.
+  // S = Q K^T of tile j (raw scores), issued, not waited for; first the fence that orders
+  // the registers written since the last product (O rescaled, P written) before it and any
+  // product issued after it.
   auto issue_qk = [&](int j, float(&s)[64]) {
     const uint32_t stage = stage_of(j);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kHd / 16; ++kk) {
       const uint32_t koff = (uint32_t)(kk >> 2) * kHalf + (uint32_t)(kk & 3) * 32u;
@@ -175,15 +162,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma::commit();
   };
-  // Masks tile j's scores, updates the running max and sums, and writes P; returns the
-  // factors by which O's two rows must be rescaled. s is only read: in the overlapped form a
-  // product is still in flight, and ptxas serializes every wgmma of a kernel that writes an
-  // accumulator register while one is.
+  // Masks: keys outside the partition, and keys after a row's position.
+  auto tile_masked = [&](int j) { return j * kN < kbeg || j * kN + kN > unmasked_end; };
+  // The plain form masks its scores in place once their product is done.
+  auto mask_in_place = [&](int j, float(&s)[64]) {
+    if (!tile_masked(j)) return;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = j * kN + 8 * i + 2 * tq + e;
+        const bool outside = t < kbeg || t >= kend;
+        if (outside || t > prow0) s[4 * i + e] = kNegInf;
+        if (outside || t > prow1) s[4 * i + 2 + e] = kNegInf;
+      }
+    }
+  };
+  // Updates the running max and sums from tile j's scores and writes P; returns the factors
+  // by which O's two rows must be rescaled. read_masked: mask the scores as they are read
+  // (the overlapped form, where a product is in flight: ptxas serializes every wgmma of a
+  // kernel that writes an accumulator register while one is), else they come masked.
   auto softmax = [&](int j, const float(&s)[64], uint32_t(&p)[kN / 16][4], float& corr0,
-                     float& corr1) {
-    // Masks: keys outside the partition, and keys after a row's position.
+                     float& corr1, bool read_masked) {
     const int kt0 = j * kN;
-    const bool masked = kt0 < kbeg || kt0 + kN > unmasked_end;
+    const bool masked = read_masked && tile_masked(j);
     // Score e (0..3) of n8 tile i: row g for e < 2, g + 8 above.
     auto score = [&](int i, int e) {
       const float v = s[4 * i + e];
@@ -238,62 +240,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   issue(j0);
   cp_async_commit();  // group: Q + the first key tile
   if (j0 + 1 < n_kt) fetch(j0 + 1);
+  // Waits for tile j's loads, then queues tile j + 1's into the stage that every warpgroup is
+  // done with: tile j - 1's (plain), tile j - 2's (overlapped: its P V product was waited for
+  // in the last iteration).
+  // O += P V of tile j, waited for.
+  auto run_pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
+    wgmma::fence();
+    issue_pv(j, p);
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+  };
+  auto next_tile = [&](int j) {
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async_shared();
+    __syncthreads();
+    if (j + 1 < n_kt) {
+      issue(j + 1);
+      cp_async_commit();
+      if (j + 2 < n_kt) fetch(j + 2);
+    }
+  };
 
   if constexpr (!kOverlap) {
     for (int j = j0; j < n_kt; ++j) {
-      cp_async_wait<0>();
-      wgmma::fence_proxy_async_shared();
-      // Tile j is in for every thread, and every warpgroup is done with tile j - 1's stage.
-      __syncthreads();
-      if (j + 1 < n_kt) {
-        issue(j + 1);
-        cp_async_commit();
-        if (j + 2 < n_kt) fetch(j + 2);
-      }
+      next_tile(j);
       if (!has_rows) continue;
       float s[64];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-      wgmma::fence();
       issue_qk(j, s);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
+      mask_in_place(j, s);
       uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
       float corr0, corr1;
-      softmax(j, s, p, corr0, corr1);
+      softmax(j, s, p, corr0, corr1, false);
       rescale(corr0, corr1);
-      wgmma::fence();
-      issue_pv(j, p);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
+      run_pv(j, p);
     }
   } else {
     uint32_t p_prev[kN / 16][4];  // tile j-1's P, read by its P V product
-    // Waits for tile j's loads, then queues tile j + 1's: every warpgroup is done with tile
-    // j - 2's stage (its P V product was waited for in the last iteration).
-    auto next_tile = [&](int j) {
-      cp_async_wait<0>();
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();
-      if (j + 1 < n_kt) {
-        issue(j + 1);
-        cp_async_commit();
-        if (j + 2 < n_kt) fetch(j + 2);
-      }
-    };
     // The first tile on its own, so that the loop's products are issued on one path (a
     // product issued on a branch makes ptxas serialize every wgmma of the kernel).
     next_tile(j0);
     if (has_rows) {
       float s[64];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-      wgmma::fence();
       issue_qk(j0, s);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
       float corr0, corr1;  // O is still zero: nothing to rescale
-      softmax(j0, s, p_prev, corr0, corr1);
+      softmax(j0, s, p_prev, corr0, corr1, true);
     }
     uint32_t p_other[kN / 16][4];
     // One tile: tile j-1's P in `prev` feeds its P V product while tile j's P goes to `next`
@@ -303,15 +297,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       next_tile(j);
       if (!has_rows) return;
       float s[64];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-      wgmma::fence();
       issue_qk(j, s);
-      issue_pv(j - 1, prev);
-      wgmma::wait<1>();  // tile j's S is in; tile j-1's P V may still run
+      issue_pv(j - 1, prev);  // the fence in issue_qk covers it
+      wgmma::wait<1>();       // tile j's S is in; tile j-1's P V may still run
       wgmma::fence_operands(s);
       float corr0, corr1;
-      softmax(j, s, next, corr0, corr1);
+      softmax(j, s, next, corr0, corr1, true);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       wgmma::fence_operands(prev);
@@ -331,10 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) p_prev[k][e] = p_other[k][e];
       }
-      wgmma::fence();
-      issue_pv(n_kt - 1, p_prev);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
+      run_pv(n_kt - 1, p_prev);
     }
   }
 

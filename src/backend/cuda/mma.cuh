@@ -1,11 +1,13 @@
 // The tensor-core tile both the prefill attention (attention_prefill.cu) and the few-row GEMV
-// (gemv_mma.cu) are built from: mma.sync m16n8k16, sm_80 and later.
+// (gemv_mma.cu) are built from: mma.sync m16n8k16, sm_80 and later; and the two conversions
+// the flash-attention kernels' softmax needs (attention_prefill.cu, attention_prefill_wgmma.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace infercept::cuda {
@@ -28,6 +30,26 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// Two floats as one 32-bit pair of T (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace infercept::cuda
