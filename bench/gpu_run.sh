@@ -60,7 +60,7 @@ for stage in "$@"; do
     part1) cp .carry/m1/* models/.part.aa && log "model part 1 stored" ;;
     bin:*)  # bin:DIR runs the stages after it with the binaries in DIR (another build for an A/B)
       BIN=${stage#bin:}; TAGS=$(echo "${TAGS:-}" | tr , '\n' | grep -v '^bin_' | paste -sd, -)
-      TAGS="${TAGS:-}${TAGS:+,}bin_$(basename "$BIN")"; log "binaries: $BIN" ;;
+      TAGS="${TAGS:-}${TAGS:+,}bin_${BIN#.carry/}"; log "binaries: $BIN" ;;
     model)
       cat models/.part.aa .carry/m2/* >"$MODEL"
       echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $MODEL" | sha256sum -c - | tee -a "$OUT/summary.txt" ;;
