@@ -396,10 +396,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
     // A row with nothing visible yet keeps max -inf: use 0 as its base (all its p are 0).
     const float base0 = mx0 == kNegInf ? 0.0f : mx0 * sl2;
     const float base1 = mx1 == kNegInf ? 0.0f : mx1 * sl2;
@@ -445,10 +443,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 64 ? 2 : 1)
 
   // ---- epilogue ----
   if (!has_rows) return;
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
   if (tile.partial >= 0) {
     // A partition of a split tile: the unnormalized state, in the decode kernels' units
     // (scores scaled by `scale`, natural exponent: exp2((s - m) * sl2) = exp((s - m) * scale)).

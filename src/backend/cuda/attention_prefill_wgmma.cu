@@ -162,7 +162,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma::commit();
   };
-  // Masks: keys outside the partition, and keys after a row's position.
+  // Masks: keys outside the partition, and keys after a row's position. tile_masked: whether
+  // tile j holds a key some row does not see.
+  auto hidden = [&](int t, int prow) { return t < kbeg || t >= kend || t > prow; };
   auto tile_masked = [&](int j) { return j * kN < kbeg || j * kN + kN > unmasked_end; };
   // The plain form masks its scores in place once their product is done.
   auto mask_in_place = [&](int j, float(&s)[64]) {
@@ -172,9 +174,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int t = j * kN + 8 * i + 2 * tq + e;
-        const bool outside = t < kbeg || t >= kend;
-        if (outside || t > prow0) s[4 * i + e] = kNegInf;
-        if (outside || t > prow1) s[4 * i + 2 + e] = kNegInf;
+        if (hidden(t, prow0)) s[4 * i + e] = kNegInf;
+        if (hidden(t, prow1)) s[4 * i + 2 + e] = kNegInf;
       }
     }
   };
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float v = s[4 * i + e];
       if (!masked) return v;
       const int t = kt0 + 8 * i + 2 * tq + (e & 1);
-      return t < kbeg || t >= kend || t > (e < 2 ? prow0 : prow1) ? kNegInf : v;
+      return hidden(t, e < 2 ? prow0 : prow1) ? kNegInf : v;
     };
     // Rows g (scores 0..1 of each n8 tile) and g + 8 (2..3); a quad shares a row.
     float mx0 = m0, mx1 = m1;
@@ -200,10 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx0 = fmaxf(mx0, fmaxf(score(i, 0), score(i, 1)));
       mx1 = fmaxf(mx1, fmaxf(score(i, 2), score(i, 3)));
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
     // A row with nothing visible yet keeps max -inf: use 0 as its base (all its p are 0).
     const float base0 = mx0 == kNegInf ? 0.0f : mx0 * sl2;
     const float base1 = mx1 == kNegInf ? 0.0f : mx1 * sl2;
@@ -240,9 +239,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   issue(j0);
   cp_async_commit();  // group: Q + the first key tile
   if (j0 + 1 < n_kt) fetch(j0 + 1);
-  // Waits for tile j's loads, then queues tile j + 1's into the stage that every warpgroup is
-  // done with: tile j - 1's (plain), tile j - 2's (overlapped: its P V product was waited for
-  // in the last iteration).
   // O += P V of tile j, waited for.
   auto run_pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
     wgmma::fence();
@@ -250,6 +246,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wait<0>();
     wgmma::fence_operands(o);
   };
+  // Waits for tile j's loads, then queues tile j + 1's into the stage that every warpgroup is
+  // done with: tile j - 1's (plain), tile j - 2's (overlapped: its P V product was waited for
+  // in the last iteration).
   auto next_tile = [&](int j) {
     cp_async_wait<0>();
     wgmma::fence_proxy_async_shared();
@@ -328,10 +327,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- epilogue ----
   if (!has_rows) return;
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
   const int rows[2] = {r0, r0 + 8};
   if (tile.partial >= 0) {
     // A partition of a split tile: the unnormalized state, in the decode kernels' units

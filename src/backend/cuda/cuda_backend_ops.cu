@@ -382,8 +382,8 @@ void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
     return;
   cuda::attention(a, compute_);
   // Split tiles (partitions that start and end inside the wgmma kernel's 128-key tiles) stay
-  // on the mma.sync kernel until the GPU op tests' split cases have run on a card with the
-  // wgmma one ("split_tiles" in tests/gpu/test_cuda_ops.cpp).
+  // on the mma.sync kernel until the wgmma kernel's split path has passed on a card
+  // (prefill_attn_test's split-* cases, then the op tests' split_tiles cases without this).
   if (!prefill.tiles.empty())
     cuda::attention_prefill(
         a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_,
