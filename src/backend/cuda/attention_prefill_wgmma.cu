@@ -14,9 +14,11 @@
 // Keys at or past the partition's end are zero-filled and masked, as are keys before its
 // start (a partition starts on a multiple of 64 keys, tiles on multiples of 128).
 //
-// The overlapped form (kOverlap, three stages, 225 KiB) runs a tile's softmax beside the tile
-// before's P V product; the backend runs the plain form until the overlapped one has been
-// measured on a card (prefill_attn_test times both). Left for later (FlashAttention-3's other
+// Each product is waited for before the softmax or the next tile. FlashAttention-3's overlap
+// within a warpgroup (tile j's S issued together with tile j-1's P V, three stages of K and V,
+// 225 KiB) was built and measured slower on an H100 (2026-12-07: 245-288 against 320-372
+// TFLOP/s on the prefill_attn_test cases; 255 registers, and the one CTA a multiprocessor
+// still waits out each product's latency), so it is not kept. Left for later (its other
 // steps): TMA loads, a producer warpgroup, and the two warpgroups' products taking turns by
 // design rather than by the scheduler's interleaving.
 
@@ -41,10 +43,9 @@ constexpr int kM = kPrefillTileM;         // query rows per CTA
 constexpr int kThreads = 256;             // two warpgroups
 constexpr uint32_t kHalf = 128 * 128;     // bytes of one 64-column half of a 128-row tile
 constexpr uint32_t kTile = 2 * kHalf;     // a 128 x 128 16-bit tile
+constexpr int kStages = 2;                // K and V tiles in flight (double buffering)
 // Q, K and V in each stage, and room to align to 1 KiB.
-constexpr int smem_bytes(bool overlap) {
-  return (int)((1 + 2 * (overlap ? 3 : 2)) * kTile) + 1024;
-}
+constexpr int kSmemBytes = (int)((1 + 2 * kStages) * kTile) + 1024;
 static_assert(kM == 128, "two warpgroups of 64 rows");
 
 // Byte offset of 16-byte chunk c (0..15) of row r (0..127) in a tile.
@@ -52,17 +53,11 @@ static_assert(kM == 128, "two warpgroups of 64 rows");
   return (uint32_t)(c >> 3) * kHalf + (uint32_t)r * 128u + ((uint32_t)((c ^ r) & 7) << 4);
 }
 
-// kOverlap: FlashAttention-3's overlap within a warpgroup. Tile j's S = Q K^T is issued
-// together with tile j-1's O += P V, the softmax of tile j runs while that product does, and O
-// is rescaled once it is done: three stages of K and V (tile j+1 loads while tile j-1's V is
-// still read), 225 KiB of shared memory. Without it each product is waited for before the
-// softmax or the next tile (two stages).
-template <typename T, bool kOverlap>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma_kernel(const AttnArgs a, const PrefillTile* __restrict__ tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr float kNegInf = -INFINITY;
-  constexpr int kStages = kOverlap ? 3 : 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t sQ = (raw + 1023u) & ~1023u;  // swizzle atoms are 1 KiB aligned
@@ -166,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // tile j holds a key some row does not see.
   auto hidden = [&](int t, int prow) { return t < kbeg || t >= kend || t > prow; };
   auto tile_masked = [&](int j) { return j * kN < kbeg || j * kN + kN > unmasked_end; };
-  // The plain form masks its scores in place once their product is done.
+  // Scores are masked in place once their product is done.
   auto mask_in_place = [&](int j, float(&s)[64]) {
     if (!tile_masked(j)) return;
 #pragma unroll
@@ -179,27 +174,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  // Updates the running max and sums from tile j's scores and writes P; returns the factors
-  // by which O's two rows must be rescaled. read_masked: mask the scores as they are read
-  // (the overlapped form, where a product is in flight: ptxas serializes every wgmma of a
-  // kernel that writes an accumulator register while one is), else they come masked.
-  auto softmax = [&](int j, const float(&s)[64], uint32_t(&p)[kN / 16][4], float& corr0,
-                     float& corr1, bool read_masked) {
-    const int kt0 = j * kN;
-    const bool masked = read_masked && tile_masked(j);
-    // Score e (0..3) of n8 tile i: row g for e < 2, g + 8 above.
-    auto score = [&](int i, int e) {
-      const float v = s[4 * i + e];
-      if (!masked) return v;
-      const int t = kt0 + 8 * i + 2 * tq + (e & 1);
-      return hidden(t, e < 2 ? prow0 : prow1) ? kNegInf : v;
-    };
+  // Updates the running max and sums from tile j's masked scores and writes P; returns the
+  // factors by which O's two rows must be rescaled.
+  auto softmax = [&](const float(&s)[64], uint32_t(&p)[kN / 16][4], float& corr0, float& corr1) {
+    // Score e (0..3) of n8 tile i, s[4 i + e]: row g for e < 2, g + 8 above.
     // Rows g (scores 0..1 of each n8 tile) and g + 8 (2..3); a quad shares a row.
     float mx0 = m0, mx1 = m1;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      mx0 = fmaxf(mx0, fmaxf(score(i, 0), score(i, 1)));
-      mx1 = fmaxf(mx1, fmaxf(score(i, 2), score(i, 3)));
+      mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
     }
     mx0 = quad_max(mx0);
     mx1 = quad_max(mx1);
@@ -213,10 +197,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const float p0 = fast_exp2(fmaf(score(i, 0), sl2, -base0));
-      const float p1 = fast_exp2(fmaf(score(i, 1), sl2, -base0));
-      const float p2 = fast_exp2(fmaf(score(i, 2), sl2, -base1));
-      const float p3 = fast_exp2(fmaf(score(i, 3), sl2, -base1));
+      const float p0 = fast_exp2(fmaf(s[4 * i + 0], sl2, -base0));
+      const float p1 = fast_exp2(fmaf(s[4 * i + 1], sl2, -base0));
+      const float p2 = fast_exp2(fmaf(s[4 * i + 2], sl2, -base1));
+      const float p3 = fast_exp2(fmaf(s[4 * i + 3], sl2, -base1));
       rs0 += p0 + p1;
       rs1 += p2 + p3;
       p[i / 2][(i & 1) * 2 + 0] = pack2<T>(p0, p1);
@@ -247,8 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_operands(o);
   };
   // Waits for tile j's loads, then queues tile j + 1's into the stage that every warpgroup is
-  // done with: tile j - 1's (plain), tile j - 2's (overlapped: its P V product was waited for
-  // in the last iteration).
+  // done with: tile j - 1's.
   auto next_tile = [&](int j) {
     cp_async_wait<0>();
     wgmma::fence_proxy_async_shared();
@@ -260,69 +243,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  if constexpr (!kOverlap) {
-    for (int j = j0; j < n_kt; ++j) {
-      next_tile(j);
-      if (!has_rows) continue;
-      float s[64];
-      issue_qk(j, s);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
-      mask_in_place(j, s);
-      uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
-      float corr0, corr1;
-      softmax(j, s, p, corr0, corr1, false);
-      rescale(corr0, corr1);
-      run_pv(j, p);
-    }
-  } else {
-    uint32_t p_prev[kN / 16][4];  // tile j-1's P, read by its P V product
-    // The first tile on its own, so that the loop's products are issued on one path (a
-    // product issued on a branch makes ptxas serialize every wgmma of the kernel).
-    next_tile(j0);
-    if (has_rows) {
-      float s[64];
-      issue_qk(j0, s);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
-      float corr0, corr1;  // O is still zero: nothing to rescale
-      softmax(j0, s, p_prev, corr0, corr1, true);
-    }
-    uint32_t p_other[kN / 16][4];
-    // One tile: tile j-1's P in `prev` feeds its P V product while tile j's P goes to `next`
-    // (two named buffers, alternating, so that no register of a product in flight is copied
-    // over).
-    auto step = [&](int j, uint32_t(&prev)[kN / 16][4], uint32_t(&next)[kN / 16][4]) {
-      next_tile(j);
-      if (!has_rows) return;
-      float s[64];
-      issue_qk(j, s);
-      issue_pv(j - 1, prev);  // the fence in issue_qk covers it
-      wgmma::wait<1>();       // tile j's S is in; tile j-1's P V may still run
-      wgmma::fence_operands(s);
-      float corr0, corr1;
-      softmax(j, s, next, corr0, corr1, true);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-      wgmma::fence_operands(prev);
-      rescale(corr0, corr1);
-    };
-    int j = j0 + 1;
-    for (; j + 1 < n_kt; j += 2) {
-      step(j, p_prev, p_other);
-      step(j + 1, p_other, p_prev);
-    }
-    const bool odd = j < n_kt;  // one tile left: its P ends in p_other
-    if (odd) step(j, p_prev, p_other);
-    if (has_rows) {
-      if (odd) {  // nothing in flight here: a copy is free of hazards
-#pragma unroll
-        for (int k = 0; k < kN / 16; ++k)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) p_prev[k][e] = p_other[k][e];
-      }
-      run_pv(n_kt - 1, p_prev);
-    }
+  for (int j = j0; j < n_kt; ++j) {
+    next_tile(j);
+    if (!has_rows) continue;
+    float s[64];
+    issue_qk(j, s);
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
+    mask_in_place(j, s);
+    uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
+    float corr0, corr1;
+    softmax(s, p, corr0, corr1);
+    rescale(corr0, corr1);
+    run_pv(j, p);
   }
 
   // ---- epilogue ----
@@ -366,16 +299,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, bool kOverlap>
+template <typename T>
 void launch(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles, cudaStream_t s) {
-  constexpr int smem = smem_bytes(kOverlap);
   static std::once_flag configured;  // per instantiation
   std::call_once(configured, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, kOverlap>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   });
   dim3 grid((unsigned)a.n_heads, (unsigned)n_tiles);
-  prefill_wgmma_kernel<T, kOverlap><<<grid, kThreads, smem, s>>>(a, d_tiles);
+  prefill_wgmma_kernel<T><<<grid, kThreads, kSmemBytes, s>>>(a, d_tiles);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -391,8 +323,8 @@ bool wgmma_prefill_built() {
     // The kernel as this device would load it: sm_90a machine code reports PTX 9.0; a JIT of
     // the sm_80 PTX (a build without 90a) reports 8.0 and holds only the trap.
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16, false>));
-    return attr.ptxVersion >= 90 && prop.sharedMemPerBlockOptin >= (size_t)smem_bytes(false);
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, prefill_wgmma_kernel<__nv_bfloat16>));
+    return attr.ptxVersion >= 90 && prop.sharedMemPerBlockOptin >= (size_t)kSmemBytes;
   }();
   return built;
 }
@@ -403,14 +335,12 @@ bool wgmma_prefill_handles(DType act, DType kv, int head_dim) {
 }
 
 void attention_prefill_wgmma(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                             cudaStream_t s, bool overlap) {
+                             cudaStream_t s) {
+  if (n_tiles == 0) return;
+  CHECK(n_tiles <= 65535);
   CHECK(wgmma_prefill_handles(a.act_dtype, a.kv_dtype, a.head_dim));
-  const bool bf = a.act_dtype == DType::bf16;
-  if (overlap)
-    return bf ? launch<__nv_bfloat16, true>(a, d_tiles, n_tiles, s)
-              : launch<__half, true>(a, d_tiles, n_tiles, s);
-  return bf ? launch<__nv_bfloat16, false>(a, d_tiles, n_tiles, s)
-            : launch<__half, false>(a, d_tiles, n_tiles, s);
+  return a.act_dtype == DType::bf16 ? launch<__nv_bfloat16>(a, d_tiles, n_tiles, s)
+                                    : launch<__half>(a, d_tiles, n_tiles, s);
 }
 
 }  // namespace infercept::cuda

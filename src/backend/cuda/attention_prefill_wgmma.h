@@ -16,10 +16,8 @@ bool wgmma_prefill_built();
 // Whether attention_prefill_wgmma() takes these types and head size here.
 bool wgmma_prefill_handles(DType act, DType kv, int head_dim);
 // As attention_prefill() (one CTA of 256 threads per tile and query head, one CTA per
-// multiprocessor). overlap: the softmax of a tile runs beside the product of the one before
-// (kOverlap in the .cu; 225 KiB of shared memory a block), else each product is waited for.
-// The backend runs the form measured on a card (overlap false); prefill_attn_test times both.
+// multiprocessor, 161 KiB of shared memory).
 void attention_prefill_wgmma(const AttnArgs& a, const PrefillTile* d_tiles, int n_tiles,
-                             cudaStream_t s, bool overlap = false);
+                             cudaStream_t s);
 
 }  // namespace infercept::cuda
