@@ -10,10 +10,12 @@ the point is below saturation (the engine idled at least 3% of the run, at least
 requests finished and its mean TTFT is at most 250 ms: the criteria of bench/paper_report.py).
 
   python3 bench/sim_check.py --out DIR [--bin build/infercept] [--profile FILE]
-      [--engine "--device cpu --threads 2"] [--shared "FLAGS"] WORKLOAD:POLICY:RATE...
+      [--engine "--device cpu --threads 2"] [--shared "FLAGS"] [--profile-args "FLAGS"]
+      WORKLOAD:POLICY:RATE...
 
 --engine: flags of the engine alone (device, model, threads), given to profile and bench;
---shared: the workload and scheduler flags both runs take (seed, scales, pools, durations).
+--shared: the workload and scheduler flags both runs take (seed, scales, pools, durations);
+--profile-args: flags of `infercept profile` alone (e.g. --max-tokens-profiled 512).
 Results: DIR/profile.json, DIR/{bench,sim}-W-P-R.json, DIR/report.md.
 """
 import argparse
@@ -63,18 +65,29 @@ def main():
     ap.add_argument("--profile", help="a profile file (else measured into OUT/profile.json)")
     ap.add_argument("--engine", default="", help="engine flags for profile and bench")
     ap.add_argument("--shared", default="", help="workload flags for bench and simulate")
+    ap.add_argument("--profile-args", default="", help="flags of profile alone")
     ap.add_argument("--tol", type=float, default=15.0, help="the error allowed below saturation, %%")
     a = ap.parse_args()
+    points = []
+    for p in a.points:
+        parts = p.split(":")
+        if len(parts) != 3 or not parts[0] or not parts[1]:
+            sys.exit(f"a point is WORKLOAD:POLICY:RATE, not '{p}'")
+        try:
+            float(parts[2])
+        except ValueError:
+            sys.exit(f"the rate of '{p}' is not a number")
+        points.append(parts)
     os.makedirs(a.out, exist_ok=True)
     engine, shared = shlex.split(a.engine), shlex.split(a.shared)
     profile = a.profile
     if profile is None:
         profile = os.path.join(a.out, "profile.json")
         print(f"profiling: {a.bin} profile {a.engine}", flush=True)
-        run([a.bin, "profile", *engine, "--out", profile], os.path.join(a.out, "profile.log"))
+        run([a.bin, "profile", *engine, *shlex.split(a.profile_args), "--out", profile],
+            os.path.join(a.out, "profile.log"))
     rows, within, below_n = [], 0, 0
-    for p in a.points:
-        wl, pol, rate = p.split(":")
+    for wl, pol, rate in points:
         tag = f"{wl}-{pol}-{rate}"
         flags = ["--workload", wl, "--policy", pol, "--rate", rate, *shared]
         print(f"{tag}: engine", flush=True)
