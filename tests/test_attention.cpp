@@ -216,6 +216,37 @@ TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
   }
 }
 
+// A decode row of at least 1,024 positions alone in its step runs on every thread of the pool
+// (its scores, softmax and P*V split among them) with the one-item path's arithmetic: the same
+// bits as the row inside a prefill chunk and as the row decoded on a one-thread pool, at head
+// sizes with and without the 64-column vector form of P*V.
+TEST(PagedAttentionCpu, LongDecodeRowOnEveryThreadKeepsItsBits) {
+  std::mt19937 rng(21);
+  ThreadPool two(2), one(1), three(3);
+  struct S {
+    int64_t n_pos, block_size, n_kv_heads, group, head_dim;
+  };
+  for (const S& s : {S{2100, 16, 3, 3, 64}, S{1500, 16, 2, 4, 128}, S{1300, 32, 1, 2, 24}}) {
+    const int64_t n_heads = s.n_kv_heads * s.group, cols = n_heads * s.head_dim;
+    Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, s.head_dim);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> q((size_t)(s.n_pos * cols));
+    for (auto& e : q) e = nd(rng);
+    const std::vector<float> prefill = run_rows(two, c, q, n_heads, 0, s.n_pos);
+    for (int64_t r : {(int64_t)1023, (int64_t)1024, s.n_pos - 2, s.n_pos - 1}) {
+      const std::vector<float> lone = run_rows(one, c, q, n_heads, r, 1);
+      const std::vector<float> split2 = run_rows(two, c, q, n_heads, r, 1);
+      const std::vector<float> split3 = run_rows(three, c, q, n_heads, r, 1);
+      for (int64_t i = 0; i < cols; ++i) {
+        const float want = prefill[(size_t)(r * cols + i)];
+        ASSERT_EQ(lone[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
+        ASSERT_EQ(split2[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
+        ASSERT_EQ(split3[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
+      }
+    }
+  }
+}
+
 #if INFERCEPT_VEC_AVX512
 TEST(PagedAttentionCpu, LlamaCppOrderIsLlamaCppsArithmeticBitForBit) {
   std::mt19937 rng(13);

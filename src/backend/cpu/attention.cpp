@@ -24,6 +24,9 @@ using namespace cpu_attention;  // llama.cpp's summation orders (attention_order
 
 // Query rows per work item: small enough to spread one long prefill over all threads.
 constexpr int64_t kQueryChunk = 32;
+// Positions of a decode row whose keys (then values), every KV head, pass through an L1-sized
+// buffer at a time.
+constexpr int64_t kPosChunk = 16;
 
 #if defined(__AVX2__) && defined(__FMA__)
 // The horizontal sum every dot product here ends with (one fixed order, so results are
@@ -486,6 +489,84 @@ struct WorkItem {
 
 }  // namespace
 
+// Query heads [h0, h0 + n) of `row` into dst [n, hd]. With an f16 cache they are rounded to
+// f16 and back: the cache holds f16 keys, and rounding q the same way keeps the score
+// arithmetic what a f16 K*Q product computes (and what llama.cpp computes).
+void round_q_heads(const Tensor& q, int64_t row, int64_t h0, int64_t n, int64_t hd, bool f16,
+                   float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* qp = q.row<float>(row) + (h0 + j) * hd;
+    int64_t i = 0;
+#if INFERCEPT_VEC_AVX512
+    if (f16)
+      for (; i + 16 <= hd; i += 16)
+        _mm512_storeu_ps(dst + j * hd + i, vm::round_to_f16(_mm512_loadu_ps(qp + i)));
+#endif
+    for (; i < hd; ++i) dst[j * hd + i] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
+  }
+}
+
+// Decode rows at least this long are spread over every thread when the step has fewer decode
+// rows than threads (decode_row_phased): one work item a row leaves threads idle (SmolLM2-135M
+// at batch 1 and an 8,000-token context on the 2-core development machine: 31.4 ms a step on
+// 2 threads, 31.6 on 1; 27.9 with the row on both). With as many rows as threads or more the
+// items already fill the pool, and each phased row's three parallel regions cost more than
+// they gain (batch 2 there: 50.3 ms phased against 32.9).
+constexpr int64_t kPhasedMinPositions = 1024;
+
+// One decode row's attention in the default order on every thread of the pool, in three
+// phases whose arithmetic is the one-item path's (a row's bits do not depend on the path):
+// the scores of whole kPosChunk-position chunks (the chunks split among the threads), the
+// softmax of each query head and P*V (the heads split): each output element is the same FMA
+// chain in position order, continued chunk by chunk.
+void decode_row_phased(ThreadPool& pool, const float* qall, const PagedKvView& kv,
+                       const int32_t* table, int64_t n_pos, int64_t n_heads, float scale,
+                       float* out_row, const std::atomic<bool>* stop) {
+  const KvGeometry& g = kv.g;
+  const int64_t hd = g.head_dim, width = g.n_kv_heads * hd, group = n_heads / g.n_kv_heads;
+  const bool f16 = g.dtype == DType::f16;
+  const int64_t n_chunks = (n_pos + kPosChunk - 1) / kPosChunk;
+  // The calling thread's buffer, shared with the pool through a pointer (a thread_local named
+  // inside the lambdas would be each worker's own).
+  thread_local std::vector<float> scores_buf;
+  scores_buf.resize((size_t)(n_heads * n_pos));
+  float* const scores = scores_buf.data();
+  auto stopped = [&] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+  pool.run([&](int t, int nt) {
+    thread_local std::vector<float> k;
+    k.resize((size_t)(kPosChunk * width));
+    for (int64_t c = n_chunks * t / nt; c < n_chunks * (t + 1) / nt && !stopped(); ++c) {
+      const int64_t p0 = c * kPosChunk, n = std::min(kPosChunk, n_pos - p0);
+      gather_slots(kv.k, g, table, p0, n, k.data());
+      for (int64_t hq = 0; hq < n_heads; ++hq)
+        head_scores(qall + hq * hd, k.data() + (hq / group) * hd, n, hd, width, scale,
+                    scores + hq * n_pos + p0, RowOrder::fast);
+    }
+  });
+  if (stopped()) return;
+  pool.run([&](int t, int nt) {
+    for (int64_t hq = t; hq < n_heads; hq += nt) softmax_weights(scores + hq * n_pos, n_pos, f16);
+  });
+  // P*V: thread t takes query heads [n_heads t / nt, n_heads (t + 1) / nt), a KV head's
+  // values gathered once for the heads of its group in that range (weighted_rows_group: one
+  // FMA chain per element whichever heads share a pass).
+  pool.run([&](int t, int nt) {
+    thread_local std::vector<float> v;
+    v.resize((size_t)(kPosChunk * hd));
+    const int64_t h_begin = n_heads * t / nt, h_end = n_heads * (t + 1) / nt;
+    for (int64_t h0 = h_begin; h0 < h_end && !stopped();) {
+      const int64_t kvh = h0 / group, h1 = std::min(h_end, (kvh + 1) * group);
+      for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
+        const int64_t n = std::min(kPosChunk, n_pos - p0);
+        gather_head(kv.v, g, table, p0, n, kvh, v.data());
+        weighted_rows_group(scores + h0 * n_pos + p0, n_pos, h1 - h0, v.data(), n, hd, hd,
+                            out_row + h0 * hd, p0 > 0);
+      }
+      h0 = h1;
+    }
+  });
+}
+
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
                          const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
                          AttentionOrder order, const std::atomic<bool>* stop) {
@@ -495,10 +576,31 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   CHECK(q.cols == n_heads * hd && out.cols == q.cols && out.rows == q.rows);
   const int64_t group = n_heads / g.n_kv_heads;
 
+  // Few decode rows: the long ones each on every thread (decode_row_phased), first.
+  const bool llama = order == AttentionOrder::llama_cpp;
+  std::vector<char> phased((size_t)batch.n_seqs, 0);
+  if (!llama && pool.size() > 1) {
+    int64_t decode_rows = 0;
+    for (int32_t s = 0; s < batch.n_seqs; ++s) decode_rows += batch.q_len[(size_t)s] == 1;
+    if (decode_rows < (int64_t)pool.size()) {
+      std::vector<float> qall((size_t)(n_heads * hd));
+      for (int32_t s = 0; s < batch.n_seqs; ++s) {
+        if (batch.q_len[(size_t)s] != 1 || batch.ctx_len[(size_t)s] < kPhasedMinPositions) continue;
+        phased[(size_t)s] = 1;
+        const int64_t row = batch.q_start[(size_t)s];
+        round_q_heads(q, row, 0, n_heads, hd, g.dtype == DType::f16, qall.data());
+        decode_row_phased(pool, qall.data(), kv,
+                          batch.block_tables.data() + (size_t)s * (size_t)batch.max_blocks,
+                          batch.ctx_len[(size_t)s], n_heads, scale, out.row<float>(row), stop);
+      }
+    }
+  }
+
   std::vector<WorkItem> items;
   for (int32_t s = 0; s < batch.n_seqs; ++s) {
     const int32_t ql = batch.q_len[(size_t)s];
     CHECK(batch.ctx_len[(size_t)s] >= ql && ql >= 0);
+    if (phased[(size_t)s]) continue;
     if (ql == 1) {  // decode: one item for all kv heads (kv_head -1), see below
       items.push_back({s, -1, 0, 1});
       continue;
@@ -511,7 +613,6 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   const bool f16 = g.dtype == DType::f16;
   // llama.cpp's orders when asked: a sequence computing one row in the single order, two or
   // more in the batched order.
-  const bool llama = order == AttentionOrder::llama_cpp;
   const RowOrder lone = llama ? RowOrder::single : RowOrder::fast;
   const RowOrder chunk = llama ? RowOrder::batched : RowOrder::fast;
   pool.run([&](int, int) {
@@ -532,21 +633,8 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
       const int64_t n_pos = first_pos + w.q_end;  // keys visible to the last row of the chunk
       const int32_t* table = batch.block_tables.data() + (size_t)w.seq * (size_t)batch.max_blocks;
       CHECK((n_pos + g.block_size - 1) / g.block_size <= batch.max_blocks);
-      // The cache holds f16 keys; rounding q the same way keeps the score arithmetic what a
-      // f16 K*Q product computes (and what llama.cpp computes).
       auto round_q = [&](int64_t row, int64_t kv_head) {
-        for (int64_t j = 0; j < group; ++j) {
-          const float* qp = q.row<float>(row) + (kv_head * group + j) * hd;
-          int64_t i = 0;
-#if INFERCEPT_VEC_AVX512
-          if (f16)
-            for (; i + 16 <= hd; i += 16)
-              _mm512_storeu_ps(&buf.qh[(size_t)(j * hd + i)],
-                               vm::round_to_f16(_mm512_loadu_ps(qp + i)));
-#endif
-          for (; i < hd; ++i)
-            buf.qh[(size_t)(j * hd + i)] = f16 ? fp16_to_fp32(fp32_to_fp16(qp[i])) : qp[i];
-        }
+        round_q_heads(q, row, kv_head * group, group, hd, f16, buf.qh.data());
       };
       if (w.kv_head < 0) {
         // One query row (decode): whole slots (every kv head) pass through an L1-sized
@@ -555,7 +643,6 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         // whole, in the same pass as the keys (its P*V sums positions 64 apart first:
         // weighted_sums_single_order). In the default order the arithmetic per element is
         // the chunked path's below, so a row's output does not depend on which path served it.
-        constexpr int64_t kPosChunk = 16;
         const int64_t width = g.n_kv_heads * hd;
         const int64_t row = batch.q_start[(size_t)w.seq];
         buf.k.resize((size_t)(kPosChunk * width));
