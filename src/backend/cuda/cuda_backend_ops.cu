@@ -381,13 +381,7 @@ void CudaBackend::attention(const Tensor& q, const KvStorage& kv, int64_t layer,
                   prefill.combines.size()))
     return;
   cuda::attention(a, compute_);
-  // Split tiles (partitions that start and end inside the wgmma kernel's 128-key tiles) stay
-  // on the mma.sync kernel until the wgmma kernel's split path has passed on a card
-  // (prefill_attn_test's split-* cases, then the op tests' split_tiles cases without this).
-  if (!prefill.tiles.empty())
-    cuda::attention_prefill(
-        a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_,
-        prefill.combines.empty() ? cuda::PrefillKernel::automatic : cuda::PrefillKernel::mma_sync);
+  cuda::attention_prefill(a, d_prefill_tiles_, (int)prefill.tiles.size(), compute_);
   cuda::attention_combine(a, d_prefill_combines_, (int)prefill.combines.size(),
                           prefill.max_combine_rows, compute_);
 }
