@@ -478,7 +478,44 @@ void launch_hd(const AttnArgs& a, cudaStream_t s) {
   }
 }
 
+template <typename T, typename KV>
+int decode_blocks_per_sm_typed(int head_dim, int group) {
+  auto per_sm = [](auto kernel, size_t smem) {
+    int n = 0;
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * 4, smem));
+    return std::max(1, n);
+  };
+  auto by_group = [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if (group <= 1)
+      return per_sm(decode_kernel<T, KV, HD, 1, 4>, DecodeKernelSmem<KV, HD, 1, 4>::kBytes);
+    if (group <= 2)
+      return per_sm(decode_kernel<T, KV, HD, 2, 4>, DecodeKernelSmem<KV, HD, 2, 4>::kBytes);
+    if (group <= 4)
+      return per_sm(decode_kernel<T, KV, HD, 4, 4>, DecodeKernelSmem<KV, HD, 4, 4>::kBytes);
+    return per_sm(decode_kernel<T, KV, HD, 8, 4>, DecodeKernelSmem<KV, HD, 8, 4>::kBytes);
+  };
+  if (head_dim == 32) return by_group(std::integral_constant<int, 32>{});
+  if (head_dim == 64) return by_group(std::integral_constant<int, 64>{});
+  return by_group(std::integral_constant<int, 128>{});
+}
+
 }  // namespace
+
+int decode_blocks_per_sm(DType act, DType kv, int head_dim, int group) {
+  CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128);
+  const bool bf = act == DType::bf16;
+  if (kv == DType::fp8_e4m3)
+    return bf ? decode_blocks_per_sm_typed<__nv_bfloat16, Fp8E4m3>(head_dim, group)
+              : decode_blocks_per_sm_typed<__half, Fp8E4m3>(head_dim, group);
+  if (bf && kv == DType::bf16)
+    return decode_blocks_per_sm_typed<__nv_bfloat16, __nv_bfloat16>(head_dim, group);
+  if (bf) return decode_blocks_per_sm_typed<__nv_bfloat16, __half>(head_dim, group);
+  if (kv == DType::bf16) return decode_blocks_per_sm_typed<__half, __nv_bfloat16>(head_dim, group);
+  return decode_blocks_per_sm_typed<__half, __half>(head_dim, group);
+}
 
 void attention_combine(const AttnArgs& a, const AttnCombine* d_combines, int n_combines,
                        int max_rows, cudaStream_t s) {

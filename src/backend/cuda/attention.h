@@ -51,6 +51,10 @@ AttnPlan plan_attention(std::span<const int32_t> q_start, std::span<const int32_
 // combine counters (decode_combines x n_kv_heads) never outnumber its partial pairs.
 int64_t attention_scratch_pairs(int n_kv_heads, int target_ctas);
 
+// Blocks of the decode kernel one multiprocessor holds at once for these types, head size and
+// query group (its occupancy, with its shared memory).
+int decode_blocks_per_sm(DType act, DType kv, int head_dim, int group);
+
 struct AttnArgs {
   const void* q;  // [rows, n_heads * head_dim], activation dtype
   int64_t q_stride;

@@ -48,11 +48,24 @@ class AttentionPlanner {
   // Blocks of the tensor-core kernel that fill the chip: its occupancy for these types and
   // head size (asked once each) x SMs, at most target_ctas().
   int prefill_target(DType act, const KvGeometry& g);
+  // Blocks of the decode kernel that fill the chip in one wave: its occupancy for these types,
+  // head size and group (asked once each) x SMs, at most kDecodeMostBlocksPerSm x SMs.
+  int decode_target(DType act, const KvGeometry& g, int group);
+  // A decode-only step of at least kDecodeWideMinRows rows over a context this long splits its
+  // rows into as many partitions as fill decode_target() (target_ctas() otherwise): at 128k the
+  // decode kernel's two blocks a multiprocessor held 8 warps each waiting out its own chunk's
+  // loads. Measured on an H100 at 128k (docs/PERF.md, "Long contexts"): faster from two rows
+  // (bf16 batch 2 -10%, fp8 batch 4 -15%), slower at one (the finer partitions' merge costs
+  // more than the wave gains), so a single row keeps target_ctas().
+  static constexpr int32_t kDecodeWideKeys = 16384;
+  static constexpr size_t kDecodeWideMinRows = 2;
+  static constexpr int kDecodeMostBlocksPerSm = 4;
 
   int multiprocessors_ = 132;
   int target_ctas_ = 264;
   int min_partition_ = kAttnMinPartition;
   std::vector<std::pair<int, int>> prefill_targets_;  // (head size and types, blocks)
+  std::vector<std::pair<int, int>> decode_targets_;   // (head size, types and group, blocks)
 };
 
 }  // namespace infercept::cuda

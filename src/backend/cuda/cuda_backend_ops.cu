@@ -173,7 +173,7 @@ void CudaBackend::self_attention_project(const Tensor& x, const Weight& norm, fl
     const auto& s = static_cast<CudaKvStorage&>(kv);
     a = attn_geometry(qkv[0].out, s, layer, out, n_heads, scale);
     std::memset(&r, 0, sizeof r);
-    r.group_split = group_split(n_heads, s.geometry());
+    r.group_split = group_split(n_heads, s.geometry(), b);
     const int n_groups = (int)n * a.n_kv_heads * r.group_split;
     r.parts = project_parts(b, n_groups);
     fits = n * n_heads * r.parts <= scratch_pairs_ &&
@@ -226,9 +226,19 @@ int CudaBackend::project_parts(const AttentionBatch& b, int n_groups) const {
 
 // Blocks a KV head's query group is cut across (DecodeRopeArgs::group_split): the largest
 // divisor of the group up to CudaBackendOptions::attn_group_split, by default up to half the
-// group.
-int CudaBackend::group_split(int64_t n_heads, const KvGeometry& g) const {
+// group; by default not cut at all for two rows or more where a row reads kLongContextKeys
+// keys or more and one block can take the whole group (at most 4 heads): there every block's
+// share of the KV comes from L2 to each block of its group, which at 128k moved 2.7x the DRAM
+// bytes through L2. Measured on an H100 at 128k with the wider decode grid
+// (AttentionPlanner::kDecodeWideMinRows): bf16 batch 2 19.4 against 21.4 ms, batch 1 17.2
+// against 13.2 ms, so a single row keeps the cut (docs/PERF.md, "Long contexts").
+int CudaBackend::group_split(int64_t n_heads, const KvGeometry& g, const AttentionBatch& b) const {
   const int group = (int)(n_heads / g.n_kv_heads);
+  if (opt_.attn_group_split == 0 && group <= 4 && b.ctx_len.size() >= 2) {
+    int32_t longest = 0;
+    for (int32_t c : b.ctx_len) longest = std::max(longest, c);
+    if (longest >= kLongContextKeys) return 1;
+  }
   const int split_max = opt_.attn_group_split > 0 ? opt_.attn_group_split : group / 2;
   int split = 1;
   for (int d = 1; d <= split_max; ++d)
@@ -266,7 +276,7 @@ void CudaBackend::project_for_fused_attention(
   r.neox = p.neox ? 1 : 0;
   r.parts = parts;
   // The partitions do not depend on the split, so a split changes no bit of the output.
-  r.group_split = group_split(n_heads, g);
+  r.group_split = group_split(n_heads, g, b);
   if (ready != nullptr) {
     r.ready = ready;
     r.passed = ready + g.n_kv_heads;
