@@ -184,9 +184,8 @@ struct Case {
 
 // The kernels a case runs on: the mma.sync kernel, and where it handles the case the wgmma
 // kernel (the backend's choice there).
-enum class Kernel { mma_sync, wgmma };
-const char* kernel_name(Kernel k) {
-  return k == Kernel::mma_sync ? "mma.sync" : "wgmma";
+const char* kernel_name(PrefillKernel k) {
+  return k == PrefillKernel::mma_sync ? "mma.sync" : "wgmma";
 }
 
 const char* dn(DType t) {
@@ -207,7 +206,7 @@ T* dalloc(size_t n) {
   return p;
 }
 
-Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int reps) {
+Result run_case(const Case& c, PrefillKernel kernel, uint64_t seed, int warmup, int reps) {
   Result res;
   std::mt19937_64 rng(seed);
   const int n_seqs = (int)c.q_lens.size(), bs = c.block_size, hd = c.hd;
@@ -314,19 +313,9 @@ Result run_case(const Case& c, Kernel kernel, uint64_t seed, int warmup, int rep
   a.scale = 1.0f / std::sqrt((float)hd);
   a.partial_acc = d_partial_acc;
   a.partial_ml = d_partial_ml;
-  auto run = [&] {
-    if (!plan.combines.empty()) {  // the kernel, then the merge of the split tiles' parts
-      if (kernel == Kernel::mma_sync)
-        attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
-      else
-        attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0);
-      attention_combine(a, d_combines, (int)plan.combines.size(), plan.max_combine_rows, 0);
-      return;
-    }
-    if (kernel == Kernel::mma_sync)
-      attention_prefill(a, d_tiles, (int)tiles.size(), 0, PrefillKernel::mma_sync);
-    else
-      attention_prefill_wgmma(a, d_tiles, (int)tiles.size(), 0);
+  auto run = [&] {  // the kernel, then the merge of split tiles' parts (none: returns)
+    attention_prefill(a, d_tiles, (int)tiles.size(), 0, kernel);
+    attention_combine(a, d_combines, (int)plan.combines.size(), plan.max_combine_rows, 0);
   };
   run();
   CK(cudaDeviceSynchronize());
@@ -576,9 +565,9 @@ int main(int argc, char** argv) {
       }
       if (!hit) continue;
     }
-    std::vector<Kernel> kernels = {Kernel::mma_sync};
-    if (wgmma_prefill_handles(c.act, c.kv, c.hd)) kernels.push_back(Kernel::wgmma);
-    for (Kernel kernel : kernels) {
+    std::vector<PrefillKernel> kernels = {PrefillKernel::mma_sync};
+    if (wgmma_prefill_handles(c.act, c.kv, c.hd)) kernels.push_back(PrefillKernel::wgmma);
+    for (PrefillKernel kernel : kernels) {
       const Result r = run_case(c, kernel, seed + 7919 * idx, warmup, reps);
       all = all && r.pass;
       char heads[16], dt[16], ms[16], tf[16];

@@ -675,7 +675,8 @@ TEST(CudaOps, SelfAttentionProjectRunsTheOutputProjectionInTheAttentionsLaunch) 
   // partitions a row on an H200's grid, so both GPU backends take them apart.
   self_attention_project_case(32, 8, 128, true, {700, 2100});
   self_attention_project_case(40, 40, 128, true, {1025, 1025});
-  // Two rows past kLongContextKeys: each KV head's whole group in one block; one row: cut.
+  // Two rows past AttentionPlanner::kLongDecodeKeys: each KV head's whole group in one block; one
+  // row: cut.
   self_attention_project_case(32, 8, 128, true, {20000, 17000});
   self_attention_project_case(32, 8, 128, true, {20000});
 }
@@ -688,7 +689,7 @@ TEST(CudaOps, SelfAttentionFoldsRopeAndStoreIntoTheDecodeKernel) {
   self_attention_case(8, 4, 32, true, {50, 3});        // the tiny shape
   // Past kFusedDecodeMaxRows (2): the composed ops on both GPU backends.
   self_attention_case(8, 4, 32, true, {50, 3, 700, 33, 16, 17, 200, 1000});
-  // Past kLongContextKeys and AttentionPlanner::kDecodeWideKeys: the group in one block (two
+  // Past AttentionPlanner::kLongDecodeKeys: the group in one block (two
   // rows), and the composed ops' decode rows split to fill the decode kernel's blocks in one
   // wave (four rows).
   self_attention_case(32, 8, 128, true, {20000, 18000});
@@ -1378,7 +1379,7 @@ TEST(CudaOps, Fp8AttentionMatchesTheCpuBackendOverTheSameCache) {
       {9, 3, 64, {5, 1, 1, 70}, {300, 64, 1, 70}, bf},
       {8, 4, 32, {1, 3, 1}, {50, 3, 700}, bf},
       {32, 2, 128, {1, 1}, {300, 1000}, bf},  // a group of 16: the general kernel
-      // Past AttentionPlanner::kDecodeWideKeys: one row on the usual grid; two rows split to
+      // Past AttentionPlanner::kLongDecodeKeys: one row on the usual grid; two rows split to
       // fill the decode kernel's resident blocks in one wave.
       {32, 8, 128, {1}, {20000}, bf},
       {32, 8, 128, {1, 1}, {17000, 300}, bf},

@@ -487,8 +487,6 @@ struct WorkItem {
   int32_t q_end;
 };
 
-}  // namespace
-
 // Query heads [h0, h0 + n) of `row` into dst [n, hd]. With an f16 cache they are rounded to
 // f16 and back: the cache holds f16 keys, and rounding q the same way keeps the score
 // arithmetic what a f16 K*Q product computes (and what llama.cpp computes).
@@ -566,6 +564,8 @@ void decode_row_phased(ThreadPool& pool, const float* qall, const PagedKvView& k
     }
   });
 }
+
+}  // namespace
 
 void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
                          const AttentionBatch& batch, int64_t n_heads, float scale, Tensor out,
@@ -648,10 +648,7 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
         buf.k.resize((size_t)(kPosChunk * width));
         buf.scores.resize((size_t)(n_heads * n_pos));
         buf.qall.resize((size_t)(n_heads * hd));
-        for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
-          round_q(row, kvh);
-          std::copy(buf.qh.begin(), buf.qh.end(), buf.qall.begin() + kvh * group * hd);
-        }
+        round_q_heads(q, row, 0, n_heads, hd, f16, buf.qall.data());
         if (!llama) {
           // Keys, then values, stream through the L1 buffer; chunk c + 1 (of K, then of V) is
           // prefetched while chunk c is computed, one share after each query head.

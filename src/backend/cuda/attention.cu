@@ -405,27 +405,43 @@ void launch_combine(const AttnArgs& a, const AttnCombine* combines, int n, int m
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, typename KV, int HD, int GMAX, int W>
-void launch_decode_warps(const AttnArgs& a, dim3 grid, cudaStream_t s) {
-  constexpr size_t smem = DecodeKernelSmem<KV, HD, GMAX, W>::kBytes;
-  static_assert(sizeof(float) * W * GMAX * HD <= DecodeStage<KV, HD, W>::kBytes,
-                "the merge buffer reuses the value stages");
-  static bool configured = false;  // per instantiation
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, KV, HD, GMAX, W>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    configured = true;
-  }
-  launch_kernel(decode_kernel<T, KV, HD, GMAX, W>, grid, dim3(32 * W), smem, s,
-                a.prewait != 0 && programmatic_launch(), a);
-}
-
 // Four warps a block, three blocks a multiprocessor. Six warps (two blocks) were 7-13% faster
 // at batch 32-128 while the kernel's small arrays were static shared memory and are as fast
 // as four since they follow the stages (DecodeKernelSmem).
+constexpr int kDecodeWarps = 4;
+
+// Calls f(std::integral_constant<int, GMAX>{}) with the decode kernel's room for a query group
+// of `group` heads (1, 2, 4 or 8).
+template <typename F>
+auto with_decode_group(int group, F&& f) {
+  if (group <= 1) return f(std::integral_constant<int, 1>{});
+  if (group <= 2) return f(std::integral_constant<int, 2>{});
+  if (group <= 4) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 8>{});
+}
+
+// The decode kernel for these types, head size and group room, its shared memory allowed
+// (once per instantiation); returns its dynamic shared memory in bytes.
+template <typename T, typename KV, int HD, int GMAX>
+size_t configure_decode() {
+  constexpr size_t smem = DecodeKernelSmem<KV, HD, GMAX, kDecodeWarps>::kBytes;
+  static_assert(
+      sizeof(float) * kDecodeWarps * GMAX * HD <= DecodeStage<KV, HD, kDecodeWarps>::kBytes,
+      "the merge buffer reuses the value stages");
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, KV, HD, GMAX, kDecodeWarps>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    configured = true;
+  }
+  return smem;
+}
+
 template <typename T, typename KV, int HD, int GMAX>
 void launch_decode(const AttnArgs& a, dim3 grid, cudaStream_t s) {
-  launch_decode_warps<T, KV, HD, GMAX, 4>(a, grid, s);
+  const size_t smem = configure_decode<T, KV, HD, GMAX>();
+  launch_kernel(decode_kernel<T, KV, HD, GMAX, kDecodeWarps>, grid, dim3(32 * kDecodeWarps), smem,
+                s, a.prewait != 0 && programmatic_launch(), a);
 }
 
 template <typename T, typename KV, int HD>
@@ -451,15 +467,9 @@ void launch(const AttnArgs& a, cudaStream_t s) {
     AttnArgs d = a;
     d.items = a.decode_items;
     dim3 grid((unsigned)a.n_decode_items, (unsigned)a.n_kv_heads);
-    const int group = a.n_heads / a.n_kv_heads;
-    if (group <= 1)
-      launch_decode<T, KV, HD, 1>(d, grid, s);
-    else if (group <= 2)
-      launch_decode<T, KV, HD, 2>(d, grid, s);
-    else if (group <= 4)
-      launch_decode<T, KV, HD, 4>(d, grid, s);
-    else
-      launch_decode<T, KV, HD, 8>(d, grid, s);
+    with_decode_group(a.n_heads / a.n_kv_heads, [&](auto gmax) {
+      launch_decode<T, KV, HD, decltype(gmax)::value>(d, grid, s);
+    });
   }
   if (a.n_combines > 0) launch_combine<T>(a, a.combines, a.n_combines, kMaxPairs, s);
 }
@@ -480,22 +490,15 @@ void launch_hd(const AttnArgs& a, cudaStream_t s) {
 
 template <typename T, typename KV>
 int decode_blocks_per_sm_typed(int head_dim, int group) {
-  auto per_sm = [](auto kernel, size_t smem) {
-    int n = 0;
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * 4, smem));
-    return std::max(1, n);
-  };
   auto by_group = [&](auto hd) {
-    constexpr int HD = decltype(hd)::value;
-    if (group <= 1)
-      return per_sm(decode_kernel<T, KV, HD, 1, 4>, DecodeKernelSmem<KV, HD, 1, 4>::kBytes);
-    if (group <= 2)
-      return per_sm(decode_kernel<T, KV, HD, 2, 4>, DecodeKernelSmem<KV, HD, 2, 4>::kBytes);
-    if (group <= 4)
-      return per_sm(decode_kernel<T, KV, HD, 4, 4>, DecodeKernelSmem<KV, HD, 4, 4>::kBytes);
-    return per_sm(decode_kernel<T, KV, HD, 8, 4>, DecodeKernelSmem<KV, HD, 8, 4>::kBytes);
+    return with_decode_group(group, [](auto gmax) {
+      constexpr int HD = decltype(hd)::value, GMAX = decltype(gmax)::value;
+      const size_t smem = configure_decode<T, KV, HD, GMAX>();
+      int n = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &n, decode_kernel<T, KV, HD, GMAX, kDecodeWarps>, 32 * kDecodeWarps, smem));
+      return std::max(1, n);
+    });
   };
   if (head_dim == 32) return by_group(std::integral_constant<int, 32>{});
   if (head_dim == 64) return by_group(std::integral_constant<int, 64>{});

@@ -35,6 +35,16 @@ int AttentionPlanner::prefill_target(DType act, const KvGeometry& g) {
   return prefill_targets_.back().second;
 }
 
+bool AttentionPlanner::long_decode(const AttentionBatch& b) {
+  if (b.q_len.size() < kLongDecodeMinRows) return false;
+  int32_t longest = 0;
+  for (size_t i = 0; i < b.q_len.size(); ++i) {
+    if (b.q_len[i] != 1) return false;
+    longest = std::max(longest, b.ctx_len[i]);
+  }
+  return longest >= kLongDecodeKeys;
+}
+
 StepAttentionPlan AttentionPlanner::plan(const AttentionBatch& b, int n_heads, const KvGeometry& g,
                                          DType act, bool tensor_cores, int64_t scratch_pairs) {
   StepAttentionPlan p;
@@ -43,15 +53,8 @@ StepAttentionPlan AttentionPlanner::plan(const AttentionBatch& b, int n_heads, c
     for (int32_t& n : rest_q_len)
       if (n >= kPrefillMinQLen) n = 0;
   int paged_target = target_ctas_;
-  bool decode_only = !b.q_len.empty();
-  int32_t longest = 0;
-  for (size_t i = 0; i < b.q_len.size(); ++i) {
-    decode_only = decode_only && b.q_len[i] == 1;
-    longest = std::max(longest, b.ctx_len[i]);
-  }
   const int group = n_heads / (int)g.n_kv_heads;
-  if (decode_only && b.q_len.size() >= kDecodeWideMinRows && longest >= kDecodeWideKeys &&
-      group <= 8) {
+  if (group <= 8 && long_decode(b)) {
     // plan_attention gives a row ceil(target / base) parts: a multiple of the rows' blocks
     // keeps them all in one wave.
     const int cap = decode_target(act, g, group);

@@ -44,6 +44,18 @@ class AttentionPlanner {
   StepAttentionPlan plan(const AttentionBatch& b, int n_heads, const KvGeometry& g, DType act,
                          bool tensor_cores, int64_t scratch_pairs);
 
+  // Whether batch `b` takes the long-context decode forms: decode rows alone, at least
+  // kLongDecodeMinRows of them, one reading kLongDecodeKeys keys or more. There the paged
+  // kernels split the rows into as many partitions as fill decode_target() rather than
+  // target_ctas() (at 128k the decode kernel's two blocks a multiprocessor held 8 warps each
+  // waiting out its own chunk's loads), and the fused decode forms take a KV head's whole query
+  // group in one block (CudaBackend::group_split). Measured on an H100 at 128k (docs/PERF.md,
+  // "Long contexts"): bf16 batch 2 -10%, fp8 batch 4 -14%; one row was slower with both (the
+  // finer partitions' merge and half the blocks over the same bytes), so it keeps neither.
+  static bool long_decode(const AttentionBatch& b);
+  static constexpr int32_t kLongDecodeKeys = 16384;
+  static constexpr size_t kLongDecodeMinRows = 2;
+
  private:
   // Blocks of the tensor-core kernel that fill the chip: its occupancy for these types and
   // head size (asked once each) x SMs, at most target_ctas().
@@ -51,14 +63,6 @@ class AttentionPlanner {
   // Blocks of the decode kernel that fill the chip in one wave: its occupancy for these types,
   // head size and group (asked once each) x SMs, at most kDecodeMostBlocksPerSm x SMs.
   int decode_target(DType act, const KvGeometry& g, int group);
-  // A decode-only step of at least kDecodeWideMinRows rows over a context this long splits its
-  // rows into as many partitions as fill decode_target() (target_ctas() otherwise): at 128k the
-  // decode kernel's two blocks a multiprocessor held 8 warps each waiting out its own chunk's
-  // loads. Measured on an H100 at 128k (docs/PERF.md, "Long contexts"): faster from two rows
-  // (bf16 batch 2 -10%, fp8 batch 4 -15%), slower at one (the finer partitions' merge costs
-  // more than the wave gains), so a single row keeps target_ctas().
-  static constexpr int32_t kDecodeWideKeys = 16384;
-  static constexpr size_t kDecodeWideMinRows = 2;
   static constexpr int kDecodeMostBlocksPerSm = 4;
 
   int multiprocessors_ = 132;

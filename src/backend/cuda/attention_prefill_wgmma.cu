@@ -128,10 +128,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m0 = kNegInf, m1 = kNegInf, l0 = 0.0f, l1 = 0.0f;  // raw-score max, partial sums
 
-  // S = Q K^T of tile j (raw scores), issued, not waited for; first the fence that orders
-  // the registers written since the last product (O rescaled, P written) before it and any
-  // product issued after it.
-  auto issue_qk = [&](int j, float(&s)[64]) {
+  // S = Q K^T of tile j (raw scores), waited for; first the fence that orders the registers
+  // written since the last product (O rescaled) before it.
+  auto qk = [&](int j, float(&s)[64]) {
     const uint32_t stage = stage_of(j);
 #pragma unroll
     for (int i = 0; i < 64; ++i) s[i] = 0.0f;
@@ -144,18 +143,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::mma_m64n128k16_ss<T, 0>(s, da, db, kk > 0);
     }
     wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
   };
-  // O += P V of tile j, issued, not waited for: V's rows (keys) are the product's K, its
-  // columns (head dims) the N, read N-major (lbo steps between the two 64-column halves, sbo
-  // between 8-key groups).
-  auto issue_pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
+  // O += P V of tile j, waited for: V's rows (keys) are the product's K, its columns (head
+  // dims) the N, read N-major (lbo steps between the two 64-column halves, sbo between 8-key
+  // groups); first the fence that orders P's registers before it.
+  auto pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
     const uint32_t stage = stage_of(j);
+    wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
       const uint32_t addr = sV + stage + (uint32_t)kk * 16u * 128u;
       wgmma::mma_m64n128k16_rs<T, 1>(o, p[kk], wgmma::desc_sw128(addr, kHalf, 1024), 1);
     }
     wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
   };
   // Masks: keys outside the partition, and keys after a row's position. tile_masked: whether
   // tile j holds a key some row does not see.
@@ -223,13 +227,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   issue(j0);
   cp_async_commit();  // group: Q + the first key tile
   if (j0 + 1 < n_kt) fetch(j0 + 1);
-  // O += P V of tile j, waited for.
-  auto run_pv = [&](int j, const uint32_t(&p)[kN / 16][4]) {
-    wgmma::fence();
-    issue_pv(j, p);
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
-  };
   // Waits for tile j's loads, then queues tile j + 1's into the stage that every warpgroup is
   // done with: tile j - 1's.
   auto next_tile = [&](int j) {
@@ -247,15 +244,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     next_tile(j);
     if (!has_rows) continue;
     float s[64];
-    issue_qk(j, s);
-    wgmma::wait<0>();
-    wgmma::fence_operands(s);
+    qk(j, s);
     mask_in_place(j, s);
     uint32_t p[kN / 16][4];  // P as A fragments, one per 16-key step
     float corr0, corr1;
     softmax(s, p, corr0, corr1);
     rescale(corr0, corr1);
-    run_pv(j, p);
+    pv(j, p);
   }
 
   // ---- epilogue ----

@@ -69,9 +69,6 @@ using cuda::Staging;
 // whose products are GEMVs too. Measured on the H200 (PERF 4.5o): llama2-7b batch 1 -1..-2.5%,
 // batch 2 -3%, but batch 4 +5% (after cuBLASLt products) and batch 8 even.
 inline constexpr int64_t kFusedDecodeMaxRows = 2;
-// Keys a decode row reads from which the fused attention takes a KV head's whole query group
-// in one block (CudaBackend::group_split).
-inline constexpr int32_t kLongContextKeys = 16384;
 // The Q/K/V product's counters per KV head (GemvHeadSignal) for layers below kSignalLayers of
 // models with at most kSignalHeads KV heads: a counter and a "passed" count each, per layer.
 inline constexpr int64_t kSignalLayers = 256, kSignalHeads = 128;

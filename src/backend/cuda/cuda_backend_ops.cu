@@ -226,19 +226,13 @@ int CudaBackend::project_parts(const AttentionBatch& b, int n_groups) const {
 
 // Blocks a KV head's query group is cut across (DecodeRopeArgs::group_split): the largest
 // divisor of the group up to CudaBackendOptions::attn_group_split, by default up to half the
-// group; by default not cut at all for two rows or more where a row reads kLongContextKeys
-// keys or more and one block can take the whole group (at most 4 heads): there every block's
-// share of the KV comes from L2 to each block of its group, which at 128k moved 2.7x the DRAM
-// bytes through L2. Measured on an H100 at 128k with the wider decode grid
-// (AttentionPlanner::kDecodeWideMinRows): bf16 batch 2 19.4 against 21.4 ms, batch 1 17.2
-// against 13.2 ms, so a single row keeps the cut (docs/PERF.md, "Long contexts").
+// group; by default not cut at all in the long-context decode forms
+// (AttentionPlanner::long_decode) where one block can take the whole group (at most 4 heads):
+// there every block's share of the KV comes from L2 to each block of its group, which at 128k
+// moved 2.7x the DRAM bytes through L2.
 int CudaBackend::group_split(int64_t n_heads, const KvGeometry& g, const AttentionBatch& b) const {
   const int group = (int)(n_heads / g.n_kv_heads);
-  if (opt_.attn_group_split == 0 && group <= 4 && b.ctx_len.size() >= 2) {
-    int32_t longest = 0;
-    for (int32_t c : b.ctx_len) longest = std::max(longest, c);
-    if (longest >= kLongContextKeys) return 1;
-  }
+  if (opt_.attn_group_split == 0 && group <= 4 && cuda::AttentionPlanner::long_decode(b)) return 1;
   const int split_max = opt_.attn_group_split > 0 ? opt_.attn_group_split : group / 2;
   int split = 1;
   for (int d = 1; d <= split_max; ++d)

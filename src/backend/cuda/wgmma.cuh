@@ -49,15 +49,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// The same for A fragments in registers: called after the wait that ends their product, it
-// keeps them live (and so unchanged) while the product runs.
-template <int M, int N>
-__device__ __forceinline__ void fence_operands(uint32_t (&a)[M][N]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i)
-#pragma unroll
-    for (int j = 0; j < N; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
-}
 
 // The 64 f32 accumulators of an m64n128 product: their place in the instruction (%0..%63) and
 // their asm operands.
