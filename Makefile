@@ -123,7 +123,7 @@ SANITIZER_ENV := \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(CURDIR)/$(SANITIZER_LOGS)/ubsan \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 test-asan: deps model
-	@$(MAKE) --no-print-directory pyenv BUILD=$(ASAN_BUILD)
+	@$(MAKE) --no-print-directory pyenv chat-templates BUILD=$(ASAN_BUILD)
 	cmake -S . -B $(ASAN_BUILD) -DINFERCEPT_CUDA=OFF -DINFERCEPT_SANITIZE=ON -DINFERCEPT_FUZZ=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@rm -rf $(SANITIZER_LOGS) && mkdir -p $(SANITIZER_LOGS)
