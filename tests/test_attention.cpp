@@ -48,6 +48,14 @@ Cache make_cache(std::mt19937& rng, int64_t n_pos, int64_t block_size, int64_t n
   return c;
 }
 
+// n values drawn from N(0, 1): query rows.
+std::vector<float> normal_values(std::mt19937& rng, int64_t n) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v((size_t)n);
+  for (auto& e : v) e = nd(rng);
+  return v;
+}
+
 // Scalar models of llama.cpp's CPU attention arithmetic (flash attention off, f16 cache),
 // for the AVX-512 orders the backend reproduces (a build without AVX-512 has none to test).
 #if INFERCEPT_VEC_AVX512
@@ -229,9 +237,7 @@ TEST(PagedAttentionCpu, LongDecodeRowOnEveryThreadKeepsItsBits) {
   for (const S& s : {S{2100, 16, 3, 3, 64}, S{1500, 16, 2, 4, 128}, S{1300, 32, 1, 2, 24}}) {
     const int64_t n_heads = s.n_kv_heads * s.group, cols = n_heads * s.head_dim;
     Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, s.head_dim);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<float> q((size_t)(s.n_pos * cols));
-    for (auto& e : q) e = nd(rng);
+    const std::vector<float> q = normal_values(rng, s.n_pos * cols);
     const std::vector<float> prefill = run_rows(two, c, q, n_heads, 0, s.n_pos);
     for (int64_t r : {(int64_t)1023, (int64_t)1024, s.n_pos - 2, s.n_pos - 1}) {
       const std::vector<float> lone = run_rows(one, c, q, n_heads, r, 1);
@@ -242,6 +248,78 @@ TEST(PagedAttentionCpu, LongDecodeRowOnEveryThreadKeepsItsBits) {
         ASSERT_EQ(lone[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
         ASSERT_EQ(split2[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
         ASSERT_EQ(split3[(size_t)i], want) << "n_pos " << s.n_pos << " row " << r << " col " << i;
+      }
+    }
+  }
+}
+
+// A step of several sequences over one cache (sharing its blocks, as prefix-cached requests
+// do): sequence s has q_lens[s] query rows ending at position ctx_lens[s] - 1, its query rows
+// taken from q at those positions. Returns the output rows in the step's order.
+std::vector<float> run_step(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
+                            int64_t n_heads, const std::vector<int32_t>& q_lens,
+                            const std::vector<int32_t>& ctx_lens) {
+  const int64_t cols = n_heads * c.g.head_dim;
+  const int32_t n_seqs = (int32_t)q_lens.size();
+  std::vector<int32_t> q_start;
+  std::vector<float> qrows;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    q_start.push_back((int32_t)(qrows.size() / (size_t)cols));
+    const int64_t first = ctx_lens[(size_t)s] - q_lens[(size_t)s];
+    qrows.insert(qrows.end(), q.begin() + first * cols, q.begin() + ctx_lens[(size_t)s] * cols);
+  }
+  const int64_t rows = (int64_t)(qrows.size() / (size_t)cols);
+  std::vector<float> out(qrows.size(), -1.f);
+  Tensor qt{qrows.data(), DType::f32, rows, cols, cols};
+  Tensor ot{out.data(), DType::f32, rows, cols, cols};
+  AttentionBatch b;
+  b.n_seqs = n_seqs;
+  b.q_start = q_start;
+  b.q_len = q_lens;
+  b.ctx_len = ctx_lens;
+  std::vector<int32_t> tables;
+  for (int32_t s = 0; s < n_seqs; ++s) tables.insert(tables.end(), c.table.begin(), c.table.end());
+  b.block_tables = tables;
+  b.max_blocks = (int32_t)c.table.size();
+  PagedKvView view{reinterpret_cast<const uint8_t*>(c.k.data()),
+                   reinterpret_cast<const uint8_t*>(c.v.data()), c.g};
+  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot);
+  return out;
+}
+
+// Steps whose decode rows are unequal (a long row beside short ones, with and without a
+// prefill chunk, more rows than threads) spread their decode rows over every thread of the
+// pool: each row keeps the bits it has inside a prefill chunk, whatever the pool's size.
+TEST(PagedAttentionCpu, UnequalDecodeRowsOnEveryThreadKeepTheirBits) {
+  std::mt19937 rng(33);
+  ThreadPool one(1), two(2), three(3), four(4);
+  struct S {
+    int64_t n_pos, block_size, n_kv_heads, group, head_dim;
+  };
+  struct Step {
+    std::vector<int32_t> q_lens, ctx_lens;
+  };
+  for (const S& s : {S{2200, 16, 3, 3, 64}, S{1600, 32, 2, 4, 128}}) {
+    const int64_t n_heads = s.n_kv_heads * s.group, cols = n_heads * s.head_dim;
+    Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, s.head_dim);
+    const std::vector<float> q = normal_values(rng, s.n_pos * cols);
+    const std::vector<float> prefill = run_rows(two, c, q, n_heads, 0, s.n_pos);
+    const int32_t n = (int32_t)s.n_pos;
+    for (const Step& step :
+         {Step{{1, 1}, {n, 300}},                         // a long row and a short
+          Step{{1, 1, 1, 1, 1}, {n, 40, 1500, 7, 1100}},  // more rows than threads
+          Step{{1, 8, 1}, {n - 5, 108, 600}}}) {          // a prefill chunk among them
+      for (ThreadPool* pool : {&one, &two, &three, &four}) {
+        const std::vector<float> out = run_step(*pool, c, q, n_heads, step.q_lens, step.ctx_lens);
+        int64_t row = 0;
+        for (size_t i = 0; i < step.q_lens.size(); ++i)
+          for (int32_t r = 0; r < step.q_lens[i]; ++r, ++row) {
+            const int64_t pos = step.ctx_lens[i] - step.q_lens[i] + r;
+            for (int64_t j = 0; j < cols; ++j)
+              ASSERT_EQ(out[(size_t)(row * cols + j)], prefill[(size_t)(pos * cols + j)])
+                  << "threads " << pool->size() << " sequence " << i << " position " << pos
+                  << " col " << j;
+          }
       }
     }
   }

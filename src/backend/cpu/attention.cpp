@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -504,63 +505,183 @@ void round_q_heads(const Tensor& q, int64_t row, int64_t h0, int64_t n, int64_t 
   }
 }
 
-// Decode rows at least this long are spread over every thread when the step has fewer decode
-// rows than threads (decode_row_phased): one work item a row leaves threads idle (SmolLM2-135M
-// at batch 1 and an 8,000-token context on the 2-core development machine: 31.4 ms a step on
-// 2 threads, 31.6 on 1; 27.9 with the row on both). With as many rows as threads or more the
-// items already fill the pool, and each phased row's three parallel regions cost more than
-// they gain (batch 2 there: 50.3 ms phased against 32.9).
+// Decode rows are spread over every thread (decode_rows_phased) when one work item a row would
+// leave threads waiting for the longest: a row alone on the pool, or a long row beside short
+// ones (SmolLM2-135M on the 2-core development machine, a 4,000-position row beside 1-3 of
+// 500: 21-23 ms a step as items, 16-20 spread). Where the items already balance (two equal rows on
+// two threads) the three parallel regions and the scores' round trip through shared memory only
+// cost, so it is taken when the items' greedy schedule is at least kPhasedMinGain times an even
+// share and the longest decode row has at least kPhasedMinPositions (below that the regions' fork
+// and join are a visible share).
 constexpr int64_t kPhasedMinPositions = 1024;
+constexpr double kPhasedMinGain = 1.15;
 
-// One decode row's attention in the default order on every thread of the pool, in three
-// phases whose arithmetic is the one-item path's (a row's bits do not depend on the path):
-// the scores of whole kPosChunk-position chunks (the chunks split among the threads), the
-// softmax of each query head and P*V (the heads split): each output element is the same FMA
-// chain in position order, continued chunk by chunk.
-void decode_row_phased(ThreadPool& pool, const float* qall, const PagedKvView& kv,
-                       const int32_t* table, int64_t n_pos, int64_t n_heads, float scale,
-                       float* out_row, const std::atomic<bool>* stop) {
+// The cost of attention work in query-head positions (a query head's score and value pass over
+// one position): what decides between the two decode paths.
+struct ItemCost {
+  bool decode;
+  double cost;
+};
+
+// The longest thread's load when the items go, in order, each to the least loaded thread: the
+// pool's next-item counter hands them out that way.
+double greedy_makespan(const std::vector<ItemCost>& items, int nt, bool decode, bool prefill) {
+  std::vector<double> load((size_t)nt, 0.0);
+  for (const ItemCost& c : items) {
+    if (c.decode ? !decode : !prefill) continue;
+    *std::min_element(load.begin(), load.end()) += c.cost;
+  }
+  return *std::max_element(load.begin(), load.end());
+}
+
+// [begin, end) of items whose weights' running sum starts in thread t's even share: contiguous
+// ranges of about equal weight, the same on every call with the same weights.
+std::pair<size_t, size_t> weighted_share(const std::vector<int64_t>& prefix, int t, int nt) {
+  // prefix[i]: the weight of the items before item i; prefix.back(): the total.
+  const int64_t total = prefix.back();
+  auto first_at = [&](int k) {
+    const auto it = std::lower_bound(prefix.begin(), prefix.end() - 1, 0, [&](int64_t p, int) {
+      return p * (int64_t)nt < total * (int64_t)k;
+    });
+    return (size_t)(it - prefix.begin());
+  };
+  return {first_at(t), t + 1 == nt ? prefix.size() - 1 : first_at(t + 1)};
+}
+
+// One decode row of decode_rows_phased.
+struct PhasedRow {
+  int64_t row;           // its query (and output) row
+  const int32_t* table;  // its block table
+  int64_t n_pos;         // positions it attends to
+  int64_t scores_at;     // its [n_heads, n_pos] scores in the shared buffer
+};
+
+// Decode rows' attention in the default order on every thread of the pool, in three phases
+// whose arithmetic is the one-item path's (a row's bits do not depend on the path): the scores
+// of whole kPosChunk-position chunks (all rows' chunks split among the threads), the softmax of
+// each (row, query head) and P*V (the (row, query head) pairs split by positions): each output
+// element is the same FMA chain in position order, continued chunk by chunk.
+void decode_rows_phased(ThreadPool& pool, const Tensor& q, const PagedKvView& kv,
+                        std::vector<PhasedRow>& rows, int64_t n_heads, float scale, Tensor out,
+                        const std::atomic<bool>* stop) {
   const KvGeometry& g = kv.g;
   const int64_t hd = g.head_dim, width = g.n_kv_heads * hd, group = n_heads / g.n_kv_heads;
   const bool f16 = g.dtype == DType::f16;
-  const int64_t n_chunks = (n_pos + kPosChunk - 1) / kPosChunk;
-  // The calling thread's buffer, shared with the pool through a pointer (a thread_local named
+  const size_t n_rows = rows.size();
+  // The calling thread's buffers, shared with the pool through pointers (a thread_local named
   // inside the lambdas would be each worker's own).
-  thread_local std::vector<float> scores_buf;
-  scores_buf.resize((size_t)(n_heads * n_pos));
+  thread_local std::vector<float> scores_buf, q_buf;
+  int64_t n_scores = 0;
+  for (PhasedRow& r : rows) r.scores_at = n_scores, n_scores += n_heads * r.n_pos;
+  scores_buf.resize((size_t)n_scores);
+  q_buf.resize(n_rows * (size_t)(n_heads * hd));
   float* const scores = scores_buf.data();
+  float* const qall = q_buf.data();
+  for (size_t i = 0; i < n_rows; ++i)
+    round_q_heads(q, rows[i].row, 0, n_heads, hd, f16, qall + i * (size_t)(n_heads * hd));
   auto stopped = [&] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+
+  // Scores: the rows' chunks in one list, weighted by their positions.
+  std::vector<int64_t> chunk_prefix{0};
+  std::vector<std::pair<int32_t, int64_t>> chunks;  // (row index, first position)
+  for (size_t i = 0; i < n_rows; ++i)
+    for (int64_t p0 = 0; p0 < rows[i].n_pos; p0 += kPosChunk) {
+      chunks.push_back({(int32_t)i, p0});
+      chunk_prefix.push_back(chunk_prefix.back() + std::min(kPosChunk, rows[i].n_pos - p0));
+    }
+  // A chunk's keys are prefetched while the chunk before it is computed (LinePrefetch).
+  auto chunk_at = [&](size_t c) {
+    const PhasedRow& r = rows[(size_t)chunks[c].first];
+    return std::tuple<const PhasedRow&, int64_t, int64_t>(
+        r, chunks[c].second, std::min(kPosChunk, r.n_pos - chunks[c].second));
+  };
   pool.run([&](int t, int nt) {
     thread_local std::vector<float> k;
     k.resize((size_t)(kPosChunk * width));
-    for (int64_t c = n_chunks * t / nt; c < n_chunks * (t + 1) / nt && !stopped(); ++c) {
-      const int64_t p0 = c * kPosChunk, n = std::min(kPosChunk, n_pos - p0);
-      gather_slots(kv.k, g, table, p0, n, k.data());
-      for (int64_t hq = 0; hq < n_heads; ++hq)
-        head_scores(qall + hq * hd, k.data() + (hq / group) * hd, n, hd, width, scale,
-                    scores + hq * n_pos + p0, RowOrder::fast);
+    LinePrefetch pf;
+    const auto [c0, c1] = weighted_share(chunk_prefix, t, nt);
+    if (c0 < c1) {
+      const auto [r, p0, n] = chunk_at(c0);
+      pf.plan(kv.k, g, r.table, p0, n);
+      pf.issue(0, 1);
+    }
+    for (size_t c = c0; c < c1 && !stopped(); ++c) {
+      const auto [r, p0, n] = chunk_at(c);
+      const float* qr = qall + (size_t)chunks[c].first * (size_t)(n_heads * hd);
+      gather_slots(kv.k, g, r.table, p0, n, k.data());
+      if (c + 1 < c1) {
+        const auto [rn, pn, nn] = chunk_at(c + 1);
+        pf.plan(kv.k, g, rn.table, pn, nn);
+      } else {
+        pf.clear();
+      }
+      for (int64_t hq = 0; hq < n_heads; ++hq) {
+        head_scores(qr + hq * hd, k.data() + (hq / group) * hd, n, hd, width, scale,
+                    scores + r.scores_at + hq * r.n_pos + p0, RowOrder::fast);
+        pf.issue(hq, n_heads);
+      }
     }
   });
   if (stopped()) return;
+  // Softmax and P*V: the (row, query head) pairs in one list, weighted by the row's positions.
+  std::vector<int64_t> head_prefix{0};
+  for (size_t i = 0; i < n_rows; ++i)
+    for (int64_t h = 0; h < n_heads; ++h) head_prefix.push_back(head_prefix.back() + rows[i].n_pos);
+  auto pair_at = [&](size_t j) {
+    return std::pair<const PhasedRow&, int64_t>(rows[j / (size_t)n_heads],
+                                                (int64_t)(j % (size_t)n_heads));
+  };
   pool.run([&](int t, int nt) {
-    for (int64_t hq = t; hq < n_heads; hq += nt) softmax_weights(scores + hq * n_pos, n_pos, f16);
+    const auto [j0, j1] = weighted_share(head_prefix, t, nt);
+    for (size_t j = j0; j < j1; ++j) {
+      const auto [r, hq] = pair_at(j);
+      softmax_weights(scores + r.scores_at + hq * r.n_pos, r.n_pos, f16);
+    }
   });
-  // P*V: thread t takes query heads [n_heads t / nt, n_heads (t + 1) / nt), a KV head's
-  // values gathered once for the heads of its group in that range (weighted_rows_group: one
-  // FMA chain per element whichever heads share a pass).
+  // P*V: a thread's pairs of one row. A whole row streams its values' whole slots through an
+  // L1-sized buffer, the next chunk prefetched, as the one-item path does; a run of a row's
+  // heads within one KV head's group gathers that head's values (weighted_rows_group: one FMA
+  // chain per element whichever heads share a pass).
   pool.run([&](int t, int nt) {
     thread_local std::vector<float> v;
-    v.resize((size_t)(kPosChunk * hd));
-    const int64_t h_begin = n_heads * t / nt, h_end = n_heads * (t + 1) / nt;
-    for (int64_t h0 = h_begin; h0 < h_end && !stopped();) {
-      const int64_t kvh = h0 / group, h1 = std::min(h_end, (kvh + 1) * group);
-      for (int64_t p0 = 0; p0 < n_pos; p0 += kPosChunk) {
-        const int64_t n = std::min(kPosChunk, n_pos - p0);
-        gather_head(kv.v, g, table, p0, n, kvh, v.data());
-        weighted_rows_group(scores + h0 * n_pos + p0, n_pos, h1 - h0, v.data(), n, hd, hd,
-                            out_row + h0 * hd, p0 > 0);
+    v.resize((size_t)(kPosChunk * width));
+    LinePrefetch pf;
+    const auto [j0, j1] = weighted_share(head_prefix, t, nt);
+    for (size_t j = j0; j < j1 && !stopped();) {
+      const auto [r, h0] = pair_at(j);
+      const size_t row_end = (j / (size_t)n_heads + 1) * (size_t)n_heads;
+      if (h0 == 0 && row_end <= j1) {
+        float* dst = out.row<float>(r.row);
+        pf.plan(kv.v, g, r.table, 0, std::min(kPosChunk, r.n_pos));
+        pf.issue(0, 1);
+        for (int64_t p0 = 0; p0 < r.n_pos; p0 += kPosChunk) {
+          const int64_t n = std::min(kPosChunk, r.n_pos - p0);
+          gather_slots(kv.v, g, r.table, p0, n, v.data());
+          if (p0 + kPosChunk < r.n_pos)
+            pf.plan(kv.v, g, r.table, p0 + kPosChunk,
+                    std::min(kPosChunk, r.n_pos - p0 - kPosChunk));
+          else
+            pf.clear();
+          for (int64_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
+            weighted_rows_group(scores + r.scores_at + kvh * group * r.n_pos + p0, r.n_pos, group,
+                                v.data() + kvh * hd, n, hd, width, dst + kvh * group * hd, p0 > 0);
+            pf.issue(kvh, g.n_kv_heads);
+          }
+        }
+        j = row_end;
+        continue;
       }
-      h0 = h1;
+      const int64_t kvh = h0 / group;
+      const size_t group_end = j + (size_t)((kvh + 1) * group - h0);
+      const int64_t n_run = (int64_t)(std::min({j1, row_end, group_end}) - j);
+      float* dst = out.row<float>(r.row) + h0 * hd;
+      for (int64_t p0 = 0; p0 < r.n_pos; p0 += kPosChunk) {
+        const int64_t n = std::min(kPosChunk, r.n_pos - p0);
+        gather_head(kv.v, g, r.table, p0, n, kvh, v.data());
+        weighted_rows_group(scores + r.scores_at + h0 * r.n_pos + p0, r.n_pos, n_run, v.data(), n,
+                            hd, hd, dst, p0 > 0);
+      }
+      j += (size_t)n_run;
     }
   });
 }
@@ -576,39 +697,57 @@ void paged_attention_cpu(ThreadPool& pool, const Tensor& q, const PagedKvView& k
   CHECK(q.cols == n_heads * hd && out.cols == q.cols && out.rows == q.rows);
   const int64_t group = n_heads / g.n_kv_heads;
 
-  // Few decode rows: the long ones each on every thread (decode_row_phased), first.
+  // The work items: a decode row is one (all its KV heads: streamed whole slots), a prefill
+  // row range one per KV head and kQueryChunk rows.
   const bool llama = order == AttentionOrder::llama_cpp;
-  std::vector<char> phased((size_t)batch.n_seqs, 0);
-  if (!llama && pool.size() > 1) {
-    int64_t decode_rows = 0;
-    for (int32_t s = 0; s < batch.n_seqs; ++s) decode_rows += batch.q_len[(size_t)s] == 1;
-    if (decode_rows < (int64_t)pool.size()) {
-      std::vector<float> qall((size_t)(n_heads * hd));
-      for (int32_t s = 0; s < batch.n_seqs; ++s) {
-        if (batch.q_len[(size_t)s] != 1 || batch.ctx_len[(size_t)s] < kPhasedMinPositions) continue;
-        phased[(size_t)s] = 1;
-        const int64_t row = batch.q_start[(size_t)s];
-        round_q_heads(q, row, 0, n_heads, hd, g.dtype == DType::f16, qall.data());
-        decode_row_phased(pool, qall.data(), kv,
-                          batch.block_tables.data() + (size_t)s * (size_t)batch.max_blocks,
-                          batch.ctx_len[(size_t)s], n_heads, scale, out.row<float>(row), stop);
-      }
-    }
-  }
-
   std::vector<WorkItem> items;
+  std::vector<ItemCost> costs;
+  int64_t longest_decode = 0;
   for (int32_t s = 0; s < batch.n_seqs; ++s) {
     const int32_t ql = batch.q_len[(size_t)s];
-    CHECK(batch.ctx_len[(size_t)s] >= ql && ql >= 0);
-    if (phased[(size_t)s]) continue;
+    const int64_t ctx = batch.ctx_len[(size_t)s];
+    CHECK(ctx >= ql && ql >= 0);
     if (ql == 1) {  // decode: one item for all kv heads (kv_head -1), see below
       items.push_back({s, -1, 0, 1});
+      costs.push_back({true, (double)(n_heads * ctx)});
+      longest_decode = std::max(longest_decode, ctx);
       continue;
     }
     for (int32_t h = 0; h < (int32_t)g.n_kv_heads; ++h)
-      for (int32_t b = 0; b < ql; b += (int32_t)kQueryChunk)
-        items.push_back({s, h, b, std::min<int32_t>(ql, b + (int32_t)kQueryChunk)});
+      for (int32_t b = 0; b < ql; b += (int32_t)kQueryChunk) {
+        const int32_t e = std::min<int32_t>(ql, b + (int32_t)kQueryChunk);
+        const double first_visible = (double)(ctx - ql + b + 1);
+        costs.push_back(
+            {false, (double)group * (double)(e - b) * (first_visible + (e - b - 1) / 2.0)});
+        items.push_back({s, h, b, e});
+      }
   }
+  // Decode rows on every thread first (decode_rows_phased), where one item a row would leave
+  // threads waiting for the longest.
+  const int nt = pool.size();
+  if (!llama && nt > 1 && longest_decode >= kPhasedMinPositions) {
+    double decode_cost = 0;
+    for (const ItemCost& c : costs) decode_cost += c.decode ? c.cost : 0.0;
+    const double as_items = greedy_makespan(costs, nt, true, true);
+    const double phased = decode_cost / nt + greedy_makespan(costs, nt, false, true);
+    if (as_items > kPhasedMinGain * phased) {
+      std::vector<PhasedRow> rows;
+      std::vector<WorkItem> rest;
+      for (const WorkItem& w : items) {
+        if (w.kv_head >= 0) {
+          rest.push_back(w);
+          continue;
+        }
+        rows.push_back({batch.q_start[(size_t)w.seq],
+                        batch.block_tables.data() + (size_t)w.seq * (size_t)batch.max_blocks,
+                        batch.ctx_len[(size_t)w.seq], 0});
+        CHECK((rows.back().n_pos + g.block_size - 1) / g.block_size <= batch.max_blocks);
+      }
+      decode_rows_phased(pool, q, kv, rows, n_heads, scale, out, stop);
+      items = std::move(rest);
+    }
+  }
+
   std::atomic<size_t> next{0};
   const bool f16 = g.dtype == DType::f16;
   // llama.cpp's orders when asked: a sequence computing one row in the single order, two or
