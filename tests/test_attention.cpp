@@ -224,7 +224,7 @@ TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
   }
 }
 
-// A decode row of at least 1,024 positions alone in its step runs on every thread of the pool
+// A decode row of at least 768 positions alone in its step runs on every thread of the pool
 // (its scores, softmax and P*V split among them) with the one-item path's arithmetic: the same
 // bits as the row inside a prefill chunk and as the row decoded on a one-thread pool, at head
 // sizes with and without the 64-column vector form of P*V.
@@ -239,7 +239,7 @@ TEST(PagedAttentionCpu, LongDecodeRowOnEveryThreadKeepsItsBits) {
     Cache c = make_cache(rng, s.n_pos, s.block_size, s.n_kv_heads, s.head_dim);
     const std::vector<float> q = normal_values(rng, s.n_pos * cols);
     const std::vector<float> prefill = run_rows(two, c, q, n_heads, 0, s.n_pos);
-    for (int64_t r : {(int64_t)1023, (int64_t)1024, s.n_pos - 2, s.n_pos - 1}) {
+    for (int64_t r : {(int64_t)766, (int64_t)767, s.n_pos - 2, s.n_pos - 1}) {  // 767, 768 keys
       const std::vector<float> lone = run_rows(one, c, q, n_heads, r, 1);
       const std::vector<float> split2 = run_rows(two, c, q, n_heads, r, 1);
       const std::vector<float> split3 = run_rows(three, c, q, n_heads, r, 1);

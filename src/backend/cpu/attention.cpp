@@ -511,9 +511,10 @@ void round_q_heads(const Tensor& q, int64_t row, int64_t h0, int64_t n, int64_t 
 // 500: 21-23 ms a step as items, 16-20 spread). Where the items already balance (two equal rows on
 // two threads) the three parallel regions and the scores' round trip through shared memory only
 // cost, so it is taken when the items' greedy schedule is at least kPhasedMinGain times an even
-// share and the longest decode row has at least kPhasedMinPositions (below that the regions' fork
-// and join are a visible share).
-constexpr int64_t kPhasedMinPositions = 1024;
+// share and the longest decode row has at least kPhasedMinPositions: spread, three rows of 1,000
+// took 9.7-9.8 ms against 10.9, of 750 8.1-8.8 against 9.2-9.3, of 500 and 300 no less (the
+// regions' fork and join are then a visible share; docs/bench/cpu-long-decode/threshold.txt).
+constexpr int64_t kPhasedMinPositions = 768;
 constexpr double kPhasedMinGain = 1.15;
 
 // The cost of attention work in query-head positions (a query head's score and value pass over
