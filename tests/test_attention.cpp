@@ -147,28 +147,47 @@ std::vector<float> llama_cpp_row(const Cache& c, const float* q, int64_t kvh, in
 }
 #endif
 
-// Attention of query rows [first, first + n) of one sequence whose context ends at row
-// first + n - 1 (rows before `first` already in the cache).
-std::vector<float> run_rows(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
-                            int64_t n_heads, int64_t first, int64_t n,
+// A step of several sequences over one cache (sharing its blocks, as prefix-cached requests
+// do): sequence s has q_lens[s] query rows ending at position ctx_lens[s] - 1, its query rows
+// taken from q at those positions. Returns the output rows in the step's order.
+std::vector<float> run_step(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
+                            int64_t n_heads, const std::vector<int32_t>& q_lens,
+                            const std::vector<int32_t>& ctx_lens,
                             AttentionOrder order = AttentionOrder::fast) {
   const int64_t cols = n_heads * c.g.head_dim;
-  std::vector<float> qrows(q.begin() + first * cols, q.begin() + (first + n) * cols);
-  std::vector<float> out((size_t)(n * cols), -1.f);
-  Tensor qt{qrows.data(), DType::f32, n, cols, cols};
-  Tensor ot{out.data(), DType::f32, n, cols, cols};
-  const int32_t q_start[] = {0}, q_len[] = {(int32_t)n}, ctx_len[] = {(int32_t)(first + n)};
+  const int32_t n_seqs = (int32_t)q_lens.size();
+  std::vector<int32_t> q_start;
+  std::vector<float> qrows;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    q_start.push_back((int32_t)(qrows.size() / (size_t)cols));
+    const int64_t first = ctx_lens[(size_t)s] - q_lens[(size_t)s];
+    qrows.insert(qrows.end(), q.begin() + first * cols, q.begin() + ctx_lens[(size_t)s] * cols);
+  }
+  const int64_t rows = (int64_t)(qrows.size() / (size_t)cols);
+  std::vector<float> out(qrows.size(), -1.f);
+  Tensor qt{qrows.data(), DType::f32, rows, cols, cols};
+  Tensor ot{out.data(), DType::f32, rows, cols, cols};
   AttentionBatch b;
-  b.n_seqs = 1;
+  b.n_seqs = n_seqs;
   b.q_start = q_start;
-  b.q_len = q_len;
-  b.ctx_len = ctx_len;
-  b.block_tables = c.table;
+  b.q_len = q_lens;
+  b.ctx_len = ctx_lens;
+  std::vector<int32_t> tables;
+  for (int32_t s = 0; s < n_seqs; ++s) tables.insert(tables.end(), c.table.begin(), c.table.end());
+  b.block_tables = tables;
   b.max_blocks = (int32_t)c.table.size();
   PagedKvView view{reinterpret_cast<const uint8_t*>(c.k.data()),
                    reinterpret_cast<const uint8_t*>(c.v.data()), c.g};
   paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot, order);
   return out;
+}
+
+// Attention of query rows [first, first + n) of one sequence whose context ends at row
+// first + n - 1 (rows before `first` already in the cache).
+std::vector<float> run_rows(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
+                            int64_t n_heads, int64_t first, int64_t n,
+                            AttentionOrder order = AttentionOrder::fast) {
+  return run_step(pool, c, q, n_heads, {(int32_t)n}, {(int32_t)(first + n)}, order);
 }
 
 TEST(PagedAttentionCpu, DecodeRowsBitIdenticalToPrefillRowsAndNearReference) {
@@ -251,40 +270,6 @@ TEST(PagedAttentionCpu, LongDecodeRowOnEveryThreadKeepsItsBits) {
       }
     }
   }
-}
-
-// A step of several sequences over one cache (sharing its blocks, as prefix-cached requests
-// do): sequence s has q_lens[s] query rows ending at position ctx_lens[s] - 1, its query rows
-// taken from q at those positions. Returns the output rows in the step's order.
-std::vector<float> run_step(ThreadPool& pool, const Cache& c, const std::vector<float>& q,
-                            int64_t n_heads, const std::vector<int32_t>& q_lens,
-                            const std::vector<int32_t>& ctx_lens) {
-  const int64_t cols = n_heads * c.g.head_dim;
-  const int32_t n_seqs = (int32_t)q_lens.size();
-  std::vector<int32_t> q_start;
-  std::vector<float> qrows;
-  for (int32_t s = 0; s < n_seqs; ++s) {
-    q_start.push_back((int32_t)(qrows.size() / (size_t)cols));
-    const int64_t first = ctx_lens[(size_t)s] - q_lens[(size_t)s];
-    qrows.insert(qrows.end(), q.begin() + first * cols, q.begin() + ctx_lens[(size_t)s] * cols);
-  }
-  const int64_t rows = (int64_t)(qrows.size() / (size_t)cols);
-  std::vector<float> out(qrows.size(), -1.f);
-  Tensor qt{qrows.data(), DType::f32, rows, cols, cols};
-  Tensor ot{out.data(), DType::f32, rows, cols, cols};
-  AttentionBatch b;
-  b.n_seqs = n_seqs;
-  b.q_start = q_start;
-  b.q_len = q_lens;
-  b.ctx_len = ctx_lens;
-  std::vector<int32_t> tables;
-  for (int32_t s = 0; s < n_seqs; ++s) tables.insert(tables.end(), c.table.begin(), c.table.end());
-  b.block_tables = tables;
-  b.max_blocks = (int32_t)c.table.size();
-  PagedKvView view{reinterpret_cast<const uint8_t*>(c.k.data()),
-                   reinterpret_cast<const uint8_t*>(c.v.data()), c.g};
-  paged_attention_cpu(pool, qt, view, b, n_heads, 1.0f / std::sqrt((float)c.g.head_dim), ot);
-  return out;
 }
 
 // Steps whose decode rows are unequal (a long row beside short ones, with and without a

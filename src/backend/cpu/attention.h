@@ -18,7 +18,7 @@ struct PagedKvView {
   KvGeometry g;
 };
 
-// The order in which scores and P*V are summed (attention.cpp says why).
+// The order in which scores and P*V are summed (attention_orders.h says why).
 //   fast: scores in llamafile tinyBLAS's order, P*V one FMA chain per element in position
 //     order. A row's bits depend on its position and operands only: a decode row and the same
 //     row inside a prefill chunk, recomputed after preemption, or kept by a resumed request

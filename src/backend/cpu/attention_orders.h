@@ -1,7 +1,7 @@
 // llama.cpp's summation orders for attention (flash attention off), reproduced for
 // AttentionOrder::llama_cpp (attention.h): the scores and P*V sums of ggml_vec_dot_f16 (a
 // decode step) and of llamafile's tinyBLAS (a batch of two or more tokens), AVX-512 only.
-// Kept apart from attention.cpp, whose default orders do not depend on them.
+// Kept apart from attention_rows.h, whose default orders do not depend on them.
 #pragma once
 
 #include <cstdint>
