@@ -30,10 +30,12 @@ def main():
         print(f"skipped: {MODEL} is missing (make fetches it)")
         sys.exit(77)
     out = tempfile.mkdtemp(prefix="sim-check-test-")
+    # --drain is a ceiling, not a wait: the run ends when its last request does. Under ASan on
+    # two busy cores a step costs ~4x a release build's, so the light point needs minutes.
     cmd = [sys.executable, SCRIPT, "--out", out, "--bin", args.binary,
            "--engine", f"--device cpu --threads 2 --model {MODEL}",
            "--profile-args", "--max-tokens-profiled 64 --probe-context 256 --kv-cache-tokens 2048",
-           "--shared", "--duration 4 --drain 20 --seed 2 --time-scale 0.05 --context-scale 0.05 "
+           "--shared", "--duration 4 --drain 240 --seed 2 --time-scale 0.05 --context-scale 0.05 "
            "--kv-cache-tokens 2048",
            "mixed:minwaste:1"]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
