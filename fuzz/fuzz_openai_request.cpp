@@ -1,8 +1,9 @@
 // libFuzzer target for the OpenAI request parser: any byte string as a request body gives a
 // typed request or an ApiError (a 4xx with a message), never a crash or an exception, for
 // every endpoint's parser: chat completions (with tools, tool calls, the scripted-call
-// extension), completions (text or token ids), the resume endpoint's messages, and the
-// sampling parameters of both. The error object and the parsed tool calls serialize.
+// extension), completions (text or token ids), the resume endpoint's messages, the sampling
+// parameters of both, and the Responses API's body (translated to a chat body, that parsed,
+// the body echoed in a Response). The error object and the parsed tool calls serialize.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "server/openai_protocol.h"
+#include "server/responses_api.h"
 
 using namespace infercept;
 using namespace infercept::server;
@@ -69,6 +71,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto it = body.find("messages"); it != body.end()) {
     std::vector<ChatMessage> messages;
     acc += report(parse_messages(*it, "messages", messages));
+  }
+  // The Responses API: its body as a chat body, which the chat parser then takes or refuses.
+  json responses_chat;
+  const auto responses_err = responses_to_chat_body(body, responses_chat);
+  acc += report(responses_err);
+  if (!responses_err) {
+    ChatRequest from_responses;
+    acc += report(parse_chat_request(responses_chat, lim, from_responses));
+    const ResponseHeader h{"resp_fuzz", 0, "m", body};
+    acc += dump(response_object(h, "completed", json::array(), nullptr)).size();
   }
   acc += dump(body).size();
   g_sink = acc;

@@ -17,15 +17,40 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
+// The Responses API: its body as a chat body (responses_api.h), then a chat turn answered as
+// a Response. Errors of the chat parser name the chat parameter; the ones a Responses client
+// knows by another name are renamed.
+void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& res) {
+  Guard guard(this);
+  json body, chat_body;
+  if (auto e = parse_body(req.body, body)) return send_error(res, *e);
+  if (auto e = responses_to_chat_body(body, chat_body)) return send_error(res, *e);
+  ChatRequest cr;
+  if (auto e = parse_chat_request(chat_body, limits, cr)) {
+    if (e->param == "max_completion_tokens" || e->param == "max_tokens")
+      e->param = "max_output_tokens";
+    else if (e->param.starts_with("response_format"))
+      e->param = "text.format";
+    else if (e->param.starts_with("messages"))
+      e->param = "input";
+    return send_error(res, *e);
+  }
+  if (cr.model != model_name)
+    return send_error(res,
+                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  run_chat(std::move(cr), owner_of(req), PausedLease(), res, Endpoint::responses, std::move(body));
+}
+
 // A chat turn: the request's tools settled, its prompt rendered and measured, the paused
 // request it follows up looked for, then the engine request started and answered.
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
-                                HttpResponse& res) {
+                                HttpResponse& res, Endpoint endpoint, json responses_request) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
                              "--chat-template chatml|llama3|llama2 or use /v1/completions"));
-  auto g = new_generation(Endpoint::chat, "chatcmpl-", owner);
+  auto g = new_generation(endpoint, endpoint == Endpoint::responses ? "resp_" : "chatcmpl-", owner);
+  g->responses_request = std::move(responses_request);
   g->kind = core->chat_template().kind;
   g->format = core->turn_format();
   g->cache_namespace = cache_namespace(owner, cr.cache);
@@ -366,7 +391,7 @@ FinalTurn HttpServer::Impl::finalize(Generation& g) {
 // intercept_after_tokens scripted.
 void HttpServer::Impl::read_turn(const Generation& g, FinalTurn& f) const {
   AssistantTurn turn;
-  if (g.endpoint == Endpoint::chat) {
+  if (g.chat_turn()) {
     turn = parse_assistant_turn(g.forced_prefix + g.text, g.format, g.tools_active);
     if (g.stream) g.streamer.assign_ids(turn.calls);
   } else {
@@ -433,8 +458,11 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
 
 void HttpServer::Impl::record_finished(const Generation& g, const FinalTurn& f, double t_end) {
   metrics.observe_e2e(t_end - g.t_received);
-  metrics.add_request(g.endpoint == Endpoint::chat ? "chat" : "completion", f.finish_reason,
-                      (int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens);
+  const char* endpoint = g.endpoint == Endpoint::chat        ? "chat"
+                         : g.endpoint == Endpoint::responses ? "responses"
+                                                             : "completion";
+  metrics.add_request(endpoint, f.finish_reason, (int64_t)g.prompt.size(), g.completion_tokens(),
+                      g.cached_tokens);
   log_line({{"event", "generation"},
             {"id", g.response_id},
             {"owner", g.owner},
@@ -567,6 +595,20 @@ json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn&
       {"model", g.model},
       {"choices", json::array({choice})},
       {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+}
+
+ResponseHeader HttpServer::Impl::responses_header(const Generation& g) {
+  return {g.response_id, g.created, g.model, g.responses_request};
+}
+
+json HttpServer::Impl::responses_response(const Generation& g, const FinalTurn& f) const {
+  json r = response_object(
+      responses_header(g), f.finish_reason == "length" ? "incomplete" : "completed",
+      response_output_items(f.content, f.reasoning, f.calls),
+      responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens));
+  if (!f.interception.is_null()) r["interception"] = f.interception;
+  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  return r;
 }
 
 }  // namespace infercept::server

@@ -58,9 +58,10 @@ class GenerationProducer : public ResponseProducer {
       if (f.error) {
         send_error(res, *f.error);
       } else {
-        send_json(
-            res, 200,
-            g.endpoint == Endpoint::chat ? s_.chat_response(g, f) : s_.completion_response(g, f));
+        send_json(res, 200,
+                  g.endpoint == Endpoint::chat        ? s_.chat_response(g, f)
+                  : g.endpoint == Endpoint::responses ? s_.responses_response(g, f)
+                                                      : s_.completion_response(g, f));
       }
       if (!g.resumed_from.empty()) res.set_header("X-Infercept-Resumed", g.resumed_from);
       return true;
@@ -84,7 +85,10 @@ class GenerationProducer : public ResponseProducer {
     Generation& g = *g_;
     if (!started_) {
       started_ = true;
-      if (g.endpoint == Endpoint::chat) {
+      if (g.endpoint == Endpoint::responses) {
+        responses_.emplace(HttpServer::Impl::responses_header(g));
+        res.body += responses_->start();
+      } else if (g.endpoint == Endpoint::chat) {
         json first = stream_chunk(header(), chat_chunk_choice(chat_first_delta()));
         if (g.return_token_ids) first["prompt_token_ids"] = g.prompt;  // vLLM: the first chunk
         res.body += sse_event(first);
@@ -103,7 +107,7 @@ class GenerationProducer : public ResponseProducer {
       // The turn is over: the rest of its deltas are decided before it is read whole, so
       // that the calls it reports carry the ids they were streamed with.
       std::vector<json> last;
-      if (g.endpoint == Endpoint::chat && g.finish != FinishReason::abort) {
+      if (g.chat_turn() && g.finish != FinishReason::abort) {
         last = turn_deltas(item->out.text);
         for (json& d : g.streamer.finish()) last.push_back(std::move(d));
       }
@@ -117,8 +121,11 @@ class GenerationProducer : public ResponseProducer {
         else
           continue;
       }
-      res.body += f.error ? sse_event(error_body(*f.error)) + sse_done()
-                          : final_events(f, last, item->out.text, new_lps);
+      if (responses_)
+        res.body += f.error ? responses_->error(*f.error) : responses_final_events(f, last);
+      else
+        res.body += f.error ? sse_event(error_body(*f.error)) + sse_done()
+                            : final_events(f, last, item->out.text, new_lps);
       return true;
     }
   }
@@ -134,9 +141,12 @@ class GenerationProducer : public ResponseProducer {
 
   // Chat chunks for deltas; the new tokens' logprobs ride on the first (on a content chunk
   // of their own when there is no delta).
-  std::string delta_events(const std::vector<json>& deltas,
-                           const std::vector<TokenInfo>& new_lps) const {
+  std::string delta_events(const std::vector<json>& deltas, const std::vector<TokenInfo>& new_lps) {
     std::string out;
+    if (responses_) {
+      for (const json& d : deltas) out += responses_->delta(d);
+      return out;
+    }
     json lps = g_->logprobs >= 0 && !new_lps.empty() ? chat_logprobs(new_lps) : json(nullptr);
     if (deltas.empty() && !lps.is_null())
       return sse_event(stream_chunk(header(), chat_chunk_choice({{"content", ""}}, lps)));
@@ -151,7 +161,7 @@ class GenerationProducer : public ResponseProducer {
   // to send yet (text held back as a possible call marker, a call's head).
   std::string progress_event(const std::string& text, const std::vector<TokenInfo>& new_lps) {
     Generation& g = *g_;
-    if (g.endpoint == Endpoint::chat) return delta_events(turn_deltas(text), new_lps);
+    if (g.chat_turn()) return delta_events(turn_deltas(text), new_lps);
     if (text.empty() && new_lps.empty()) return {};
     json choice = completion_chunk_choice(text, completion_logprobs(new_lps));
     with_prompt_ids(choice);
@@ -190,6 +200,23 @@ class GenerationProducer : public ResponseProducer {
     return out + sse_event(last);
   }
 
+  // Responses: the turn's last deltas, the calls that were not streamed, then the Response
+  // (the interception and server-side calls with it, as in a chat answer).
+  std::string responses_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
+    const Generation& g = *g_;
+    std::string out = delta_events(last_deltas, {});
+    size_t first_index = 0;
+    const std::vector<ToolCall> held = g.streamer.held_calls(f.calls, &first_index);
+    if (!held.empty()) out += responses_->delta(tool_calls_delta(held, first_index));
+    json extra = json::object();
+    if (!f.interception.is_null()) extra["interception"] = f.interception;
+    if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
+    return out + responses_->finish(f.finish_reason == "length" ? "incomplete" : "completed",
+                                    responses_usage((int64_t)g.prompt.size(), g.completion_tokens(),
+                                                    g.cached_tokens),
+                                    extra);
+  }
+
   std::string completion_final_event(const FinalTurn& f, const std::string& last_text,
                                      const std::vector<TokenInfo>& new_lps) {
     const Generation& g = *g_;
@@ -210,6 +237,7 @@ class GenerationProducer : public ResponseProducer {
   HttpServer::Impl& s_;
   std::shared_ptr<Generation> g_;
   std::unique_ptr<HttpServer::Impl::Guard> guard_;
+  std::optional<ResponsesStream> responses_;  // Endpoint::responses: its events
   bool started_ = false;
   bool prompt_ids_sent_ = false;
   size_t text_offset_ = 0;  // completions: bytes of text sent

@@ -259,6 +259,8 @@ void HttpServer::Impl::add_openai_routes(HttpTransport& t) {
           [this](const HttpRequest& req, HttpResponse& res) { handle_chat(req, res); });
   t.route("POST", "/v1/completions",
           [this](const HttpRequest& req, HttpResponse& res) { handle_completion(req, res); });
+  t.route("POST", "/v1/responses",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); });
 }
 
 json HttpServer::Impl::model_json() const {

@@ -27,6 +27,7 @@
 #include "server/interception_registry.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/responses_api.h"
 #include "server/server_tools.h"
 #include "server/tool_parser.h"
 
@@ -74,7 +75,9 @@ struct Channel {
   }
 };
 
-enum class Endpoint { chat, completion };
+// The API a generation answers: chat completions, completions, or the Responses API
+// (responses_api.h: a chat turn underneath, answered as a Response).
+enum class Endpoint { chat, completion, responses };
 
 // One response being produced: what was asked and what has come so far.
 struct Generation {
@@ -83,7 +86,10 @@ struct Generation {
   int64_t created = 0;
   std::string model;
   std::string owner;
-  ChatRequest chat;  // the request (chat): kept with a paused request for an explicit resume
+  ChatRequest chat;        // the request (chat): kept with a paused request for an explicit resume
+  json responses_request;  // Endpoint::responses: the request body, echoed in the Response
+  // A chat turn underneath (chat or responses): the text is read as the model's turn.
+  bool chat_turn() const { return endpoint != Endpoint::completion; }
   bool tools_active = false;  // the model saw tools: its turn may hold calls
   bool keep_paused = false;   // a turn with calls leaves the request paused
   std::string forced_prefix;  // the turn starts with this (tool_choice required/named)
@@ -261,7 +267,9 @@ struct HttpServer::Impl {
   // --- generation ---------------------------------------------------------------------
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
-  void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res);
+  void handle_responses(const HttpRequest& req, HttpResponse& res);
+  void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res,
+                Endpoint endpoint = Endpoint::chat, json responses_request = nullptr);
   std::shared_ptr<Generation> new_generation(Endpoint endpoint, const char* id_prefix,
                                              const std::string& owner) const;
   std::optional<ApiError> add_server_tools(ChatRequest& cr, bool resume, Generation& g) const;
@@ -285,6 +293,8 @@ struct HttpServer::Impl {
   void respond(std::shared_ptr<Generation> g, HttpResponse& res);
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
+  json responses_response(const Generation& g, const FinalTurn& f) const;
+  static ResponseHeader responses_header(const Generation& g);
   TokenInfo token_info(const RequestOutput& o, size_t i) const;
 
   // --- interceptions ----------------------------------------------------------------------

@@ -1,0 +1,536 @@
+// The Responses API over the chat path (responses_api.h): its request as a chat body, a chat
+// turn as a Response object, and the Responses stream's events.
+#include "server/responses_api.h"
+
+namespace infercept::server {
+
+namespace {
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+ApiError wrong(const std::string& param, const std::string& expected, const json& got) {
+  return invalid_request("'" + param + "' must be " + expected + " (got " + type_name(got) + ")",
+                         param, "invalid_type");
+}
+
+ApiError unsupported(const std::string& what, const std::string& param) {
+  return invalid_request(what, param, "unsupported_parameter");
+}
+
+const json* member(const json& o, const char* key) {
+  auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+// An item's or a tool output's text: a string, or text parts (input_text, output_text, text;
+// a refusal's text). Images, files and audio are refused: this server reads text.
+std::optional<ApiError> content_text(const json& c, const std::string& param, std::string& out) {
+  out.clear();
+  if (c.is_string()) {
+    out = c.get<std::string>();
+    return std::nullopt;
+  }
+  if (!c.is_array()) return wrong(param, "a string or an array of content parts", c);
+  for (size_t i = 0; i < c.size(); ++i) {
+    const json& part = c[i];
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) return wrong(p, "an object", part);
+    const json* type = member(part, "type");
+    if (type == nullptr || !type->is_string())
+      return invalid_request("'" + p + ".type' is required", p + ".type",
+                             "missing_required_parameter");
+    const std::string t = type->get<std::string>();
+    const char* key = t == "refusal" ? "refusal" : "text";
+    if (t != "input_text" && t != "output_text" && t != "text" && t != "refusal")
+      return invalid_request("content part type '" + t + "' is not supported (text only)",
+                             p + ".type", "unsupported_content");
+    const json* text = member(part, key);
+    if (text == nullptr || !text->is_string()) return wrong(p + "." + key, "a string", part);
+    out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> string_member(const json& o, const char* key, const std::string& param,
+                                      std::string& out) {
+  const json* v = member(o, key);
+  if (v == nullptr)
+    return invalid_request("'" + param + "." + key + "' is required", param + "." + key,
+                           "missing_required_parameter");
+  if (!v->is_string()) return wrong(param + "." + key, "a string", *v);
+  out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// Input items as chat messages. An assistant message and the function_call items after it
+// are one assistant turn (its text and its calls, as the chat path sends them back); a
+// reasoning item goes with the assistant turn that follows it.
+std::optional<ApiError> input_messages(const json& input, json& messages) {
+  if (input.is_string()) {
+    messages.push_back({{"role", "user"}, {"content", input}});
+    return std::nullopt;
+  }
+  if (!input.is_array()) return wrong("input", "a string or an array of items", input);
+  std::string reasoning;
+  bool assistant_open = false;  // the last message is an assistant turn calls may join
+  auto assistant = [&]() -> json& {
+    if (!assistant_open) {
+      json m = {{"role", "assistant"}, {"content", nullptr}};
+      messages.push_back(std::move(m));
+      assistant_open = true;
+    }
+    json& m = messages.back();
+    if (!reasoning.empty()) {
+      m["reasoning_content"] = reasoning;
+      reasoning.clear();
+    }
+    return m;
+  };
+  for (size_t i = 0; i < input.size(); ++i) {
+    const json& item = input[i];
+    const std::string p = "input[" + std::to_string(i) + "]";
+    if (!item.is_object()) return wrong(p, "an object", item);
+    std::string type = "message";  // an "easy" input message has a role and no type
+    if (const json* t = member(item, "type")) {
+      if (!t->is_string()) return wrong(p + ".type", "a string", *t);
+      type = t->get<std::string>();
+    }
+    if (type == "message") {
+      std::string role, text;
+      if (auto e = string_member(item, "role", p, role)) return e;
+      if (role != "user" && role != "system" && role != "developer" && role != "assistant")
+        return invalid_request("unknown role '" + role + "' (user, system, developer, assistant)",
+                               p + ".role");
+      const json* c = member(item, "content");
+      if (c == nullptr)
+        return invalid_request("'" + p + ".content' is required", p + ".content",
+                               "missing_required_parameter");
+      if (auto e = content_text(*c, p + ".content", text)) return e;
+      if (role == "assistant") {
+        assistant_open = false;
+        json& m = assistant();
+        m["content"] = text;
+      } else {
+        messages.push_back({{"role", role}, {"content", text}});
+        assistant_open = false;
+      }
+    } else if (type == "function_call") {
+      std::string call_id, name, arguments;
+      if (auto e = string_member(item, "call_id", p, call_id)) return e;
+      if (auto e = string_member(item, "name", p, name)) return e;
+      if (auto e = string_member(item, "arguments", p, arguments)) return e;
+      json& m = assistant();
+      if (!m.contains("tool_calls")) m["tool_calls"] = json::array();
+      m["tool_calls"].push_back({{"id", call_id},
+                                 {"type", "function"},
+                                 {"function", {{"name", name}, {"arguments", arguments}}}});
+    } else if (type == "function_call_output") {
+      std::string call_id, text;
+      if (auto e = string_member(item, "call_id", p, call_id)) return e;
+      const json* out = member(item, "output");
+      if (out == nullptr)
+        return invalid_request("'" + p + ".output' is required", p + ".output",
+                               "missing_required_parameter");
+      if (auto e = content_text(*out, p + ".output", text)) return e;
+      messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", text}});
+      assistant_open = false;
+    } else if (type == "reasoning") {
+      // Its text (content, else the summary) goes back with the turn it preceded, where a
+      // template renders reasoning; an encrypted_content alone is nothing this server wrote.
+      reasoning.clear();
+      for (const char* key : {"content", "summary"}) {
+        const json* parts = member(item, key);
+        if (parts == nullptr || !parts->is_array()) continue;
+        for (const json& part : *parts)
+          if (part.is_object() && part.contains("text") && part["text"].is_string())
+            reasoning += part["text"].get<std::string>();
+        if (!reasoning.empty()) break;
+      }
+    } else if (type == "item_reference") {
+      return unsupported(
+          "item_reference needs stored items; this server stores no responses "
+          "(send the items themselves)",
+          p + ".type");
+    } else {
+      return invalid_request("input item type '" + type +
+                                 "' is not supported (message, function_call, "
+                                 "function_call_output, reasoning)",
+                             p + ".type", "unsupported_parameter");
+    }
+  }
+  return std::nullopt;
+}
+
+// Responses tools are flat ({"type": "function", "name", "parameters", ...}); only function
+// tools run here.
+std::optional<ApiError> chat_tools(const json& tools, json& out) {
+  if (!tools.is_array()) return wrong("tools", "an array", tools);
+  out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return wrong(p, "an object", t);
+    std::string type;
+    if (auto e = string_member(t, "type", p, type)) return e;
+    if (type != "function")
+      return unsupported("tool type '" + type + "' is not supported (function tools only)",
+                         p + ".type");
+    json fn = json::object();
+    for (const char* key : {"name", "description", "parameters", "strict", "expected_duration_ms"})
+      if (const json* v = member(t, key)) fn[key] = *v;
+    if (!fn.contains("name"))
+      return invalid_request("'" + p + ".name' is required", p + ".name",
+                             "missing_required_parameter");
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> chat_tool_choice(const json& tc, json& out) {
+  if (tc.is_string()) {
+    out = tc;  // "none", "auto", "required": the chat parser checks the word
+    return std::nullopt;
+  }
+  if (!tc.is_object()) return wrong("tool_choice", "a string or an object", tc);
+  std::string type;
+  if (auto e = string_member(tc, "type", "tool_choice", type)) return e;
+  if (type != "function")
+    return unsupported("tool_choice type '" + type + "' is not supported (function)",
+                       "tool_choice.type");
+  std::string name;
+  if (auto e = string_member(tc, "name", "tool_choice", name)) return e;
+  out = {{"type", "function"}, {"function", {{"name", name}}}};
+  return std::nullopt;
+}
+
+// text.format as the chat response_format.
+std::optional<ApiError> chat_response_format(const json& text, json& chat) {
+  if (!text.is_object()) return wrong("text", "an object", text);
+  const json* format = member(text, "format");
+  if (format == nullptr) return std::nullopt;
+  if (!format->is_object()) return wrong("text.format", "an object", *format);
+  std::string type;
+  if (auto e = string_member(*format, "type", "text.format", type)) return e;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    chat["response_format"] = {{"type", "json_object"}};
+    return std::nullopt;
+  }
+  if (type != "json_schema")
+    return unsupported("text.format type '" + type +
+                           "' is not supported (text, json_object, "
+                           "json_schema)",
+                       "text.format.type");
+  json schema = json::object();
+  for (const char* key : {"name", "schema", "strict", "description"})
+    if (const json* v = member(*format, key)) schema[key] = *v;
+  chat["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> responses_to_chat_body(const json& body, json& chat) {
+  if (!body.is_object()) return wrong("body", "a JSON object", body);
+  for (const char* key : {"previous_response_id", "conversation"})
+    if (member(body, key) != nullptr)
+      return unsupported(std::string(key) +
+                             " is not supported: this server stores no responses (send the "
+                             "whole conversation as input)",
+                         key);
+  if (member(body, "prompt") != nullptr)
+    return unsupported("prompt templates are not supported (send instructions and input)",
+                       "prompt");
+  if (const json* bg = member(body, "background"); bg != nullptr && bg->is_boolean() && *bg)
+    return unsupported("background responses are not supported", "background");
+  chat = json::object();
+  json messages = json::array();
+  if (const json* ins = member(body, "instructions")) {
+    if (!ins->is_string()) return wrong("instructions", "a string", *ins);
+    messages.push_back({{"role", "system"}, {"content", *ins}});
+  }
+  const json* input = member(body, "input");
+  if (input == nullptr)
+    return invalid_request("'input' is required", "input", "missing_required_parameter");
+  if (auto e = input_messages(*input, messages)) return e;
+  if (messages.empty()) return invalid_request("'input' must not be empty", "input");
+  chat["messages"] = std::move(messages);
+  if (const json* m = member(body, "model")) chat["model"] = *m;
+  if (const json* t = member(body, "tools")) {
+    json tools;
+    if (auto e = chat_tools(*t, tools)) return e;
+    if (!tools.empty()) chat["tools"] = std::move(tools);
+  }
+  if (const json* tc = member(body, "tool_choice")) {
+    json out;
+    if (auto e = chat_tool_choice(*tc, out)) return e;
+    chat["tool_choice"] = std::move(out);
+  }
+  if (const json* t = member(body, "text"))
+    if (auto e = chat_response_format(*t, chat)) return e;
+  if (const json* m = member(body, "max_output_tokens")) chat["max_completion_tokens"] = *m;
+  // Same names and meaning in both APIs (the infercept and vLLM extensions included).
+  for (const char* key :
+       {"temperature", "top_p", "parallel_tool_calls", "stream", "prompt_cache_key", "seed", "stop",
+        "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "cache_salt", "chat_template_kwargs", "intercept", "intercept_after_tokens",
+        "intercept_tool", "server_tools"})
+    if (const json* v = member(body, key)) chat[key] = *v;
+  return std::nullopt;
+}
+
+json responses_usage(int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens) {
+  return {{"input_tokens", input_tokens},
+          {"input_tokens_details", {{"cached_tokens", cached_tokens}}},
+          {"output_tokens", output_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", input_tokens + output_tokens}};
+}
+
+namespace {
+
+json reasoning_item(const std::string& id, const std::string& text) {
+  json content = json::array();
+  if (!text.empty()) content.push_back({{"type", "reasoning_text"}, {"text", text}});
+  return {{"type", "reasoning"}, {"id", id}, {"summary", json::array()}, {"content", content}};
+}
+
+json output_text_part(const std::string& text) {
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", json::array()},
+          {"logprobs", json::array()}};
+}
+
+json message_item(const std::string& id, const std::string& status, json content) {
+  return {{"type", "message"},
+          {"id", id},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", std::move(content)}};
+}
+
+json call_item(const std::string& id, const std::string& call_id, const std::string& name,
+               const std::string& arguments, const std::string& status) {
+  return {{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
+          {"arguments", arguments},  {"status", status}};
+}
+
+}  // namespace
+
+json response_output_items(const std::string& content, const std::string& reasoning,
+                           const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  if (!reasoning.empty()) out.push_back(reasoning_item(random_id("rs_"), reasoning));
+  if (!content.empty() || calls.empty())
+    out.push_back(
+        message_item(random_id("msg_"), "completed", json::array({output_text_part(content)})));
+  for (const ToolCall& c : calls)
+    out.push_back(call_item(random_id("fc_"), c.id, c.name, c.arguments_json, "completed"));
+  return out;
+}
+
+json response_object(const ResponseHeader& h, const std::string& status, const json& output,
+                     const json& usage) {
+  const json& q = h.request;
+  auto echo = [&](const char* key, json fallback) {
+    const json* v = member(q, key);
+    return v != nullptr ? *v : fallback;
+  };
+  json r = {{"id", h.id},
+            {"object", "response"},
+            {"created_at", h.created_at},
+            {"status", status},
+            {"background", false},
+            {"error", nullptr},
+            {"incomplete_details", nullptr},
+            {"instructions", echo("instructions", nullptr)},
+            {"max_output_tokens", echo("max_output_tokens", nullptr)},
+            {"metadata", echo("metadata", json::object())},
+            {"model", h.model},
+            {"output", output},
+            {"parallel_tool_calls", echo("parallel_tool_calls", true)},
+            {"previous_response_id", nullptr},
+            {"reasoning", echo("reasoning", {{"effort", nullptr}, {"summary", nullptr}})},
+            {"store", false},
+            {"temperature", echo("temperature", 1.0)},
+            {"text", echo("text", {{"format", {{"type", "text"}}}})},
+            {"tool_choice", echo("tool_choice", "auto")},
+            {"tools", echo("tools", json::array())},
+            {"top_p", echo("top_p", 1.0)},
+            {"truncation", echo("truncation", "disabled")},
+            {"usage", usage}};
+  if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  std::string text;
+  for (const json& item : output)
+    if (item["type"] == "message")
+      for (const json& part : item["content"])
+        if (part["type"] == "output_text") text += part["text"].get<std::string>();
+  r["output_text"] = text;  // the SDKs' convenience, as OpenAI's own answers have it
+  return r;
+}
+
+// --- the stream ------------------------------------------------------------------------------
+
+std::string ResponsesStream::event(const std::string& type, json data) {
+  data["type"] = type;
+  data["sequence_number"] = seq_++;
+  return "event: " + type + "\ndata: " + dump(data) + "\n\n";
+}
+
+std::string ResponsesStream::start() {
+  std::string out;
+  const json r = response_object(h_, "in_progress", json::array(), nullptr);
+  out += event("response.created", {{"response", r}});
+  out += event("response.in_progress", {{"response", r}});
+  return out;
+}
+
+void ResponsesStream::open_item(Open kind, json item, std::string& out) {
+  close_item(out);
+  open_ = kind;
+  item_ = std::move(item);
+  text_.clear();
+  const int64_t index = (int64_t)output_.size();
+  out += event("response.output_item.added", {{"output_index", index}, {"item", item_}});
+  if (kind == Open::message)
+    out += event("response.content_part.added", {{"item_id", item_["id"]},
+                                                 {"output_index", index},
+                                                 {"content_index", 0},
+                                                 {"part", output_text_part("")}});
+  if (kind == Open::reasoning)
+    out += event("response.content_part.added",
+                 {{"item_id", item_["id"]},
+                  {"output_index", index},
+                  {"content_index", 0},
+                  {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+}
+
+void ResponsesStream::close_item(std::string& out) {
+  if (open_ == Open::none) return;
+  const int64_t index = (int64_t)output_.size();
+  const json id = item_["id"];
+  switch (open_) {
+    case Open::message: {
+      out += event("response.output_text.done", {{"item_id", id},
+                                                 {"output_index", index},
+                                                 {"content_index", 0},
+                                                 {"text", text_},
+                                                 {"logprobs", json::array()}});
+      const json part = output_text_part(text_);
+      out +=
+          event("response.content_part.done",
+                {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+      item_["content"] = json::array({part});
+      break;
+    }
+    case Open::reasoning: {
+      out +=
+          event("response.reasoning_text.done",
+                {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"text", text_}});
+      const json part = {{"type", "reasoning_text"}, {"text", text_}};
+      out +=
+          event("response.content_part.done",
+                {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+      item_["content"] = json::array({part});
+      break;
+    }
+    case Open::call:
+      out += event("response.function_call_arguments.done", {{"item_id", id},
+                                                             {"output_index", index},
+                                                             {"name", item_["name"]},
+                                                             {"arguments", text_}});
+      item_["arguments"] = text_;
+      break;
+    case Open::none:
+      break;
+  }
+  item_["status"] = "completed";
+  if (open_ == Open::reasoning) item_.erase("status");
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item_}});
+  output_.push_back(std::move(item_));
+  item_ = json();
+  open_ = Open::none;
+  open_call_index_ = -1;
+}
+
+void ResponsesStream::text_delta(Open kind, const std::string& piece, std::string& out) {
+  if (piece.empty()) return;
+  if (open_ != kind) {
+    if (kind == Open::reasoning)
+      open_item(kind, reasoning_item(random_id("rs_"), ""), out);
+    else
+      open_item(kind, message_item(random_id("msg_"), "in_progress", json::array()), out);
+  }
+  text_ += piece;
+  json data = {{"item_id", item_["id"]},
+               {"output_index", (int64_t)output_.size()},
+               {"content_index", 0},
+               {"delta", piece}};
+  if (kind == Open::message) data["logprobs"] = json::array();
+  out +=
+      event(kind == Open::message ? "response.output_text.delta" : "response.reasoning_text.delta",
+            std::move(data));
+}
+
+std::string ResponsesStream::delta(const json& d) {
+  std::string out;
+  if (const json* r = member(d, "reasoning_content"); r != nullptr && r->is_string())
+    text_delta(Open::reasoning, r->get<std::string>(), out);
+  if (const json* c = member(d, "content"); c != nullptr && c->is_string())
+    text_delta(Open::message, c->get<std::string>(), out);
+  if (const json* calls = member(d, "tool_calls"); calls != nullptr && calls->is_array()) {
+    for (const json& c : *calls) {
+      const int64_t call_index = c.value("index", (int64_t)0);
+      const json fn = c.value("function", json::object());
+      if (c.contains("id")) {
+        open_item(Open::call,
+                  call_item(random_id("fc_"), c["id"].get<std::string>(),
+                            fn.value("name", std::string()), "", "in_progress"),
+                  out);
+        open_call_index_ = call_index;
+      }
+      if (open_ != Open::call || call_index != open_call_index_) continue;
+      const std::string piece = fn.value("arguments", std::string());
+      if (piece.empty()) continue;
+      text_ += piece;
+      out += event(
+          "response.function_call_arguments.delta",
+          {{"item_id", item_["id"]}, {"output_index", (int64_t)output_.size()}, {"delta", piece}});
+    }
+  }
+  return out;
+}
+
+std::string ResponsesStream::finish(const std::string& status, const json& usage,
+                                    const json& extra) {
+  std::string out;
+  close_item(out);
+  if (output_.empty()) {
+    // A turn with no text and no call still answers with its (empty) message, as the whole
+    // response does.
+    open_item(Open::message, message_item(random_id("msg_"), "in_progress", json::array()), out);
+    close_item(out);
+  }
+  json r = response_object(h_, status, output_, usage);
+  if (extra.is_object())
+    for (auto it = extra.begin(); it != extra.end(); ++it) r[it.key()] = it.value();
+  out += event(status == "incomplete" ? "response.incomplete" : "response.completed",
+               {{"response", r}});
+  return out;
+}
+
+std::string ResponsesStream::error(const ApiError& e) {
+  return event("error", {{"code", e.code.empty() ? json(e.type) : json(e.code)},
+                         {"message", e.message},
+                         {"param", e.param.empty() ? json(nullptr) : json(e.param)}});
+}
+
+}  // namespace infercept::server
