@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The Responses API: its body as a chat body, which the chat parser then takes or refuses.
   json responses_chat;
-  const auto responses_err = responses_to_chat_body(body, responses_chat);
+  const auto responses_err = responses_to_chat_body(body, nullptr, responses_chat);
   acc += report(responses_err);
   if (!responses_err) {
     ChatRequest from_responses;

@@ -15,9 +15,14 @@ the default model, temperature 0:
   argument deltas adding up to the call's arguments, the final output the items as streamed
   (same ids), the streamed follow-up resumed too; the SDK's responses.stream() helper gives
   the whole answer's text;
-- what it cannot do is a 400 naming the parameter (previous_response_id, an image, a
-  web_search tool), an unknown model a 404;
-- an Agent (OpenAIResponsesModel, tool_choice required), run whole and streamed: its tool is
+- chained: the follow-up names the paused turn's Response in previous_response_id and sends
+  only the tool's output, and still continues the paused request with its prompt cached; the
+  stored Response comes back from GET /v1/responses/{id} and is gone after DELETE; with
+  store false nothing is kept (a 404 naming previous_response_id);
+- what it cannot do is a 400 naming the parameter (conversation, an image, a web_search
+  tool), an unknown model a 404;
+- an Agent (OpenAIResponsesModel, tool_choice required), run whole, streamed, and chained by
+  previous_response_id (auto_previous_response_id): its tool is
   called with the model's arguments and each run's follow-up resumed its paused request (the
   server's resume counter), and no interception is left open (but a follow-up's that called
   the tool again).
@@ -127,6 +132,41 @@ def tool_round_trip(client, model):
                  f"the follow-up answers ({[o.type for o in r2.output]})")
 
 
+def chained_round_trip(client, model):
+    """The same tool turn, its follow-up by previous_response_id with only the tool's output."""
+    calls, r, icpt = tool_turn(client, model)
+    if not calls or not icpt:
+        return
+    got = client.responses.retrieve(r.id)
+    checks.check(got.id == r.id and [o.id for o in got.output] == [o.id for o in r.output],
+                 "GET /v1/responses/{id}: the stored Response")
+    raw = client.responses.with_raw_response.create(
+        model=model, instructions=INSTRUCTIONS, previous_response_id=r.id, tools=[WEATHER], temperature=0,
+        max_output_tokens=60, input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                                      "output": json.dumps({"temperature": 21, "sky": "clear"})}])
+    r2 = raw.parse()
+    check_follow_up("a follow-up by previous_response_id", raw.headers.get("x-infercept-resumed"), icpt,
+                    r2.usage, r, r2)
+    checks.check(r2.previous_response_id == r.id, "it names the response it follows")
+    client.responses.delete(r2.id)
+    try:
+        client.responses.retrieve(r2.id)
+        gone = False
+    except openai.NotFoundError:
+        gone = True
+    checks.check(gone, "after DELETE the response is gone (404)")
+    unstored = client.responses.create(model=model, input="Say hello.", max_output_tokens=8, temperature=0,
+                                       store=False)
+    try:
+        client.responses.create(model=model, input="Again.", previous_response_id=unstored.id,
+                                max_output_tokens=8)
+        checks.check(False, "store: false keeps nothing")
+    except openai.NotFoundError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        checks.check(err.get("param") == "previous_response_id",
+                     f"store: false keeps nothing: a 404 naming previous_response_id ({err.get('message')})")
+
+
 def read_stream(stream):
     """(events, final Response, problems) of a Responses stream."""
     events, problems = [], []
@@ -201,7 +241,7 @@ def streamed_round_trip(client, model):
 
 def refusals(client, model):
     cases = [
-        ("previous_response_id", dict(input="Hi", previous_response_id="resp_x")),
+        ("conversation", dict(input="Hi", conversation="conv_x")),
         ("input[0].content[0].type", dict(input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "http://example.com/a.png"}]}])),
         ("tools[0].type", dict(input="Hi", tools=[{"type": "web_search"}])),
@@ -243,19 +283,22 @@ def agents_runs(base_url, model, port):
                   model_settings=ModelSettings(tool_choice="required", temperature=0.0, max_tokens=120,
                                                parallel_tool_calls=False))
 
-    async def run(streamed):
+    async def run(streamed, chained):
         if not streamed:
-            return await Runner.run(agent, "What is the weather in Paris?", max_turns=3)
-        r = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=3)
+            return await Runner.run(agent, "What is the weather in Paris?", max_turns=3,
+                                    auto_previous_response_id=chained)
+        r = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=3,
+                                auto_previous_response_id=chained)
         async for _ in r.stream_events():
             pass
         return r
 
     async def both():
-        for streamed in (False, True):
-            what = "an Agent on OpenAIResponsesModel" + (", streamed" if streamed else "")
+        for streamed, chained in ((False, False), (True, False), (False, True)):
+            what = ("an Agent on OpenAIResponsesModel" + (", streamed" if streamed else "") +
+                    (", chained by previous_response_id" if chained else ""))
             before_calls, before = len(calls), metric(port, "infercept:interception_resumes_total")
-            result = await run(streamed)
+            result = await run(streamed, chained)
             kinds = [type(i).__name__ for i in result.new_items]
             checks.check(len(calls) > before_calls and "ToolCallOutputItem" in kinds and result.final_output,
                          f"{what}: its tool ran ({calls[before_calls:]}) and it answered ({kinds})")
@@ -278,6 +321,7 @@ def main():
         model = client.models.list().data[0].id
         text_turn(client, model)
         tool_round_trip(client, model)
+        chained_round_trip(client, model)
         streamed_round_trip(client, model)
         refusals(client, model)
         agents_runs(base, model, port)

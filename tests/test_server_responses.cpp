@@ -2,13 +2,15 @@
 // as the chat body the chat path parses (input items as messages, an assistant message and its
 // function_call items one turn, tools flattened and back, text.format, what is refused and
 // with which param), the Response object, and the stream's events from chat deltas (every item
-// opened, filled and closed in order, numbered, the final output the items as streamed).
+// opened, filled and closed in order, numbered, the final output the items as streamed), and
+// the store behind previous_response_id (per owner, bounded, the oldest dropped first).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "server/openai_protocol.h"
+#include "server/response_store.h"
 #include "server/responses_api.h"
 
 namespace infercept::server {
@@ -16,14 +18,14 @@ namespace {
 
 json chat_of(const json& body) {
   json chat;
-  auto e = responses_to_chat_body(body, chat);
+  auto e = responses_to_chat_body(body, nullptr, chat);
   EXPECT_FALSE(e.has_value()) << (e ? e->message : "");
   return chat;
 }
 
 ApiError error_of(const json& body) {
   json chat;
-  auto e = responses_to_chat_body(body, chat);
+  auto e = responses_to_chat_body(body, nullptr, chat);
   EXPECT_TRUE(e.has_value()) << body.dump();
   return e.value_or(ApiError{});
 }
@@ -84,6 +86,67 @@ TEST(ResponsesRequest, AnAssistantMessageAndItsCallsAreOneTurnAndOutputsAreToolM
   EXPECT_EQ(msgs[1]["tool_calls"][1]["id"], "call_b");
   EXPECT_EQ(msgs[2], json({{"role", "tool"}, {"tool_call_id", "call_a"}, {"content", "20 C"}}));
   EXPECT_EQ(msgs[3], json({{"role", "tool"}, {"tool_call_id", "call_b"}, {"content", "25 C"}}));
+}
+
+TEST(ResponsesRequest, APreviousResponsesConversationGoesAfterTheInstructionsBeforeTheInput) {
+  // The stored conversation of a turn that ended in a call; the follow-up sends its output.
+  const json prior = json::array(
+      {{{"role", "user"}, {"content", "Paris?"}},
+       assistant_message("", "", {ToolCall{"call_a", "get_weather", "{\"city\":\"Paris\"}"}})});
+  json chat;
+  const json body = {
+      {"model", "m"},
+      {"instructions", "New rules."},
+      {"previous_response_id", "resp_1"},
+      {"input",
+       json::array(
+           {{{"type", "function_call_output"}, {"call_id", "call_a"}, {"output", "20 C"}}})}};
+  ASSERT_FALSE(responses_to_chat_body(body, &prior, chat).has_value());
+  const json& msgs = chat["messages"];
+  ASSERT_EQ(msgs.size(), 4u) << msgs.dump();
+  EXPECT_EQ(msgs[0]["content"], "New rules.");
+  EXPECT_EQ(msgs[1], prior[0]);
+  EXPECT_TRUE(msgs[2]["content"].is_null());
+  EXPECT_EQ(msgs[2]["tool_calls"][0]["id"], "call_a");
+  EXPECT_EQ(msgs[3]["tool_call_id"], "call_a");
+  EXPECT_EQ(instruction_messages(body), 1u);
+  EXPECT_EQ(instruction_messages({{"input", "x"}}), 0u);
+  // An input that adds nothing is refused, prior or not.
+  EXPECT_TRUE(responses_to_chat_body({{"model", "m"}, {"input", json::array()}}, &prior, chat));
+}
+
+TEST(ResponseStore, PerOwnerBoundedTheOldestDroppedFirst) {
+  auto stored = [](const std::string& text) {
+    return ResponseStore::Stored{json::array({{{"role", "user"}, {"content", text}}}),
+                                 {{"id", "r"}}};
+  };
+  const std::string kb(1000, 'x');
+  ResponseStore store(3500);  // three entries of ~1 KB fit, four do not
+  store.put("alice", "resp_1", stored(kb));
+  store.put("alice", "resp_2", stored(kb));
+  store.put("bob", "resp_3", stored(kb));
+  EXPECT_EQ(store.size(), 3u);
+  ASSERT_TRUE(store.get("alice", "resp_1").has_value());
+  EXPECT_EQ(store.get("alice", "resp_1")->messages[0]["content"], kb);
+  EXPECT_FALSE(store.get("bob", "resp_1").has_value()) << "another owner's";
+  store.put("alice", "resp_4", stored(kb));
+  EXPECT_FALSE(store.get("alice", "resp_1").has_value()) << "the oldest goes first";
+  EXPECT_TRUE(store.get("alice", "resp_2").has_value());
+  EXPECT_LE(store.bytes(), 3500u);
+  EXPECT_FALSE(store.erase("bob", "resp_2"));
+  EXPECT_TRUE(store.erase("alice", "resp_2"));
+  EXPECT_FALSE(store.get("alice", "resp_2").has_value());
+  EXPECT_EQ(store.size(), 2u);
+  store.put("alice", "resp_5", stored(std::string(5000, 'y')));  // larger than the budget
+  EXPECT_FALSE(store.get("alice", "resp_5").has_value());
+  EXPECT_EQ(store.size(), 2u);
+  // Many erased out of order, many put: what is kept stays within the budget and findable.
+  for (int i = 0; i < 500; ++i) {
+    store.put("alice", "r" + std::to_string(i), stored("a"));
+    if (i % 2 == 0) store.erase("alice", "r" + std::to_string(i));
+  }
+  EXPECT_TRUE(store.get("alice", "r499").has_value());
+  EXPECT_LE(store.bytes(), 3500u);
 }
 
 TEST(ResponsesRequest, CallsWithoutTextAreAnAssistantTurnWithNullContent) {
@@ -161,8 +224,6 @@ TEST(ResponsesRequest, WhatNeedsStateOrOtherToolsIsRefusedNamingTheParameter) {
     std::string param;
   };
   const std::vector<Case> cases = {
-      {{{"model", "m"}, {"input", "x"}, {"previous_response_id", "resp_1"}},
-       "previous_response_id"},
       {{{"model", "m"}, {"input", "x"}, {"conversation", "conv_1"}}, "conversation"},
       {{{"model", "m"}, {"input", "x"}, {"background", true}}, "background"},
       {{{"model", "m"}, {"input", "x"}, {"tools", json::array({{{"type", "web_search"}}})}},

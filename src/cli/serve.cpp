@@ -24,6 +24,7 @@ struct ServeFlags {
   SamplingFlags sampling;
   server::ServerOptions server;
   double max_body_mb = 0.0;
+  double responses_store_mb = 0.0;
   bool no_interception = false, quiet = false;
 };
 
@@ -55,6 +56,11 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
                  "max_tokens a request may ask for (0: the context)")
       ->group(g);
   app.add_option("--max-body-mb", f.max_body_mb, "largest request body, MiB")->group(g);
+  f.responses_store_mb = (double)so.responses_store_bytes / 1048576.0;
+  app.add_option("--responses-store-mb", f.responses_store_mb,
+                 "MiB of Responses API responses kept for previous_response_id, the oldest "
+                 "dropped first (0: none kept)")
+      ->group(g);
   app.add_option("--http-threads", so.http_threads, "threads serving connections")->group(g);
   app.add_option("--max-connections", so.max_connections, "open connections at most (then 503)")
       ->group(g);
@@ -87,6 +93,9 @@ Result<server::ServerOptions> server_options_from(const ServeFlags& f,
       so.body_timeout_s <= 0 || so.write_timeout_s <= 0)
     return make_error(
         "--max-connections, --header-timeout, --body-timeout and --write-timeout must be > 0");
+  if (!(f.responses_store_mb >= 0 && f.responses_store_mb <= 1048576))
+    return make_error("--responses-store-mb must be in [0, 1048576]");
+  so.responses_store_bytes = (size_t)(f.responses_store_mb * 1048576.0);
   if (f.max_body_mb <= 0 || so.max_tokens_limit < 0 || so.max_paused_per_key < 0 ||
       so.interception_expiry_s <= 0 || so.http_threads < 1 || so.http_threads > 4096 ||
       so.shutdown_grace_s < 0)

@@ -17,14 +17,32 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
-// The Responses API: its body as a chat body (responses_api.h), then a chat turn answered as
-// a Response. Errors of the chat parser name the chat parameter; the ones a Responses client
-// knows by another name are renamed.
+// The Responses API: its body as a chat body (responses_api.h), after the conversation of the
+// stored response it names in previous_response_id, then a chat turn answered as a Response.
+// Errors of the chat parser name the chat parameter; the ones a Responses client knows by
+// another name are renamed.
 void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
   json body, chat_body;
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
-  if (auto e = responses_to_chat_body(body, chat_body)) return send_error(res, *e);
+  const std::string owner = owner_of(req);
+  std::optional<ResponseStore::Stored> prior;
+  if (auto it = body.find("previous_response_id"); it != body.end() && !it->is_null()) {
+    if (!it->is_string())
+      return send_error(res, invalid_request("'previous_response_id' must be a string",
+                                             "previous_response_id", "invalid_type"));
+    prior = responses->get(owner, it->get<std::string>());
+    if (!prior) {
+      ApiError e = not_found("Previous response with id '" + it->get<std::string>() +
+                                 "' not found (never stored, deleted, or dropped for room; "
+                                 "--responses-store-mb)",
+                             "previous_response_not_found");
+      e.param = "previous_response_id";
+      return send_error(res, e);
+    }
+  }
+  if (auto e = responses_to_chat_body(body, prior ? &prior->messages : nullptr, chat_body))
+    return send_error(res, *e);
   ChatRequest cr;
   if (auto e = parse_chat_request(chat_body, limits, cr)) {
     if (e->param == "max_completion_tokens" || e->param == "max_tokens")
@@ -38,19 +56,41 @@ void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& re
   if (cr.model != model_name)
     return send_error(res,
                       not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
-  run_chat(std::move(cr), owner_of(req), PausedLease(), res, Endpoint::responses, std::move(body));
+  json history;  // null: not stored
+  if (body.value("store", true) && opt.responses_store_bytes > 0) {
+    history = json::array();
+    const json& msgs = chat_body["messages"];
+    for (size_t i = instruction_messages(body); i < msgs.size(); ++i) history.push_back(msgs[i]);
+  }
+  run_chat(std::move(cr), owner, PausedLease(), res, Endpoint::responses, std::move(body),
+           std::move(history));
+}
+
+void HttpServer::Impl::handle_response_get(const HttpRequest& req, HttpResponse& res) {
+  auto stored = responses->get(owner_of(req), req.matches[1]);
+  if (!stored)
+    return send_error(res, not_found("Response with id '" + req.matches[1] + "' not found."));
+  send_json(res, 200, stored->response);
+}
+
+void HttpServer::Impl::handle_response_delete(const HttpRequest& req, HttpResponse& res) {
+  if (!responses->erase(owner_of(req), req.matches[1]))
+    return send_error(res, not_found("Response with id '" + req.matches[1] + "' not found."));
+  send_json(res, 200, {{"id", req.matches[1]}, {"object", "response"}, {"deleted", true}});
 }
 
 // A chat turn: the request's tools settled, its prompt rendered and measured, the paused
 // request it follows up looked for, then the engine request started and answered.
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
-                                HttpResponse& res, Endpoint endpoint, json responses_request) {
+                                HttpResponse& res, Endpoint endpoint, json responses_request,
+                                json responses_history) {
   if (!has_template)
     return send_error(
         res, invalid_request("the model has no chat template; start the server with "
                              "--chat-template chatml|llama3|llama2 or use /v1/completions"));
   auto g = new_generation(endpoint, endpoint == Endpoint::responses ? "resp_" : "chatcmpl-", owner);
   g->responses_request = std::move(responses_request);
+  g->responses_history = std::move(responses_history);
   g->kind = core->chat_template().kind;
   g->format = core->turn_format();
   g->cache_namespace = cache_namespace(owner, cr.cache);
@@ -608,7 +648,18 @@ json HttpServer::Impl::responses_response(const Generation& g, const FinalTurn& 
       responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens));
   if (!f.interception.is_null()) r["interception"] = f.interception;
   if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  store_response(g, f, r);
   return r;
+}
+
+void HttpServer::Impl::store_response(const Generation& g, const FinalTurn& f,
+                                      const json& response) const {
+  if (g.responses_history.is_null()) return;
+  ResponseStore::Stored s;
+  s.messages = g.responses_history;
+  s.messages.push_back(assistant_message(f.content, f.reasoning, f.calls));
+  s.response = response;
+  responses->put(g.owner, g.response_id, std::move(s));
 }
 
 }  // namespace infercept::server

@@ -211,10 +211,11 @@ class GenerationProducer : public ResponseProducer {
     json extra = json::object();
     if (!f.interception.is_null()) extra["interception"] = f.interception;
     if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
-    return out + responses_->finish(f.finish_reason == "length" ? "incomplete" : "completed",
-                                    responses_usage((int64_t)g.prompt.size(), g.completion_tokens(),
-                                                    g.cached_tokens),
-                                    extra);
+    out += responses_->finish(
+        f.finish_reason == "length" ? "incomplete" : "completed",
+        responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens), extra);
+    s_.store_response(g, f, responses_->final_response());
+    return out;
   }
 
   std::string completion_final_event(const FinalTurn& f, const std::string& last_text,

@@ -36,6 +36,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(std::unique_ptr<EngineCor
   impl->registry = std::make_unique<InterceptionRegistry>(
       impl->opt.interception_expiry_s, impl->opt.max_paused_per_key,
       [engine](uint64_t engine_id) { engine->abort(engine_id); });
+  impl->responses = std::make_unique<ResponseStore>(impl->opt.responses_store_bytes);
   impl->core = &impl->engine->core();
   impl->setup_routes();
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
@@ -261,6 +262,10 @@ void HttpServer::Impl::add_openai_routes(HttpTransport& t) {
           [this](const HttpRequest& req, HttpResponse& res) { handle_completion(req, res); });
   t.route("POST", "/v1/responses",
           [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); });
+  t.route("GET", "/v1/responses/([^/]+)",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_response_get(req, res); });
+  t.route("DELETE", "/v1/responses/([^/]+)",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_response_delete(req, res); });
 }
 
 json HttpServer::Impl::model_json() const {

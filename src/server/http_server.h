@@ -45,6 +45,9 @@ struct ServerOptions {
   double shutdown_drain_s = 0.8;
   std::string tools_config;        // HTTP server-side tools (server_tools.h); "" = calculator only
   int max_server_tool_rounds = 8;  // server-side tool calls per response
+  // The Responses API's stored responses (previous_response_id, GET /v1/responses/{id}): at
+  // most this many bytes of their JSON, the oldest dropped first; 0 stores none.
+  size_t responses_store_bytes = 128u << 20;
   // Special tokens written in message content, tool names, arguments or definitions count
   // as such (off: they are text, and only the chat template's structure has control tokens).
   bool allow_special_tokens_in_content = false;

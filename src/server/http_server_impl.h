@@ -27,6 +27,7 @@
 #include "server/interception_registry.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/response_store.h"
 #include "server/responses_api.h"
 #include "server/server_tools.h"
 #include "server/tool_parser.h"
@@ -88,6 +89,9 @@ struct Generation {
   std::string owner;
   ChatRequest chat;        // the request (chat): kept with a paused request for an explicit resume
   json responses_request;  // Endpoint::responses: the request body, echoed in the Response
+  // Endpoint::responses with store: the conversation before this turn (chat messages, the
+  // instructions left out), kept with the Response when the turn ends; null: not stored.
+  json responses_history;
   // A chat turn underneath (chat or responses): the text is read as the model's turn.
   bool chat_turn() const { return endpoint != Endpoint::completion; }
   bool tools_active = false;  // the model saw tools: its turn may hold calls
@@ -164,6 +168,7 @@ struct HttpServer::Impl {
   ApiKeys keys;
   ServerTools tools;
   std::unique_ptr<InterceptionRegistry> registry;
+  std::unique_ptr<ResponseStore> responses;  // the Responses API's stored responses
   Metrics metrics;
   RequestLimits limits;
   std::string model_name;
@@ -268,8 +273,11 @@ struct HttpServer::Impl {
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
   void handle_responses(const HttpRequest& req, HttpResponse& res);
+  void handle_response_get(const HttpRequest& req, HttpResponse& res);
+  void handle_response_delete(const HttpRequest& req, HttpResponse& res);
   void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res,
-                Endpoint endpoint = Endpoint::chat, json responses_request = nullptr);
+                Endpoint endpoint = Endpoint::chat, json responses_request = nullptr,
+                json responses_history = nullptr);
   std::shared_ptr<Generation> new_generation(Endpoint endpoint, const char* id_prefix,
                                              const std::string& owner) const;
   std::optional<ApiError> add_server_tools(ChatRequest& cr, bool resume, Generation& g) const;
@@ -294,6 +302,8 @@ struct HttpServer::Impl {
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
   json responses_response(const Generation& g, const FinalTurn& f) const;
+  // A finished Responses turn kept for previous_response_id (when its request stored it).
+  void store_response(const Generation& g, const FinalTurn& f, const json& response) const;
   static ResponseHeader responses_header(const Generation& g);
   TokenInfo token_info(const RequestOutput& o, size_t i) const;
 

@@ -237,14 +237,26 @@ std::optional<ApiError> chat_response_format(const json& text, json& chat) {
 
 }  // namespace
 
-std::optional<ApiError> responses_to_chat_body(const json& body, json& chat) {
+size_t instruction_messages(const json& body) {
+  return body.is_object() && member(body, "instructions") != nullptr ? 1 : 0;
+}
+
+json assistant_message(const std::string& content, const std::string& reasoning,
+                       const std::vector<ToolCall>& calls) {
+  json m = {{"role", "assistant"}};
+  m["content"] = calls.empty() || !content.empty() ? json(content) : json(nullptr);
+  if (!reasoning.empty()) m["reasoning_content"] = reasoning;
+  if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
+  return m;
+}
+
+std::optional<ApiError> responses_to_chat_body(const json& body, const json* prior, json& chat) {
   if (!body.is_object()) return wrong("body", "a JSON object", body);
-  for (const char* key : {"previous_response_id", "conversation"})
-    if (member(body, key) != nullptr)
-      return unsupported(std::string(key) +
-                             " is not supported: this server stores no responses (send the "
-                             "whole conversation as input)",
-                         key);
+  if (member(body, "conversation") != nullptr)
+    return unsupported(
+        "conversation objects are not supported (chain responses with previous_response_id, "
+        "or send the whole conversation as input)",
+        "conversation");
   if (member(body, "prompt") != nullptr)
     return unsupported("prompt templates are not supported (send instructions and input)",
                        "prompt");
@@ -256,11 +268,14 @@ std::optional<ApiError> responses_to_chat_body(const json& body, json& chat) {
     if (!ins->is_string()) return wrong("instructions", "a string", *ins);
     messages.push_back({{"role", "system"}, {"content", *ins}});
   }
+  if (prior != nullptr)
+    for (const json& m : *prior) messages.push_back(m);
   const json* input = member(body, "input");
   if (input == nullptr)
     return invalid_request("'input' is required", "input", "missing_required_parameter");
+  const size_t before_input = messages.size();
   if (auto e = input_messages(*input, messages)) return e;
-  if (messages.empty()) return invalid_request("'input' must not be empty", "input");
+  if (messages.size() == before_input) return invalid_request("'input' must not be empty", "input");
   chat["messages"] = std::move(messages);
   if (const json* m = member(body, "model")) chat["model"] = *m;
   if (const json* t = member(body, "tools")) {
@@ -357,9 +372,9 @@ json response_object(const ResponseHeader& h, const std::string& status, const j
             {"model", h.model},
             {"output", output},
             {"parallel_tool_calls", echo("parallel_tool_calls", true)},
-            {"previous_response_id", nullptr},
+            {"previous_response_id", echo("previous_response_id", nullptr)},
             {"reasoning", echo("reasoning", {{"effort", nullptr}, {"summary", nullptr}})},
-            {"store", false},
+            {"store", echo("store", true)},
             {"temperature", echo("temperature", 1.0)},
             {"text", echo("text", {{"format", {{"type", "text"}}}})},
             {"tool_choice", echo("tool_choice", "auto")},
@@ -524,6 +539,7 @@ std::string ResponsesStream::finish(const std::string& status, const json& usage
     for (auto it = extra.begin(); it != extra.end(); ++it) r[it.key()] = it.value();
   out += event(status == "incomplete" ? "response.incomplete" : "response.completed",
                {{"response", r}});
+  final_ = std::move(r);
   return out;
 }
 

@@ -2,9 +2,8 @@
 // become chat messages (function_call items the assistant's tool_calls, function_call_output
 // items tool results, so a follow-up carries its call ids and continues its paused request as a
 // chat follow-up does), and a chat turn comes back as a Response object or as the Responses
-// stream's typed events. Nothing is stored: previous_response_id and conversation are refused
-// with a clear error, and a client sends the whole conversation as input (store: false, as
-// Codex and the Agents SDK's stateless mode do).
+// stream's typed events. A stored response's conversation (response_store.h) goes before the
+// input of a request that names it in previous_response_id; conversation objects are refused.
 #pragma once
 
 #include <optional>
@@ -17,9 +16,20 @@ namespace infercept::server {
 
 // The chat-completions body equivalent to a Responses request body (its errors name the
 // Responses parameter: "input[2].type"); the chat parser then checks it as any chat request.
-// Fields with no effect here (store, include, metadata, reasoning, truncation, user, ...)
-// are ignored; ones that need state or tools this server lacks are a 400.
-std::optional<ApiError> responses_to_chat_body(const json& body, json& chat);
+// `prior` (null: none) is the conversation of the response previous_response_id names, as
+// chat messages: they follow the instructions' system message and come before the input.
+// Fields with no effect here (include, metadata, reasoning, truncation, user, ...) are
+// ignored; ones that need state or tools this server lacks are a 400.
+std::optional<ApiError> responses_to_chat_body(const json& body, const json* prior, json& chat);
+
+// What responses_to_chat_body put before the conversation: 1 when the request has
+// instructions (a system message), else 0. The rest of the messages is what a stored
+// response keeps.
+size_t instruction_messages(const json& body);
+
+// The chat message of a turn's output (the conversation a stored response keeps ends in it).
+json assistant_message(const std::string& content, const std::string& reasoning,
+                       const std::vector<ToolCall>& calls);
 
 // How a Response object repeats its request, and what it says of the turn.
 struct ResponseHeader {
@@ -63,6 +73,8 @@ class ResponsesStream {
   std::string error(const ApiError& e);
 
   const json& output() const { return output_; }
+  // The Response that finish() sent.
+  const json& final_response() const { return final_; }
 
  private:
   enum class Open { none, reasoning, message, call };
@@ -79,6 +91,7 @@ class ResponsesStream {
   json item_;                     // the open item
   std::string text_;              // its text (message, reasoning) or arguments (call)
   int64_t open_call_index_ = -1;  // the chat call index of the open call
+  json final_;
 };
 
 }  // namespace infercept::server
