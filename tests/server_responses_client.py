@@ -21,6 +21,8 @@ the default model, temperature 0:
   store false nothing is kept (a 404 naming previous_response_id);
 - what it cannot do is a 400 naming the parameter (conversation, an image, a web_search
   tool), an unknown model a 404;
+- LangChain's ChatOpenAI with use_responses_api: a forced call, and its follow-up (the
+  AIMessage and a ToolMessage) resumes the paused request;
 - an Agent (OpenAIResponsesModel, tool_choice required), run whole, streamed, and chained by
   previous_response_id (auto_previous_response_id): its tool is
   called with the model's arguments and each run's follow-up resumed its paused request (the
@@ -261,6 +263,33 @@ def refusals(client, model):
         checks.check(e.status_code == 404, "an unknown model: 404")
 
 
+def langchain_turns(base_url, model, port):
+    """LangChain's ChatOpenAI on the Responses API: a forced call, then the tool's result sent
+    back as LangChain does (the AIMessage and a ToolMessage) resumes the paused request."""
+    try:
+        from langchain_core.messages import HumanMessage, ToolMessage
+        from langchain_openai import ChatOpenAI
+    except ImportError:
+        print("skipped: langchain-openai is not installed (make sets it up in build/venv)")
+        return
+    llm = ChatOpenAI(base_url=base_url, api_key="none", model=model, use_responses_api=True, temperature=0,
+                     max_tokens=120)
+    forced = llm.bind_tools([WEATHER], tool_choice="required", parallel_tool_calls=False)
+    msgs = [HumanMessage("What is the weather in Paris?")]
+    ai = forced.invoke(msgs)
+    checks.check(len(ai.tool_calls) == 1 and ai.tool_calls[0]["name"] == "get_weather",
+                 f"LangChain on the Responses API: a call ({ai.tool_calls})")
+    if len(ai.tool_calls) != 1:
+        return
+    before = metric(port, "infercept:interception_resumes_total")
+    msgs += [ai, ToolMessage(content="21 degrees and clear", tool_call_id=ai.tool_calls[0]["id"])]
+    answer = llm.bind_tools([WEATHER]).invoke(msgs)
+    resumed = metric(port, "infercept:interception_resumes_total") - before
+    cached = (answer.usage_metadata or {}).get("input_token_details", {}).get("cache_read", 0)
+    checks.check(resumed == 1 and cached > 0,
+                 f"LangChain on the Responses API: the follow-up resumed it ({resumed:.0f}, {cached} cached)")
+
+
 def agents_runs(base_url, model, port):
     try:
         from agents import (Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool,
@@ -324,6 +353,7 @@ def main():
         chained_round_trip(client, model)
         streamed_round_trip(client, model)
         refusals(client, model)
+        langchain_turns(base, model, port)
         agents_runs(base, model, port)
         left = {i["id"] for i in open_interceptions(port)}
         checks.check(left == LEFT_PAUSED, f"no interception left open but the follow-ups' own ({left})")
