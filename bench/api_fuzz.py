@@ -2,7 +2,8 @@
 """API fuzzer for `infercept serve`: random and mutated requests to every endpoint.
 
 For --duration seconds (default 600), from --threads threads, sends requests built from
-valid seeds (chat with tools, tool calls and streams, completions, the interception API with
+valid seeds (chat with tools, tool calls and streams, completions, the Responses API with
+tool round trips, chaining and its stored responses, the interception API with
 real and made-up ids, models, metrics, health, dashboard data) and mutated: a random field
 replaced by a random JSON value of a random type, fields removed or added, huge and negative
 numbers, numbers JSON cannot hold, unicode, invalid UTF-8, truncated bodies, random bytes,
@@ -63,6 +64,7 @@ class Fuzzer:
         self.by_endpoint = {}
         self.failures = []  # requests that got a 5xx or no answer
         self.ids = []       # (key, interception id) seen in answers
+        self.response_ids = []  # (key, Responses API id) seen in answers
         self.inflight = {}  # thread -> request
         self.total = 0
         self.client_errors = 0
@@ -144,6 +146,37 @@ class Fuzzer:
                 body[f] = v
         return body
 
+    def seed_responses(self, r):
+        """A Responses API body: a string or items (a tool round trip among them), flat tools,
+        sometimes streamed or chained to a stored response."""
+        body = {"model": self.model, "max_output_tokens": r.randint(1, 8), "temperature": 0}
+        if r.random() < 0.4:
+            body["input"] = self.rand_string(r) or "Hi"
+        else:
+            items = [{"role": "user", "content": self.rand_string(r) or "Hi"}]
+            if r.random() < 0.5:
+                items += [{"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                           "arguments": json.dumps({"city": self.rand_string(r)})},
+                          {"type": "function_call_output", "call_id": "call_1",
+                           "output": self.rand_string(r)}]
+            body["input"] = items
+        if r.random() < 0.3:
+            body["instructions"] = "You are helpful."
+        if r.random() < 0.5:
+            body["tools"] = [dict(t["function"], type="function") for t in TOOLS]
+            if r.random() < 0.3:
+                body["tool_choice"] = r.choice(["auto", "none", "required",
+                                                {"type": "function", "name": "get_weather"}])
+        with self.lock:
+            if self.response_ids and r.random() < 0.3:
+                key, rid = r.choice(self.response_ids)
+                body["previous_response_id"] = rid
+        for f, v in (("stream", True), ("store", False), ("text", {"format": {"type": "json_object"}}),
+                     ("parallel_tool_calls", False), ("include", ["reasoning.encrypted_content"])):
+            if r.random() < 0.15:
+                body[f] = v
+        return body
+
     def seed_completion(self, r):
         body = {"model": self.model, "prompt": self.rand_string(r) or "Once",
                 "max_tokens": r.randint(1, 8), "temperature": 0}
@@ -166,8 +199,10 @@ class Fuzzer:
         key = r.choice(self.keys)
         k = r.random()
         body = None
-        if k < 0.4:
+        if k < 0.3:
             method, path, body = "POST", "/v1/chat/completions", self.seed_chat(r)
+        elif k < 0.4:
+            method, path, body = "POST", "/v1/responses", self.seed_responses(r)
         elif k < 0.55:
             method, path, body = "POST", "/v1/completions", self.seed_completion(r)
         elif k < 0.8:
@@ -197,10 +232,16 @@ class Fuzzer:
                 method, path = "GET", "/v1/interceptions"
         else:
             method = "GET"
-            path = r.choice(["/v1/models", "/v1/models/" + self.model, "/v1/models/nope",
-                             "/metrics", "/health", "/dashboard", "/dashboard/data",
-                             "/v1/interceptions", "/", "/v1", "/v1/chat/completions",
-                             "/nope/" + self.rand_string(r)[:30]])
+            with self.lock:
+                rid = r.choice(self.response_ids)[1] if self.response_ids else "resp_nope"
+            if r.random() < 0.2:
+                method = r.choice(["GET", "DELETE"])
+                path = "/v1/responses/" + r.choice([rid, "resp_nope", self.rand_string(r)[:30]])
+            else:
+                path = r.choice(["/v1/models", "/v1/models/" + self.model, "/v1/models/nope",
+                                 "/metrics", "/health", "/dashboard", "/dashboard/data",
+                                 "/v1/interceptions", "/", "/v1", "/v1/chat/completions",
+                                 "/nope/" + self.rand_string(r)[:30]])
         # mutations
         if body is not None and r.random() < 0.6:
             for _ in range(r.randint(1, 3)):
@@ -396,18 +437,26 @@ class Fuzzer:
                     self.ids.append((key, i.decode()))
                 if len(self.ids) > 200:
                     self.ids = self.ids[-200:]
+        if status == 200 and path == "/v1/responses":  # a stored response to chain to
+            m = re.search(rb'"id":\s*"(resp_[A-Za-z0-9_]+)"', body)
+            with self.lock:
+                if m:
+                    self.response_ids.append((key, m.group(1).decode()))
+                self.response_ids = self.response_ids[-200:]
         return True
 
 
-KNOWN = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/metrics", "/health",
-         "/dashboard", "/dashboard/data", "/v1/interceptions")
+KNOWN = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/metrics",
+         "/health", "/dashboard", "/dashboard/data", "/v1/interceptions")
 
 
 def endpoint_name(method, path):
     p = path.split("?")[0].split("#")[0]
     p = re.sub(r"^/v1/interceptions/[^/]+", "/v1/interceptions/{id}", p)
     p = re.sub(r"^/v1/models/.+", "/v1/models/{id}", p)
-    if p not in KNOWN and not p.startswith(("/v1/interceptions/{id}", "/v1/models/{id}")):
+    p = re.sub(r"^/v1/responses/.+", "/v1/responses/{id}", p)
+    if p not in KNOWN and not p.startswith(("/v1/interceptions/{id}", "/v1/models/{id}",
+                                            "/v1/responses/{id}")):
         p = "(other paths)"
     return method + " " + p
 

@@ -79,6 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!responses_err) {
     ChatRequest from_responses;
     acc += report(parse_chat_request(responses_chat, lim, from_responses));
+    acc += responses_store_requested(body) + instruction_messages(body);
     const ResponseHeader h{"resp_fuzz", 0, "m", body};
     acc += dump(response_object(h, "completed", json::array(), nullptr)).size();
   }

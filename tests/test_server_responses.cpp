@@ -110,6 +110,9 @@ TEST(ResponsesRequest, APreviousResponsesConversationGoesAfterTheInstructionsBef
   EXPECT_EQ(msgs[2]["tool_calls"][0]["id"], "call_a");
   EXPECT_EQ(msgs[3]["tool_call_id"], "call_a");
   EXPECT_EQ(instruction_messages(body), 1u);
+  EXPECT_TRUE(responses_store_requested(body));
+  EXPECT_TRUE(responses_store_requested({{"store", nullptr}}));
+  EXPECT_FALSE(responses_store_requested({{"store", false}}));
   EXPECT_EQ(instruction_messages({{"input", "x"}}), 0u);
   // An input that adds nothing is refused, prior or not.
   EXPECT_TRUE(responses_to_chat_body({{"model", "m"}, {"input", json::array()}}, &prior, chat));
@@ -226,6 +229,8 @@ TEST(ResponsesRequest, WhatNeedsStateOrOtherToolsIsRefusedNamingTheParameter) {
   const std::vector<Case> cases = {
       {{{"model", "m"}, {"input", "x"}, {"conversation", "conv_1"}}, "conversation"},
       {{{"model", "m"}, {"input", "x"}, {"background", true}}, "background"},
+      {{{"model", "m"}, {"input", "x"}, {"background", "yes"}}, "background"},
+      {{{"model", "m"}, {"input", "x"}, {"store", "yes"}}, "store"},
       {{{"model", "m"}, {"input", "x"}, {"tools", json::array({{{"type", "web_search"}}})}},
        "tools[0].type"},
       {{{"model", "m"}}, "input"},

@@ -57,7 +57,7 @@ void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& re
     return send_error(res,
                       not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
   json history;  // null: not stored
-  if (body.value("store", true) && opt.responses_store_bytes > 0) {
+  if (responses_store_requested(body) && opt.responses_store_bytes > 0) {
     history = json::array();
     const json& msgs = chat_body["messages"];
     for (size_t i = instruction_messages(body); i < msgs.size(); ++i) history.push_back(msgs[i]);

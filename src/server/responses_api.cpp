@@ -237,6 +237,11 @@ std::optional<ApiError> chat_response_format(const json& text, json& chat) {
 
 }  // namespace
 
+bool responses_store_requested(const json& body) {
+  const json* store = body.is_object() ? member(body, "store") : nullptr;
+  return store == nullptr || !store->is_boolean() || store->get<bool>();
+}
+
 size_t instruction_messages(const json& body) {
   return body.is_object() && member(body, "instructions") != nullptr ? 1 : 0;
 }
@@ -260,7 +265,10 @@ std::optional<ApiError> responses_to_chat_body(const json& body, const json* pri
   if (member(body, "prompt") != nullptr)
     return unsupported("prompt templates are not supported (send instructions and input)",
                        "prompt");
-  if (const json* bg = member(body, "background"); bg != nullptr && bg->is_boolean() && *bg)
+  for (const char* key : {"store", "background"})
+    if (const json* v = member(body, key); v != nullptr && !v->is_boolean())
+      return wrong(key, "a boolean", *v);
+  if (const json* bg = member(body, "background"); bg != nullptr && bg->get<bool>())
     return unsupported("background responses are not supported", "background");
   chat = json::object();
   json messages = json::array();

@@ -22,6 +22,10 @@ namespace infercept::server {
 // ignored; ones that need state or tools this server lacks are a 400.
 std::optional<ApiError> responses_to_chat_body(const json& body, const json* prior, json& chat);
 
+// Whether the request asks for its Response to be kept ("store", default true; the body has
+// passed responses_to_chat_body, which refuses a store that is not a boolean or null).
+bool responses_store_requested(const json& body);
+
 // What responses_to_chat_body put before the conversation: 1 when the request has
 // instructions (a system message), else 0. The rest of the messages is what a stored
 // response keeps.
