@@ -38,7 +38,8 @@ $(BUILD)/.deps-ok:
 # openai-agents: the constrained-decoding test runs an Agent with tool_choice "required"
 # (tests/server_constrained_clients.py); python3-jsonschema (Debian) validates its calls.
 # llguidance: tests/test_grammar_llguidance.cpp compares our token masks with its.
-PY_PACKAGES := openai langchain-openai openai-agents llguidance
+# anthropic: tests/server_anthropic_client.py runs Anthropic's SDK against /v1/messages.
+PY_PACKAGES := openai langchain-openai openai-agents llguidance anthropic
 empty :=
 PY_STAMP := $(VENV)/.ok-$(subst $(empty) $(empty),+,$(PY_PACKAGES))
 pyenv: $(PY_STAMP)

@@ -2,8 +2,9 @@
 // typed request or an ApiError (a 4xx with a message), never a crash or an exception, for
 // every endpoint's parser: chat completions (with tools, tool calls, the scripted-call
 // extension), completions (text or token ids), the resume endpoint's messages, the sampling
-// parameters of both, and the Responses API's body (translated to a chat body, that parsed,
-// the body echoed in a Response). The error object and the parsed tool calls serialize.
+// parameters of both, the Responses API's body (translated to a chat body, that parsed, the
+// body echoed in a Response) and Anthropic's Messages body (translated, parsed). The error object
+// and the parsed tool calls serialize.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "server/anthropic_api.h"
 #include "server/openai_protocol.h"
 #include "server/responses_api.h"
 
@@ -82,6 +84,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     acc += responses_store_requested(body) + instruction_messages(body);
     const ResponseHeader h{"resp_fuzz", 0, "m", body};
     acc += dump(response_object(h, "completed", json::array(), nullptr)).size();
+  }
+  // Anthropic's Messages API: the same, its errors in Anthropic's shape.
+  json messages_chat;
+  const auto messages_err = messages_to_chat_body(body, messages_chat);
+  acc += report(messages_err);
+  if (messages_err) acc += dump(anthropic_error_body(*messages_err)).size();
+  if (!messages_err) {
+    ChatRequest from_messages;
+    acc += report(parse_chat_request(messages_chat, lim, from_messages));
   }
   acc += dump(body).size();
   g_sink = acc;

@@ -66,6 +66,42 @@ void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& re
            std::move(history));
 }
 
+// Anthropic's Messages API: its body as a chat body (anthropic_api.h), then a chat turn
+// answered as a Message; every error in Anthropic's shape.
+void HttpServer::Impl::handle_messages(const HttpRequest& req, HttpResponse& res) {
+  Guard guard(this);
+  auto fail = [&](const ApiError& e) { send_json(res, e.status, anthropic_error_body(e)); };
+  json body, chat_body;
+  if (auto e = parse_body(req.body, body)) return fail(*e);
+  if (auto e = messages_to_chat_body(body, chat_body)) return fail(*e);
+  ChatRequest cr;
+  if (auto e = parse_chat_request(chat_body, limits, cr)) {
+    if (e->param == "stop") e->param = "stop_sequences";
+    return fail(*e);
+  }
+  if (cr.model != model_name)
+    return fail(not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  run_chat(std::move(cr), owner_of(req), PausedLease(), res, Endpoint::messages);
+}
+
+// POST /v1/messages/count_tokens: the prompt the request would run, counted.
+void HttpServer::Impl::handle_count_tokens(const HttpRequest& req, HttpResponse& res) {
+  Guard guard(this);
+  auto fail = [&](const ApiError& e) { send_json(res, e.status, anthropic_error_body(e)); };
+  json body, chat_body;
+  if (auto e = parse_body(req.body, body)) return fail(*e);
+  if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;  // not asked here
+  if (auto e = messages_to_chat_body(body, chat_body)) return fail(*e);
+  ChatRequest cr;
+  if (auto e = parse_chat_request(chat_body, limits, cr)) return fail(*e);
+  if (!has_template) return fail(invalid_request("the model has no chat template"));
+  auto g = new_generation(Endpoint::messages, "msg_", owner_of(req));
+  g->format = core->turn_format();
+  if (auto e = check_tool_choice(cr)) return fail(*e);
+  if (auto e = render_chat_prompt(cr, *g)) return fail(*e);
+  send_json(res, 200, {{"input_tokens", g->prompt.size()}});
+}
+
 void HttpServer::Impl::handle_response_get(const HttpRequest& req, HttpResponse& res) {
   auto stored = responses->get(owner_of(req), req.matches[1]);
   if (!stored)
@@ -84,19 +120,23 @@ void HttpServer::Impl::handle_response_delete(const HttpRequest& req, HttpRespon
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
                                 HttpResponse& res, Endpoint endpoint, json responses_request,
                                 json responses_history) {
+  const char* prefix = endpoint == Endpoint::responses  ? "resp_"
+                       : endpoint == Endpoint::messages ? "msg_"
+                                                        : "chatcmpl-";
+  auto g = new_generation(endpoint, prefix, owner);
   if (!has_template)
-    return send_error(
-        res, invalid_request("the model has no chat template; start the server with "
-                             "--chat-template chatml|llama3|llama2 or use /v1/completions"));
-  auto g = new_generation(endpoint, endpoint == Endpoint::responses ? "resp_" : "chatcmpl-", owner);
+    return send_error_for(
+        *g, res,
+        invalid_request("the model has no chat template; start the server with "
+                        "--chat-template chatml|llama3|llama2 or use /v1/completions"));
   g->responses_request = std::move(responses_request);
   g->responses_history = std::move(responses_history);
   g->kind = core->chat_template().kind;
   g->format = core->turn_format();
   g->cache_namespace = cache_namespace(owner, cr.cache);
-  if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error(res, *e);
-  if (auto e = check_tool_choice(cr)) return send_error(res, *e);
-  if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
+  if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error_for(*g, res, *e);
+  if (auto e = check_tool_choice(cr)) return send_error_for(*g, res, *e);
+  if (auto e = render_chat_prompt(cr, *g)) return send_error_for(*g, res, *e);
   GenerateRequest gr = chat_engine_request(cr, *g);
   const bool explicit_resume = (bool)entry;
   if (!entry && opt.interception) {
@@ -111,12 +151,12 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
   if (entry && restore_reasoning(cr.messages, *entry)) {
     // The prompt changes where the template renders reasoning: rendered again, so that it is
     // the paused request's tokens and its KV is reused.
-    if (auto e = render_chat_prompt(cr, *g)) return send_error(res, *e);
+    if (auto e = render_chat_prompt(cr, *g)) return send_error_for(*g, res, *e);
     gr = chat_engine_request(cr, *g);
   }
   g->chat = std::move(cr);
   if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
-    return send_error(res, *e);
+    return send_error_for(*g, res, *e);
   respond(g, res);
 }
 
@@ -500,6 +540,7 @@ void HttpServer::Impl::record_finished(const Generation& g, const FinalTurn& f, 
   metrics.observe_e2e(t_end - g.t_received);
   const char* endpoint = g.endpoint == Endpoint::chat        ? "chat"
                          : g.endpoint == Endpoint::responses ? "responses"
+                         : g.endpoint == Endpoint::messages  ? "messages"
                                                              : "completion";
   metrics.add_request(endpoint, f.finish_reason, (int64_t)g.prompt.size(), g.completion_tokens(),
                       g.cached_tokens);
@@ -635,6 +676,23 @@ json HttpServer::Impl::completion_response(const Generation& g, const FinalTurn&
       {"model", g.model},
       {"choices", json::array({choice})},
       {"usage", usage_json((int64_t)g.prompt.size(), (int64_t)g.tokens.size(), g.cached_tokens)}};
+}
+
+json HttpServer::Impl::anthropic_response(const Generation& g, const FinalTurn& f) const {
+  json r = anthropic_message(
+      g.response_id, g.model, anthropic_content(f.content, f.reasoning, f.calls),
+      anthropic_stop_reason(f.finish_reason),
+      anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens));
+  if (!f.interception.is_null()) r["interception"] = f.interception;
+  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  return r;
+}
+
+void HttpServer::Impl::send_error_for(const Generation& g, HttpResponse& res, const ApiError& e) {
+  if (g.endpoint == Endpoint::messages)
+    send_json(res, e.status, anthropic_error_body(e));
+  else
+    send_error(res, e);
 }
 
 ResponseHeader HttpServer::Impl::responses_header(const Generation& g) {

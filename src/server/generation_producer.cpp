@@ -50,17 +50,18 @@ class GenerationProducer : public ResponseProducer {
       FinalTurn f = s_.finalize(g);
       if (f.server_round) {
         if (auto e = s_.server_tool_round(g, f)) {
-          send_error(res, *e);
+          HttpServer::Impl::send_error_for(g, res, *e);
           return true;
         }
         continue;  // the next turn's outputs wake this again
       }
       if (f.error) {
-        send_error(res, *f.error);
+        HttpServer::Impl::send_error_for(g, res, *f.error);
       } else {
         send_json(res, 200,
                   g.endpoint == Endpoint::chat        ? s_.chat_response(g, f)
                   : g.endpoint == Endpoint::responses ? s_.responses_response(g, f)
+                  : g.endpoint == Endpoint::messages  ? s_.anthropic_response(g, f)
                                                       : s_.completion_response(g, f));
       }
       if (!g.resumed_from.empty()) res.set_header("X-Infercept-Resumed", g.resumed_from);
@@ -88,6 +89,10 @@ class GenerationProducer : public ResponseProducer {
       if (g.endpoint == Endpoint::responses) {
         responses_.emplace(HttpServer::Impl::responses_header(g));
         res.body += responses_->start();
+      } else if (g.endpoint == Endpoint::messages) {
+        anthropic_.emplace(g.response_id, g.model);
+        res.body +=
+            anthropic_->start(anthropic_usage((int64_t)g.prompt.size(), 0, g.cached_tokens));
       } else if (g.endpoint == Endpoint::chat) {
         json first = stream_chunk(header(), chat_chunk_choice(chat_first_delta()));
         if (g.return_token_ids) first["prompt_token_ids"] = g.prompt;  // vLLM: the first chunk
@@ -123,6 +128,8 @@ class GenerationProducer : public ResponseProducer {
       }
       if (responses_)
         res.body += f.error ? responses_->error(*f.error) : responses_final_events(f, last);
+      else if (anthropic_)
+        res.body += f.error ? anthropic_->error(*f.error) : anthropic_final_events(f, last);
       else
         res.body += f.error ? sse_event(error_body(*f.error)) + sse_done()
                             : final_events(f, last, item->out.text, new_lps);
@@ -145,6 +152,10 @@ class GenerationProducer : public ResponseProducer {
     std::string out;
     if (responses_) {
       for (const json& d : deltas) out += responses_->delta(d);
+      return out;
+    }
+    if (anthropic_) {
+      for (const json& d : deltas) out += anthropic_->delta(d);
       return out;
     }
     json lps = g_->logprobs >= 0 && !new_lps.empty() ? chat_logprobs(new_lps) : json(nullptr);
@@ -218,6 +229,22 @@ class GenerationProducer : public ResponseProducer {
     return out;
   }
 
+  // Messages: the turn's last deltas, the calls that were not streamed, the stop reason.
+  std::string anthropic_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
+    const Generation& g = *g_;
+    std::string out = delta_events(last_deltas, {});
+    size_t first_index = 0;
+    const std::vector<ToolCall> held = g.streamer.held_calls(f.calls, &first_index);
+    if (!held.empty()) out += anthropic_->delta(tool_calls_delta(held, first_index));
+    json extra = json::object();
+    if (!f.interception.is_null()) extra["interception"] = f.interception;
+    if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
+    return out + anthropic_->finish(anthropic_stop_reason(f.finish_reason),
+                                    anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(),
+                                                    g.cached_tokens),
+                                    extra);
+  }
+
   std::string completion_final_event(const FinalTurn& f, const std::string& last_text,
                                      const std::vector<TokenInfo>& new_lps) {
     const Generation& g = *g_;
@@ -239,6 +266,7 @@ class GenerationProducer : public ResponseProducer {
   std::shared_ptr<Generation> g_;
   std::unique_ptr<HttpServer::Impl::Guard> guard_;
   std::optional<ResponsesStream> responses_;  // Endpoint::responses: its events
+  std::optional<AnthropicStream> anthropic_;  // Endpoint::messages: its events
   bool started_ = false;
   bool prompt_ids_sent_ = false;
   size_t text_offset_ = 0;  // completions: bytes of text sent

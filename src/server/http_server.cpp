@@ -187,9 +187,9 @@ bool HttpServer::Impl::refuse_before_routing(const HttpRequest& req, HttpRespons
   e.status = 401;
   e.type = "authentication_error";
   e.code = "invalid_api_key";
-  e.message = req.has_header("Authorization")
-                  ? "Incorrect API key provided."
-                  : "You didn't provide an API key: send \"Authorization: Bearer <key>\".";
+  e.message = key_given ? "Incorrect API key provided."
+                        : "You didn't provide an API key: send \"Authorization: Bearer <key>\" "
+                          "(or \"x-api-key: <key>\").";
   send_error(res, e);
   return true;
 }
@@ -262,6 +262,10 @@ void HttpServer::Impl::add_openai_routes(HttpTransport& t) {
           [this](const HttpRequest& req, HttpResponse& res) { handle_completion(req, res); });
   t.route("POST", "/v1/responses",
           [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); });
+  t.route("POST", "/v1/messages",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_messages(req, res); });
+  t.route("POST", "/v1/messages/count_tokens",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_count_tokens(req, res); });
   t.route("GET", "/v1/responses/([^/]+)",
           [this](const HttpRequest& req, HttpResponse& res) { handle_response_get(req, res); });
   t.route("DELETE", "/v1/responses/([^/]+)",

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "server/anthropic_api.h"
 #include "server/auth.h"
 #include "server/constraints.h"
 #include "server/dashboard.h"
@@ -76,9 +77,10 @@ struct Channel {
   }
 };
 
-// The API a generation answers: chat completions, completions, or the Responses API
-// (responses_api.h: a chat turn underneath, answered as a Response).
-enum class Endpoint { chat, completion, responses };
+// The API a generation answers: chat completions, completions, the Responses API
+// (responses_api.h) or Anthropic's Messages API (anthropic_api.h), the last two a chat turn
+// underneath answered in their own shape.
+enum class Endpoint { chat, completion, responses, messages };
 
 // One response being produced: what was asked and what has come so far.
 struct Generation {
@@ -217,9 +219,11 @@ struct HttpServer::Impl {
     cv.notify_all();
   }
 
-  // The key in the query string is taken on the dashboard only: a browser page cannot set
-  // headers on its own navigation, and a key in a URL ends up in logs and histories.
+  // A key given other than as "Authorization: Bearer": Anthropic's clients send "x-api-key";
+  // the key in the query string is taken on the dashboard only (a browser page cannot set
+  // headers on its own navigation, and a key in a URL ends up in logs and histories).
   static std::string query_key(const HttpRequest& req) {
+    if (req.has_header("x-api-key")) return req.get_header_value("x-api-key");
     return req.path == "/dashboard" || req.path == "/dashboard/data"
                ? req.get_param_value("api_key")
                : std::string();
@@ -273,6 +277,8 @@ struct HttpServer::Impl {
   void handle_chat(const HttpRequest& req, HttpResponse& res);
   void handle_completion(const HttpRequest& req, HttpResponse& res);
   void handle_responses(const HttpRequest& req, HttpResponse& res);
+  void handle_messages(const HttpRequest& req, HttpResponse& res);
+  void handle_count_tokens(const HttpRequest& req, HttpResponse& res);
   void handle_response_get(const HttpRequest& req, HttpResponse& res);
   void handle_response_delete(const HttpRequest& req, HttpResponse& res);
   void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res,
@@ -302,6 +308,9 @@ struct HttpServer::Impl {
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
   json responses_response(const Generation& g, const FinalTurn& f) const;
+  json anthropic_response(const Generation& g, const FinalTurn& f) const;
+  // An error answered in the shape of the generation's API (Anthropic's for /v1/messages).
+  static void send_error_for(const Generation& g, HttpResponse& res, const ApiError& e);
   // A finished Responses turn kept for previous_response_id (when its request stored it).
   void store_response(const Generation& g, const FinalTurn& f, const json& response) const;
   static ResponseHeader responses_header(const Generation& g);

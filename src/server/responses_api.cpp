@@ -2,32 +2,13 @@
 // turn as a Response object, and the Responses stream's events.
 #include "server/responses_api.h"
 
+#include "server/json_fields.h"
+
 namespace infercept::server {
 
 namespace {
 
-std::string type_name(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-ApiError wrong(const std::string& param, const std::string& expected, const json& got) {
-  return invalid_request("'" + param + "' must be " + expected + " (got " + type_name(got) + ")",
-                         param, "invalid_type");
-}
-
-ApiError unsupported(const std::string& what, const std::string& param) {
-  return invalid_request(what, param, "unsupported_parameter");
-}
-
-const json* member(const json& o, const char* key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
+using namespace fields;
 
 // An item's or a tool output's text: a string, or text parts (input_text, output_text, text;
 // a refusal's text). Images, files and audio are refused: this server reads text.
@@ -55,17 +36,6 @@ std::optional<ApiError> content_text(const json& c, const std::string& param, st
     if (text == nullptr || !text->is_string()) return wrong(p + "." + key, "a string", part);
     out += text->get<std::string>();
   }
-  return std::nullopt;
-}
-
-std::optional<ApiError> string_member(const json& o, const char* key, const std::string& param,
-                                      std::string& out) {
-  const json* v = member(o, key);
-  if (v == nullptr)
-    return invalid_request("'" + param + "." + key + "' is required", param + "." + key,
-                           "missing_required_parameter");
-  if (!v->is_string()) return wrong(param + "." + key, "a string", *v);
-  out = v->get<std::string>();
   return std::nullopt;
 }
 
@@ -391,12 +361,6 @@ json response_object(const ResponseHeader& h, const std::string& status, const j
             {"truncation", echo("truncation", "disabled")},
             {"usage", usage}};
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  std::string text;
-  for (const json& item : output)
-    if (item["type"] == "message")
-      for (const json& part : item["content"])
-        if (part["type"] == "output_text") text += part["text"].get<std::string>();
-  r["output_text"] = text;  // the SDKs' convenience, as OpenAI's own answers have it
   return r;
 }
 

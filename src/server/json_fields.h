@@ -1,0 +1,51 @@
+// Reading the fields of a request body in the other APIs' translations (responses_api.cpp,
+// anthropic_api.cpp): a field that is absent or null, a required string, and the errors that
+// name the parameter, as the chat parser's do.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "server/openai_protocol.h"
+
+namespace infercept::server::fields {
+
+inline std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+inline ApiError wrong(const std::string& param, const std::string& expected, const json& got) {
+  return invalid_request("'" + param + "' must be " + expected + " (got " + type_name(got) + ")",
+                         param, "invalid_type");
+}
+
+inline ApiError unsupported(const std::string& what, const std::string& param) {
+  return invalid_request(what, param, "unsupported_parameter");
+}
+
+inline ApiError missing(const std::string& param) {
+  return invalid_request("'" + param + "' is required", param, "missing_required_parameter");
+}
+
+// The field, or null when it is absent or JSON null.
+inline const json* member(const json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+inline std::optional<ApiError> string_member(const json& o, const char* key,
+                                             const std::string& param, std::string& out) {
+  const json* v = member(o, key);
+  if (v == nullptr) return missing(param + "." + key);
+  if (!v->is_string()) return wrong(param + "." + key, "a string", *v);
+  out = v->get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace infercept::server::fields
