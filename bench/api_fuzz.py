@@ -3,7 +3,8 @@
 
 For --duration seconds (default 600), from --threads threads, sends requests built from
 valid seeds (chat with tools, tool calls and streams, completions, the Responses API with
-tool round trips, chaining and its stored responses, the interception API with
+tool round trips, chaining and its stored responses, Anthropic's Messages API and its
+count_tokens, the interception API with
 real and made-up ids, models, metrics, health, dashboard data) and mutated: a random field
 replaced by a random JSON value of a random type, fields removed or added, huge and negative
 numbers, numbers JSON cannot hold, unicode, invalid UTF-8, truncated bodies, random bytes,
@@ -177,6 +178,31 @@ class Fuzzer:
                 body[f] = v
         return body
 
+    def seed_messages(self, r):
+        """An Anthropic Messages body: text or blocks (a tool_use / tool_result round trip among
+        them), tools with input_schema, a tool_choice, sometimes streamed."""
+        body = {"model": self.model, "max_tokens": r.randint(1, 8), "temperature": 0,
+                "messages": [{"role": "user", "content": self.rand_string(r) or "Hi"}]}
+        if r.random() < 0.4:
+            body["messages"] += [
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": self.rand_string(r)},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                     "input": {"city": self.rand_string(r)}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": self.rand_string(r)}]}]
+        if r.random() < 0.3:
+            body["system"] = r.choice(["You are helpful.", [{"type": "text", "text": "Be brief."}]])
+        if r.random() < 0.5:
+            body["tools"] = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+                              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+            if r.random() < 0.3:
+                body["tool_choice"] = r.choice([{"type": "auto"}, {"type": "any"}, {"type": "none"},
+                                                {"type": "tool", "name": "get_weather"}])
+        if r.random() < 0.2:
+            body["stream"] = True
+        return body
+
     def seed_completion(self, r):
         body = {"model": self.model, "prompt": self.rand_string(r) or "Once",
                 "max_tokens": r.randint(1, 8), "temperature": 0}
@@ -203,6 +229,9 @@ class Fuzzer:
             method, path, body = "POST", "/v1/chat/completions", self.seed_chat(r)
         elif k < 0.4:
             method, path, body = "POST", "/v1/responses", self.seed_responses(r)
+        elif k < 0.47:
+            method, path, body = "POST", r.choice(["/v1/messages"] * 4 + ["/v1/messages/count_tokens"]), \
+                self.seed_messages(r)
         elif k < 0.55:
             method, path, body = "POST", "/v1/completions", self.seed_completion(r)
         elif k < 0.8:
@@ -446,8 +475,9 @@ class Fuzzer:
         return True
 
 
-KNOWN = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/metrics",
-         "/health", "/dashboard", "/dashboard/data", "/v1/interceptions")
+KNOWN = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+         "/v1/messages/count_tokens", "/v1/models", "/metrics", "/health", "/dashboard",
+         "/dashboard/data", "/v1/interceptions")
 
 
 def endpoint_name(method, path):
