@@ -26,6 +26,7 @@ cache), else talks to --url.
 """
 import argparse
 import base64
+import copy
 import http.client
 import json
 import os
@@ -120,7 +121,7 @@ class Fuzzer:
                 "temperature": r.choice([0, 0.7, 1.0])}
         k = r.random()
         if k < 0.5:
-            body["tools"] = [dict(t) for t in TOOLS]
+            body["tools"] = copy.deepcopy(TOOLS)  # mutations must not reach TOOLS
             if r.random() < 0.5:
                 body["intercept_after_tokens"] = r.randint(1, 4)
                 body["intercept_tool"] = r.choice(["get_weather", "search"])
@@ -129,7 +130,7 @@ class Fuzzer:
                 body["tool_choice"] = r.choice(["auto", "none", "required", {
                     "type": "function", "function": {"name": "get_weather"}}])
         if k > 0.7:  # a history with a tool call and its result
-            body["tools"] = [dict(t) for t in TOOLS]
+            body["tools"] = copy.deepcopy(TOOLS)  # mutations must not reach TOOLS
             msgs += [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {
                     "name": "get_weather", "arguments": json.dumps({"city": self.rand_string(r)})}}]},
@@ -164,7 +165,7 @@ class Fuzzer:
         if r.random() < 0.3:
             body["instructions"] = "You are helpful."
         if r.random() < 0.5:
-            body["tools"] = [dict(t["function"], type="function") for t in TOOLS]
+            body["tools"] = [dict(copy.deepcopy(t["function"]), type="function") for t in TOOLS]
             if r.random() < 0.3:
                 body["tool_choice"] = r.choice(["auto", "none", "required",
                                                 {"type": "function", "name": "get_weather"}])
@@ -195,7 +196,7 @@ class Fuzzer:
             body["system"] = r.choice(["You are helpful.", [{"type": "text", "text": "Be brief."}]])
         if r.random() < 0.5:
             body["tools"] = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
-                              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+                              "input_schema": copy.deepcopy(t["function"]["parameters"])} for t in TOOLS]
             if r.random() < 0.3:
                 body["tool_choice"] = r.choice([{"type": "auto"}, {"type": "any"}, {"type": "none"},
                                                 {"type": "tool", "name": "get_weather"}])
@@ -484,7 +485,7 @@ def endpoint_name(method, path):
     p = path.split("?")[0].split("#")[0]
     p = re.sub(r"^/v1/interceptions/[^/]+", "/v1/interceptions/{id}", p)
     p = re.sub(r"^/v1/models/.+", "/v1/models/{id}", p)
-    p = re.sub(r"^/v1/responses/.+", "/v1/responses/{id}", p)
+    p = re.sub(r"^/v1/responses/.+", "/v1/responses/{id}", p, flags=re.S)
     if p not in KNOWN and not p.startswith(("/v1/interceptions/{id}", "/v1/models/{id}",
                                             "/v1/responses/{id}")):
         p = "(other paths)"

@@ -211,38 +211,42 @@ class GenerationProducer : public ResponseProducer {
     return out + sse_event(last);
   }
 
-  // Responses: the turn's last deltas, the calls that were not streamed, then the Response
-  // (the interception and server-side calls with it, as in a chat answer).
-  std::string responses_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
-    const Generation& g = *g_;
-    std::string out = delta_events(last_deltas, {});
+  // The Responses and Messages streams' last events before their end: the turn's last deltas
+  // and the calls that were not streamed (one more delta).
+  std::string closing_deltas(const FinalTurn& f, std::vector<json> deltas) {
     size_t first_index = 0;
-    const std::vector<ToolCall> held = g.streamer.held_calls(f.calls, &first_index);
-    if (!held.empty()) out += responses_->delta(tool_calls_delta(held, first_index));
+    const std::vector<ToolCall> held = g_->streamer.held_calls(f.calls, &first_index);
+    if (!held.empty()) deltas.push_back(tool_calls_delta(held, first_index));
+    return delta_events(deltas, {});
+  }
+  // What their end carries beside the answer, as a chat answer does.
+  json answer_extras(const FinalTurn& f) const {
     json extra = json::object();
     if (!f.interception.is_null()) extra["interception"] = f.interception;
-    if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
+    if (!g_->server_calls.empty()) extra["server_tool_calls"] = g_->server_calls;
+    return extra;
+  }
+
+  // Responses: the Response last (kept for previous_response_id when its request stores it).
+  std::string responses_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
+    const Generation& g = *g_;
+    std::string out = closing_deltas(f, last_deltas);
     out += responses_->finish(
         f.finish_reason == "length" ? "incomplete" : "completed",
-        responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens), extra);
+        responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens),
+        answer_extras(f));
     s_.store_response(g, f, responses_->final_response());
     return out;
   }
 
-  // Messages: the turn's last deltas, the calls that were not streamed, the stop reason.
+  // Messages: the stop reason and usage last.
   std::string anthropic_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
     const Generation& g = *g_;
-    std::string out = delta_events(last_deltas, {});
-    size_t first_index = 0;
-    const std::vector<ToolCall> held = g.streamer.held_calls(f.calls, &first_index);
-    if (!held.empty()) out += anthropic_->delta(tool_calls_delta(held, first_index));
-    json extra = json::object();
-    if (!f.interception.is_null()) extra["interception"] = f.interception;
-    if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
-    return out + anthropic_->finish(anthropic_stop_reason(f.finish_reason),
-                                    anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(),
-                                                    g.cached_tokens),
-                                    extra);
+    return closing_deltas(f, last_deltas) +
+           anthropic_->finish(
+               anthropic_stop_reason(f.finish_reason),
+               anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens),
+               answer_extras(f));
   }
 
   std::string completion_final_event(const FinalTurn& f, const std::string& last_text,
