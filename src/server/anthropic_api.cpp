@@ -3,6 +3,7 @@
 #include "server/anthropic_api.h"
 
 #include "server/json_fields.h"
+#include "server/tool_parser.h"
 
 namespace infercept::server {
 
@@ -283,31 +284,21 @@ void AnthropicStream::text_delta(Open kind, const std::string& piece, std::strin
 
 std::string AnthropicStream::delta(const json& d) {
   std::string out;
-  if (const json* r = member(d, "reasoning_content"); r != nullptr && r->is_string())
-    text_delta(Open::thinking, r->get<std::string>(), out);
-  if (const json* c = member(d, "content"); c != nullptr && c->is_string())
-    text_delta(Open::text, c->get<std::string>(), out);
-  if (const json* calls = member(d, "tool_calls"); calls != nullptr && calls->is_array()) {
-    for (const json& c : *calls) {
-      const int64_t call_index = c.value("index", (int64_t)0);
-      const json fn = c.value("function", json::object());
-      if (c.contains("id")) {
-        open_block(Open::tool,
-                   {{"type", "tool_use"},
-                    {"id", c["id"]},
-                    {"name", fn.value("name", std::string())},
-                    {"input", json::object()}},
-                   out);
-        open_call_index_ = call_index;
-      }
-      if (open_ != Open::tool || call_index != open_call_index_) continue;
-      const std::string piece = fn.value("arguments", std::string());
-      if (piece.empty()) continue;
-      out += event(
-          "content_block_delta",
-          {{"index", index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", piece}}}});
-    }
-  }
+  ChatDeltaVisitor v;
+  v.reasoning = [&](const std::string& t) { text_delta(Open::thinking, t, out); };
+  v.content = [&](const std::string& t) { text_delta(Open::text, t, out); };
+  v.call_start = [&](int64_t index, const std::string& id, const std::string& name) {
+    open_block(Open::tool,
+               {{"type", "tool_use"}, {"id", id}, {"name", name}, {"input", json::object()}}, out);
+    open_call_index_ = index;
+  };
+  v.call_arguments = [&](int64_t index, const std::string& piece) {
+    if (open_ != Open::tool || index != open_call_index_) return;
+    out += event(
+        "content_block_delta",
+        {{"index", index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", piece}}}});
+  };
+  visit_chat_delta(d, v);
   return out;
 }
 

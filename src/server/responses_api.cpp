@@ -3,6 +3,7 @@
 #include "server/responses_api.h"
 
 #include "server/json_fields.h"
+#include "server/tool_parser.h"
 
 namespace infercept::server {
 
@@ -469,30 +470,21 @@ void ResponsesStream::text_delta(Open kind, const std::string& piece, std::strin
 
 std::string ResponsesStream::delta(const json& d) {
   std::string out;
-  if (const json* r = member(d, "reasoning_content"); r != nullptr && r->is_string())
-    text_delta(Open::reasoning, r->get<std::string>(), out);
-  if (const json* c = member(d, "content"); c != nullptr && c->is_string())
-    text_delta(Open::message, c->get<std::string>(), out);
-  if (const json* calls = member(d, "tool_calls"); calls != nullptr && calls->is_array()) {
-    for (const json& c : *calls) {
-      const int64_t call_index = c.value("index", (int64_t)0);
-      const json fn = c.value("function", json::object());
-      if (c.contains("id")) {
-        open_item(Open::call,
-                  call_item(random_id("fc_"), c["id"].get<std::string>(),
-                            fn.value("name", std::string()), "", "in_progress"),
-                  out);
-        open_call_index_ = call_index;
-      }
-      if (open_ != Open::call || call_index != open_call_index_) continue;
-      const std::string piece = fn.value("arguments", std::string());
-      if (piece.empty()) continue;
-      text_ += piece;
-      out += event(
-          "response.function_call_arguments.delta",
-          {{"item_id", item_["id"]}, {"output_index", (int64_t)output_.size()}, {"delta", piece}});
-    }
-  }
+  ChatDeltaVisitor v;
+  v.reasoning = [&](const std::string& t) { text_delta(Open::reasoning, t, out); };
+  v.content = [&](const std::string& t) { text_delta(Open::message, t, out); };
+  v.call_start = [&](int64_t index, const std::string& id, const std::string& name) {
+    open_item(Open::call, call_item(random_id("fc_"), id, name, "", "in_progress"), out);
+    open_call_index_ = index;
+  };
+  v.call_arguments = [&](int64_t index, const std::string& piece) {
+    if (open_ != Open::call || index != open_call_index_) return;
+    text_ += piece;
+    out += event(
+        "response.function_call_arguments.delta",
+        {{"item_id", item_["id"]}, {"output_index", (int64_t)output_.size()}, {"delta", piece}});
+  };
+  visit_chat_delta(d, v);
   return out;
 }
 

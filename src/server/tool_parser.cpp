@@ -120,4 +120,24 @@ std::vector<ToolCall> ChatTurnStreamer::held_calls(const std::vector<ToolCall>& 
   return std::vector<ToolCall>(calls.begin() + (ptrdiff_t)sent, calls.end());
 }
 
+void visit_chat_delta(const json& d, const ChatDeltaVisitor& v) {
+  auto text = [&](const char* key, const std::function<void(const std::string&)>& f) {
+    auto it = d.find(key);
+    if (f && it != d.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
+      f(it->get<std::string>());
+  };
+  text("reasoning_content", v.reasoning);
+  text("content", v.content);
+  auto calls = d.find("tool_calls");
+  if (calls == d.end() || !calls->is_array()) return;
+  for (const json& c : *calls) {
+    const int64_t index = c.value("index", (int64_t)0);
+    const json fn = c.value("function", json::object());
+    if (c.contains("id") && v.call_start)
+      v.call_start(index, c.value("id", std::string()), fn.value("name", std::string()));
+    const std::string piece = fn.value("arguments", std::string());
+    if (!piece.empty() && v.call_arguments) v.call_arguments(index, piece);
+  }
+}
+
 }  // namespace infercept::server

@@ -7,6 +7,8 @@
 // OpenAI deltas (ChatTurnStreamer).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -80,5 +82,17 @@ class ChatTurnStreamer {
   std::vector<Started> started_;  // by the reader's call index
   size_t announced_ = 0;          // indexes given to the client
 };
+
+// The parts of one ChatTurnStreamer delta, for the streams that re-shape them (the Responses
+// and Messages APIs): reasoning and content text, a call's start (its index among the turn's
+// announced calls, id, name) and a piece of a call's arguments. A part without a handler is
+// skipped; an empty text or piece is not passed on.
+struct ChatDeltaVisitor {
+  std::function<void(const std::string&)> reasoning;
+  std::function<void(const std::string&)> content;
+  std::function<void(int64_t index, const std::string& id, const std::string& name)> call_start;
+  std::function<void(int64_t index, const std::string& piece)> call_arguments;
+};
+void visit_chat_delta(const json& delta, const ChatDeltaVisitor& v);
 
 }  // namespace infercept::server
