@@ -98,28 +98,25 @@ std::optional<ApiError> message_blocks(const std::string& role, const json& cont
 }
 
 std::optional<ApiError> chat_tools(const json& tools, json& out) {
-  if (!tools.is_array()) return wrong("tools", "an array", tools);
   out = json::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) return wrong(p, "an object", t);
-    if (const json* type = member(t, "type"); type != nullptr && *type != "custom")
-      return unsupported("tool type '" +
-                             (type->is_string() ? type->get<std::string>() : dump(*type)) +
-                             "' is not supported (client tools only: name, description, "
-                             "input_schema)",
-                         p + ".type");
-    json fn = json::object();
-    std::string name;
-    if (auto e = string_member(t, "name", p, name)) return e;
-    fn["name"] = name;
-    if (const json* d = member(t, "description")) fn["description"] = *d;
-    if (const json* s = member(t, "input_schema")) fn["parameters"] = *s;
-    if (const json* s = member(t, "strict")) fn["strict"] = *s;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return std::nullopt;
+  return each_object(
+      tools, "tools", [&](const json& t, const std::string& p) -> std::optional<ApiError> {
+        if (const json* type = member(t, "type"); type != nullptr && *type != "custom")
+          return unsupported("tool type '" +
+                                 (type->is_string() ? type->get<std::string>() : dump(*type)) +
+                                 "' is not supported (client tools only: name, description, "
+                                 "input_schema)",
+                             p + ".type");
+        json fn = json::object();
+        std::string name;
+        if (auto e = string_member(t, "name", p, name)) return e;
+        fn["name"] = name;
+        if (const json* d = member(t, "description")) fn["description"] = *d;
+        if (const json* s = member(t, "input_schema")) fn["parameters"] = *s;
+        if (const json* s = member(t, "strict")) fn["strict"] = *s;
+        out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+        return std::nullopt;
+      });
 }
 
 std::optional<ApiError> chat_tool_choice(const json& tc, json& chat) {

@@ -3,6 +3,7 @@
 // name the parameter, as the chat parser's do.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -45,6 +46,20 @@ inline std::optional<ApiError> string_member(const json& o, const char* key,
   if (v == nullptr) return missing(param + "." + key);
   if (!v->is_string()) return wrong(param + "." + key, "a string", *v);
   out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// Each element of the array `param` (which must be one), each an object, with its own param
+// ("tools[2]"); the first error stops it.
+inline std::optional<ApiError> each_object(
+    const json& arr, const std::string& param,
+    const std::function<std::optional<ApiError>(const json&, const std::string&)>& f) {
+  if (!arr.is_array()) return wrong(param, "an array", arr);
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    if (!arr[i].is_object()) return wrong(p, "an object", arr[i]);
+    if (auto e = f(arr[i], p)) return e;
+  }
   return std::nullopt;
 }
 

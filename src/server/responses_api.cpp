@@ -142,26 +142,22 @@ std::optional<ApiError> input_messages(const json& input, json& messages) {
 // Responses tools are flat ({"type": "function", "name", "parameters", ...}); only function
 // tools run here.
 std::optional<ApiError> chat_tools(const json& tools, json& out) {
-  if (!tools.is_array()) return wrong("tools", "an array", tools);
   out = json::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object()) return wrong(p, "an object", t);
-    std::string type;
-    if (auto e = string_member(t, "type", p, type)) return e;
-    if (type != "function")
-      return unsupported("tool type '" + type + "' is not supported (function tools only)",
-                         p + ".type");
-    json fn = json::object();
-    for (const char* key : {"name", "description", "parameters", "strict", "expected_duration_ms"})
-      if (const json* v = member(t, key)) fn[key] = *v;
-    if (!fn.contains("name"))
-      return invalid_request("'" + p + ".name' is required", p + ".name",
-                             "missing_required_parameter");
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return std::nullopt;
+  return each_object(
+      tools, "tools", [&](const json& t, const std::string& p) -> std::optional<ApiError> {
+        std::string type;
+        if (auto e = string_member(t, "type", p, type)) return e;
+        if (type != "function")
+          return unsupported("tool type '" + type + "' is not supported (function tools only)",
+                             p + ".type");
+        json fn = json::object();
+        for (const char* key :
+             {"name", "description", "parameters", "strict", "expected_duration_ms"})
+          if (const json* v = member(t, key)) fn[key] = *v;
+        if (!fn.contains("name")) return missing(p + ".name");
+        out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+        return std::nullopt;
+      });
 }
 
 std::optional<ApiError> chat_tool_choice(const json& tc, json& out) {
