@@ -235,10 +235,11 @@ def streamed_round_trip(client, model):
     with client.responses.stream(model=model, input="Say hello.", max_output_tokens=40, temperature=0) as s:
         for _ in s:
             pass
+        # get_final_response() needs response.completed: the prompt ends well within 40 tokens.
         helper = s.get_final_response() if whole.status == "completed" else None
-    if helper is not None:
-        checks.check(helper.output_text == whole.output_text,
-                     f"responses.stream() gives the whole answer's text ({helper.output_text!r})")
+    checks.check(helper is not None and helper.output_text == whole.output_text,
+                 f"responses.stream() gives the whole answer's text "
+                 f"({whole.status}: {helper.output_text if helper else None!r})")
 
 
 def refusals(client, model):

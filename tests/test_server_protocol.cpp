@@ -31,6 +31,39 @@ std::string streamed_content(const std::string& turn, ChatTemplateKind kind, siz
   return out;
 }
 
+TEST(ServerProtocol, ChatMessageJsonIsWhatParseMessagesReadsBack) {
+  const std::vector<ChatMessage> in = {
+      {.role = "system", .content = "Be brief."},
+      {.role = "user", .content = "Paris?"},
+      {.role = "assistant",
+       .tool_calls = {ToolCall{"call_a", "get_weather", "{\"city\":\"Paris\"}"}},
+       .reasoning_content = "Hm."},
+      {.role = "tool", .content = "20 C", .tool_call_id = "call_a", .name = "get_weather"},
+      {.role = "assistant", .content = "It is 20 C."}};
+  json arr = json::array();
+  for (const ChatMessage& m : in) arr.push_back(chat_message_json(m));
+  EXPECT_TRUE(arr[2]["content"].is_null()) << "a turn of calls only has null content";
+  EXPECT_EQ(arr[4]["content"], "It is 20 C.");
+  EXPECT_FALSE(arr[4].contains("tool_calls"));
+  std::vector<ChatMessage> back;
+  ASSERT_FALSE(parse_messages(arr, "messages", back).has_value());
+  ASSERT_EQ(back.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(back[i].role, in[i].role);
+    EXPECT_EQ(back[i].content, in[i].content);
+    EXPECT_EQ(back[i].reasoning_content, in[i].reasoning_content);
+    EXPECT_EQ(back[i].tool_call_id, in[i].tool_call_id);
+    EXPECT_EQ(back[i].name, in[i].name);
+    ASSERT_EQ(back[i].tool_calls.size(), in[i].tool_calls.size());
+    for (size_t k = 0; k < in[i].tool_calls.size(); ++k) {
+      EXPECT_EQ(back[i].tool_calls[k].id, in[i].tool_calls[k].id);
+      EXPECT_EQ(back[i].tool_calls[k].name, in[i].tool_calls[k].name);
+      EXPECT_EQ(json::parse(back[i].tool_calls[k].arguments_json),
+                json::parse(in[i].tool_calls[k].arguments_json));
+    }
+  }
+}
+
 TEST(ServerToolParser, CallsGetIdsAndContentIsTheRest) {
   const AssistantTurn t = parse_assistant_turn(
       "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "

@@ -92,7 +92,9 @@ TEST(ResponsesRequest, APreviousResponsesConversationGoesAfterTheInstructionsBef
   // The stored conversation of a turn that ended in a call; the follow-up sends its output.
   const json prior = json::array(
       {{{"role", "user"}, {"content", "Paris?"}},
-       assistant_message("", "", {ToolCall{"call_a", "get_weather", "{\"city\":\"Paris\"}"}})});
+       chat_message_json(ChatMessage{
+           .role = "assistant",
+           .tool_calls = {ToolCall{"call_a", "get_weather", "{\"city\":\"Paris\"}"}}})});
   json chat;
   const json body = {
       {"model", "m"},

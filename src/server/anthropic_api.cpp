@@ -11,25 +11,12 @@ using namespace fields;
 
 namespace {
 
-// A text block's text, or a string.
+// A string, or text blocks joined.
 std::optional<ApiError> text_of(const json& c, const std::string& param, std::string& out) {
-  out.clear();
-  if (c.is_string()) {
-    out = c.get<std::string>();
-    return std::nullopt;
-  }
-  if (!c.is_array()) return wrong(param, "a string or an array of content blocks", c);
-  for (size_t i = 0; i < c.size(); ++i) {
-    const std::string p = param + "[" + std::to_string(i) + "]";
-    std::string type, text;
-    if (auto e = string_member(c[i], "type", p, type)) return e;
-    if (type != "text")
-      return invalid_request("content block type '" + type + "' is not supported here (text)",
-                             p + ".type", "unsupported_content");
-    if (auto e = string_member(c[i], "text", p, text)) return e;
-    out += text;
-  }
-  return std::nullopt;
+  return joined_text(
+      c, param, "content block",
+      [](const std::string& type) -> const char* { return type == "text" ? "text" : nullptr; },
+      out);
 }
 
 // One message's content blocks as chat messages: a user message's tool_result blocks are
@@ -42,8 +29,8 @@ std::optional<ApiError> message_blocks(const std::string& role, const json& cont
     return std::nullopt;
   }
   if (!content.is_array()) return wrong(p, "a string or an array of content blocks", content);
-  std::string text, thinking;
-  json calls = json::array();
+  ChatMessage turn{.role = "assistant"};  // an assistant message's text, calls and thinking
+  std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
     const std::string bp = p + "[" + std::to_string(i) + "]";
@@ -55,16 +42,13 @@ std::optional<ApiError> message_blocks(const std::string& role, const json& cont
       if (auto e = string_member(b, "text", bp, t)) return e;
       text += t;
     } else if (type == "tool_use" && role == "assistant") {
-      std::string id, name;
-      if (auto e = string_member(b, "id", bp, id)) return e;
-      if (auto e = string_member(b, "name", bp, name)) return e;
+      ToolCall call;
+      if (auto e = string_member(b, "id", bp, call.id)) return e;
+      if (auto e = string_member(b, "name", bp, call.name)) return e;
       const json* input = member(b, "input");
       if (input != nullptr && !input->is_object()) return wrong(bp + ".input", "an object", *input);
-      calls.push_back(
-          {{"id", id},
-           {"type", "function"},
-           {"function",
-            {{"name", name}, {"arguments", input != nullptr ? dump(*input) : std::string("{}")}}}});
+      call.arguments_json = input != nullptr ? dump(*input) : std::string("{}");
+      turn.tool_calls.push_back(std::move(call));
     } else if (type == "tool_result" && role == "user") {
       std::string id, result;
       if (auto e = string_member(b, "tool_use_id", bp, id)) return e;
@@ -76,7 +60,7 @@ std::optional<ApiError> message_blocks(const std::string& role, const json& cont
     } else if (type == "thinking" && role == "assistant") {
       std::string t;
       if (auto e = string_member(b, "thinking", bp, t)) return e;
-      thinking += t;
+      turn.reasoning_content += t;
     } else if (type == "redacted_thinking" && role == "assistant") {
       continue;  // nothing this server can read back
     } else {
@@ -86,11 +70,8 @@ std::optional<ApiError> message_blocks(const std::string& role, const json& cont
     }
   }
   if (role == "assistant") {
-    json m = {{"role", "assistant"},
-              {"content", text.empty() && !calls.empty() ? json() : json(text)}};
-    if (!calls.empty()) m["tool_calls"] = std::move(calls);
-    if (!thinking.empty()) m["reasoning_content"] = thinking;
-    messages.push_back(std::move(m));
+    turn.content = std::move(text);
+    messages.push_back(chat_message_json(turn));
   } else if (!text.empty() || messages.empty() || messages.back()["role"] != "tool") {
     messages.push_back({{"role", "user"}, {"content", text}});
   }
@@ -306,8 +287,7 @@ std::string AnthropicStream::finish(const std::string& stop_reason, const json& 
   close_block(out);
   json d = {{"delta", {{"stop_reason", stop_reason}, {"stop_sequence", nullptr}}},
             {"usage", usage}};
-  if (extra.is_object())
-    for (auto it = extra.begin(); it != extra.end(); ++it) d[it.key()] = it.value();
+  if (extra.is_object()) d.update(extra);
   out += event("message_delta", std::move(d));
   out += event("message_stop", json::object());
   return out;

@@ -50,15 +50,15 @@ Result<ApiKeys> ApiKeys::load(const std::vector<std::string>& keys, const std::s
 }
 
 std::optional<std::string> ApiKeys::authenticate(const std::string& authorization_header,
-                                                 const std::string& query_key) const {
+                                                 const std::string& other_key) const {
   if (!enabled()) return std::string();
   std::string given;
   const std::string bearer = "Bearer ";
   if (authorization_header.size() > bearer.size() &&
       authorization_header.compare(0, bearer.size(), bearer) == 0)
     given = trim(authorization_header.substr(bearer.size()));
-  else if (!query_key.empty())
-    given = query_key;
+  else if (!other_key.empty())
+    given = other_key;
   if (given.empty()) return std::nullopt;
   std::optional<std::string> owner;
   for (size_t i = 0; i < keys_.size(); ++i)

@@ -11,9 +11,7 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) {
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
   ChatRequest cr;
   if (auto e = parse_chat_request(body, limits, cr)) return send_error(res, *e);
-  if (cr.model != model_name)
-    return send_error(res,
-                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  if (auto e = check_served_model(cr.model)) return send_error(res, *e);
   run_chat(std::move(cr), owner_of(req), PausedLease(), res);
 }
 
@@ -53,49 +51,48 @@ void HttpServer::Impl::handle_responses(const HttpRequest& req, HttpResponse& re
       e->param = "input";
     return send_error(res, *e);
   }
-  if (cr.model != model_name)
-    return send_error(res,
-                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
-  json history;  // null: not stored
-  if (responses_store_requested(body) && opt.responses_store_bytes > 0) {
-    history = json::array();
-    const json& msgs = chat_body["messages"];
-    for (size_t i = instruction_messages(body); i < msgs.size(); ++i) history.push_back(msgs[i]);
-  }
-  run_chat(std::move(cr), owner, PausedLease(), res, Endpoint::responses, std::move(body),
-           std::move(history));
+  if (auto e = check_served_model(cr.model)) return send_error(res, *e);
+  run_chat(std::move(cr), owner, PausedLease(), res, Endpoint::responses, std::move(body));
 }
 
-// Anthropic's Messages API: its body as a chat body (anthropic_api.h), then a chat turn
-// answered as a Message; every error in Anthropic's shape.
-void HttpServer::Impl::handle_messages(const HttpRequest& req, HttpResponse& res) {
-  Guard guard(this);
-  auto fail = [&](const ApiError& e) { send_json(res, e.status, anthropic_error_body(e)); };
+std::optional<ApiError> HttpServer::Impl::check_served_model(const std::string& model) const {
+  if (model == model_name) return std::nullopt;
+  return not_found("The model '" + model + "' does not exist.", "model_not_found");
+}
+
+// Anthropic's Messages API: its body as a chat body (anthropic_api.h), the chat parser's
+// errors renamed where a Messages client knows the parameter by another name.
+std::optional<ApiError> HttpServer::Impl::parse_messages_api(const std::string& text,
+                                                             bool count_only,
+                                                             ChatRequest& cr) const {
   json body, chat_body;
-  if (auto e = parse_body(req.body, body)) return fail(*e);
-  if (auto e = messages_to_chat_body(body, chat_body)) return fail(*e);
-  ChatRequest cr;
+  if (auto e = parse_body(text, body)) return e;
+  if (count_only && !body.contains("max_tokens")) body["max_tokens"] = 1;  // not asked there
+  if (auto e = messages_to_chat_body(body, chat_body)) return e;
   if (auto e = parse_chat_request(chat_body, limits, cr)) {
     if (e->param == "stop") e->param = "stop_sequences";
-    return fail(*e);
+    return e;
   }
-  if (cr.model != model_name)
-    return fail(not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
+  return check_served_model(cr.model);
+}
+
+// A chat turn answered as a Message; every error in Anthropic's shape.
+void HttpServer::Impl::handle_messages(const HttpRequest& req, HttpResponse& res) {
+  Guard guard(this);
+  ChatRequest cr;
+  if (auto e = parse_messages_api(req.body, /*count_only=*/false, cr))
+    return send_error_for(Endpoint::messages, res, *e);
   run_chat(std::move(cr), owner_of(req), PausedLease(), res, Endpoint::messages);
 }
 
 // POST /v1/messages/count_tokens: the prompt the request would run, counted.
 void HttpServer::Impl::handle_count_tokens(const HttpRequest& req, HttpResponse& res) {
   Guard guard(this);
-  auto fail = [&](const ApiError& e) { send_json(res, e.status, anthropic_error_body(e)); };
-  json body, chat_body;
-  if (auto e = parse_body(req.body, body)) return fail(*e);
-  if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;  // not asked here
-  if (auto e = messages_to_chat_body(body, chat_body)) return fail(*e);
+  auto fail = [&](const ApiError& e) { send_error_for(Endpoint::messages, res, e); };
   ChatRequest cr;
-  if (auto e = parse_chat_request(chat_body, limits, cr)) return fail(*e);
+  if (auto e = parse_messages_api(req.body, /*count_only=*/true, cr)) return fail(*e);
   if (!has_template) return fail(invalid_request("the model has no chat template"));
-  auto g = new_generation(Endpoint::messages, "msg_", owner_of(req));
+  auto g = new_generation(Endpoint::messages, owner_of(req));
   g->format = core->turn_format();
   if (auto e = check_tool_choice(cr)) return fail(*e);
   if (auto e = render_chat_prompt(cr, *g)) return fail(*e);
@@ -118,25 +115,21 @@ void HttpServer::Impl::handle_response_delete(const HttpRequest& req, HttpRespon
 // A chat turn: the request's tools settled, its prompt rendered and measured, the paused
 // request it follows up looked for, then the engine request started and answered.
 void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, PausedLease entry,
-                                HttpResponse& res, Endpoint endpoint, json responses_request,
-                                json responses_history) {
-  const char* prefix = endpoint == Endpoint::responses  ? "resp_"
-                       : endpoint == Endpoint::messages ? "msg_"
-                                                        : "chatcmpl-";
-  auto g = new_generation(endpoint, prefix, owner);
+                                HttpResponse& res, Endpoint endpoint, json responses_request) {
   if (!has_template)
     return send_error_for(
-        *g, res,
+        endpoint, res,
         invalid_request("the model has no chat template; start the server with "
                         "--chat-template chatml|llama3|llama2 or use /v1/completions"));
+  auto g = new_generation(endpoint, owner);
   g->responses_request = std::move(responses_request);
-  g->responses_history = std::move(responses_history);
   g->kind = core->chat_template().kind;
   g->format = core->turn_format();
   g->cache_namespace = cache_namespace(owner, cr.cache);
-  if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g)) return send_error_for(*g, res, *e);
-  if (auto e = check_tool_choice(cr)) return send_error_for(*g, res, *e);
-  if (auto e = render_chat_prompt(cr, *g)) return send_error_for(*g, res, *e);
+  if (auto e = add_server_tools(cr, /*resume=*/(bool)entry, *g))
+    return send_error_for(endpoint, res, *e);
+  if (auto e = check_tool_choice(cr)) return send_error_for(endpoint, res, *e);
+  if (auto e = render_chat_prompt(cr, *g)) return send_error_for(endpoint, res, *e);
   GenerateRequest gr = chat_engine_request(cr, *g);
   const bool explicit_resume = (bool)entry;
   if (!entry && opt.interception) {
@@ -151,12 +144,12 @@ void HttpServer::Impl::run_chat(ChatRequest cr, const std::string& owner, Paused
   if (entry && restore_reasoning(cr.messages, *entry)) {
     // The prompt changes where the template renders reasoning: rendered again, so that it is
     // the paused request's tokens and its KV is reused.
-    if (auto e = render_chat_prompt(cr, *g)) return send_error_for(*g, res, *e);
+    if (auto e = render_chat_prompt(cr, *g)) return send_error_for(endpoint, res, *e);
     gr = chat_engine_request(cr, *g);
   }
   g->chat = std::move(cr);
   if (auto e = start(*g, std::move(gr), std::move(entry), explicit_resume))
-    return send_error_for(*g, res, *e);
+    return send_error_for(endpoint, res, *e);
   respond(g, res);
 }
 
@@ -183,12 +176,11 @@ void HttpServer::Impl::release_superseded(std::vector<PausedLease>& leases) {
 }
 
 std::shared_ptr<Generation> HttpServer::Impl::new_generation(Endpoint endpoint,
-                                                             const char* id_prefix,
                                                              const std::string& owner) const {
   auto g = std::make_shared<Generation>();
   g->endpoint = endpoint;
   g->t_received = steady_now();
-  g->response_id = random_id(id_prefix);
+  g->response_id = random_id(endpoint_info(endpoint).id_prefix);
   g->created = unix_now();
   g->model = model_name;
   g->owner = owner;
@@ -315,10 +307,8 @@ void HttpServer::Impl::handle_completion(const HttpRequest& req, HttpResponse& r
   if (auto e = parse_body(req.body, body)) return send_error(res, *e);
   CompletionRequest cr;
   if (auto e = parse_completion_request(body, limits, cr)) return send_error(res, *e);
-  if (cr.model != model_name)
-    return send_error(res,
-                      not_found("The model '" + cr.model + "' does not exist.", "model_not_found"));
-  auto g = new_generation(Endpoint::completion, "cmpl-", owner_of(req));
+  if (auto e = check_served_model(cr.model)) return send_error(res, *e);
+  auto g = new_generation(Endpoint::completion, owner_of(req));
   g->cache_namespace = cache_namespace(g->owner, cr.cache);
   g->stream = cr.stream;
   g->include_usage = cr.include_usage;
@@ -509,12 +499,7 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
   p.tokens = g.prompt;
   p.tokens.insert(p.tokens.end(), g.tokens.begin(), g.tokens.end());
   p.request = g.chat;
-  ChatMessage assistant;
-  assistant.role = "assistant";
-  assistant.content = f.content;
-  assistant.reasoning_content = f.reasoning;
-  assistant.tool_calls = f.calls;
-  p.request.messages.push_back(std::move(assistant));
+  p.request.messages.push_back(f.message());
   for (const ToolCall& c : f.calls) {
     p.tool_names.push_back(c.name);
     p.call_ids.push_back(c.id);
@@ -538,12 +523,8 @@ json HttpServer::Impl::keep_paused(const Generation& g, const FinalTurn& f, doub
 
 void HttpServer::Impl::record_finished(const Generation& g, const FinalTurn& f, double t_end) {
   metrics.observe_e2e(t_end - g.t_received);
-  const char* endpoint = g.endpoint == Endpoint::chat        ? "chat"
-                         : g.endpoint == Endpoint::responses ? "responses"
-                         : g.endpoint == Endpoint::messages  ? "messages"
-                                                             : "completion";
-  metrics.add_request(endpoint, f.finish_reason, (int64_t)g.prompt.size(), g.completion_tokens(),
-                      g.cached_tokens);
+  metrics.add_request(endpoint_info(g.endpoint).name, f.finish_reason, (int64_t)g.prompt.size(),
+                      g.completion_tokens(), g.cached_tokens);
   log_line({{"event", "generation"},
             {"id", g.response_id},
             {"owner", g.owner},
@@ -560,12 +541,7 @@ void HttpServer::Impl::record_finished(const Generation& g, const FinalTurn& f, 
 
 std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const FinalTurn& f) {
   ChatRequest& cr = g.chat;
-  ChatMessage assistant;
-  assistant.role = "assistant";
-  assistant.content = f.content;
-  assistant.reasoning_content = f.reasoning;
-  assistant.tool_calls = f.calls;
-  cr.messages.push_back(assistant);
+  cr.messages.push_back(f.message());
   // The request stays paused in the engine while the tools run: a real interception.
   for (const ToolCall& c : f.calls) {
     const double t0 = steady_now();
@@ -642,11 +618,9 @@ std::optional<ApiError> HttpServer::Impl::server_tool_round(Generation& g, const
 }
 
 json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) const {
-  json msg = {{"role", "assistant"}};
-  msg["content"] = f.calls.empty() || !f.content.empty() ? json(f.content) : json(nullptr);
-  if (!f.reasoning.empty()) msg["reasoning_content"] = f.reasoning;
-  if (!f.calls.empty()) msg["tool_calls"] = tool_calls_json(f.calls);
-  json choice = {{"index", 0}, {"message", msg}, {"finish_reason", f.finish_reason}};
+  json choice = {{"index", 0},
+                 {"message", chat_message_json(f.message())},
+                 {"finish_reason", f.finish_reason}};
   choice["logprobs"] = g.logprobs >= 0 ? chat_logprobs_json(g.lps) : json(nullptr);
   if (g.return_token_ids) choice["token_ids"] = g.tokens;
   json r = {
@@ -657,8 +631,7 @@ json HttpServer::Impl::chat_response(const Generation& g, const FinalTurn& f) co
       {"choices", json::array({choice})},
       {"usage", usage_json((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens)}};
   if (g.return_token_ids) r["prompt_token_ids"] = g.prompt;
-  if (!f.interception.is_null()) r["interception"] = f.interception;
-  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  r.update(answer_extras(g, f));
   return r;
 }
 
@@ -683,13 +656,33 @@ json HttpServer::Impl::anthropic_response(const Generation& g, const FinalTurn& 
       g.response_id, g.model, anthropic_content(f.content, f.reasoning, f.calls),
       anthropic_stop_reason(f.finish_reason),
       anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens));
-  if (!f.interception.is_null()) r["interception"] = f.interception;
-  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
+  r.update(answer_extras(g, f));
   return r;
 }
 
-void HttpServer::Impl::send_error_for(const Generation& g, HttpResponse& res, const ApiError& e) {
-  if (g.endpoint == Endpoint::messages)
+json HttpServer::Impl::answer_json(const Generation& g, const FinalTurn& f) const {
+  switch (g.endpoint) {
+    case Endpoint::chat:
+      return chat_response(g, f);
+    case Endpoint::completion:
+      return completion_response(g, f);
+    case Endpoint::responses:
+      return responses_response(g, f);
+    case Endpoint::messages:
+      return anthropic_response(g, f);
+  }
+  return chat_response(g, f);
+}
+
+json HttpServer::Impl::answer_extras(const Generation& g, const FinalTurn& f) {
+  json extra = json::object();
+  if (!f.interception.is_null()) extra["interception"] = f.interception;
+  if (!g.server_calls.empty()) extra["server_tool_calls"] = g.server_calls;
+  return extra;
+}
+
+void HttpServer::Impl::send_error_for(Endpoint endpoint, HttpResponse& res, const ApiError& e) {
+  if (endpoint == Endpoint::messages)
     send_json(res, e.status, anthropic_error_body(e));
   else
     send_error(res, e);
@@ -701,21 +694,22 @@ ResponseHeader HttpServer::Impl::responses_header(const Generation& g) {
 
 json HttpServer::Impl::responses_response(const Generation& g, const FinalTurn& f) const {
   json r = response_object(
-      responses_header(g), f.finish_reason == "length" ? "incomplete" : "completed",
+      responses_header(g), responses_status(f.finish_reason),
       response_output_items(f.content, f.reasoning, f.calls),
       responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens));
-  if (!f.interception.is_null()) r["interception"] = f.interception;
-  if (!g.server_calls.empty()) r["server_tool_calls"] = g.server_calls;
-  store_response(g, f, r);
+  r.update(answer_extras(g, f));
   return r;
 }
 
 void HttpServer::Impl::store_response(const Generation& g, const FinalTurn& f,
                                       const json& response) const {
-  if (g.responses_history.is_null()) return;
+  if (g.endpoint != Endpoint::responses || !responses_store_requested(g.responses_request)) return;
   ResponseStore::Stored s;
-  s.messages = g.responses_history;
-  s.messages.push_back(assistant_message(f.content, f.reasoning, f.calls));
+  s.messages = json::array();
+  const std::vector<ChatMessage>& ran = g.chat.messages;
+  for (size_t i = instruction_messages(g.responses_request); i < ran.size(); ++i)
+    s.messages.push_back(chat_message_json(ran[i]));
+  s.messages.push_back(chat_message_json(f.message()));
   s.response = response;
   responses->put(g.owner, g.response_id, std::move(s));
 }

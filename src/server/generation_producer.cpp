@@ -50,19 +50,17 @@ class GenerationProducer : public ResponseProducer {
       FinalTurn f = s_.finalize(g);
       if (f.server_round) {
         if (auto e = s_.server_tool_round(g, f)) {
-          HttpServer::Impl::send_error_for(g, res, *e);
+          HttpServer::Impl::send_error_for(g.endpoint, res, *e);
           return true;
         }
         continue;  // the next turn's outputs wake this again
       }
       if (f.error) {
-        HttpServer::Impl::send_error_for(g, res, *f.error);
+        HttpServer::Impl::send_error_for(g.endpoint, res, *f.error);
       } else {
-        send_json(res, 200,
-                  g.endpoint == Endpoint::chat        ? s_.chat_response(g, f)
-                  : g.endpoint == Endpoint::responses ? s_.responses_response(g, f)
-                  : g.endpoint == Endpoint::messages  ? s_.anthropic_response(g, f)
-                                                      : s_.completion_response(g, f));
+        const json answer = s_.answer_json(g, f);
+        s_.store_response(g, f, answer);
+        send_json(res, 200, answer);
       }
       if (!g.resumed_from.empty()) res.set_header("X-Infercept-Resumed", g.resumed_from);
       return true;
@@ -205,8 +203,7 @@ class GenerationProducer : public ResponseProducer {
       out +=
           sse_event(stream_chunk(header(), chat_chunk_choice(tool_calls_delta(held, first_index))));
     json last = stream_chunk(header(), chat_chunk_choice(json::object(), nullptr, f.finish_reason));
-    if (!f.interception.is_null()) last["interception"] = f.interception;
-    if (!g.server_calls.empty()) last["server_tool_calls"] = g.server_calls;
+    last.update(HttpServer::Impl::answer_extras(g, f));
     if (g.return_token_ids) last["choices"][0]["token_ids"] = g.tokens;
     return out + sse_event(last);
   }
@@ -219,22 +216,14 @@ class GenerationProducer : public ResponseProducer {
     if (!held.empty()) deltas.push_back(tool_calls_delta(held, first_index));
     return delta_events(deltas, {});
   }
-  // What their end carries beside the answer, as a chat answer does.
-  json answer_extras(const FinalTurn& f) const {
-    json extra = json::object();
-    if (!f.interception.is_null()) extra["interception"] = f.interception;
-    if (!g_->server_calls.empty()) extra["server_tool_calls"] = g_->server_calls;
-    return extra;
-  }
-
   // Responses: the Response last (kept for previous_response_id when its request stores it).
   std::string responses_final_events(const FinalTurn& f, const std::vector<json>& last_deltas) {
     const Generation& g = *g_;
     std::string out = closing_deltas(f, last_deltas);
     out += responses_->finish(
-        f.finish_reason == "length" ? "incomplete" : "completed",
+        responses_status(f.finish_reason),
         responses_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens),
-        answer_extras(f));
+        HttpServer::Impl::answer_extras(g, f));
     s_.store_response(g, f, responses_->final_response());
     return out;
   }
@@ -246,7 +235,7 @@ class GenerationProducer : public ResponseProducer {
            anthropic_->finish(
                anthropic_stop_reason(f.finish_reason),
                anthropic_usage((int64_t)g.prompt.size(), g.completion_tokens(), g.cached_tokens),
-               answer_extras(f));
+               HttpServer::Impl::answer_extras(g, f));
   }
 
   std::string completion_final_event(const FinalTurn& f, const std::string& last_text,

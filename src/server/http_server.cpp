@@ -173,10 +173,10 @@ bool HttpServer::Impl::refuse_before_routing(const HttpRequest& req, HttpRespons
     send_error(res, server_error("the server is shutting down", 503));
     return true;
   }
-  if (keys.authenticate(req.get_header_value("Authorization"), query_key(req))) return false;
+  if (keys.authenticate(req.get_header_value("Authorization"), other_key(req))) return false;
   metrics.add_rejected("unauthorized");
   res.set_header("WWW-Authenticate", "Bearer");
-  const bool key_given = req.has_header("Authorization") || !query_key(req).empty();
+  const bool key_given = req.has_header("Authorization") || !other_key(req).empty();
   if (req.path == "/dashboard") {
     // A person in a browser: a page that says how to pass the key, not an error object.
     res.status = 401;

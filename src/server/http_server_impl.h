@@ -82,6 +82,25 @@ struct Channel {
 // underneath answered in their own shape.
 enum class Endpoint { chat, completion, responses, messages };
 
+// Its name in the metrics and the prefix of its answers' ids.
+struct EndpointInfo {
+  const char* name;
+  const char* id_prefix;
+};
+inline EndpointInfo endpoint_info(Endpoint e) {
+  switch (e) {
+    case Endpoint::completion:
+      return {"completion", "cmpl-"};
+    case Endpoint::responses:
+      return {"responses", "resp_"};
+    case Endpoint::messages:
+      return {"messages", "msg_"};
+    case Endpoint::chat:
+      break;
+  }
+  return {"chat", "chatcmpl-"};
+}
+
 // One response being produced: what was asked and what has come so far.
 struct Generation {
   Endpoint endpoint = Endpoint::chat;
@@ -91,10 +110,7 @@ struct Generation {
   std::string owner;
   ChatRequest chat;        // the request (chat): kept with a paused request for an explicit resume
   json responses_request;  // Endpoint::responses: the request body, echoed in the Response
-  // Endpoint::responses with store: the conversation before this turn (chat messages, the
-  // instructions left out), kept with the Response when the turn ends; null: not stored.
-  json responses_history;
-  // A chat turn underneath (chat or responses): the text is read as the model's turn.
+  // A chat turn underneath (all but completions): the text is read as the model's turn.
   bool chat_turn() const { return endpoint != Endpoint::completion; }
   bool tools_active = false;  // the model saw tools: its turn may hold calls
   bool keep_paused = false;   // a turn with calls leaves the request paused
@@ -143,6 +159,13 @@ struct FinalTurn {
   json interception;  // null unless the request stays paused
   std::optional<ApiError> error;
   bool server_round = false;  // every call is a server-side tool: run them and go on
+  // The turn as the assistant's message of its conversation.
+  ChatMessage message() const {
+    return {.role = "assistant",
+            .content = content,
+            .tool_calls = calls,
+            .reasoning_content = reasoning};
+  }
 };
 
 inline ApiError server_error(std::string message, int status = 500) {
@@ -222,14 +245,14 @@ struct HttpServer::Impl {
   // A key given other than as "Authorization: Bearer": Anthropic's clients send "x-api-key";
   // the key in the query string is taken on the dashboard only (a browser page cannot set
   // headers on its own navigation, and a key in a URL ends up in logs and histories).
-  static std::string query_key(const HttpRequest& req) {
+  static std::string other_key(const HttpRequest& req) {
     if (req.has_header("x-api-key")) return req.get_header_value("x-api-key");
     return req.path == "/dashboard" || req.path == "/dashboard/data"
                ? req.get_param_value("api_key")
                : std::string();
   }
   std::string owner_of(const HttpRequest& req) const {
-    auto o = keys.authenticate(req.get_header_value("Authorization"), query_key(req));
+    auto o = keys.authenticate(req.get_header_value("Authorization"), other_key(req));
     return o.value_or("");
   }
   // Who looks at a shared view (/metrics, /dashboard/data, the interception list): the
@@ -282,10 +305,13 @@ struct HttpServer::Impl {
   void handle_response_get(const HttpRequest& req, HttpResponse& res);
   void handle_response_delete(const HttpRequest& req, HttpResponse& res);
   void run_chat(ChatRequest cr, const std::string& owner, PausedLease entry, HttpResponse& res,
-                Endpoint endpoint = Endpoint::chat, json responses_request = nullptr,
-                json responses_history = nullptr);
-  std::shared_ptr<Generation> new_generation(Endpoint endpoint, const char* id_prefix,
-                                             const std::string& owner) const;
+                Endpoint endpoint = Endpoint::chat, json responses_request = nullptr);
+  // The model a request names must be the one served (a 404 otherwise).
+  std::optional<ApiError> check_served_model(const std::string& model) const;
+  // A Messages API body as a chat request (count_tokens: max_tokens may be left out).
+  std::optional<ApiError> parse_messages_api(const std::string& text, bool count_only,
+                                             ChatRequest& cr) const;
+  std::shared_ptr<Generation> new_generation(Endpoint endpoint, const std::string& owner) const;
   std::optional<ApiError> add_server_tools(ChatRequest& cr, bool resume, Generation& g) const;
   std::optional<ApiError> check_tool_choice(const ChatRequest& cr) const;
   ConstraintCompiler constraints;  // compiled grammars by request shape
@@ -305,13 +331,20 @@ struct HttpServer::Impl {
   void record_finished(const Generation& g, const FinalTurn& f, double t_end);
   std::optional<ApiError> server_tool_round(Generation& g, const FinalTurn& f);
   void respond(std::shared_ptr<Generation> g, HttpResponse& res);
+  // The whole answer of a finished turn, in its endpoint's shape.
+  json answer_json(const Generation& g, const FinalTurn& f) const;
   json chat_response(const Generation& g, const FinalTurn& f) const;
   json completion_response(const Generation& g, const FinalTurn& f) const;
   json responses_response(const Generation& g, const FinalTurn& f) const;
   json anthropic_response(const Generation& g, const FinalTurn& f) const;
-  // An error answered in the shape of the generation's API (Anthropic's for /v1/messages).
-  static void send_error_for(const Generation& g, HttpResponse& res, const ApiError& e);
-  // A finished Responses turn kept for previous_response_id (when its request stored it).
+  // What every chat-turn answer carries beside the turn: the interception when the request
+  // stays paused, the server-side calls it ran (an object, empty when neither).
+  static json answer_extras(const Generation& g, const FinalTurn& f);
+  // An error answered in the shape of the endpoint's API (Anthropic's for /v1/messages).
+  static void send_error_for(Endpoint endpoint, HttpResponse& res, const ApiError& e);
+  // A finished Responses turn kept for previous_response_id (when its request stores it):
+  // its conversation (the chat messages it ran, server-side rounds included, its instructions
+  // left out) and its output turn.
   void store_response(const Generation& g, const FinalTurn& f, const json& response) const;
   static ResponseHeader responses_header(const Generation& g);
   TokenInfo token_info(const RequestOutput& o, size_t i) const;

@@ -49,6 +49,34 @@ inline std::optional<ApiError> string_member(const json& o, const char* key,
   return std::nullopt;
 }
 
+// Text given as a string or as an array of typed parts joined: `text_key(type)` names the
+// field that holds a part's text, or is null for a type that is refused (a 400 naming the
+// part's type, `what` saying what the parts are called: "content part", "content block").
+inline std::optional<ApiError> joined_text(
+    const json& c, const std::string& param, const char* what,
+    const std::function<const char*(const std::string&)>& text_key, std::string& out) {
+  out.clear();
+  if (c.is_string()) {
+    out = c.get<std::string>();
+    return std::nullopt;
+  }
+  if (!c.is_array()) return wrong(param, std::string("a string or an array of ") + what + "s", c);
+  for (size_t i = 0; i < c.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    if (!c[i].is_object()) return wrong(p, "an object", c[i]);
+    std::string type, text;
+    if (auto e = string_member(c[i], "type", p, type)) return e;
+    const char* key = text_key(type);
+    if (key == nullptr)
+      return invalid_request(
+          std::string(what) + " type '" + type + "' is not supported (text only)", p + ".type",
+          "unsupported_content");
+    if (auto e = string_member(c[i], key, p, text)) return e;
+    out += text;
+  }
+  return std::nullopt;
+}
+
 // Each element of the array `param` (which must be one), each an object, with its own param
 // ("tools[2]"); the first error stops it.
 inline std::optional<ApiError> each_object(

@@ -146,6 +146,11 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached
 // A message's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}].
 json tool_calls_json(const std::vector<ToolCall>& calls);
 
+// A chat message as the chat API writes it, what parse_messages reads back: role, content
+// (null for an assistant turn that is only calls), reasoning_content, tool_calls, and a tool
+// result's tool_call_id and name.
+json chat_message_json(const ChatMessage& m);
+
 // Logprobs of a chat choice ({"content": [entry...]}) and of a completion choice
 // ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}, offsets counted from
 // `text_offset`, the bytes of text before these tokens).

@@ -34,6 +34,19 @@ json tool_calls_json(const std::vector<ToolCall>& calls) {
   return arr;
 }
 
+json chat_message_json(const ChatMessage& m) {
+  json j = {{"role", m.role}};
+  const bool only_calls = m.role == "assistant" && !m.tool_calls.empty() && m.content.empty();
+  j["content"] = only_calls ? json(nullptr) : json(m.content);
+  if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+  if (!m.tool_calls.empty()) j["tool_calls"] = tool_calls_json(m.tool_calls);
+  if (m.role == "tool") {
+    j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+  }
+  return j;
+}
+
 json chat_logprobs_json(const std::vector<TokenInfo>& lps) {
   json content = json::array();
   for (const TokenInfo& t : lps) content.push_back(chat_logprob_entry(t));

@@ -2,6 +2,8 @@
 // turn as a Response object, and the Responses stream's events.
 #include "server/responses_api.h"
 
+#include <utility>
+
 #include "server/json_fields.h"
 #include "server/tool_parser.h"
 
@@ -14,30 +16,13 @@ using namespace fields;
 // An item's or a tool output's text: a string, or text parts (input_text, output_text, text;
 // a refusal's text). Images, files and audio are refused: this server reads text.
 std::optional<ApiError> content_text(const json& c, const std::string& param, std::string& out) {
-  out.clear();
-  if (c.is_string()) {
-    out = c.get<std::string>();
-    return std::nullopt;
-  }
-  if (!c.is_array()) return wrong(param, "a string or an array of content parts", c);
-  for (size_t i = 0; i < c.size(); ++i) {
-    const json& part = c[i];
-    const std::string p = param + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) return wrong(p, "an object", part);
-    const json* type = member(part, "type");
-    if (type == nullptr || !type->is_string())
-      return invalid_request("'" + p + ".type' is required", p + ".type",
-                             "missing_required_parameter");
-    const std::string t = type->get<std::string>();
-    const char* key = t == "refusal" ? "refusal" : "text";
-    if (t != "input_text" && t != "output_text" && t != "text" && t != "refusal")
-      return invalid_request("content part type '" + t + "' is not supported (text only)",
-                             p + ".type", "unsupported_content");
-    const json* text = member(part, key);
-    if (text == nullptr || !text->is_string()) return wrong(p + "." + key, "a string", part);
-    out += text->get<std::string>();
-  }
-  return std::nullopt;
+  return joined_text(
+      c, param, "content part",
+      [](const std::string& type) -> const char* {
+        if (type == "refusal") return "refusal";
+        return type == "input_text" || type == "output_text" || type == "text" ? "text" : nullptr;
+      },
+      out);
 }
 
 // Input items as chat messages. An assistant message and the function_call items after it
@@ -48,94 +33,77 @@ std::optional<ApiError> input_messages(const json& input, json& messages) {
     messages.push_back({{"role", "user"}, {"content", input}});
     return std::nullopt;
   }
-  if (!input.is_array()) return wrong("input", "a string or an array of items", input);
-  std::string reasoning;
-  bool assistant_open = false;  // the last message is an assistant turn calls may join
-  auto assistant = [&]() -> json& {
-    if (!assistant_open) {
-      json m = {{"role", "assistant"}, {"content", nullptr}};
-      messages.push_back(std::move(m));
-      assistant_open = true;
-    }
-    json& m = messages.back();
-    if (!reasoning.empty()) {
-      m["reasoning_content"] = reasoning;
-      reasoning.clear();
-    }
-    return m;
+  std::optional<ChatMessage> turn;  // the assistant turn calls may still join
+  std::string reasoning;            // of the next assistant turn
+  auto end_turn = [&] {
+    if (turn) messages.push_back(chat_message_json(*turn));
+    turn.reset();
   };
-  for (size_t i = 0; i < input.size(); ++i) {
-    const json& item = input[i];
-    const std::string p = "input[" + std::to_string(i) + "]";
-    if (!item.is_object()) return wrong(p, "an object", item);
-    std::string type = "message";  // an "easy" input message has a role and no type
-    if (const json* t = member(item, "type")) {
-      if (!t->is_string()) return wrong(p + ".type", "a string", *t);
-      type = t->get<std::string>();
-    }
-    if (type == "message") {
-      std::string role, text;
-      if (auto e = string_member(item, "role", p, role)) return e;
-      if (role != "user" && role != "system" && role != "developer" && role != "assistant")
-        return invalid_request("unknown role '" + role + "' (user, system, developer, assistant)",
-                               p + ".role");
-      const json* c = member(item, "content");
-      if (c == nullptr)
-        return invalid_request("'" + p + ".content' is required", p + ".content",
-                               "missing_required_parameter");
-      if (auto e = content_text(*c, p + ".content", text)) return e;
-      if (role == "assistant") {
-        assistant_open = false;
-        json& m = assistant();
-        m["content"] = text;
-      } else {
-        messages.push_back({{"role", role}, {"content", text}});
-        assistant_open = false;
-      }
-    } else if (type == "function_call") {
-      std::string call_id, name, arguments;
-      if (auto e = string_member(item, "call_id", p, call_id)) return e;
-      if (auto e = string_member(item, "name", p, name)) return e;
-      if (auto e = string_member(item, "arguments", p, arguments)) return e;
-      json& m = assistant();
-      if (!m.contains("tool_calls")) m["tool_calls"] = json::array();
-      m["tool_calls"].push_back({{"id", call_id},
-                                 {"type", "function"},
-                                 {"function", {{"name", name}, {"arguments", arguments}}}});
-    } else if (type == "function_call_output") {
-      std::string call_id, text;
-      if (auto e = string_member(item, "call_id", p, call_id)) return e;
-      const json* out = member(item, "output");
-      if (out == nullptr)
-        return invalid_request("'" + p + ".output' is required", p + ".output",
-                               "missing_required_parameter");
-      if (auto e = content_text(*out, p + ".output", text)) return e;
-      messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", text}});
-      assistant_open = false;
-    } else if (type == "reasoning") {
-      // Its text (content, else the summary) goes back with the turn it preceded, where a
-      // template renders reasoning; an encrypted_content alone is nothing this server wrote.
-      reasoning.clear();
-      for (const char* key : {"content", "summary"}) {
-        const json* parts = member(item, key);
-        if (parts == nullptr || !parts->is_array()) continue;
-        for (const json& part : *parts)
-          if (part.is_object() && part.contains("text") && part["text"].is_string())
-            reasoning += part["text"].get<std::string>();
-        if (!reasoning.empty()) break;
-      }
-    } else if (type == "item_reference") {
-      return unsupported(
-          "item_reference needs stored items; this server stores no responses "
-          "(send the items themselves)",
-          p + ".type");
-    } else {
-      return invalid_request("input item type '" + type +
-                                 "' is not supported (message, function_call, "
-                                 "function_call_output, reasoning)",
-                             p + ".type", "unsupported_parameter");
-    }
-  }
+  auto assistant = [&]() -> ChatMessage& {
+    if (!turn) turn = ChatMessage{.role = "assistant"};
+    if (!reasoning.empty()) turn->reasoning_content = std::exchange(reasoning, std::string());
+    return *turn;
+  };
+  auto error = each_object(
+      input, "input", [&](const json& item, const std::string& p) -> std::optional<ApiError> {
+        std::string type = "message";  // an "easy" input message has a role and no type
+        if (const json* t = member(item, "type")) {
+          if (!t->is_string()) return wrong(p + ".type", "a string", *t);
+          type = t->get<std::string>();
+        }
+        if (type == "message") {
+          std::string role, text;
+          if (auto e = string_member(item, "role", p, role)) return e;
+          if (role != "user" && role != "system" && role != "developer" && role != "assistant")
+            return invalid_request(
+                "unknown role '" + role + "' (user, system, developer, assistant)", p + ".role");
+          const json* c = member(item, "content");
+          if (c == nullptr) return missing(p + ".content");
+          if (auto e = content_text(*c, p + ".content", text)) return e;
+          end_turn();
+          if (role == "assistant")
+            assistant().content = text;
+          else
+            messages.push_back({{"role", role}, {"content", text}});
+        } else if (type == "function_call") {
+          ToolCall call;
+          if (auto e = string_member(item, "call_id", p, call.id)) return e;
+          if (auto e = string_member(item, "name", p, call.name)) return e;
+          if (auto e = string_member(item, "arguments", p, call.arguments_json)) return e;
+          assistant().tool_calls.push_back(std::move(call));
+        } else if (type == "function_call_output") {
+          std::string call_id, text;
+          if (auto e = string_member(item, "call_id", p, call_id)) return e;
+          const json* out = member(item, "output");
+          if (out == nullptr) return missing(p + ".output");
+          if (auto e = content_text(*out, p + ".output", text)) return e;
+          end_turn();
+          messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", text}});
+        } else if (type == "reasoning") {
+          // Its text (content, else the summary) goes back with the turn it preceded, where a
+          // template renders reasoning; an encrypted_content alone is nothing this server wrote.
+          reasoning.clear();
+          for (const char* key : {"content", "summary"}) {
+            const json* parts = member(item, key);
+            if (parts == nullptr || !parts->is_array()) continue;
+            for (const json& part : *parts)
+              if (part.is_object() && part.contains("text") && part["text"].is_string())
+                reasoning += part["text"].get<std::string>();
+            if (!reasoning.empty()) break;
+          }
+        } else if (type == "item_reference") {
+          return unsupported("item_reference is not supported (send the items themselves)",
+                             p + ".type");
+        } else {
+          return invalid_request("input item type '" + type +
+                                     "' is not supported (message, function_call, "
+                                     "function_call_output, reasoning)",
+                                 p + ".type", "unsupported_parameter");
+        }
+        return std::nullopt;
+      });
+  if (error) return error;
+  end_turn();
   return std::nullopt;
 }
 
@@ -205,21 +173,16 @@ std::optional<ApiError> chat_response_format(const json& text, json& chat) {
 }  // namespace
 
 bool responses_store_requested(const json& body) {
-  const json* store = body.is_object() ? member(body, "store") : nullptr;
+  const json* store = member(body, "store");
   return store == nullptr || !store->is_boolean() || store->get<bool>();
 }
 
 size_t instruction_messages(const json& body) {
-  return body.is_object() && member(body, "instructions") != nullptr ? 1 : 0;
+  return member(body, "instructions") != nullptr ? 1 : 0;
 }
 
-json assistant_message(const std::string& content, const std::string& reasoning,
-                       const std::vector<ToolCall>& calls) {
-  json m = {{"role", "assistant"}};
-  m["content"] = calls.empty() || !content.empty() ? json(content) : json(nullptr);
-  if (!reasoning.empty()) m["reasoning_content"] = reasoning;
-  if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
-  return m;
+std::string responses_status(const std::string& finish_reason) {
+  return finish_reason == "length" ? "incomplete" : "completed";
 }
 
 std::optional<ApiError> responses_to_chat_body(const json& body, const json* prior, json& chat) {
@@ -246,8 +209,7 @@ std::optional<ApiError> responses_to_chat_body(const json& body, const json* pri
   if (prior != nullptr)
     for (const json& m : *prior) messages.push_back(m);
   const json* input = member(body, "input");
-  if (input == nullptr)
-    return invalid_request("'input' is required", "input", "missing_required_parameter");
+  if (input == nullptr) return missing("input");
   const size_t before_input = messages.size();
   if (auto e = input_messages(*input, messages)) return e;
   if (messages.size() == before_input) return invalid_request("'input' must not be empty", "input");
@@ -436,8 +398,7 @@ void ResponsesStream::close_item(std::string& out) {
     case Open::none:
       break;
   }
-  item_["status"] = "completed";
-  if (open_ == Open::reasoning) item_.erase("status");
+  if (open_ != Open::reasoning) item_["status"] = "completed";  // a reasoning item has none
   out += event("response.output_item.done", {{"output_index", index}, {"item", item_}});
   output_.push_back(std::move(item_));
   item_ = json();
@@ -495,8 +456,7 @@ std::string ResponsesStream::finish(const std::string& status, const json& usage
     close_item(out);
   }
   json r = response_object(h_, status, output_, usage);
-  if (extra.is_object())
-    for (auto it = extra.begin(); it != extra.end(); ++it) r[it.key()] = it.value();
+  if (extra.is_object()) r.update(extra);
   out += event(status == "incomplete" ? "response.incomplete" : "response.completed",
                {{"response", r}});
   final_ = std::move(r);

@@ -31,9 +31,9 @@ bool responses_store_requested(const json& body);
 // response keeps.
 size_t instruction_messages(const json& body);
 
-// The chat message of a turn's output (the conversation a stored response keeps ends in it).
-json assistant_message(const std::string& content, const std::string& reasoning,
-                       const std::vector<ToolCall>& calls);
+// The Response's status for a chat finish_reason: "incomplete" when it ran out of
+// max_output_tokens, else "completed".
+std::string responses_status(const std::string& finish_reason);
 
 // How a Response object repeats its request, and what it says of the turn.
 struct ResponseHeader {
@@ -76,7 +76,6 @@ class ResponsesStream {
   // An error in the stream: an "error" event (the stream ends after it).
   std::string error(const ApiError& e);
 
-  const json& output() const { return output_; }
   // The Response that finish() sent.
   const json& final_response() const { return final_; }
 
